@@ -1,0 +1,50 @@
+// Shared binding helpers: the one place where Status becomes a Python exception, and the
+// conversions between numpy arrays and core Fields. Bindings only convert; logic lives in core/.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "core/schema.h"
+#include "core/status.h"
+
+namespace memoire {
+namespace py = pybind11;
+
+// Raises the Python exception for a failed Status; call with the GIL held.
+void ThrowIfError(const Status& s);
+
+// Runs `f` (returning Status) with the GIL released, then raises on error with the GIL held.
+template <typename F>
+void CallReleased(F&& f) {
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = f();
+  }
+  ThrowIfError(s);
+}
+
+py::dtype ToNumpy(DType t);
+// Fails with ValueError naming `what` when numpy's dtype has no core equivalent.
+DType FromNumpy(const py::dtype& dt, const std::string& what);
+std::vector<int64_t> ShapeOf(const py::array& a);
+// A Field described by a template array (its dtype and shape; the values are ignored).
+Field FieldFromTemplate(const std::string& name, const py::handle& tmpl);
+
+// `obj` as a C-contiguous array of exactly field's dtype and shape. Values of another dtype are
+// cast when numpy's 'same_kind' casting allows it (a Python float into float32, an int into
+// int32); anything else raises ValueError("<what>: expected uint8[84,84], got float64[3]").
+py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& what);
+
+// Checks that `a` is a writeable C-contiguous array of `dtype` with `shape`, else ValueError.
+void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& shape,
+                 const std::string& what);
+
+// A new C-contiguous array of field's dtype with shape leading + field.shape.
+py::array NewArray(const Field& f, std::vector<int64_t> leading, const std::vector<int64_t>& trailing_extra = {});
+
+}  // namespace memoire

@@ -1,0 +1,17 @@
+// memoire._core: the native module. Each area binds itself in its own file; this file only
+// lists them, in dependency order.
+#include <pybind11/pybind11.h>
+
+namespace memoire {
+namespace py = pybind11;
+void RegisterErrors(py::module_& m);
+void BindSumTree(py::module_& m);
+void BindReplayMemory(py::module_& m);
+}  // namespace memoire
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "memoire's native core (private: use the memoire package).";
+  memoire::RegisterErrors(m);
+  memoire::BindSumTree(m);
+  memoire::BindReplayMemory(m);
+}

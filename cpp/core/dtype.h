@@ -1,0 +1,48 @@
+// Element types the core stores. A DType is a tag plus an item size; the core moves bytes and
+// only interprets float32/float64 (returns, priorities) and bool/uint8 (flags).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace memoire {
+
+enum class DType : uint8_t {
+  kBool = 0, kInt8, kUInt8, kInt16, kUInt16, kInt32, kUInt32, kInt64, kUInt64,
+  kFloat16, kFloat32, kFloat64,
+};
+constexpr int kNumDTypes = 12;
+
+inline size_t ItemSize(DType t) {
+  switch (t) {
+    case DType::kBool: case DType::kInt8: case DType::kUInt8: return 1;
+    case DType::kInt16: case DType::kUInt16: case DType::kFloat16: return 2;
+    case DType::kInt32: case DType::kUInt32: case DType::kFloat32: return 4;
+    case DType::kInt64: case DType::kUInt64: case DType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+// numpy's name for the type ("uint8", "float32", ...), used in messages and the wire format.
+inline const char* DTypeName(DType t) {
+  static const char* kNames[kNumDTypes] = {"bool",   "int8",   "uint8",   "int16",
+                                           "uint16", "int32",  "uint32",  "int64",
+                                           "uint64", "float16", "float32", "float64"};
+  int i = static_cast<int>(t);
+  return (i >= 0 && i < kNumDTypes) ? kNames[i] : "invalid";
+}
+
+inline bool DTypeFromName(const std::string& name, DType* out) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (name == DTypeName(static_cast<DType>(i))) {
+      *out = static_cast<DType>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+inline bool ValidDType(uint8_t code) { return code < kNumDTypes; }
+
+}  // namespace memoire

@@ -1,0 +1,98 @@
+#include "core/gather.h"
+
+#include <cstring>
+
+namespace memoire {
+
+void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,
+                uint8_t* out) {
+  for (int64_t b = 0; b < n; ++b) {
+    std::memcpy(out + b * row_bytes, column + static_cast<size_t>(slots[b]) * row_bytes,
+                row_bytes);
+  }
+}
+
+namespace {
+
+// Interleaves `stack` rows element by element. Specialised for the common widths so the
+// compiler can keep the inner loop in registers and vectorise it.
+template <typename T, int kStack>
+void InterleaveFixed(const T* const* rows, int64_t row_elems, T* out) {
+  for (int64_t e = 0; e < row_elems; ++e) {
+    for (int k = 0; k < kStack; ++k) out[e * kStack + k] = rows[k][e];
+  }
+}
+
+template <typename T>
+void Interleave(const T* const* rows, int64_t row_elems, int stack, T* out) {
+  switch (stack) {
+    case 1: std::memcpy(out, rows[0], row_elems * sizeof(T)); return;
+    case 2: InterleaveFixed<T, 2>(rows, row_elems, out); return;
+    case 3: InterleaveFixed<T, 3>(rows, row_elems, out); return;
+    case 4: InterleaveFixed<T, 4>(rows, row_elems, out); return;
+    default:
+      for (int64_t e = 0; e < row_elems; ++e)
+        for (int k = 0; k < stack; ++k) out[e * stack + k] = rows[k][e];
+  }
+}
+
+// Byte rows stacked 4 deep (Atari): build each output word from four frames at once.
+void InterleaveU8x4(const uint8_t* const* rows, int64_t row_elems, uint8_t* out) {
+  const uint8_t* r0 = rows[0];
+  const uint8_t* r1 = rows[1];
+  const uint8_t* r2 = rows[2];
+  const uint8_t* r3 = rows[3];
+  uint32_t* o = reinterpret_cast<uint32_t*>(out);
+  if (reinterpret_cast<uintptr_t>(out) % alignof(uint32_t) != 0) {
+    InterleaveFixed<uint8_t, 4>(rows, row_elems, out);
+    return;
+  }
+  for (int64_t e = 0; e < row_elems; ++e) {
+    o[e] = static_cast<uint32_t>(r0[e]) | (static_cast<uint32_t>(r1[e]) << 8) |
+           (static_cast<uint32_t>(r2[e]) << 16) | (static_cast<uint32_t>(r3[e]) << 24);
+  }
+}
+
+}  // namespace
+
+void GatherStackChannelLast(const uint8_t* column, size_t elem_bytes, int64_t row_elems,
+                            const int64_t* slots, int64_t n, int stack, uint8_t* out) {
+  const size_t row_bytes = elem_bytes * static_cast<size_t>(row_elems);
+  const uint8_t* rows[64];
+  const bool small = stack <= 64;
+  for (int64_t b = 0; b < n; ++b) {
+    uint8_t* dst = out + b * row_bytes * stack;
+    if (!small) {  // rare: generic element-wise copy
+      for (int64_t e = 0; e < row_elems; ++e)
+        for (int k = 0; k < stack; ++k)
+          std::memcpy(dst + (e * stack + k) * elem_bytes,
+                      column + slots[b * stack + k] * row_bytes + e * elem_bytes, elem_bytes);
+      continue;
+    }
+    for (int k = 0; k < stack; ++k) rows[k] = column + slots[b * stack + k] * row_bytes;
+    switch (elem_bytes) {
+      case 1:
+        if (stack == 4) InterleaveU8x4(rows, row_elems, dst);
+        else Interleave(rows, row_elems, stack, dst);
+        break;
+      case 2:
+        Interleave(reinterpret_cast<const uint16_t* const*>(rows), row_elems, stack,
+                   reinterpret_cast<uint16_t*>(dst));
+        break;
+      case 4:
+        Interleave(reinterpret_cast<const uint32_t* const*>(rows), row_elems, stack,
+                   reinterpret_cast<uint32_t*>(dst));
+        break;
+      case 8:
+        Interleave(reinterpret_cast<const uint64_t* const*>(rows), row_elems, stack,
+                   reinterpret_cast<uint64_t*>(dst));
+        break;
+      default:
+        for (int64_t e = 0; e < row_elems; ++e)
+          for (int k = 0; k < stack; ++k)
+            std::memcpy(dst + (e * stack + k) * elem_bytes, rows[k] + e * elem_bytes, elem_bytes);
+    }
+  }
+}
+
+}  // namespace memoire

@@ -1,0 +1,29 @@
+// Batch assembly kernels: copy rows of a column into caller-provided output, in the two stack
+// layouts the faces need. Pure functions over raw bytes; thread-safe on disjoint outputs.
+//
+// `slots` are already ring-reduced row numbers (0 <= slot < capacity); the caller owns the
+// ring arithmetic and validity. Cost: O(n * row_bytes), memcpy-bound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace memoire {
+
+// out[b] = column[slots[b]] for b < n; rows of `row_bytes` bytes.
+void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,
+                uint8_t* out);
+
+// Contiguous stack layout [n, stack, *shape]: out[b, k] = column[slots[b * stack + k]].
+inline void GatherStack(const uint8_t* column, size_t row_bytes, const int64_t* slots,
+                        int64_t n, int stack, uint8_t* out) {
+  GatherRows(column, row_bytes, slots, n * stack, out);
+}
+
+// Channel-last stack layout [n, *shape, stack] (what Dopamine returns):
+// out[b, e, k] = element e of column[slots[b * stack + k]], elements of `elem_bytes` bytes,
+// `row_elems` elements per row.
+void GatherStackChannelLast(const uint8_t* column, size_t elem_bytes, int64_t row_elems,
+                            const int64_t* slots, int64_t n, int stack, uint8_t* out);
+
+}  // namespace memoire

@@ -1,0 +1,402 @@
+#include "core/replay_memory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "core/gather.h"
+
+namespace memoire {
+
+const char* const ReplayMemory::kFieldNames[kNumFields] = {"s", "a", "r", "p", "v", "q", "i"};
+
+namespace {
+bool Finite(double x) { return std::isfinite(x); }
+}  // namespace
+
+ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step)
+    : schema_(schema),
+      max_step_(max_step),
+      cols_(schema, max_step),
+      weight_(max_step, 0.0f),
+      pos_(max_step, -1),
+      ep_start_(max_step, 0),
+      ep_len_(max_step, 0),
+      ep_term_(max_step, 0),
+      tree_(max_step) {
+  reward_elems_ = schema.field(kReward).num_elements();
+  opt_.discount_factor.assign(reward_elems_, 0.99f);
+  opt_.reward_coeff.assign(reward_elems_, 1.0f);
+  opt_.cache_flags.assign(kNumCacheFlags, 1);
+}
+
+Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
+                          std::unique_ptr<ReplayMemory>* out) {
+  if (schema.size() != kNumFields)
+    return Error(Code::kInvalidArgument, "ReplayMemory: expected 7 fields (s,a,r,p,v,q,i), got ",
+                 schema.size());
+  for (int f = 0; f < kNumFields; ++f)
+    if (schema.field(f).name != kFieldNames[f])
+      return Error(Code::kInvalidArgument, "ReplayMemory: field ", f, " must be named '",
+                   kFieldNames[f], "', got '", schema.field(f).name, "'");
+  const Field& r = schema.field(kReward);
+  const Field& v = schema.field(kValue);
+  const Field& q = schema.field(kQvest);
+  const Field& p = schema.field(kProb);
+  if (r.dtype != DType::kFloat32)
+    return Error(Code::kInvalidArgument, "reward_buf: expected dtype float32, got ", r.Describe());
+  if (v.dtype != DType::kFloat32 || v.shape != r.shape)
+    return Error(Code::kInvalidArgument, "value_buf: expected ", Field{"", DType::kFloat32, r.shape}.Describe(),
+                 " (float32, the shape of reward_buf), got ", v.Describe());
+  if (q.dtype != DType::kFloat32 || q.shape != r.shape)
+    return Error(Code::kInvalidArgument, "qvest_buf: expected ", Field{"", DType::kFloat32, r.shape}.Describe(),
+                 " (float32, the shape of reward_buf), got ", q.Describe());
+  if (p.dtype != DType::kFloat32 || !p.shape.empty())
+    return Error(Code::kInvalidArgument, "prob_buf: expected float32[] (a scalar), got ",
+                 p.Describe());
+  if (r.num_elements() < 1)
+    return Error(Code::kInvalidArgument, "reward_buf: expected at least one element");
+  if (max_step < 1)
+    return Error(Code::kInvalidArgument, "max_step: expected >= 1, got ", max_step);
+  std::unique_ptr<ReplayMemory> m(new ReplayMemory(schema, max_step));
+  if (!m->cols_.allocated())
+    return Error(Code::kResourceExhausted, "ReplayMemory: cannot allocate ",
+                 schema.row_bytes() * max_step, " bytes for max_step=", max_step);
+  *out = std::move(m);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------- settings
+
+ReplayMemory::Options ReplayMemory::options() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return opt_;
+}
+
+Status ReplayMemory::ValidateOptions(const Options& o) const {
+  if (!(o.priority_exponent >= 0) || !Finite(o.priority_exponent))
+    return Error(Code::kInvalidArgument, "priority_exponent: expected a finite value >= 0, got ",
+                 o.priority_exponent);
+  if (!(o.priority_epsilon >= 0) || !Finite(o.priority_epsilon))
+    return Error(Code::kInvalidArgument, "priority_epsilon: expected a finite value >= 0, got ",
+                 o.priority_epsilon);
+  if (!(o.mix_lambda >= 0 && o.mix_lambda <= 1))
+    return Error(Code::kInvalidArgument, "mix_lambda: expected a value in [0, 1], got ",
+                 o.mix_lambda);
+  if (o.frame_stack < 1 || o.frame_stack > 1024)
+    return Error(Code::kInvalidArgument, "frame_stack: expected 1..1024, got ", o.frame_stack);
+  if (o.multi_step < 1 || o.multi_step > 1 << 20)
+    return Error(Code::kInvalidArgument, "multi_step: expected >= 1, got ", o.multi_step);
+  if (o.frame_stack + o.multi_step > max_step_)
+    return Error(Code::kInvalidArgument, "frame_stack + multi_step: expected <= max_step=",
+                 max_step_, ", got ", o.frame_stack + o.multi_step);
+  if (o.cache_size < 1)
+    return Error(Code::kInvalidArgument, "cache_size: expected >= 1, got ", o.cache_size);
+  if (o.max_episode < 0)
+    return Error(Code::kInvalidArgument, "max_episode: expected >= 0 (0: no limit), got ",
+                 o.max_episode);
+  if (static_cast<int64_t>(o.discount_factor.size()) != reward_elems_)
+    return Error(Code::kInvalidArgument, "discount_factor: expected ", reward_elems_,
+                 " values (one per reward element), got ", o.discount_factor.size());
+  for (float g : o.discount_factor)
+    if (!(g >= 0 && g <= 1))
+      return Error(Code::kInvalidArgument, "discount_factor: expected values in [0, 1], got ", g);
+  if (static_cast<int64_t>(o.reward_coeff.size()) != reward_elems_)
+    return Error(Code::kInvalidArgument, "reward_coeff: expected ", reward_elems_,
+                 " values (one per reward element), got ", o.reward_coeff.size());
+  for (float c : o.reward_coeff)
+    if (!Finite(c)) return Error(Code::kInvalidArgument, "reward_coeff: expected finite values");
+  if (static_cast<int>(o.cache_flags.size()) != kNumCacheFlags)
+    return Error(Code::kInvalidArgument, "cache_flags: expected ", kNumCacheFlags,
+                 " flags (prev s,a,r,p,v,q,i then next), got ", o.cache_flags.size());
+  return Status::OK();
+}
+
+Status ReplayMemory::SetOptions(const Options& o) {
+  MEMOIRE_RETURN_IF_ERROR(ValidateOptions(o));
+  std::lock_guard<std::mutex> l(mu_);
+  const bool rederive = o.frame_stack != opt_.frame_stack || o.multi_step != opt_.multi_step;
+  opt_ = o;
+  if (rederive) RebuildTreeLocked();
+  return Status::OK();
+}
+
+void ReplayMemory::Seed(uint64_t seed) {
+  std::lock_guard<std::mutex> l(mu_);
+  rng_.Seed(seed);
+}
+
+// ---------------------------------------------------------------- episodes
+
+int64_t ReplayMemory::head_locked() const {
+  if (!episodes_.empty()) return episodes_.front().start;
+  return open_ ? open_start_ : tail_;
+}
+
+bool ReplayMemory::Sampleable(int64_t slot) const {
+  const int64_t len = ep_len_[slot];
+  if (len == 0 || pos_[slot] < 0) return false;
+  const int64_t k = pos_[slot] - ep_start_[slot];
+  return k >= opt_.frame_stack - 1 && k + opt_.multi_step <= len - 1;
+}
+
+void ReplayMemory::EvictOldestLocked() {
+  const Episode ep = episodes_.front();
+  episodes_.pop_front();
+  for (int64_t p = ep.start; p < ep.start + ep.length; ++p) {
+    const int64_t slot = p % max_step_;
+    if (tree_.Get(slot) > 0) {
+      tree_.Set(slot, 0.0);
+      --sampleable_;
+    }
+    pos_[slot] = -1;
+    ep_len_[slot] = 0;
+  }
+}
+
+void ReplayMemory::RebuildTreeLocked() {
+  sampleable_ = 0;
+  for (int64_t slot = 0; slot < max_step_; ++slot) {
+    const bool s = Sampleable(slot) && weight_[slot] > 0;
+    tree_.Set(slot, s ? weight_[slot] : 0.0);
+    sampleable_ += s;
+  }
+}
+
+Status ReplayMemory::NewEpisode() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (open_) {
+    for (int64_t p = open_start_; p < tail_; ++p) pos_[p % max_step_] = -1;
+    total_added_ -= static_cast<uint64_t>(tail_ - open_start_);
+    tail_ = open_start_;
+  }
+  open_ = true;
+  open_start_ = tail_;
+  return Status::OK();
+}
+
+Status ReplayMemory::CheckCanAddLocked(int64_t n) const {
+  if (!open_)
+    return Error(Code::kFailedPrecondition,
+                 "add_entry: no open episode (call new_episode() first)");
+  if ((tail_ - open_start_) + n > max_step_)
+    return Error(Code::kResourceExhausted, "add_entry: the open episode would have ",
+                 (tail_ - open_start_) + n, " entries, more than max_step=", max_step_,
+                 "; close episodes sooner or use a larger max_step");
+  return Status::OK();
+}
+
+Status ReplayMemory::AddEntry(const void* const* fields, float init_w) {
+  return AddEntries(1, fields, &init_w);
+}
+
+Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const float* init_w) {
+  if (n < 0) return Error(Code::kInvalidArgument, "add_entries: expected n >= 0, got ", n);
+  for (int64_t k = 0; k < n; ++k)
+    if (!(init_w[k] >= 0) || !Finite(init_w[k]))
+      return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ",
+                   init_w[k]);
+  std::lock_guard<std::mutex> l(mu_);
+  MEMOIRE_RETURN_IF_ERROR(CheckCanAddLocked(n));
+  for (int64_t k = 0; k < n; ++k) {
+    while (tail_ - head_locked() >= max_step_) EvictOldestLocked();
+    const int64_t slot = tail_ % max_step_;
+    for (int f = 0; f < kNumFields; ++f) {
+      if (f == kQvest || fields[f] == nullptr) {
+        cols_.Zero(f, slot);
+      } else {
+        cols_.Write(f, slot, static_cast<const uint8_t*>(fields[f]) + k * cols_.row_bytes(f));
+      }
+    }
+    weight_[slot] = init_w[k];
+    pos_[slot] = tail_;
+    ep_start_[slot] = open_start_;
+    ep_len_[slot] = 0;
+    ep_term_[slot] = 0;
+    ++tail_;
+  }
+  total_added_ += static_cast<uint64_t>(n);
+  return Status::OK();
+}
+
+Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool update_weight,
+                                  bool terminal) {
+  if (!(multiplier >= 0) || !Finite(multiplier))
+    return Error(Code::kInvalidArgument,
+                 "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!open_)
+    return Error(Code::kFailedPrecondition,
+                 "close_episode: no open episode (new_episode() was not called, or the episode "
+                 "was already closed)");
+  const int64_t L = tail_ - open_start_;
+  if (L == 0)
+    return Error(Code::kFailedPrecondition, "close_episode: the open episode has no entries");
+  const int64_t R = reward_elems_;
+  auto row = [&](int f, int64_t k) {
+    return reinterpret_cast<float*>(cols_.row(f, (open_start_ + k) % max_step_));
+  };
+  if (update_value) {
+    const double lam = opt_.mix_lambda;
+    std::vector<double> next_g(R);
+    for (int64_t k = L - 1; k >= 0; --k) {
+      const float* r = row(kReward, k);
+      const float* v = row(kValue, k);
+      float* q = row(kQvest, k);
+      for (int64_t d = 0; d < R; ++d) {
+        double g;
+        if (k == L - 1) {
+          g = terminal ? r[d] : v[d];
+        } else {
+          const double vn = row(kValue, k + 1)[d];
+          g = r[d] + opt_.discount_factor[d] * ((1.0 - lam) * vn + lam * next_g[d]);
+        }
+        next_g[d] = g;
+        q[d] = static_cast<float>(g);
+      }
+    }
+  }
+  for (int64_t k = 0; k < L; ++k) {
+    const int64_t slot = (open_start_ + k) % max_step_;
+    double w = static_cast<double>(multiplier) * weight_[slot];
+    if (update_weight && opt_.priority_exponent != 0.0) {
+      const float* v = row(kValue, k);
+      const float* q = row(kQvest, k);
+      double td = 0;
+      for (int64_t d = 0; d < R; ++d) td += opt_.reward_coeff[d] * (double(q[d]) - v[d]);
+      w *= std::pow(std::fabs(td) + opt_.priority_epsilon, opt_.priority_exponent);
+    }
+    if (!Finite(w)) w = 0.0;  // an overflowing td must not poison the tree
+    weight_[slot] = static_cast<float>(w);
+    ep_len_[slot] = L;
+    ep_term_[slot] = terminal ? 1 : 0;
+  }
+  for (int64_t k = 0; k < L; ++k) {
+    const int64_t slot = (open_start_ + k) % max_step_;
+    if (Sampleable(slot) && weight_[slot] > 0) {
+      tree_.Set(slot, weight_[slot]);
+      ++sampleable_;
+    }
+  }
+  episodes_.push_back({open_start_, L});
+  open_ = false;
+  open_start_ = tail_;
+  while (opt_.max_episode > 0 && static_cast<int64_t>(episodes_.size()) > opt_.max_episode)
+    EvictOldestLocked();
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------- counts
+
+int64_t ReplayMemory::num_episode() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int64_t>(episodes_.size());
+}
+int64_t ReplayMemory::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return tail_ - head_locked();
+}
+int64_t ReplayMemory::num_sampleable() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sampleable_;
+}
+double ReplayMemory::total_weight() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return tree_.Total();
+}
+bool ReplayMemory::episode_open() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_;
+}
+int64_t ReplayMemory::open_length() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_ ? tail_ - open_start_ : 0;
+}
+uint64_t ReplayMemory::total_added() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return total_added_;
+}
+
+// ---------------------------------------------------------------- sampling
+
+Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
+  if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
+  std::lock_guard<std::mutex> l(mu_);
+  if (sampleable_ == 0)
+    return Error(Code::kFailedPrecondition,
+                 "sample: no sampleable entry (need a closed episode longer than frame_stack - 1 "
+                 "+ multi_step entries with a positive weight); stored entries: ",
+                 tail_ - head_locked());
+  std::vector<int64_t> slots(n);
+  MEMOIRE_RETURN_IF_ERROR(tree_.Sample(rng_, n, /*stratified=*/true, slots.data()));
+  const int fs = opt_.frame_stack;
+  const int ms = opt_.multi_step;
+  std::vector<int64_t> prev_slots(n * fs), next_slots(n * fs);
+  const double total = tree_.Total();
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t slot = slots[b];
+    const int64_t p = pos_[slot];
+    for (int j = 0; j < fs; ++j) {
+      prev_slots[b * fs + j] = (p - (fs - 1) + j) % max_step_;
+      next_slots[b * fs + j] = (p + ms - (fs - 1) + j) % max_step_;
+    }
+    if (out.weight) out.weight[b] = weight_[slot];
+    if (out.prob) out.prob[b] = tree_.Get(slot) / total;
+    if (out.done) out.done[b] = (p - ep_start_[slot] + ms == ep_len_[slot] - 1) && ep_term_[slot];
+    if (out.id) out.id[b] = p;
+  }
+  for (int f = 0; f < kNumFields; ++f) {
+    const size_t rb = cols_.row_bytes(f);
+    if (out.prev[f]) GatherStack(cols_.data(f), rb, prev_slots.data(), n, fs, out.prev[f]);
+    if (out.next[f]) GatherStack(cols_.data(f), rb, next_slots.data(), n, fs, out.next[f]);
+  }
+  return Status::OK();
+}
+
+Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* weights,
+                                   int64_t* updated) {
+  for (int64_t k = 0; k < n; ++k)
+    if (!(weights[k] >= 0) || !Finite(weights[k]))
+      return Error(Code::kInvalidArgument, "weights: expected finite values >= 0, got ",
+                   weights[k], " at ", k);
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t count = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t id = ids[k];
+    if (id < 0 || id >= tail_) continue;
+    const int64_t slot = id % max_step_;
+    if (pos_[slot] != id || !Sampleable(slot)) continue;  // evicted, open or never sampleable
+    const bool was = tree_.Get(slot) > 0;
+    weight_[slot] = weights[k];
+    tree_.Set(slot, weights[k]);
+    sampleable_ += (weights[k] > 0) - was;
+    ++count;
+  }
+  if (updated) *updated = count;
+  return Status::OK();
+}
+
+size_t ReplayMemory::memory_bytes() const {
+  return cols_.allocated_bytes() +
+         static_cast<size_t>(max_step_) * (sizeof(float) + 3 * sizeof(int64_t) + 1) +
+         static_cast<size_t>(2 * max_step_) * sizeof(double);
+}
+
+std::string ReplayMemory::Info() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::ostringstream os;
+  os << "ReplayMemory(uuid=" << std::hex << uuid_ << std::dec << ", max_step=" << max_step_
+     << ")\n";
+  for (const Field& f : schema_.fields()) os << "  " << f.name << ": " << f.Describe() << "\n";
+  os << "  entry_size=" << schema_.row_bytes() << " bytes, episodes=" << episodes_.size()
+     << ", stored=" << (tail_ - head_locked()) << ", sampleable=" << sampleable_
+     << ", open=" << (open_ ? tail_ - open_start_ : 0) << "\n";
+  os << "  frame_stack=" << opt_.frame_stack << ", multi_step=" << opt_.multi_step
+     << ", priority_exponent=" << opt_.priority_exponent << ", mix_lambda=" << opt_.mix_lambda
+     << ", cache_size=" << opt_.cache_size << ", max_episode=" << opt_.max_episode
+     << ", reuse_cache=" << opt_.reuse_cache;
+  return os.str();
+}
+
+}  // namespace memoire

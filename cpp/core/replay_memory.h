@@ -1,0 +1,151 @@
+// ReplayMemory: memoire's episodic replay memory (seed 001). Entries (s, a, r, p, v, q, i) live
+// in a ring of `max_step` slots; an episode is a contiguous run of slots that may wrap. Whole
+// oldest episodes are evicted when the ring or `max_episode` is full. close_episode computes
+// lambda-returns (q) and priority weights; sampling draws entries in proportion to weight.
+//
+// Entry identity: every entry has an absolute position `pos` (0, 1, 2, ... in insertion order);
+// its slot is pos % max_step, so ring arithmetic is right for every capacity. Positions are the
+// ids handed out by Sample and taken by UpdateWeights; an id whose entry was evicted is stale
+// and skipped.
+//
+// Returns (per reward dimension d, gamma_d = discount_factor[d], lambda = mix_lambda), for an
+// episode of L entries:
+//   G[L-1] = r[L-1]                       if the episode terminated
+//   G[L-1] = v[L-1]                       if it was truncated (terminal=false: bootstrap)
+//   G[k]   = r[k] + gamma_d * ((1 - lambda) * v[k+1] + lambda * G[k+1])     for k < L-1
+// Priority weights (alpha = priority_exponent, eps = priority_epsilon, c = reward_coeff):
+//   w[k] = multiplier * init_w[k] * (|sum_d c_d * (G[k,d] - v[k,d])| + eps) ^ alpha
+// and w[k] = multiplier * init_w[k] when weights are not updated.
+// Entry k of an episode is sampleable when frame_stack-1 <= k, k + multi_step <= L-1, the
+// episode is closed, and w[k] > 0.
+//
+// Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
+// may add while others sample; the copies run under that lock (and, from Python, without the
+// GIL).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/columns.h"
+#include "core/rng.h"
+#include "core/schema.h"
+#include "core/status.h"
+#include "core/sum_tree.h"
+
+namespace memoire {
+
+class ReplayMemory {
+ public:
+  // Schema field order. q is computed by the memory; add calls ignore its input.
+  enum FieldId { kState = 0, kAction, kReward, kProb, kValue, kQvest, kInfo, kNumFields };
+  static const char* const kFieldNames[kNumFields];  // "s", "a", "r", "p", "v", "q", "i"
+  static constexpr int kNumCacheFlags = 2 * kNumFields;
+
+  // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [].
+  static Status Make(const Schema& schema, int64_t max_step, std::unique_ptr<ReplayMemory>* out);
+
+  // ---- settings (validated; a rejected value changes nothing) ----
+  struct Options {
+    double priority_exponent = 0.0;  // alpha >= 0; 0 samples in proportion to init_w
+    double priority_epsilon = 1e-6;  // eps >= 0 added to |td| before the exponent
+    double mix_lambda = 0.95;        // in [0, 1]
+    int frame_stack = 1;             // >= 1
+    int multi_step = 1;              // >= 1
+    int64_t cache_size = 128;        // >= 1
+    int64_t max_episode = 0;         // >= 0; 0 means no limit beyond max_step
+    bool reuse_cache = false;
+    std::vector<float> discount_factor;  // one per reward element, each in [0, 1]; default 0.99
+    std::vector<float> reward_coeff;     // one per reward element, finite; default 1.0
+    std::vector<uint8_t> cache_flags;    // 14 flags: prev s,a,r,p,v,q,i then next; default all 1
+  };
+  Options options() const;
+  // Replaces all settings at once; frame_stack/multi_step changes re-derive which stored
+  // entries are sampleable (O(stored)).
+  Status SetOptions(const Options& o);
+  Status ValidateOptions(const Options& o) const;
+
+  const Schema& schema() const { return schema_; }
+  int64_t max_step() const { return max_step_; }
+  int64_t reward_elems() const { return reward_elems_; }
+  uint64_t uuid() const { return uuid_; }
+  void set_uuid(uint64_t u) { uuid_ = u; }
+  void Seed(uint64_t seed);
+
+  // ---- episodes ----
+  // Opens an episode; an episode still open is discarded.
+  Status NewEpisode();
+  // Appends one entry to the open episode. `fields[f]` points at one row of field f (q is
+  // ignored and stored as zero). init_w must be finite and >= 0. Evicts the oldest episode
+  // when the ring is full; fails (kResourceExhausted) when the open episode fills it alone.
+  Status AddEntry(const void* const* fields, float init_w);
+  // Appends n entries: fields[f] points at n consecutive rows of field f.
+  Status AddEntries(int64_t n, const void* const* fields, const float* init_w);
+  Status CloseEpisode(float multiplier, bool update_value, bool update_weight, bool terminal);
+
+  // ---- counts ----
+  int64_t num_episode() const;  // closed episodes stored
+  int64_t size() const;         // entries stored, the open episode included
+  int64_t num_sampleable() const;
+  double total_weight() const;  // sum of sampleable weights: the sampling normaliser
+  bool episode_open() const;
+  int64_t open_length() const;
+  uint64_t total_added() const;  // entries ever added (not counting discarded ones)
+
+  // ---- sampling ----
+  struct SampleOut {
+    // Outputs may be null to skip them. prev[f]/next[f]: [n, frame_stack, *shape_f] rows.
+    uint8_t* prev[kNumFields] = {};
+    uint8_t* next[kNumFields] = {};
+    float* weight = nullptr;   // [n] the entry's priority weight
+    double* prob = nullptr;    // [n] weight / total_weight at sampling time
+    uint8_t* done = nullptr;   // [n] 1 when next is the last entry of a terminated episode
+    int64_t* id = nullptr;     // [n] entry ids for UpdateWeights
+  };
+  // Draws n entries with probability proportional to weight (stratified over n equal slices
+  // of the total, with replacement). kFailedPrecondition when nothing is sampleable.
+  Status Sample(int64_t n, const SampleOut& out);
+  // Sets the weight of entries by id (finite, >= 0); stale ids are skipped. Returns how many
+  // were updated in *updated.
+  Status UpdateWeights(int64_t n, const int64_t* ids, const float* weights, int64_t* updated);
+
+  size_t memory_bytes() const;  // bytes held by storage, metadata and tree
+  std::string Info() const;
+
+ private:
+  ReplayMemory(const Schema& schema, int64_t max_step);
+  int64_t head_locked() const;
+  bool Sampleable(int64_t slot) const;  // by metadata and options, ignoring weight
+  void EvictOldestLocked();
+  void RebuildTreeLocked();
+  Status CheckCanAddLocked(int64_t n) const;
+
+  const Schema schema_;
+  const int64_t max_step_;
+  int64_t reward_elems_ = 1;
+  uint64_t uuid_ = 0;
+
+  mutable std::mutex mu_;
+  Options opt_;                 // guarded by mu_
+  Columns cols_;                // guarded by mu_
+  std::vector<float> weight_;   // per slot: init_w until close, then w
+  std::vector<int64_t> pos_;    // per slot: absolute position
+  std::vector<int64_t> ep_start_;  // per slot: position of its episode's first entry
+  std::vector<int64_t> ep_len_;    // per slot: episode length (0 while open)
+  std::vector<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
+  SumTree tree_;
+  Rng rng_;
+  struct Episode { int64_t start, length; };
+  std::deque<Episode> episodes_;  // closed episodes, oldest first
+  bool open_ = false;
+  int64_t open_start_ = 0;
+  int64_t tail_ = 0;  // position of the next entry
+  int64_t sampleable_ = 0;
+  uint64_t total_added_ = 0;
+};
+
+}  // namespace memoire

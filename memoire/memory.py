@@ -1,0 +1,174 @@
+"""memoire.ReplayMemory: the episodic replay memory of the native core.
+
+Storage, returns, priorities and sampling all run in C++ (``memoire._core``); this module adds
+the two constructors of the seeds, docstrings and the :class:`Batch` result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+
+from memoire import _core
+
+FIELDS = ("s", "a", "r", "p", "v", "q", "i")
+
+
+@dataclasses.dataclass
+class Batch:
+    """A batch of transitions.
+
+    Iterating gives ``(prev, next, weight)`` as the seed's ``get_batch`` returns.
+
+    Attributes:
+      prev: tuple of 7 arrays (s, a, r, p, v, q, i), each ``dtype[batch, frame_stack, *shape]``:
+        the stacked entries ending at the sampled entry (oldest first). ``None`` where
+        ``cache_flags`` disables the field.
+      next: the same for the stacked entries ending ``multi_step`` entries later.
+      weight: ``float32[batch]``, each entry's priority weight ``w``.
+      prob: ``float64[batch]``, the probability with which each entry was drawn
+        (``w / total_weight``); importance weights are ``(num_sampleable * prob) ** -beta``.
+      done: ``bool[batch]``, True where ``next`` ends on the last entry of a terminated episode.
+      id: ``int64[batch]``, entry ids for :meth:`ReplayMemory.update_weights`.
+    """
+
+    prev: tuple
+    next: tuple
+    weight: np.ndarray
+    prob: np.ndarray
+    done: np.ndarray
+    id: np.ndarray
+
+    def __iter__(self) -> Iterator:
+        return iter((self.prev, self.next, self.weight))
+
+    def __len__(self) -> int:
+        return len(self.weight)
+
+    def importance_weights(self, beta: float, num_sampleable: int) -> np.ndarray:
+        """``float32[batch]`` importance-sampling corrections ``(N * prob) ** -beta``, scaled so
+        the largest is 1."""
+        w = (num_sampleable * self.prob) ** (-beta)
+        return (w / w.max()).astype(np.float32)
+
+
+def _legacy_templates(state_size, action_size, reward_size, prob_size, value_size):
+    if prob_size != 1:
+        raise ValueError(f"prob_size: expected 1 (prob is a scalar), got {prob_size}")
+    if value_size != reward_size:
+        raise ValueError(
+            f"value_size: expected reward_size={reward_size} (one value per reward), got {value_size}")
+    return (np.zeros([state_size], np.uint8), np.zeros([action_size], np.float32),
+            np.zeros([reward_size], np.float32), np.zeros([], np.float32),
+            np.zeros([value_size], np.float32), np.zeros([reward_size], np.float32),
+            np.zeros([0], np.uint8))
+
+
+class ReplayMemory(_core.ReplayMemory):
+    """An episodic replay memory with prioritized sampling.
+
+    Two constructors (seed 001, and seed 000's older one)::
+
+        ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf,
+                     info_buf, max_step)
+        ReplayMemory(state_size, action_size, reward_size, prob_size, value_size, capacity)
+
+    Buffer templates are numpy arrays whose dtype and shape define each field (values are
+    ignored): state, action and info any dtype and shape; reward, value and qvest float32 of
+    one shape; prob float32 of shape ``[]``. The older form stores uint8 states of
+    ``[state_size]`` and float32 others, with an empty info field.
+
+    Entries live in a ring of ``max_step`` slots. An episode is opened by :meth:`new_episode`,
+    filled by :meth:`add_entry` and closed by :meth:`close_episode`, which computes
+    lambda-returns (``q``) and priority weights::
+
+        G[L-1] = r[L-1]            (terminated)   or   v[L-1]   (truncated: terminal=False)
+        G[k]   = r[k] + gamma * ((1 - lambda) * v[k+1] + lambda * G[k+1])
+        w[k]   = multiplier * init_w[k] * (|sum(reward_coeff * (G[k] - v[k]))| + eps) ** alpha
+
+    (per reward element, ``gamma = discount_factor``, ``lambda = mix_lambda``,
+    ``alpha = priority_exponent``, ``eps = priority_epsilon``). When the ring is full, or more
+    than ``max_episode`` episodes are closed, whole oldest episodes are evicted.
+
+    Entry ``k`` of an episode of ``L`` entries is sampled only when ``k >= frame_stack - 1``,
+    ``k + multi_step <= L - 1`` and its weight is positive.
+
+    Settings and their defaults (all read-write; an out-of-range value raises ValueError and
+    changes nothing): ``priority_exponent=0.0`` (uniform over ``init_w``),
+    ``priority_epsilon=1e-6``, ``mix_lambda=0.95``, ``frame_stack=1``, ``multi_step=1``,
+    ``cache_size=128``, ``max_episode=0`` (no limit beyond ``max_step``),
+    ``reuse_cache=False``, ``discount_factor=0.99`` and ``reward_coeff=1.0`` per reward
+    element, ``cache_flags`` all True (14 flags: prev s,a,r,p,v,q,i then next s,a,r,p,v,q,i).
+
+    Thread safety: every method may be called from any thread; calls are serialised by the
+    memory's own lock and copy with the GIL released, so one thread can add while another
+    samples.
+    """
+
+    def __init__(self, *args, **kwargs):
+        if len(args) == 6 and not kwargs and all(isinstance(a, (int, np.integer)) for a in args):
+            *sizes, capacity = args
+            super().__init__(*_legacy_templates(*sizes), int(capacity))
+        elif not args and "capacity" in kwargs:
+            capacity = kwargs.pop("capacity")
+            super().__init__(*_legacy_templates(**kwargs), int(capacity))
+        else:
+            super().__init__(*args, **kwargs)
+        self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")
+
+    # Seed-000 names.
+    state_size = property(lambda self: int(self.state_buf.size), doc="Elements per state.")
+    action_size = property(lambda self: int(self.action_buf.size), doc="Elements per action.")
+    reward_size = property(lambda self: int(self.reward_buf.size), doc="Elements per reward.")
+    prob_size = property(lambda self: 1, doc="Elements per prob (always 1).")
+    value_size = property(lambda self: int(self.value_buf.size), doc="Elements per value.")
+    capacity = property(lambda self: self.max_step, doc="Alias of max_step.")
+    td_lambda = property(lambda self: self.mix_lambda,
+                         lambda self, v: setattr(self, "mix_lambda", v), doc="Alias of mix_lambda.")
+    rwd_coeff = property(lambda self: self.reward_coeff,
+                         lambda self, v: setattr(self, "reward_coeff", v),
+                         doc="Alias of reward_coeff.")
+
+    def add_entry(self, s, a, r, p, v, i=None, init_w=1.0):
+        """Adds an entry to the open episode.
+
+        Args:
+          s, a, r, p, v, i: one row of each field, matching the buffer templates (values of
+            another dtype are cast when numpy's ``same_kind`` rule allows). ``i`` may be
+            omitted when info is empty (seed 000 form ``add_entry(s, a, r, p, v, init_w)``).
+          init_w: float, the entry's initial weight (finite, >= 0).
+
+        Raises:
+          RuntimeError: no open episode. ValueError: a row of the wrong shape or dtype.
+          CapacityError: the open episode alone would exceed ``max_step``.
+        """
+        if i is None:
+            i = np.zeros(self.info_buf.shape, self.info_buf.dtype)
+        elif np.ndim(i) == 0 and self.info_buf.ndim == 1 and self.info_buf.size == 0:
+            init_w, i = i, np.zeros([0], self.info_buf.dtype)  # seed 000: add_entry(s,a,r,p,v,w)
+        super().add_entry(s, a, r, p, v, i, init_w)
+
+    def get_batch(self, batch_size: int) -> Batch:
+        """Samples ``batch_size`` transitions with probability proportional to weight.
+
+        Draws are stratified over equal slices of the total weight, with replacement.
+
+        Raises:
+          RuntimeError: nothing is sampleable yet. ValueError: ``batch_size < 1``.
+        """
+        return Batch(*self._sample(int(batch_size)))
+
+    sample = get_batch
+
+    def print_info(self) -> None:
+        """Prints the schema, counts and settings."""
+        print(self.info())
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return (f"ReplayMemory(max_step={self.max_step}, episodes={self.num_episode()}, "
+                f"stored={self.size}, sampleable={self.num_sampleable})")
