@@ -1,0 +1,24 @@
+# The two Quickstart commands: `make demo` (the main job) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: bootstrap demo test bench sanitize
+
+bootstrap:
+	./scripts/bootstrap.sh
+
+# A short distributed CartPole DQN (embedded server, learner, 2 actors) ending with a plot.
+demo: bootstrap
+	$(VENV)/bin/memoire train --gin_files configs/demo_distributed.gin --base_dir runs/demo
+	$(VENV)/bin/memoire plot runs/demo
+
+# The whole test suite against the installed package (pytest, not `python -m pytest`, so the
+# source tree does not shadow the installed extension).
+test: bootstrap
+	$(VENV)/bin/pytest -q
+
+bench: bootstrap
+	$(VENV)/bin/memoire bench
+
+sanitize:
+	./scripts/sanitize.sh
