@@ -117,6 +117,9 @@ class ReplayMemory(_core.ReplayMemory):
         else:
             super().__init__(*args, **kwargs)
         self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")
+        info = self.info_buf
+        self._empty_info = np.zeros(info.shape, info.dtype)
+        self._info_is_empty = info.size == 0
 
     # Seed-000 names.
     state_size = property(lambda self: int(self.state_buf.size), doc="Elements per state.")
@@ -145,9 +148,9 @@ class ReplayMemory(_core.ReplayMemory):
           CapacityError: the open episode alone would exceed ``max_step``.
         """
         if i is None:
-            i = np.zeros(self.info_buf.shape, self.info_buf.dtype)
-        elif np.ndim(i) == 0 and self.info_buf.ndim == 1 and self.info_buf.size == 0:
-            init_w, i = i, np.zeros([0], self.info_buf.dtype)  # seed 000: add_entry(s,a,r,p,v,w)
+            i = self._empty_info
+        elif self._info_is_empty and np.ndim(i) == 0:
+            init_w, i = i, self._empty_info  # seed 000: add_entry(s, a, r, p, v, init_w)
         super().add_entry(s, a, r, p, v, i, init_w)
 
     def get_batch(self, batch_size: int) -> Batch:

@@ -1,6 +1,13 @@
 #include "bindings/common.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <type_traits>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace memoire {
 
@@ -40,7 +47,13 @@ void ThrowIfError(const Status& s) {
   throw py::error_already_set();
 }
 
-py::dtype ToNumpy(DType t) { return py::dtype(std::string(DTypeName(t))); }
+py::dtype ToNumpy(DType t) {
+  // Parsing a dtype name costs microseconds; build each once (kept for the process's life).
+  static PyObject* cache[kNumDTypes] = {};
+  const int i = static_cast<int>(t);
+  if (cache[i] == nullptr) cache[i] = py::dtype(std::string(DTypeName(t))).release().ptr();
+  return py::reinterpret_borrow<py::dtype>(cache[i]);
+}
 
 DType FromNumpy(const py::dtype& dt, const std::string& what) {
   const char kind = dt.kind();
@@ -113,6 +126,73 @@ py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& wh
   return a;
 }
 
+namespace {
+
+template <typename T>
+bool StoreNumber(const py::handle& obj, void* dst) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const double v = PyFloat_AsDouble(obj.ptr());
+    if (v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return false; }
+    *static_cast<T*>(dst) = static_cast<T>(v);
+    return true;
+  } else {
+    if (PyFloat_Check(obj.ptr())) return false;  // int fields take ints only (numpy's same_kind)
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return false; }
+    if (v < static_cast<long long>(std::numeric_limits<T>::min()) ||
+        static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+      return false;  // out of range: let numpy's path report it
+    *static_cast<T*>(dst) = static_cast<T>(v);
+    return true;
+  }
+}
+
+// Converts a Python bool/int/float into one scalar of `t`; false when it does not apply.
+bool StoreScalar(const py::handle& obj, DType t, void* dst) {
+  PyObject* o = obj.ptr();
+  if (!(PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o))) return false;
+  switch (t) {
+    case DType::kBool:
+      if (!PyBool_Check(o)) return false;
+      *static_cast<uint8_t*>(dst) = o == Py_True;
+      return true;
+    case DType::kInt8: return StoreNumber<int8_t>(obj, dst);
+    case DType::kUInt8: return StoreNumber<uint8_t>(obj, dst);
+    case DType::kInt16: return StoreNumber<int16_t>(obj, dst);
+    case DType::kUInt16: return StoreNumber<uint16_t>(obj, dst);
+    case DType::kInt32: return StoreNumber<int32_t>(obj, dst);
+    case DType::kUInt32: return StoreNumber<uint32_t>(obj, dst);
+    case DType::kInt64: return StoreNumber<int64_t>(obj, dst);
+    case DType::kUInt64: return StoreNumber<uint64_t>(obj, dst);
+    case DType::kFloat32: return StoreNumber<float>(obj, dst);
+    case DType::kFloat64: return StoreNumber<double>(obj, dst);
+    default: return false;  // float16: numpy converts
+  }
+}
+
+}  // namespace
+
+const void* RowScratch::Row(const py::handle& obj, const Field& f, const std::string& what) {
+  if (f.shape.empty()) {
+    scalars_.emplace_back(new uint64_t(0));
+    if (StoreScalar(obj, f.dtype, scalars_.back().get())) return scalars_.back().get();
+    scalars_.pop_back();
+  }
+  // Fast path: already a C-contiguous array of the exact dtype and shape.
+  if (py::isinstance<py::array>(obj)) {
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if ((a.flags() & py::array::c_style) && a.dtype().equal(ToNumpy(f.dtype)) &&
+        a.ndim() == static_cast<py::ssize_t>(f.shape.size()) &&
+        std::equal(f.shape.begin(), f.shape.end(), a.shape())) {
+      arrays_.push_back(a);
+      return arrays_.back().data();
+    }
+  }
+  arrays_.push_back(CoerceRow(obj, f, what));
+  return arrays_.back().data();
+}
+
 void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& shape,
                  const std::string& what) {
   Field f{what, dtype, shape};
@@ -122,12 +202,81 @@ void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& sh
     throw py::value_error(what + ": output must be a writeable C-contiguous array");
 }
 
+namespace {
+
+// Output buffers of sampled batches are large (an Atari batch of 32 is ~1.8 MB) and are dropped
+// after every learner step. Fresh allocations of that size come from mmap, so each call would
+// page-fault its whole output in again (the cost dominated sampling). The pool keeps released
+// buffers, by size, with their pages mapped, and hands them out again. Thread-safe.
+class BufferPool {
+ public:
+  static constexpr size_t kMinPooled = 64 * 1024;       // smaller arrays: numpy's allocator
+  static constexpr size_t kMaxCached = 512ull << 20;    // bytes kept idle at most
+
+  void* Take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= bytes;
+        return p;
+      }
+    }
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, bytes) != 0) return nullptr;
+    return p;
+  }
+
+  void Give(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (cached_ + bytes > kMaxCached) {
+      std::free(p);
+      return;
+    }
+    free_[bytes].push_back(p);
+    cached_ += bytes;
+  }
+
+  static size_t RoundUp(size_t bytes) { return (bytes + 4095) & ~size_t(4095); }
+
+ private:
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+BufferPool& Pool() {
+  static BufferPool* pool = new BufferPool();  // never destroyed: arrays may outlive statics
+  return *pool;
+}
+
+struct PooledBlock {
+  void* data;
+  size_t bytes;
+};
+
+}  // namespace
+
 py::array NewArray(const Field& f, std::vector<int64_t> leading,
                    const std::vector<int64_t>& trailing_extra) {
   std::vector<py::ssize_t> shape(leading.begin(), leading.end());
   shape.insert(shape.end(), f.shape.begin(), f.shape.end());
   shape.insert(shape.end(), trailing_extra.begin(), trailing_extra.end());
-  return py::array(ToNumpy(f.dtype), shape);
+  size_t bytes = ItemSize(f.dtype);
+  for (py::ssize_t d : shape) bytes *= static_cast<size_t>(d);
+  if (bytes < BufferPool::kMinPooled) return py::array(ToNumpy(f.dtype), shape);
+  const size_t rounded = BufferPool::RoundUp(bytes);
+  void* data = Pool().Take(rounded);
+  if (data == nullptr) throw std::bad_alloc();
+  auto* block = new PooledBlock{data, rounded};
+  py::capsule owner(block, [](void* b) {
+    auto* blk = static_cast<PooledBlock*>(b);
+    Pool().Give(blk->data, blk->bytes);
+    delete blk;
+  });
+  return py::array(ToNumpy(f.dtype), shape, {}, data, owner);
 }
 
 }  // namespace memoire

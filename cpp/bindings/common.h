@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ Field FieldFromTemplate(const std::string& name, const py::handle& tmpl);
 // cast when numpy's 'same_kind' casting allows it (a Python float into float32, an int into
 // int32); anything else raises ValueError("<what>: expected uint8[84,84], got float64[3]").
 py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& what);
+
+// Rows converted for one add call: holds converted arrays alive and scalars in place.
+class RowScratch {
+ public:
+  // A pointer to `obj` as one row of `f` (see CoerceRow). A Python bool/int/float for a scalar
+  // field is converted in place without building an array (the common per-step add).
+  const void* Row(const py::handle& obj, const Field& f, const std::string& what);
+
+ private:
+  std::vector<py::array> arrays_;
+  std::vector<std::unique_ptr<uint64_t>> scalars_;
+};
 
 // Checks that `a` is a writeable C-contiguous array of `dtype` with `shape`, else ValueError.
 void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& shape,

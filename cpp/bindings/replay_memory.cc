@@ -57,21 +57,22 @@ py::array ReadField(const RM& m, int f) {
 void AddRows(RM& m, int64_t n, const std::vector<py::handle>& rows, const py::handle& init_w,
              bool batched) {
   static const char* kNames[RM::kNumFields] = {"s", "a", "r", "p", "v", "q", "i"};
-  std::vector<py::array> keep;
+  RowScratch scratch;
   const void* ptrs[RM::kNumFields] = {};
   int user = 0;
   for (int f = 0; f < RM::kNumFields; ++f) {
     if (f == RM::kQvest) continue;
-    Field fd = m.schema().field(f);
-    if (batched) fd.shape.insert(fd.shape.begin(), n);
-    keep.push_back(CoerceRow(rows[user++], fd, kNames[f]));
-    ptrs[f] = keep.back().data();
+    if (!batched) {
+      ptrs[f] = scratch.Row(rows[user++], m.schema().field(f), kNames[f]);
+    } else {
+      Field fd = m.schema().field(f);
+      fd.shape.insert(fd.shape.begin(), n);
+      ptrs[f] = scratch.Row(rows[user++], fd, kNames[f]);
+    }
   }
-  auto w = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(init_w);
-  if (!w || w.size() != (batched ? n : 1))
-    throw py::value_error(std::string("init_w: expected ") +
-                          (batched ? std::to_string(n) + " weights" : "one number"));
-  const float* wp = w.data();
+  Field wf{"init_w", DType::kFloat32, {}};
+  if (batched) wf.shape = {n};
+  const float* wp = static_cast<const float*>(scratch.Row(init_w, wf, "init_w"));
   CallReleased([&] { return m.AddEntries(n, ptrs, wp); });
 }
 

@@ -7,6 +7,11 @@ namespace memoire {
 void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,
                 uint8_t* out) {
   for (int64_t b = 0; b < n; ++b) {
+    if (b + 1 < n) {
+      // Rows are scattered: start fetching the next one while this one is copied.
+      const uint8_t* next = column + static_cast<size_t>(slots[b + 1]) * row_bytes;
+      for (size_t off = 0; off < row_bytes && off < 1024; off += 64) __builtin_prefetch(next + off);
+    }
     std::memcpy(out + b * row_bytes, column + static_cast<size_t>(slots[b]) * row_bytes,
                 row_bytes);
   }

@@ -349,7 +349,19 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   for (int f = 0; f < kNumFields; ++f) {
     const size_t rb = cols_.row_bytes(f);
     if (out.prev[f]) GatherStack(cols_.data(f), rb, prev_slots.data(), n, fs, out.prev[f]);
-    if (out.next[f]) GatherStack(cols_.data(f), rb, next_slots.data(), n, fs, out.next[f]);
+    if (!out.next[f]) continue;
+    if (out.prev[f] && ms < fs) {
+      // next[b, j] is prev[b, j + ms] for j < fs - ms: copy those rows from the (cache-hot)
+      // output instead of reading the store again; only the last ms rows come from the store.
+      for (int64_t b = 0; b < n; ++b) {
+        uint8_t* dst = out.next[f] + b * fs * rb;
+        const uint8_t* src = out.prev[f] + b * fs * rb;
+        std::memcpy(dst, src + ms * rb, (fs - ms) * rb);
+        GatherRows(cols_.data(f), rb, &next_slots[b * fs + (fs - ms)], ms, dst + (fs - ms) * rb);
+      }
+    } else {
+      GatherStack(cols_.data(f), rb, next_slots.data(), n, fs, out.next[f]);
+    }
   }
   return Status::OK();
 }
