@@ -65,14 +65,15 @@ def _fmt_rate(x: float) -> str:
 
 def table(measurements: List[Measurement], baseline: str = "memoire") -> str:
     """A markdown table: one row per (workload, system), with the ratio of memoire's throughput
-    to each system's (``> 1`` means memoire is faster)."""
+    to each system's (``> 1`` means memoire is faster). The baseline of a workload is its first
+    system whose name starts with ``baseline``."""
     rows = ["| workload | system | median time/op | throughput | memoire / system |",
             "|---|---|---:|---:|---:|"]
     by_workload: Dict[str, List[Measurement]] = {}
     for m in measurements:
         by_workload.setdefault(m.workload, []).append(m)
     for workload, ms in by_workload.items():
-        base: Optional[Measurement] = next((m for m in ms if m.system == baseline), None)
+        base: Optional[Measurement] = next((m for m in ms if m.system.startswith(baseline)), None)
         for m in ms:
             ratio = f"{m.median / base.median:.2f}x" if base is not None else "-"
             if m is base:

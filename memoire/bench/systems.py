@@ -1,0 +1,241 @@
+"""The systems compared, each behind one small adapter with the same three verbs.
+
+An adapter is built for one configuration (observation shape, stack, capacity, n-step,
+prioritized), then ``add(k)`` adds ``k`` transitions from a fixed pool of frames and
+``sample()`` draws one batch *including next states*; ``update()`` sets priorities of the last
+batch where the system supports it. Adapters of missing packages raise ``Unavailable``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+
+class Unavailable(Exception):
+    """The system's package is not installed."""
+
+
+@dataclasses.dataclass
+class Config:
+    obs_shape: tuple = (84, 84)
+    obs_dtype: type = np.uint8
+    stack: int = 4
+    capacity: int = 100_000
+    batch: int = 32
+    n_step: int = 1
+    prioritized: bool = False
+    episode_length: int = 1000
+    seed: int = 0
+
+    @property
+    def label(self) -> str:
+        obs = "x".join(map(str, self.obs_shape))
+        kind = "prioritized" if self.prioritized else "uniform"
+        return (f"{obs} {np.dtype(self.obs_dtype).name} stack{self.stack} cap{self.capacity:.0e} "
+                f"batch{self.batch} n{self.n_step} {kind}")
+
+
+def frame_pool(cfg: Config, n: int = 512) -> np.ndarray:
+    """``n`` random observations, cycled through by every adapter's add."""
+    rng = np.random.default_rng(cfg.seed)
+    if np.issubdtype(cfg.obs_dtype, np.integer):
+        return rng.integers(0, 255, (n, *cfg.obs_shape), dtype=cfg.obs_dtype)
+    return rng.standard_normal((n, *cfg.obs_shape)).astype(cfg.obs_dtype)
+
+
+class System:
+    name = "?"
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.frames = frame_pool(cfg)
+        self.count = 0
+        self.rng = np.random.default_rng(cfg.seed + 1)
+
+    def add(self, k: int) -> None:
+        raise NotImplementedError
+
+    def sample(self):
+        raise NotImplementedError
+
+    def update(self) -> None:
+        raise NotImplementedError
+
+    def _terminal(self, t: int) -> bool:
+        return (t + 1) % self.cfg.episode_length == 0
+
+
+class MemoireCore(System):
+    """memoire.ReplayMemory: contiguous stacks ``[batch, stack, *obs]``."""
+
+    name = "memoire (ReplayMemory)"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        import memoire
+
+        z = np.zeros
+        self.rem = memoire.ReplayMemory(z(cfg.obs_shape, cfg.obs_dtype), z([], np.int32),
+                                        z([], np.float32), z([], np.float32), z([], np.float32),
+                                        z([], np.float32), z([0], np.uint8), cfg.capacity)
+        self.rem.frame_stack = cfg.stack
+        self.rem.multi_step = cfg.n_step
+        self.rem.discount_factor = 0.99
+        flags = np.zeros(14, bool)
+        flags[[0, 1, 2, 7]] = True  # prev s, a, r and next s: what a DQN learner reads
+        self.rem.cache_flags = flags
+        self.rem.seed(cfg.seed)
+        self.last = None
+
+    def add(self, k: int) -> None:
+        # One episode per chunk of episode_length, added in bulk.
+        L = self.cfg.episode_length
+        while k > 0:
+            n = min(k, L)
+            idx = (self.count + np.arange(n)) % len(self.frames)
+            self.rem.new_episode()
+            self.rem.add_entries(self.frames[idx], np.zeros(n, np.int32), np.ones(n, np.float32),
+                                 np.zeros(n, np.float32), np.zeros(n, np.float32),
+                                 np.zeros((n, 0), np.uint8), np.ones(n, np.float32))
+            self.rem.close_episode()
+            self.count += n
+            k -= n
+
+    def sample(self):
+        self.last = self.rem.get_batch(self.cfg.batch)
+        return self.last
+
+    def update(self) -> None:
+        self.rem.update_weights(self.last.id, self.rng.random(len(self.last.id)).astype(np.float32))
+
+
+class NumpyRing(System):
+    """A plain NumPy ring buffer: frames stored once, stacks gathered by fancy indexing."""
+
+    name = "numpy ring"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        self.obs = np.zeros((cfg.capacity, *cfg.obs_shape), cfg.obs_dtype)
+        self.act = np.zeros(cfg.capacity, np.int32)
+        self.rew = np.zeros(cfg.capacity, np.float32)
+        self.term = np.zeros(cfg.capacity, np.uint8)
+        self.prio = np.ones(cfg.capacity, np.float64)
+        self.cursor = 0
+        self.size = 0
+        self.last = None
+        self.discounts = 0.99 ** np.arange(cfg.n_step, dtype=np.float32)
+
+    def add(self, k: int) -> None:
+        for _ in range(k):
+            c = self.cursor
+            self.obs[c] = self.frames[self.count % len(self.frames)]
+            self.act[c] = 0
+            self.rew[c] = 1.0
+            self.term[c] = self._terminal(self.count)
+            self.cursor = (c + 1) % self.cfg.capacity
+            self.size = min(self.size + 1, self.cfg.capacity)
+            self.count += 1
+
+    def sample(self):
+        cfg = self.cfg
+        lo, hi = cfg.stack - 1, self.size - cfg.n_step
+        if cfg.prioritized:
+            p = self.prio[lo:hi]
+            idx = lo + self.rng.choice(hi - lo, cfg.batch, p=p / p.sum())
+        else:
+            idx = self.rng.integers(lo, hi, cfg.batch)
+        offsets = np.arange(-cfg.stack + 1, 1)
+        state = self.obs[idx[:, None] + offsets]
+        nxt = self.obs[idx[:, None] + cfg.n_step + offsets]
+        rew = (self.rew[idx[:, None] + np.arange(cfg.n_step)] * self.discounts).sum(1)
+        self.last = idx
+        return state, self.act[idx], rew, nxt, self.term[idx + cfg.n_step - 1]
+
+    def update(self) -> None:
+        self.prio[self.last] = self.rng.random(len(self.last))
+
+
+class Cpprb(System):
+    """cpprb's ReplayBuffer / PrioritizedReplayBuffer with next_of and stack_compress."""
+
+    name = "cpprb"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        try:
+            import cpprb
+        except ImportError as e:
+            raise Unavailable("cpprb") from e
+        shape = (*cfg.obs_shape, cfg.stack)
+        env = {"obs": {"shape": shape, "dtype": cfg.obs_dtype}, "act": {"dtype": np.int32},
+               "rew": {}, "done": {}}
+        kwargs = dict(next_of="obs", stack_compress="obs" if cfg.stack > 1 else None)
+        if cfg.n_step > 1:
+            kwargs["Nstep"] = {"size": cfg.n_step, "gamma": 0.99, "rew": "rew", "next": "next_obs"}
+        cls = cpprb.PrioritizedReplayBuffer if cfg.prioritized else cpprb.ReplayBuffer
+        self.rb = cls(cfg.capacity, env, **kwargs)
+        # Stacked observations, built once from the pool (cpprb takes whole stacks per add).
+        f = self.frames
+        self.stacks = np.stack([f[(np.arange(len(f)) + j) % len(f)] for j in range(cfg.stack)], -1)
+        self.last = None
+
+    def add(self, k: int) -> None:
+        for _ in range(k):
+            i = self.count % len(self.frames)
+            done = self._terminal(self.count)
+            self.rb.add(obs=self.stacks[i], next_obs=self.stacks[(i + 1) % len(self.frames)],
+                        act=0, rew=1.0, done=done)
+            if done:
+                self.rb.on_episode_end()
+            self.count += 1
+
+    def sample(self):
+        self.last = self.rb.sample(self.cfg.batch)
+        return self.last
+
+    def update(self) -> None:
+        idx = self.last["indexes"]
+        self.rb.update_priorities(idx, self.rng.random(len(idx)) + 1e-3)
+
+
+class GatherCeiling(System):
+    """The physical ceiling: one NumPy gather of the same rows a batch reads (states and next
+    states), without any bookkeeping."""
+
+    name = "ceiling: numpy gather"
+
+    def __init__(self, cfg: Config, ring: Optional[NumpyRing] = None):
+        super().__init__(cfg)
+        self.ring = ring
+
+    def add(self, k: int) -> None:  # shares the ring's storage
+        pass
+
+    def sample(self):
+        cfg, ring = self.cfg, self.ring
+        idx = self.rng.integers(cfg.stack - 1, ring.size - cfg.n_step, cfg.batch)
+        rows = idx[:, None] + np.arange(-cfg.stack + 1, 1)
+        return ring.obs[np.concatenate([rows, rows + cfg.n_step])]
+
+
+class MemcpyCeiling(System):
+    """The physical ceiling: one memcpy of as many bytes as a batch's states and next states."""
+
+    name = "ceiling: memcpy"
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        nbytes = 2 * cfg.batch * cfg.stack * int(np.prod(cfg.obs_shape)) * np.dtype(cfg.obs_dtype).itemsize
+        self.src = np.ones(nbytes, np.uint8)
+        self.dst = np.empty_like(self.src)
+
+    def add(self, k: int) -> None:
+        pass
+
+    def sample(self):
+        np.copyto(self.dst, self.src)
+        return self.dst
