@@ -236,6 +236,8 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         """The leaf value of a new element's priority (None counts as 0), as Dopamine's add."""
         if priority is None:
             priority = 0.0
+        if not priority >= 0.0:
+            raise ValueError(f"priority: expected a value >= 0, got {priority}")
         return 0.0 if priority == 0.0 else priority ** self._priority_exponent
 
     def update(self, keys, *, priorities) -> None:
@@ -251,6 +253,9 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         """
         if not isinstance(keys, np.ndarray):
             keys = np.asarray([keys], dtype=np.int32)
+        raw = np.asarray(priorities, dtype=np.float64)
+        if np.isnan(raw).any() or (raw < 0).any():
+            raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
         values = np.where(priorities == 0.0, 0.0, priorities ** self._priority_exponent)
         values = np.asarray(values)
         flat = values.reshape(-1).astype(np.float64, copy=False)
