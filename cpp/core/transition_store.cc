@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include "core/gather.h"
 
@@ -40,13 +41,21 @@ Status TransitionStore::Make(const Options& o, std::unique_ptr<TransitionStore>*
   return Status::OK();
 }
 
+TransitionStore::Bytes TransitionStore::AllocFrames(int64_t cap, size_t frame_bytes) {
+  const size_t bytes = static_cast<size_t>(cap + 1) * frame_bytes;
+  Bytes b(static_cast<uint8_t*>(std::malloc(bytes)));
+  if (!b) throw std::bad_alloc();
+  std::memset(b.get() + static_cast<size_t>(cap) * frame_bytes, 0, frame_bytes);
+  return b;
+}
+
 TransitionStore::TransitionStore(const Options& o) : opt_(o) {
   const int64_t c = o.max_capacity;
   const int win = o.update_horizon + o.stack_size;
   // Long episodes need about one frame per element; the margin covers the window and the
   // terminal tails. Short episodes with a long horizon may need more: the ring then grows.
   frame_cap_ = c + 2 * win + 2;
-  frames_.assign(static_cast<size_t>(frame_cap_ + 1) * o.frame_bytes, 0);
+  frames_ = AllocFrames(frame_cap_, o.frame_bytes);
   w_.resize(win);
   w_actions_.resize(static_cast<size_t>(win) * o.action_bytes);
   e_state_end_.resize(c);
@@ -102,10 +111,10 @@ void TransitionStore::EnsureRoom(int64_t extra) {
   const int64_t need = head_ + extra - low;
   if (need <= frame_cap_) return;
   const int64_t cap = std::max(need, frame_cap_ + frame_cap_ / 4 + 1);
-  std::vector<uint8_t> grown(static_cast<size_t>(cap + 1) * opt_.frame_bytes, 0);
+  Bytes grown = AllocFrames(cap, opt_.frame_bytes);
   for (int64_t p = low; p < head_; ++p)
-    std::memcpy(grown.data() + (p % cap) * opt_.frame_bytes, frame_at(p), opt_.frame_bytes);
-  frames_.swap(grown);
+    std::memcpy(grown.get() + (p % cap) * opt_.frame_bytes, frame_at(p), opt_.frame_bytes);
+  frames_ = std::move(grown);
   frame_cap_ = cap;
 }
 
@@ -346,8 +355,8 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
     episode_end[b] = e_episode_end_[slot];
   }
   const int64_t row_elems = static_cast<int64_t>(opt_.frame_bytes / opt_.elem_bytes);
-  GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
-  GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);
+  GatherStackChannelLast(frames_.get(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
+  GatherStackChannelLast(frames_.get(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);
   return Status::OK();
 }
 
@@ -460,10 +469,10 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
     for (int k = overlap; k < s; ++k) {
       if (t.head_ + 1 > t.frame_cap_) {  // grow, keeping everything from position 0
         const int64_t cap = t.frame_cap_ + t.frame_cap_ / 2 + s;
-        std::vector<uint8_t> grown(static_cast<size_t>(cap + 1) * fb, 0);
+        Bytes grown = AllocFrames(cap, fb);
         for (int64_t p = 0; p < t.head_; ++p)
-          std::memcpy(grown.data() + (p % cap) * fb, t.frame_at(p), fb);
-        t.frames_.swap(grown);
+          std::memcpy(grown.get() + (p % cap) * fb, t.frame_at(p), fb);
+        t.frames_ = std::move(grown);
         t.frame_cap_ = cap;
       }
       std::memcpy(t.frame_at(t.head_), &planes[k * fb], fb);

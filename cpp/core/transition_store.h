@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -120,9 +121,9 @@ class TransitionStore {
   };
 
   // All below: mu_ held.
-  uint8_t* frame_at(int64_t pos) { return frames_.data() + (pos % frame_cap_) * opt_.frame_bytes; }
+  uint8_t* frame_at(int64_t pos) { return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes; }
   const uint8_t* frame_at(int64_t pos) const {
-    return frames_.data() + (pos % frame_cap_) * opt_.frame_bytes;
+    return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes;
   }
   int64_t OldestNeededPos() const;
   void EnsureRoom(int64_t extra);  // room for `extra` more frames at head_
@@ -140,8 +141,14 @@ class TransitionStore {
   Options opt_;
   mutable std::mutex mu_;
 
-  // Frame ring (+ one zero frame at index frame_cap_).
-  std::vector<uint8_t> frames_;
+  // Frame ring (+ one zero frame at index frame_cap_). Allocated without zeroing (pages are
+  // touched as frames arrive); only the zero frame is cleared.
+  struct FreeBytes {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Bytes = std::unique_ptr<uint8_t[], FreeBytes>;
+  static Bytes AllocFrames(int64_t cap, size_t frame_bytes);
+  Bytes frames_;
   int64_t frame_cap_ = 0;
   int64_t head_ = 0;  // next frame position
 
