@@ -1,0 +1,182 @@
+// TransitionStore: the storage behind memoire's drop-in for Dopamine's JAX ReplayBuffer
+// (dopamine/jax/replay_memory: TransitionAccumulator + ReplayBuffer + Uniform/Prioritized
+// SamplingDistribution + SumTree), reproducing what an agent observes bit for bit while storing
+// each frame once.
+//
+// Model.
+// - Steps (frame, action, reward, terminal, episode_end) enter an accumulator: a window of the
+//   last update_horizon + stack_size steps of the current trajectory, cleared at a terminal or an
+//   episode end, exactly as Dopamine's TransitionAccumulator (quirks included: with horizon n the
+//   terminal step's own reward is left out of the n-step element; with stacks the terminal loop
+//   repeats the same transition with more and more zero frames, google/dopamine#228).
+//   `fix_terminal_duplicates` emits each terminal transition once, with its full stack.
+// - Frames go to a frame ring, one copy per step, addressed by a monotone position (slot =
+//   position % frame capacity). Frames of a trajectory that never yields an element are taken
+//   back when it is cleared. An element references its state and next-state stacks as
+//   (end position, number of real frames); missing frames read as zeros. The ring grows (copying
+//   the live span) when the live span would not fit, which only pathological streams cause.
+// - Elements are keyed like Dopamine (key = add_count at insertion) and live in a ring of
+//   max_capacity records; the oldest is evicted after an add overflows, as Dopamine does.
+// - The sampler mirrors Dopamine's key <-> dense-index maps (swap-with-last removal) so the same
+//   random draws pick the same keys; the prioritized tree mirrors dopamine SumTree's layout and
+//   arithmetic (0-based heap, leaves padded to a power of two, parents updated by adding deltas,
+//   duplicate indices in one update keep the first value) so probabilities match exactly.
+//   Random numbers are drawn by the caller (memoire's Python face uses the numpy Generator that
+//   Dopamine's sampler would use) and passed in as indices or targets.
+//
+// Cost: Add O(frame bytes + stack + horizon [+ log n prioritized]); Gather O(n * 2 * stack *
+// frame bytes), memcpy-bound; Update O(k log k + k log n).
+// Thread-safety: thread-safe; every public method takes mu_. A failed call changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+
+namespace memoire {
+
+class TransitionStore {
+ public:
+  struct Options {
+    int64_t max_capacity = 0;   // elements kept (Dopamine's ReplayBuffer.max_capacity)
+    int stack_size = 1;
+    int update_horizon = 1;
+    double gamma = 0.99;
+    bool fix_terminal_duplicates = false;  // see the header comment
+    bool prioritized = false;
+    int64_t tree_capacity = 0;  // PrioritizedSamplingDistribution.max_capacity (leaves)
+    size_t frame_bytes = 0;     // bytes of one observation
+    size_t elem_bytes = 1;      // bytes of one observation element (for channel-last gather)
+    size_t action_bytes = 0;    // bytes of one action
+  };
+
+  // Fails with kInvalidArgument on a non-positive capacity, stack or horizon, or frame size 0.
+  static Status Make(const Options& o, std::unique_ptr<TransitionStore>* out);
+
+  const Options& options() const { return opt_; }
+
+  // Adds one step; `priority` is the leaf value (already raised to the exponent) given to every
+  // element this step yields. Sets *emitted to the number of elements yielded.
+  Status Add(const uint8_t* frame, const uint8_t* action, double reward, bool terminal,
+             bool episode_end, double priority, int64_t* emitted);
+
+  int64_t add_count() const;
+  int64_t size() const;  // live elements (== sampler size)
+  double tree_root() const;
+  int64_t tree_leaves() const { return leaves_; }
+
+  // keys[b] = key at dense index indices[b] (uniform draws); kOutOfRange on a bad index.
+  Status KeysAt(const int64_t* indices, int64_t n, int32_t* keys) const;
+  // Prioritized draw: descends Dopamine's tree for each target; writes keys and
+  // probabilities (leaf / root). kFailedPrecondition when the tree is empty.
+  Status Query(const double* targets, int64_t n, int32_t* keys, double* probabilities) const;
+  // Sets the leaf values of `keys` (Dopamine's update after the exponent). kOutOfRange (named
+  // key) when a key is not stored; kInvalidArgument on a negative or NaN value.
+  Status Update(const int64_t* keys, const double* values, int64_t n);
+  // Leaf values of `keys`.
+  Status Priorities(const int64_t* keys, int64_t n, double* out) const;
+
+  // Assembles elements of `keys` into caller arrays: state/next_state [n, *obs, stack]
+  // channel-last, action [n, action_bytes], reward f64[n], terminal/episode_end bool[n].
+  Status Gather(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action, double* reward,
+                uint8_t* next_state, uint8_t* terminal, uint8_t* episode_end) const;
+
+  void Clear();
+  // Drops the accumulator's partial trajectory (Dopamine's TransitionAccumulator.clear).
+  void ClearTrajectory();
+
+  // ---- checkpoint pieces (Dopamine's state dict layout is built in Python) ----
+  // The dense index -> key map (size() entries) and the tree nodes (2 * leaves - 1).
+  void ExportSampler(int64_t* key_by_index, double* nodes) const;
+  int64_t num_nodes() const { return 2 * leaves_ - 1; }
+  // Accumulator window: its length, then its steps.
+  int64_t window_size() const;
+  void ExportWindow(uint8_t* frames, uint8_t* actions, double* rewards, uint8_t* terminals,
+                    uint8_t* episode_ends) const;
+  // Replaces everything. Elements are keys [add_count - m, add_count) with full stacks
+  // ([m, *obs, stack] channel-last); frames shared between stacks are stored once when found
+  // among the most recent frames. key_by_index (m entries) must be a permutation of the keys;
+  // nodes has num_nodes() entries (or is null when not prioritized). The window holds w steps.
+  Status Import(int64_t add_count, int64_t m, const uint8_t* states, const uint8_t* actions,
+                const double* rewards, const uint8_t* next_states, const uint8_t* terminals,
+                const uint8_t* episode_ends, const int64_t* key_by_index, const double* nodes,
+                int64_t w, const uint8_t* win_frames, const uint8_t* win_actions,
+                const double* win_rewards, const uint8_t* win_terminals,
+                const uint8_t* win_episode_ends);
+
+  // Frames held by the ring (for tests and memory accounting).
+  int64_t frame_capacity() const;
+
+ private:
+  explicit TransitionStore(const Options& o);
+
+  struct Step {  // one accumulator entry
+    int64_t pos;  // frame position
+    double reward;
+    bool terminal, episode_end;
+  };
+
+  // All below: mu_ held.
+  uint8_t* frame_at(int64_t pos) { return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes; }
+  const uint8_t* frame_at(int64_t pos) const {
+    return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes;
+  }
+  int64_t OldestNeededPos() const;
+  void EnsureRoom(int64_t extra);  // room for `extra` more frames at head_
+  int64_t PushFrame(const uint8_t* frame);
+  // Emits the element with state end at window offset `i`, next end at offset `j`, frames
+  // valid from window offset `first`; reward over [i, min(i + n - 1, last)].
+  void Emit(int i, int j, int first, bool terminal, double priority);
+  void ClearWindow();
+  void TreeSet(const int64_t* idx, const double* val, int64_t k);  // Dopamine's SumTree.set
+  int64_t TreeQuery(double target) const;
+  int64_t DenseIndexOf(int64_t key) const { return index_of_[key % (opt_.max_capacity + 1)]; }
+  bool Live(int64_t key) const { return key >= add_count_ - size_ && key < add_count_; }
+  int64_t StackSlot(int64_t end, int valid, int k) const;
+
+  Options opt_;
+  mutable std::mutex mu_;
+
+  // Frame ring (+ one zero frame at index frame_cap_). Allocated without zeroing (pages are
+  // touched as frames arrive); only the zero frame is cleared.
+  struct FreeBytes {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  using Bytes = std::unique_ptr<uint8_t[], FreeBytes>;
+  static Bytes AllocFrames(int64_t cap, size_t frame_bytes);
+  Bytes frames_;
+  int64_t frame_cap_ = 0;
+  int64_t head_ = 0;  // next frame position
+
+  // Accumulator window: steps w_[0..w_len_) in order; actions alongside.
+  std::vector<Step> w_;
+  std::vector<uint8_t> w_actions_;
+  int w_len_ = 0;
+  int64_t w_start_pos_ = -1;  // frame position of the first step since the last clear
+  bool w_emitted_ = false;    // whether this trajectory yielded an element
+
+  // Elements, slot = key % max_capacity.
+  std::vector<int64_t> e_state_end_, e_next_end_;
+  std::vector<uint8_t> e_state_valid_, e_next_valid_;
+  std::vector<double> e_reward_;
+  std::vector<uint8_t> e_terminal_, e_episode_end_;
+  std::vector<uint8_t> e_action_;
+  int64_t add_count_ = 0;
+  int64_t size_ = 0;
+
+  // Sampler maps.
+  std::vector<int64_t> key_by_index_;  // dense index -> key
+  std::vector<int64_t> index_of_;      // key % (max_capacity + 1) -> dense index
+
+  // Dopamine-layout sum tree (prioritized only).
+  int depth_ = 0;
+  int64_t leaves_ = 0;
+  int64_t first_leaf_ = 0;
+  std::vector<double> nodes_;
+};
+
+}  // namespace memoire

@@ -1,0 +1,735 @@
+"""A drop-in for Dopamine's JAX replay buffer (``dopamine.jax.replay_memory``), on memoire's core.
+
+:class:`ReplayBuffer` has the constructor, methods and results of Dopamine 4.1.2's
+``dopamine.jax.replay_memory.replay_buffer.ReplayBuffer``; for the same stream of
+``TransitionElement`` adds and the same seed it stores the same keys, returns the same
+``ReplayElement`` batches (same fields, dtypes, shapes and values), the same sampled keys and
+probabilities, and the same priorities and ``max_recorded_priority``. What differs is inside:
+
+- Dopamine stores every element as two stacked (and snappy-compressed) observations. memoire's
+  C++ ``TransitionStore`` keeps each frame once in a ring and assembles stacks at sample time,
+  in C++, with the GIL released. ``compress`` only chooses the checkpoint format.
+- Accumulation, eviction, the sampler's key maps and the sum tree run in C++ with Dopamine's
+  arithmetic (see ``cpp/core/transition_store.h``). Random draws still come from the numpy
+  ``Generator`` that Dopamine's sampler would own (same seed, same stream, checkpointed).
+
+Dopamine behaviours kept on purpose (an agent would see them):
+
+- ``TransitionAccumulator`` quirks: with update horizon ``n`` an element whose n-step window ends
+  at a terminal step leaves that step's reward out (with ``n == 1`` the last reward of an episode
+  is never stored); an element's ``episode_end`` equals its ``is_terminal``; a truncated episode
+  (``episode_end`` without ``is_terminal``) yields no shorter-horizon tail elements.
+- With ``stack_size > 1`` a terminal step yields the same transition ``stack_size - 1`` extra
+  times, each with one more zeroed frame (google/dopamine#228). Pass
+  ``TransitionAccumulator(..., fix_terminal_duplicates=True)`` (or the agent argument of the same
+  name) to yield each terminal transition once, with its full stack.
+- ``max_recorded_priority`` starts at 1.0, survives ``clear()`` and is not checkpointed.
+- Keys and sampled keys are ``int32`` arrays; rewards are ``float64``; flags are ``bool``.
+
+Deliberate differences (Dopamine fails where memoire does not):
+
+- A prioritized buffer whose ``max_capacity`` is a power of two gets one more tree level:
+  Dopamine raises ``IndexError`` at its first eviction there.
+- ``update(key, priorities=p)`` with a single key works (Dopamine's assertion rejects it).
+- Bad input raises ``ValueError`` / ``KeyError`` / ``TypeError`` before anything changes
+  (Dopamine asserts, or fails half way).
+- Observations of the first add fix the observation shape and dtype, and actions fix the action
+  dtype and shape; later adds are cast to them (numpy's ``same_kind``) or rejected.
+
+Agents reach into ``buffer._sampling_distribution._sum_tree.max_recorded_priority`` after an
+``isinstance(..., samplers.PrioritizedSamplingDistribution)`` check. The sampling distribution
+classes here subclass Dopamine's, so that check passes, and ``_sum_tree`` is a small view whose
+``max_recorded_priority`` is the buffer's. Prefer the public ``ReplayBuffer.max_recorded_priority``.
+
+Checkpoints: ``save``/``load`` use Dopamine's orbax ``CheckpointManager`` and msgpack
+``CheckpointHandler`` with the same state dict layout, so either buffer loads the other's files.
+Loading never unpickles: the pickled tree definitions in Dopamine's files are ignored and the
+element layout is checked instead.
+
+Thread-safety: the C++ store is thread-safe; the Python object is thread-compatible (guard
+concurrent ``add``/``sample``/``update`` from several threads with your own lock).
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from typing import Any, Optional
+
+import numpy as np
+
+from dopamine.jax import checkpointers
+from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
+from dopamine.jax.replay_memory import elements
+from dopamine.jax.replay_memory import samplers as dopamine_samplers
+import jax
+from orbax import checkpoint as orbax
+
+from memoire import _core
+
+ReplayElement = elements.ReplayElement
+TransitionElement = elements.TransitionElement
+SampleMetadata = dopamine_samplers.SampleMetadata
+PrioritizedSampleMetadata = dopamine_samplers.PrioritizedSampleMetadata
+
+_ELEMENT_FIELDS = ("state", "action", "reward", "next_state", "is_terminal", "episode_end")
+
+
+class TransitionAccumulator:
+    """Settings of Dopamine's ``TransitionAccumulator`` for memoire's buffer.
+
+    The accumulation itself runs in the buffer's C++ store; this object only carries the
+    settings (Dopamine's own ``TransitionAccumulator`` is accepted by :class:`ReplayBuffer` too).
+
+    Args:
+      stack_size: int >= 1, frames per state (stacked on a new last axis).
+      update_horizon: int >= 1, the n of n-step returns.
+      gamma: float, the discount.
+      fix_terminal_duplicates: bool, False (Dopamine's behaviour, google/dopamine#228) or True
+        (each terminal transition once, with its full stack).
+
+    Raises:
+      ValueError: a non-positive stack size or horizon.
+    """
+
+    def __init__(self, stack_size: int, update_horizon: int, gamma: float, *,
+                 fix_terminal_duplicates: bool = False):
+        if int(stack_size) < 1:
+            raise ValueError(f"stack_size: expected >= 1, got {stack_size}")
+        if int(update_horizon) < 1:
+            raise ValueError(f"update_horizon: expected >= 1, got {update_horizon}")
+        self._stack_size = int(stack_size)
+        self._update_horizon = int(update_horizon)
+        self._gamma = float(gamma)
+        self.fix_terminal_duplicates = bool(fix_terminal_duplicates)
+        self._buffer = None
+
+    def clear(self) -> None:
+        """Drops the partial trajectory (the buffer's elements stay)."""
+        if self._buffer is not None:
+            self._buffer._clear_window()
+
+
+def _accumulator_settings(acc) -> tuple[int, int, float, bool]:
+    if isinstance(acc, (TransitionAccumulator, dopamine_accumulator.TransitionAccumulator)):
+        return (int(acc._stack_size), int(acc._update_horizon), float(acc._gamma),
+                bool(getattr(acc, "fix_terminal_duplicates", False)))
+    raise TypeError("transition_accumulator: expected a TransitionAccumulator (memoire's or "
+                    f"dopamine.jax.replay_memory.accumulator's), got {type(acc).__name__}")
+
+
+class _SumTreeView:
+    """What agents read at ``_sampling_distribution._sum_tree``: ``max_recorded_priority``
+    (read and write), ``root`` and ``get(index)`` over the buffer's C++ tree."""
+
+    def __init__(self, dist: "PrioritizedSamplingDistribution"):
+        self._dist = dist
+        self.max_recorded_priority = 1.0
+
+    @property
+    def root(self) -> float:
+        store = self._dist._store()
+        return 0.0 if store is None else store.tree_root
+
+    def get(self, index):
+        raise NotImplementedError("memoire's sum tree is addressed by key: use "
+                                  "ReplayBuffer.priorities(keys)")
+
+
+class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution):
+    """Dopamine's uniform sampling distribution over memoire's store.
+
+    Passes ``isinstance(x, dopamine...samplers.UniformSamplingDistribution)``. Keys are added
+    and removed by the buffer; ``sample`` draws dense indices with the owned numpy Generator
+    (as Dopamine does) and maps them to keys in C++.
+
+    Args:
+      seed: what ``numpy.random.default_rng`` takes (an int, a SeedSequence, a Generator or None).
+    """
+
+    def __init__(self, seed) -> None:  # pylint: disable=super-init-not-called
+        self._rng = np.random.default_rng(seed)
+        self._buffer = None
+
+    def _store(self):
+        return None if self._buffer is None else self._buffer._store
+
+    @property
+    def size(self) -> int:
+        store = self._store()
+        return 0 if store is None else store.size
+
+    def add(self, key, **kwargs) -> None:
+        raise TypeError("keys of memoire's buffer are added by ReplayBuffer.add")
+
+    def remove(self, key) -> None:
+        raise TypeError("keys of memoire's buffer are removed by ReplayBuffer.add (eviction)")
+
+    def update(self, keys, *args, **kwargs) -> None:
+        """A no-op, as in Dopamine."""
+
+    def sample(self, size: int) -> SampleMetadata:
+        n = self.size
+        if n == 0:
+            raise ValueError("No keys to sample from.")
+        if size <= 0:
+            raise ValueError("Sample size must be positive.")
+        indices = self._rng.integers(n, size=size)
+        return SampleMetadata(keys=self._store().keys_at(indices))
+
+    def clear(self) -> None:
+        if self._buffer is not None:
+            self._buffer._store_clear()
+
+    def to_state_dict(self) -> dict[str, Any]:
+        store = self._store()
+        keys = [] if store is None else store.export_sampler()[0].tolist()
+        return {"key_by_index": keys,
+                "index_by_key": {k: i for i, k in enumerate(keys)},
+                "rng_state": self._rng.bit_generator.state}
+
+    def from_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # The key maps are restored by ReplayBuffer.from_state_dict (with the elements).
+        self._rng.bit_generator.state = state_dict["rng_state"]
+
+
+class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistribution):
+    """Dopamine's prioritized sampling distribution over memoire's store.
+
+    Passes ``isinstance(x, dopamine...samplers.PrioritizedSamplingDistribution)``; ``_sum_tree``
+    is a view whose ``max_recorded_priority`` is what Dopamine's agents read. Leaf values are
+    ``priority ** priority_exponent`` (0 stays 0), kept in a C++ tree with Dopamine's layout and
+    arithmetic; ``sample`` draws targets with the owned numpy Generator (as Dopamine does).
+
+    Args:
+      seed: what ``numpy.random.default_rng`` takes.
+      priority_exponent: float, the exponent applied to priorities on add and update.
+      max_capacity: int, leaves of the tree (Dopamine's sampler capacity).
+    """
+
+    def __init__(self, seed, *, priority_exponent: float = 1.0,
+                 max_capacity: int) -> None:  # pylint: disable=super-init-not-called
+        self._rng = np.random.default_rng(seed)
+        self._priority_exponent = priority_exponent
+        self._max_capacity = int(max_capacity)
+        self._sum_tree = _SumTreeView(self)
+        self._buffer = None
+
+    _store = UniformSamplingDistribution._store
+    size = UniformSamplingDistribution.size
+    add = UniformSamplingDistribution.add
+    remove = UniformSamplingDistribution.remove
+    clear = UniformSamplingDistribution.clear
+
+    @property
+    def max_recorded_priority(self):
+        return self._sum_tree.max_recorded_priority
+
+    def _record(self, values: np.ndarray) -> None:
+        # Dopamine: max(max_recorded_priority, max(values)), keeping the winner's type.
+        if values.size:
+            top = values.max()
+            if top > self._sum_tree.max_recorded_priority:
+                self._sum_tree.max_recorded_priority = top
+
+    def leaf_value(self, priority) -> float:
+        """The leaf value of a new element's priority (None counts as 0), as Dopamine's add."""
+        if priority is None:
+            priority = 0.0
+        if not priority >= 0.0:
+            raise ValueError(f"priority: expected a value >= 0, got {priority}")
+        return 0.0 if priority == 0.0 else priority ** self._priority_exponent
+
+    def update(self, keys, *, priorities) -> None:
+        """Sets the priorities of stored ``keys``.
+
+        Args:
+          keys: ``int[n]`` keys (or one key).
+          priorities: ``float[n]`` priorities >= 0 (or one, for one key); raised to
+            ``priority_exponent``.
+
+        Raises:
+          KeyError: a key is not stored. ValueError: lengths differ, or a value is negative/NaN.
+        """
+        if not isinstance(keys, np.ndarray):
+            keys = np.asarray([keys], dtype=np.int32)
+        raw = np.asarray(priorities, dtype=np.float64)
+        if np.isnan(raw).any() or (raw < 0).any():
+            raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
+        values = np.where(priorities == 0.0, 0.0, priorities ** self._priority_exponent)
+        values = np.asarray(values)
+        flat = values.reshape(-1).astype(np.float64, copy=False)
+        if flat.size == 1 and keys.size != 1:
+            raise ValueError(f"priorities: expected {keys.size} values (one per key), got 1")
+        if np.isnan(flat).any() or (flat < 0).any():
+            raise ValueError(f"priorities: expected values >= 0, got {flat.tolist()}")
+        store = self._store()
+        if store is None:
+            raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
+        try:
+            store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)
+        except IndexError as e:
+            raise KeyError(int(str(e))) from None
+        self._record(values.reshape(-1))
+
+    def sample(self, size: int) -> PrioritizedSampleMetadata:
+        store = self._store()
+        root = 0.0 if store is None else store.tree_root
+        if root == 0.0:
+            keys = UniformSamplingDistribution.sample(self, size).keys
+            return PrioritizedSampleMetadata(
+                keys=keys, probabilities=np.full_like(keys, 1.0 / self.size, dtype=np.float64))
+        targets = self._rng.uniform(0.0, root, size=size)
+        keys, probabilities = store.query(targets)
+        return PrioritizedSampleMetadata(keys=keys, probabilities=probabilities)
+
+    def to_state_dict(self) -> dict[str, Any]:
+        state = UniformSamplingDistribution.to_state_dict(self)
+        store = self._store()
+        nodes = (np.zeros(2 * _tree_leaves(self._max_capacity, self._max_capacity) - 1)
+                 if store is None else store.export_sampler()[1])
+        return {"sum_tree": {"nodes": nodes}, **state}
+
+    from_state_dict = UniformSamplingDistribution.from_state_dict
+
+
+def _tree_leaves(tree_capacity: int, max_capacity: int) -> int:
+    leaves = 1
+    while leaves < tree_capacity:
+        leaves *= 2
+    while leaves < max_capacity + 1:
+        leaves *= 2
+    return leaves
+
+
+def _as_memoire_distribution(dist):
+    if isinstance(dist, (UniformSamplingDistribution, PrioritizedSamplingDistribution)):
+        return dist
+    if isinstance(dist, dopamine_samplers.PrioritizedSamplingDistribution):
+        ours = PrioritizedSamplingDistribution(dist._rng, priority_exponent=dist._priority_exponent,
+                                               max_capacity=dist._max_capacity)
+        ours._sum_tree.max_recorded_priority = dist._sum_tree.max_recorded_priority
+        return ours
+    if (isinstance(dist, dopamine_samplers.UniformSamplingDistribution)
+            and not isinstance(dist, dopamine_samplers.SequentialSamplingDistribution)):
+        return UniformSamplingDistribution(dist._rng)
+    raise TypeError("sampling_distribution: expected a Uniform- or PrioritizedSamplingDistribution "
+                    f"(memoire's or Dopamine's), got {type(dist).__name__}")
+
+
+class ReplayBuffer(checkpointers.Checkpointable):
+    """Dopamine's JAX ``ReplayBuffer`` on memoire's C++ store (see the module docstring).
+
+    Args:
+      transition_accumulator: a :class:`TransitionAccumulator` (memoire's or Dopamine's; only its
+        settings are used).
+      sampling_distribution: a Uniform- or PrioritizedSamplingDistribution (memoire's or
+        Dopamine's; a Dopamine one is replaced by memoire's shim sharing its Generator).
+      batch_size: int, the default ``sample`` size.
+      max_capacity: int >= 1, elements kept; the oldest is evicted beyond it.
+      checkpoint_duration: int >= 1, checkpoints kept by ``save``.
+      compress: bool, whether checkpoints hold snappy-compressed stacks (Dopamine's format for
+        ``compress=True``). Memory never holds stacks.
+
+    Attributes:
+      add_count: int, elements added so far (the next element's key).
+
+    Raises:
+      ValueError: ``checkpoint_duration < 1`` or ``max_capacity < 1``.
+      TypeError: an unsupported accumulator or sampling distribution.
+    """
+
+    def __init__(self, transition_accumulator, sampling_distribution, *, batch_size: int,
+                 max_capacity: int, checkpoint_duration: int = 4, compress: bool = True):
+        (self._stack_size, self._update_horizon, self._gamma,
+         self._fix_terminal_duplicates) = _accumulator_settings(transition_accumulator)
+        if checkpoint_duration < 1:
+            raise ValueError(f"Invalid checkpoint_duration: {checkpoint_duration}")
+        if int(max_capacity) < 1:
+            raise ValueError(f"max_capacity: expected >= 1, got {max_capacity}")
+        self._max_capacity = int(max_capacity)
+        self._batch_size = batch_size
+        self._checkpoint_duration = checkpoint_duration
+        self._compress = compress
+        self._transition_accumulator = transition_accumulator
+        if isinstance(transition_accumulator, TransitionAccumulator):
+            transition_accumulator._buffer = self
+        self._sampling_distribution = _as_memoire_distribution(sampling_distribution)
+        self._sampling_distribution._buffer = self
+        self._prioritized = isinstance(self._sampling_distribution, PrioritizedSamplingDistribution)
+        self._store = None  # built by the first add (it fixes observation and action layouts)
+        self._obs_shape = None
+        self._obs_dtype = None
+        self._action_shape = None
+        self._action_dtype = None
+
+    @classmethod
+    def from_dopamine(cls, buffer, *, fix_terminal_duplicates: bool = False) -> "ReplayBuffer":
+        """memoire's buffer with the settings (and contents, if any) of Dopamine's ``buffer``.
+
+        The sampling distribution's numpy Generator is shared, not copied, so draws continue
+        its stream. This is how :mod:`memoire.dopamine_compat.jax_agents` builds its buffers
+        from what the parent agent's ``_build_replay_buffer`` configured (gin included).
+        """
+        stack, horizon, gamma, _ = _accumulator_settings(buffer._transition_accumulator)
+        acc = TransitionAccumulator(stack, horizon, gamma,
+                                    fix_terminal_duplicates=fix_terminal_duplicates)
+        ours = cls(acc, buffer._sampling_distribution, batch_size=buffer._batch_size,
+                   max_capacity=buffer._max_capacity,
+                   checkpoint_duration=buffer._checkpoint_duration, compress=buffer._compress)
+        if buffer.add_count:
+            ours.from_state_dict(buffer.to_state_dict())
+        return ours
+
+    # ---- properties ----
+
+    @property
+    def add_count(self) -> int:
+        return 0 if self._store is None else self._store.add_count
+
+    @add_count.setter
+    def add_count(self, value: int) -> None:
+        raise AttributeError("add_count is maintained by add/clear/load")
+
+    @property
+    def max_recorded_priority(self):
+        """The largest leaf value ever set (Dopamine's ``_sum_tree.max_recorded_priority``);
+        1.0 for a uniform buffer."""
+        if self._prioritized:
+            return self._sampling_distribution._sum_tree.max_recorded_priority
+        return 1.0
+
+    def __len__(self) -> int:
+        return 0 if self._store is None else self._store.size
+
+    @property
+    def frame_capacity(self) -> int:
+        """Frames the C++ ring holds (memory is about ``frame_capacity`` observations)."""
+        return 0 if self._store is None else self._store.frame_capacity
+
+    # ---- adding ----
+
+    def _build_store(self, obs: np.ndarray, action: np.ndarray) -> None:
+        if obs.dtype.kind not in "biuf" or obs.size == 0:
+            raise ValueError(f"observation: expected a non-empty numeric array, got {obs.dtype}"
+                             f"{list(obs.shape)}")
+        if action.dtype.kind not in "biuf":
+            raise ValueError(f"action: expected a number or numeric array, got {action.dtype}")
+        dist = self._sampling_distribution
+        self._store = _core.TransitionStore(
+            max_capacity=self._max_capacity, stack_size=self._stack_size,
+            update_horizon=self._update_horizon, gamma=self._gamma,
+            fix_terminal_duplicates=self._fix_terminal_duplicates,
+            prioritized=self._prioritized,
+            tree_capacity=dist._max_capacity if self._prioritized else 0,
+            frame_bytes=obs.nbytes, elem_bytes=obs.dtype.itemsize, action_bytes=action.nbytes)
+        self._obs_shape, self._obs_dtype = obs.shape, obs.dtype
+        self._action_shape, self._action_dtype = action.shape, action.dtype
+
+    def _coerce(self, value, dtype, shape, what: str) -> np.ndarray:
+        a = np.asarray(value)
+        if a.shape != shape:
+            raise ValueError(f"{what}: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+        if a.dtype != dtype:
+            if not np.can_cast(a.dtype, dtype, "same_kind"):
+                raise ValueError(f"{what}: expected {dtype}{list(shape)}, got "
+                                 f"{a.dtype}{list(a.shape)} (no same_kind cast)")
+            a = a.astype(dtype)
+        return np.ascontiguousarray(a)
+
+    def add(self, transition: TransitionElement, **kwargs: Any) -> None:
+        """Adds one step; it may yield 0, 1 or (at a terminal) several elements.
+
+        Args:
+          transition: ``TransitionElement(observation, action, reward, is_terminal,
+            episode_end=False)``: the observation the action was taken in
+            (``dtype[*obs_shape]``), the action, the reward that followed, whether the episode
+            terminated, whether it ended (a time limit).
+          **kwargs: ``priority=`` (float >= 0 or None) for a prioritized buffer; ignored by a
+            uniform one.
+
+        Raises:
+          ValueError: an observation or action of another shape (or an impossible cast) than
+            the first add's; a negative priority. TypeError: a prioritized add without
+            ``priority=``.
+        """
+        obs = np.asarray(transition.observation)
+        action = np.asarray(transition.action)
+        if self._store is None:
+            self._build_store(obs, action)
+        if obs.dtype != self._obs_dtype or obs.shape != self._obs_shape \
+                or not obs.flags.c_contiguous:
+            obs = self._coerce(obs, self._obs_dtype, self._obs_shape, "observation")
+        if action.dtype != self._action_dtype or action.shape != self._action_shape:
+            action = self._coerce(action, self._action_dtype, self._action_shape, "action")
+        value = 0.0
+        if self._prioritized:
+            if "priority" not in kwargs:
+                raise TypeError("add() of a prioritized buffer needs the keyword 'priority'")
+            value = self._sampling_distribution.leaf_value(kwargs["priority"])
+        emitted = self._store.add(obs, action, float(transition.reward),
+                                  bool(transition.is_terminal), bool(transition.episode_end),
+                                  float(value))
+        if emitted and self._prioritized:
+            self._sampling_distribution._record(np.asarray([value], dtype=np.float64))
+
+    # ---- sampling ----
+
+    def _empty_batch(self, n: int):
+        s = self._stack_size
+        state = np.empty((n, *self._obs_shape, s), self._obs_dtype)
+        return (state, np.empty((n, *self._action_shape), self._action_dtype),
+                np.empty(n, np.float64), np.empty_like(state), np.empty(n, np.bool_),
+                np.empty(n, np.bool_))
+
+    def _gather(self, keys: np.ndarray) -> ReplayElement:
+        keys = np.asarray(keys).reshape(-1)
+        out = self._empty_batch(keys.size)
+        try:
+            self._store.gather(keys.astype(np.int64, copy=False), *out)
+        except IndexError as e:
+            raise KeyError(int(str(e))) from None
+        return ReplayElement(**dict(zip(_ELEMENT_FIELDS, out)))
+
+    def sample(self, size: Optional[int] = None, *, with_sample_metadata: bool = False):
+        """A batch of stored elements, drawn by the sampling distribution.
+
+        Args:
+          size: int >= 1, the batch size (default: ``batch_size``).
+          with_sample_metadata: also return the draw's metadata.
+
+        Returns:
+          ``ReplayElement`` of arrays: state and next_state ``dtype[size, *obs_shape, stack]``
+          (oldest frame first along the last axis, zeros before an episode's first frame),
+          action ``dtype[size, *action_shape]``, reward ``float64[size]`` (the n-step discounted
+          sum), is_terminal and episode_end ``bool[size]``. With ``with_sample_metadata``, a
+          tuple ``(batch, metadata)``: ``SampleMetadata(keys=int32[size])``, or for a
+          prioritized buffer ``PrioritizedSampleMetadata(keys, probabilities=float64[size])``.
+
+        Raises:
+          ValueError: nothing stored, or ``size < 1``.
+        """
+        if self.add_count < 1:
+            raise ValueError("No samples in replay buffer!")
+        if size is None:
+            size = self._batch_size
+        if size < 1:
+            raise ValueError(f"Invalid size: {size}, size must be >= 1.")
+        samples = self._sampling_distribution.sample(size)
+        batch = self._gather(samples.keys)
+        return (batch, samples) if with_sample_metadata else batch
+
+    def get_elements(self, keys) -> ReplayElement:
+        """The stored elements of ``keys`` (``int[n]``) as one batch, like ``sample``.
+
+        Raises:
+          KeyError: a key is not stored.
+        """
+        if self._store is None:
+            raise KeyError(int(np.asarray(keys).reshape(-1)[0]))
+        return self._gather(keys)
+
+    def keys(self) -> np.ndarray:
+        """``int64[len(self)]``: the stored keys, oldest first."""
+        n = len(self)
+        return np.arange(self.add_count - n, self.add_count, dtype=np.int64)
+
+    def priorities(self, keys) -> np.ndarray:
+        """``float64[n]``: the tree's leaf values of ``keys`` (1.0 each for a uniform buffer).
+
+        Raises:
+          KeyError: a key is not stored.
+        """
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if self._store is None:
+            raise KeyError(int(keys[0]) if keys.size else None)
+        try:
+            return self._store.priorities(keys)
+        except IndexError as e:
+            raise KeyError(int(str(e))) from None
+
+    def update(self, keys, **kwargs: Any) -> None:
+        """Forwards to the sampling distribution (``priorities=`` for a prioritized buffer)."""
+        self._sampling_distribution.update(keys, **kwargs)
+
+    # ---- clearing ----
+
+    def _store_clear(self) -> None:
+        if self._store is not None:
+            self._store.clear()
+
+    def _clear_window(self) -> None:
+        if self._store is not None:
+            self._store.clear_trajectory()
+
+    def clear(self) -> None:
+        """Forgets every element and the partial trajectory; add_count restarts at 0."""
+        self._store_clear()
+
+    # ---- checkpoints ----
+
+    def to_state_dict(self) -> dict[str, Any]:
+        """Dopamine's state dict layout (``add_count``, ``memory`` with keys, per-element leaves
+        ``[state, action, reward, next_state, is_terminal, episode_end]`` and a pickled tree
+        definition, ``sampling_distribution``, ``transition_accumulator``)."""
+        keys = self.keys()
+        values = []
+        chunk = 1024
+        for start in range(0, keys.size, chunk):
+            b = self.get_elements(keys[start:start + chunk])
+            states, next_states = b.state, b.next_state
+            for k in range(len(b.reward)):
+                s, ns = states[k], next_states[k]
+                if self._compress:
+                    s, ns = elements.compress(s), elements.compress(ns)
+                values.append([s, b.action[k], float(b.reward[k]), ns,
+                               bool(b.is_terminal[k]), bool(b.episode_end[k])])
+        element_def = jax.tree_util.tree_structure(ReplayElement(*([0] * 6)))
+        trajectory = []
+        if self._store is not None:
+            frames, actions, rewards, terms, ends = self._store.export_window()
+            for k in range(len(rewards)):
+                trajectory.append([
+                    frames[k].view(self._obs_dtype).reshape(self._obs_shape).copy(),
+                    actions[k].view(self._action_dtype).reshape(self._action_shape).copy(),
+                    float(rewards[k]), bool(terms[k]), bool(ends[k])])
+        step_def = jax.tree_util.tree_structure(TransitionElement(0, 0, 0, 0, 0))
+        return {
+            "add_count": self.add_count,
+            "memory": {"keys": keys.tolist(), "values": values,
+                       "treedef": pickle.dumps(element_def)},
+            "sampling_distribution": self._sampling_distribution.to_state_dict(),
+            "transition_accumulator": {"trajectory": trajectory,
+                                       "treedef": pickle.dumps(step_def)},
+        }
+
+    def from_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores a state dict written by this class or by Dopamine's buffer.
+
+        The pickled ``treedef`` entries are never unpickled: elements must be lists of the six
+        ReplayElement leaves and steps lists of the five TransitionElement leaves.
+
+        Raises:
+          ValueError: a malformed state dict, or one whose shapes differ from this buffer's
+            (nothing is changed then).
+        """
+        try:
+            add_count = int(state_dict["add_count"])
+            memory = state_dict["memory"]
+            mkeys = [int(k) for k in memory["keys"]]
+            values = memory["values"]
+            dist_state = state_dict["sampling_distribution"]
+            trajectory = state_dict["transition_accumulator"]["trajectory"]
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"replay buffer state dict: missing or malformed entry {e}") from None
+        if len(values) != len(mkeys) or mkeys != list(range(add_count - len(mkeys), add_count)):
+            raise ValueError("replay buffer state dict: expected consecutive keys ending at "
+                             f"add_count - 1 = {add_count - 1}, one element each")
+        cols = [[] for _ in range(6)]
+        for v in values:
+            if not isinstance(v, (list, tuple)) or len(v) != 6:
+                raise ValueError("replay buffer state dict: each element must hold the 6 leaves "
+                                 "[state, action, reward, next_state, is_terminal, episode_end]")
+            for c, leaf in zip(cols, v):
+                c.append(leaf)
+        steps = [[] for _ in range(5)]
+        for t in trajectory:
+            if not isinstance(t, (list, tuple)) or len(t) != 5:
+                raise ValueError("replay buffer state dict: each accumulator step must hold the "
+                                 "5 leaves [observation, action, reward, is_terminal, "
+                                 "episode_end]")
+            for c, leaf in zip(steps, t):
+                c.append(leaf)
+
+        def unpack(x):
+            x = np.asarray(x)
+            return elements.uncompress(x) if x.dtype.names is not None else x
+
+        s = self._stack_size
+        states = [unpack(x) for x in cols[0]]
+        next_states = [unpack(x) for x in cols[3]]
+        if states:
+            obs_shape, obs_dtype = states[0].shape[:-1], states[0].dtype
+            action_tmpl = np.asarray(cols[1][0])
+        elif steps[0]:
+            obs_shape, obs_dtype = np.asarray(steps[0][0]).shape, np.asarray(steps[0][0]).dtype
+            action_tmpl = np.asarray(steps[1][0])
+        else:
+            obs_shape, obs_dtype, action_tmpl = None, None, None
+        if obs_shape is not None:
+            if self._store is not None and (obs_shape != self._obs_shape or
+                                            obs_dtype != self._obs_dtype):
+                raise ValueError(f"replay buffer state dict: observations {obs_dtype}"
+                                 f"{list(obs_shape)}, this buffer holds {self._obs_dtype}"
+                                 f"{list(self._obs_shape)}")
+            stack_shape = (*obs_shape, s)
+            for x in states + next_states:
+                if x.shape != stack_shape or x.dtype != obs_dtype:
+                    raise ValueError(f"replay buffer state dict: expected stacks {obs_dtype}"
+                                     f"{list(stack_shape)}, got {x.dtype}{list(x.shape)}")
+
+        def stacked(xs, shape, dtype):
+            return (np.ascontiguousarray(np.stack(xs)).astype(dtype, copy=False) if xs
+                    else np.zeros((0, *shape), dtype))
+
+        nodes = None
+        if self._prioritized:
+            try:
+                nodes = np.asarray(dist_state["sum_tree"]["nodes"], dtype=np.float64)
+            except (KeyError, TypeError):
+                raise ValueError("replay buffer state dict: prioritized sampler without "
+                                 "sum_tree.nodes") from None
+        key_by_index = np.asarray(dist_state.get("key_by_index", []), dtype=np.int64)
+        if obs_shape is None:  # an empty checkpoint
+            if len(key_by_index):
+                raise ValueError("replay buffer state dict: sampler keys without elements")
+            self._sampling_distribution.from_state_dict(dist_state)
+            self._store_clear()
+            return
+        if self._store is None:
+            self._build_store(np.zeros(obs_shape, obs_dtype), action_tmpl)
+        if self._prioritized and nodes.size != self._store.num_nodes:
+            raise ValueError(f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
+                             f"buffer's has {self._store.num_nodes} (max_capacity differs)")
+        m = len(states)
+        self._store.import_state(
+            add_count,
+            stacked(states, (*self._obs_shape, s), self._obs_dtype),
+            stacked([np.asarray(a) for a in cols[1]], self._action_shape, self._action_dtype),
+            np.asarray(cols[2], dtype=np.float64).reshape(m),
+            stacked(next_states, (*self._obs_shape, s), self._obs_dtype),
+            np.asarray(cols[4], dtype=np.bool_).reshape(m),
+            np.asarray(cols[5], dtype=np.bool_).reshape(m),
+            key_by_index, nodes,
+            stacked([np.asarray(o) for o in steps[0]], self._obs_shape, self._obs_dtype),
+            stacked([np.asarray(a) for a in steps[1]], self._action_shape, self._action_dtype),
+            np.asarray(steps[2], dtype=np.float64).reshape(len(steps[2])),
+            np.asarray(steps[3], dtype=np.bool_).reshape(len(steps[3])),
+            np.asarray(steps[4], dtype=np.bool_).reshape(len(steps[4])))
+        self._sampling_distribution.from_state_dict(dist_state)
+
+    @functools.lru_cache
+    def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:
+        return orbax.CheckpointManager(
+            checkpoint_dir,
+            checkpointers={"replay": orbax.Checkpointer(checkpointers.CheckpointHandler())},
+            options=orbax.CheckpointManagerOptions(max_to_keep=self._checkpoint_duration,
+                                                   create=True))
+
+    def save(self, checkpoint_dir: str, iteration_number: int) -> None:
+        """Writes a checkpoint in Dopamine's layout (``<dir>/<iteration>/replay/``, msgpack).
+
+        Args:
+          checkpoint_dir: str, the directory; created if missing.
+          iteration_number: int, the checkpoint's step.
+        """
+        self._make_checkpoint_manager(checkpoint_dir).save(iteration_number, {"replay": self})
+
+    def load(self, checkpoint_dir: str, iteration_number: int) -> None:
+        """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
+
+        Raises:
+          FileNotFoundError: no such checkpoint. ValueError: a malformed one.
+        """
+        state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(iteration_number)
+        self.from_state_dict(state_dict["replay"])
