@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+import tokenize
 from typing import Any, Sequence
 
 from gin import config_parser
@@ -191,7 +192,7 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
     where = path or "<sweep>"
     try:
         statements = list(config_parser.ConfigParser(io.StringIO(text), _TextDelegate()))
-    except SyntaxError as e:
+    except (SyntaxError, tokenize.TokenError) as e:
         raise SweepError(f"{where}: not valid gin: {e}") from None
 
     gin_files: list[str] = []

@@ -257,12 +257,22 @@ def agent_seed_bindings(seed: int) -> list[str]:
     return [f"{cls}.seed = {int(seed)}"]
 
 
+_search_paths: set[str] = set()
+
+
 def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     """Parses gin as Dopamine's ``run_experiment.load_gin_configs`` does (unknown names are
-    errors), after importing the modules Dopamine's train.py imports."""
+    errors), after importing the modules Dopamine's train.py imports. Includes are also
+    searched beside each of ``gin_files``."""
     from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
     from memoire import distributed  # noqa: F401  registers DistributedConfig
 
+    # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
+    for f in gin_files:
+        d = os.path.dirname(os.path.abspath(f))
+        if d not in _search_paths:
+            gin.add_config_file_search_path(d)
+            _search_paths.add(d)
     gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
                                         skip_unknown=False)
 
