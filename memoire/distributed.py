@@ -234,20 +234,21 @@ class QueueExperienceSource:
 
 class QueueParameterPublisher:
     """Publishes to one small queue per actor; when one is full the oldest entry is dropped,
-    so a slow actor gets the newest parameters, not a backlog."""
+    so a slow actor gets the newest parameters, not a backlog. Waits at most about 0.2 s per
+    actor queue."""
 
     def __init__(self, queues):
         self._queues = list(queues)
 
     def publish(self, version: int, payload: bytes) -> None:
         for q in self._queues:
-            for _ in range(4):  # bounded: another reader may race us for the slot
+            for _ in range(4):  # bounded: the actor may race us for the slot
                 try:
                     q.put_nowait((version, payload))
                     break
                 except queue_lib.Full:
-                    try:
-                        q.get_nowait()
+                    try:  # drop the oldest; it may still be in the feeder thread, so wait a bit
+                        q.get(timeout=0.05)
                     except queue_lib.Empty:
                         pass
 
