@@ -2,9 +2,9 @@
 
 Reads every ``D/setting_<s>/run_<k>/episodes.csv`` and draws one line per setting: the mean
 over runs of the episode return against training environment steps, with a band of one
-standard deviation across runs (no band for a single run). Evaluation episodes are grouped by
-the iteration they ended; training episodes are first averaged in bins of ``--bin`` environment steps, so runs with
-different episode boundaries line up. The legend names each setting by its bindings (from
+standard deviation across runs (no band for a single run). Each run's episodes are first
+averaged in bins of ``--bin`` environment steps, so runs with different episode boundaries
+line up. The legend names each setting by its bindings (from
 ``setting.json``). Writes ``D/learning_curves.png`` unless ``--out`` says otherwise.
 """
 
@@ -46,10 +46,9 @@ def binned_curve(run_dir: str, phase: str, bin_steps: int) -> tuple[np.ndarray, 
         return np.zeros(0, np.int64), np.zeros(0)
     mask = cols["phase"] == phase
     steps, returns = cols["env_steps"][mask], cols["return"][mask]
-    if phase == "eval":  # eval rows share the env step of their iteration: group by it
-        bins = steps.astype(np.int64)
-    else:
-        bins = (np.ceil(steps / bin_steps) * bin_steps).astype(np.int64)
+    # Eval rows carry the training steps of their iteration, which differ a little between
+    # runs (phases end on episode boundaries); binning aligns them as it aligns train rows.
+    bins = (np.ceil(steps / bin_steps) * bin_steps).astype(np.int64)
     keys, inverse = np.unique(bins, return_inverse=True)
     sums = np.bincount(inverse, weights=returns)
     counts = np.bincount(inverse)
@@ -146,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="PNG path (default D/learning_curves.png)")
     p.add_argument("--phase", default="auto", choices=("auto", "train", "eval"))
     p.add_argument("--bin", type=int, default=1000, dest="bin_steps",
-                   help="training curves: env steps per bin")
+                   help="env steps per bin (use the runner's training_steps for eval curves)")
     args = p.parse_args(argv)
     try:
         path = plot(args.base_dir, args.out, args.phase, args.bin_steps)
