@@ -1,0 +1,173 @@
+"""memoire.train: tracked Dopamine runs, records, checkpoints and resume after a kill."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
+TINY = [
+    "Runner.training_steps = 150",
+    "Runner.evaluation_steps = 60",
+    "Runner.max_steps_per_episode = 12",  # many episodes end by this limit: truncations
+    "Runner.fine_grained_print_to_console = False",
+    "JaxDQNAgent.min_replay_history = 40",
+    "JaxDQNAgent.update_period = 2",
+    "ClassicControlDQNNetwork.hidden_units = 32",
+]
+
+
+def _cmd(base_dir, iterations):
+    cmd = [sys.executable, "-m", "memoire.train", "--gin_files", LOCAL_GIN,
+           "--base_dir", base_dir, "--gin_bindings", f"Runner.num_iterations = {iterations}"]
+    for b in TINY:
+        cmd += ["--gin_bindings", b]
+    return cmd
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
+    base = str(tmp_path)
+    run = os.path.join(base, "setting_0", "run_0")
+    ckpt = os.path.join(run, "checkpoints")
+
+    # 1. A long run, killed (SIGKILL) once iteration 1 is checkpointed.
+    proc = subprocess.Popen(_cmd(base, 50), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 150
+        while not os.path.exists(os.path.join(ckpt, "sentinel_checkpoint_complete.1")):
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.time() < deadline, "no checkpoint 1 within 150 s"
+            time.sleep(0.1)
+        time.sleep(0.3)  # somewhere inside a later iteration
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    done = max(int(f.split(".")[-1]) for f in os.listdir(ckpt)
+               if f.startswith("sentinel_checkpoint_complete."))
+
+    # 2. What the killed run left: records, trackers written as it went, a checkpoint.
+    rec = json.load(open(os.path.join(run, "setting.json")))
+    assert (rec["setting"], rec["run"], rec["seed"]) == (0, 0, 0)
+    config = open(os.path.join(run, "config.gin")).read()
+    assert "JaxDQNAgent.seed = 0" in config and "Runner.max_steps_per_episode = 12" in config
+    eps = _rows(os.path.join(run, "episodes.csv"))
+    train = [r for r in eps if r["phase"] == "train" and r["iteration"] == "0"]
+    assert sum(int(r["length"]) for r in train) >= 150
+    assert {r["phase"] for r in eps} == {"train", "eval"}
+    for r in eps:  # exactly one way to end; only the limit of 12 truncates
+        assert int(r["terminated"]) + int(r["truncated"]) == 1
+        if r["truncated"] == "1":
+            assert int(r["length"]) == 12
+        else:
+            assert int(r["length"]) <= 12
+    assert any(r["truncated"] == "1" for r in eps) and any(r["terminated"] == "1" for r in eps)
+    assert int(_rows(os.path.join(run, "replay.csv"))[0]["add_count"]) > 100
+
+    # 3. The same command again resumes after the last complete checkpoint.
+    out = subprocess.run(_cmd(base, done + 2), env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"resuming {run} at iteration {done + 1}" in out.stdout
+    assert "iteration 1/" not in out.stdout  # iteration 0 was not played again
+    eps = _rows(os.path.join(run, "episodes.csv"))
+    iters = [int(r["iteration"]) for r in eps]
+    assert iters == sorted(iters) and max(iters) == done + 1
+    for phase in ("train", "eval"):  # no duplicated episodes from the killed iteration
+        numbers = [int(r["episode"]) for r in eps if r["phase"] == phase]
+        assert numbers == list(range(len(numbers)))
+    steps = [int(r["env_steps"]) for r in eps if r["phase"] == "train"]
+    assert steps == sorted(steps) and steps[-1] == sum(
+        int(r["length"]) for r in eps if r["phase"] == "train")
+    replay = _rows(os.path.join(run, "replay.csv"))
+    assert [int(r["iteration"]) for r in replay] == list(range(done + 2))
+    adds = [int(r["add_count"]) for r in replay]
+    # The replay memory came back from the checkpoint: its count continues to grow.
+    assert all(b > a for a, b in zip(adds, adds[1:]))
+
+
+# --- In-process: the episode loop keeps termination and truncation apart. -------------------
+
+
+class _FakeAgent:
+    def __init__(self):
+        self.ends = []
+        self.eval_mode = False
+
+    def begin_episode(self, observation):
+        return 0
+
+    def step(self, reward, observation):
+        return 0
+
+
+class _FakeRunner:
+    """The attributes of Dopamine's Runner that TrackingMixin relies on."""
+
+    def __init__(self, base_dir, create_agent_fn, environment=None, max_steps=100):
+        self._environment = environment
+        self._agent = _FakeAgent()
+        self._start_iteration = 0
+        self._clip_rewards = True
+        self._max_steps_per_episode = max_steps
+        self._num_iterations = 1
+
+    def _initialize_episode(self):
+        return self._agent.begin_episode(self._environment.reset())
+
+    def _run_one_step(self, action):
+        observation, reward, is_terminal, _ = self._environment.step(action)
+        return observation, reward, is_terminal
+
+    def _end_episode(self, reward, terminal=True):
+        self._agent.ends.append(bool(terminal))
+
+
+@pytest.mark.parametrize("time_limit, runner_limit", [(5, 100), (100, 5)])
+def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
+                                                           runner_limit):
+    gymnasium = pytest.importorskip("gymnasium")
+    from dopamine.discrete_domains import gym_lib
+
+    from memoire import train
+
+    class Runner(train.TrackingMixin, _FakeRunner):
+        pass
+
+    inner = gymnasium.make("CartPole-v1", max_episode_steps=time_limit)
+    env = gym_lib.GymPreprocessing(inner)
+    runner = Runner(str(tmp_path), None, seed=3, environment=env, max_steps=runner_limit)
+    lengths = [runner._run_one_episode()[0] for _ in range(3)]
+    assert lengths == [5, 5, 5]  # whichever limit is lower ends the episode
+    assert runner._agent.ends == [False, False, False]  # stored as not terminal
+
+    # Action 0 forever: the pole falls within the limit, a real termination.
+    runner._max_steps_per_episode = 500
+    env2 = gym_lib.GymPreprocessing(gymnasium.make("CartPole-v1", max_episode_steps=500))
+    runner._environment = env2
+    runner._ends = train._install_end_recorder(env2)
+    length, _ = runner._run_one_episode()
+    assert length < 500 and runner._agent.ends[-1] is True
+    runner.close()
+    rows = _rows(os.path.join(str(tmp_path), "episodes.csv"))
+    assert [r["truncated"] for r in rows] == ["1", "1", "1", "0"]
+    assert [r["terminated"] for r in rows] == ["0", "0", "0", "1"]
+    assert np.all(np.diff([int(r["env_steps"]) for r in rows]) > 0)
