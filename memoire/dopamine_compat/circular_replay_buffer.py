@@ -44,6 +44,12 @@ _TRANSITION_NAMES = frozenset(
      "terminal", "indices", "priority", "sampling_probabilities"])
 
 
+def _np_dtype(t):
+  """numpy dtype of ``t``: a numpy type, a dtype, a name, or a TensorFlow DType (gin constants
+  such as gym_lib.CARTPOLE_OBSERVATION_DTYPE are TF DTypes)."""
+  return np.dtype(getattr(t, "as_numpy_dtype", t))
+
+
 def modulo_range(start, length, modulo):
   """Yields (start + i) % modulo for i < length (Dopamine's helper)."""
   for i in range(length):
@@ -155,7 +161,7 @@ class OutOfGraphReplayBuffer(object):
     self._keep_every = keep_every
     self._fix_keep_every = bool(fix_keep_every)
     self._episode_end_breaks_stacks = bool(episode_end_breaks_stacks)
-    fields = [(e.name, np.dtype(e.type), tuple(int(d) for d in e.shape))
+    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
               for e in self.get_storage_signature()]
     self._core = _core.CircularBuffer(
         fields, capacity=int(replay_capacity), stack_size=int(stack_size),
@@ -358,7 +364,7 @@ class OutOfGraphReplayBuffer(object):
   def _create_batch_arrays(self, batch_size):
     spec = self._batch_arrays_spec.get(batch_size)
     if spec is None:
-      spec = [(tuple(e.shape), np.dtype(e.type)) for e in self.get_transition_elements(batch_size)]
+      spec = [(tuple(e.shape), _np_dtype(e.type)) for e in self.get_transition_elements(batch_size)]
       if self._PRIORITIZED:  # Dopamine's element says (None,) when batch_size is None
         spec[-1] = ((batch_size,), np.dtype(np.float32))
       self._batch_arrays_spec[batch_size] = spec
