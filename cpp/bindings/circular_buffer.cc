@@ -141,7 +141,7 @@ void ConvertRow(const py::handle& obj, const py::object& as_array, const Field& 
   row->ptr = py::reinterpret_borrow<py::array>(tmp).data();
 }
 
-void AddOne(CB& self, const std::vector<py::handle>& args, const py::handle& priority,
+void AddOne(CB& self, std::vector<py::handle> args, py::handle priority,
             const py::handle& episode_end) {
   const Schema& schema = self.schema();
   const size_t nf = schema.size();
@@ -151,6 +151,10 @@ void AddOne(CB& self, const std::vector<py::handle>& args, const py::handle& pri
   if (received != expected)
     throw py::value_error("Add expects " + std::to_string(expected) + " elements, received " +
                           std::to_string(received));
+  if (prioritized && priority.is_none()) {  // given positionally, after the extras
+    priority = args.back();
+    args.pop_back();
+  }
   // Shapes first, all of them, as Dopamine's _check_add_types does.
   std::vector<py::object> arrays(nf);
   for (size_t f = 0; f < nf; ++f) {
