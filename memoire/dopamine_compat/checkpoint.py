@@ -285,7 +285,7 @@ def _read_npy(f, filename, shape=None, dtype=None):
     array = array.T
   if not got_dtype.isnative:
     array = array.astype(got_dtype.newbyteorder("="))
-  return np.ascontiguousarray(array)
+  return array if array.flags.c_contiguous else array.copy(order="C")  # keeps 0-d arrays 0-d
 
 
 def _read_file(fs, filename, reader):
