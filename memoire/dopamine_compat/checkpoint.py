@@ -269,9 +269,10 @@ def _read_npy(f, filename, shape=None, dtype=None):
   if shape is not None and tuple(got_shape) != tuple(shape):
     raise ProtocolError("{}: expected shape {}, got {}".format(filename, tuple(shape),
                                                              tuple(got_shape)))
-  if dtype is not None and got_dtype.newbyteorder("=") != np.dtype(dtype).newbyteorder("="):
-    raise ProtocolError("{}: expected dtype {}, got {}".format(filename, np.dtype(dtype),
-                                                             got_dtype))
+  if dtype is not None:
+    dtype = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))  # TF DTypes from gin constants
+    if got_dtype.newbyteorder("=") != dtype.newbyteorder("="):
+      raise ProtocolError("{}: expected dtype {}, got {}".format(filename, dtype, got_dtype))
   array = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
   view = memoryview(array.reshape(-1).view(np.uint8)) if array.nbytes else memoryview(b"")
   filled = 0
