@@ -51,7 +51,7 @@ def scenarios(draw, max_steps=60, vector_rewards=True):
   steps = [(draw(st.booleans()) and draw(st.booleans()), draw(st.integers(0, 9)) == 0)
            for _ in range(n)]
   return Scenario(
-      observation_shape=draw(st.sampled_from([(), (2,), (3, 2)])),
+      observation_shape=draw(st.sampled_from([(), (2,), (3, 2), (5, 7)])),
       observation_dtype=draw(st.sampled_from([np.uint8, np.float32, np.int16])),
       stack_size=stack, update_horizon=horizon, capacity=capacity,
       gamma=draw(st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])),
