@@ -215,3 +215,17 @@ def test_long_horizon_sums_match_numpy_pairwise_order(horizon, dtype, seed):
   idx = [i for i in range(cap) if theirs.is_valid_transition(i)]
   dd.assert_same_arrays(ours.sample_transition_batch(len(idx), idx),
                         theirs.sample_transition_batch(len(idx), idx))
+
+
+def test_returned_batches_never_alias_batches_still_held():
+  buf = OutOfGraphReplayBuffer((4, 4), 4, 50, 8, seed=0)
+  for i in range(60):
+    buf.add(np.full((4, 4), i, np.uint8), i, float(i), i % 10 == 9)
+  held = [buf.sample_transition_batch() for _ in range(3)]
+  view = buf.sample_transition_batch()[0][2:]  # only a view survives
+  for _ in range(4):
+    new = buf.sample_transition_batch()
+    for old in held:
+      assert not any(np.shares_memory(a, b) for a in new for b in old)
+    assert not np.shares_memory(new[0], view)
+    held.append(new)

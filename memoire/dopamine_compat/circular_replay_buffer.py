@@ -378,8 +378,9 @@ class OutOfGraphReplayBuffer(object):
       self._batch_pool[batch_size] = []
     pool = self._batch_pool[batch_size]
     for arrays in pool:
-      # 2 = the pool's list + getrefcount's argument: no other reference, no view.
-      if all(sys.getrefcount(a) == 2 for a in arrays):
+      # 2 = the pool's list + getrefcount's argument: no other reference, no view. (Indexing,
+      # not a loop variable, which would hold a reference of its own.)
+      if all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays))):
         return tuple(arrays)
     arrays = [np.empty(shape, dtype) for shape, dtype in spec]
     if len(pool) >= 2:
