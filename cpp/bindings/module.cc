@@ -8,6 +8,7 @@ void RegisterErrors(py::module_& m);
 void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
+void BindCircularBuffer(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -16,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindSumTree(m);
   memoire::BindReplayMemory(m);
   memoire::BindTransitionStore(m);
+  memoire::BindCircularBuffer(m);
 }

@@ -1,0 +1,515 @@
+"""Drop-in for ``dopamine.tf.replay_memory.circular_replay_buffer`` (dopamine-rl 4.1.2).
+
+:class:`OutOfGraphReplayBuffer` has Dopamine's constructor, public methods, attributes, returned
+elements (names, dtypes, shapes, values), validity rules, errors and checkpoint files; storage
+and sampling live in one native object (``memoire._core.CircularBuffer``), so add is one bound
+call and a batch is assembled in C++ with the GIL released.
+
+Differences from Dopamine, all deliberate:
+
+- Sampling draws from a generator owned by the buffer (``seed=``), not numpy's global one;
+  indices differ from Dopamine's for the same global seed, their distribution does not.
+- A failed call changes nothing (Dopamine may have written padding before raising).
+- ``episode_end_indices`` is computed on access; mutating the returned set has no effect
+  (assign a new set instead). ``invalid_range`` is derived from ``add_count``.
+- Extra storage elements may not reuse a transition element's name.
+- Checkpoints are written atomically per iteration and loaded without unpickling arbitrary
+  objects; see :mod:`memoire.dopamine_compat.checkpoint`.
+- Two Dopamine defects are kept by default and fixed on request: ``episode_end_breaks_stacks``
+  (google/dopamine#213: a frame stack may reach across an episode that ended by truncation)
+  and ``fix_keep_every`` (``save`` writes only one file when ``keep_every`` spares an iteration).
+
+Thread-safety: add, sampling and priority calls may run concurrently (the native object
+locks); save/load and the ``_store`` views must not run concurrently with add.
+"""
+
+import collections
+import math
+import operator
+import secrets
+import sys
+
+import numpy as np
+
+from memoire import _core
+from memoire.dopamine_compat import checkpoint as _checkpoint
+
+# Dopamine's record type: equal (as a tuple) to Dopamine's own ReplayElement.
+ReplayElement = collections.namedtuple("shape_type", ["name", "shape", "type"])
+
+# A prefix that can not collide with variable names for checkpoint files (Dopamine's).
+STORE_FILENAME_PREFIX = "$store$_"
+
+_TRANSITION_NAMES = frozenset(
+    ["observation", "state", "action", "reward", "next_state", "next_action", "next_reward",
+     "terminal", "indices", "priority", "sampling_probabilities"])
+
+
+def _np_dtype(t):
+  """numpy dtype of ``t``: a numpy type, a dtype, a name, or a TensorFlow DType (gin constants
+  such as gym_lib.CARTPOLE_OBSERVATION_DTYPE are TF DTypes)."""
+  return np.dtype(getattr(t, "as_numpy_dtype", t))
+
+
+def modulo_range(start, length, modulo):
+  """Yields (start + i) % modulo for i < length (Dopamine's helper)."""
+  for i in range(length):
+    yield (start + i) % modulo
+
+
+def invalid_range(cursor, replay_capacity, stack_size, update_horizon):
+  """Dopamine's cursor-related invalid indices: c - N, ..., c + K - 1 (mod capacity).
+
+  Returns:
+    int64[stack_size + update_horizon].
+  """
+  assert cursor < replay_capacity
+  return np.array([(cursor - update_horizon + i) % replay_capacity
+                   for i in range(stack_size + update_horizon)])
+
+
+class OutOfGraphReplayBuffer(object):
+  """Dopamine's out-of-graph circular replay buffer on memoire's native core.
+
+  Stores observation, action, reward, terminal (and extras) in a ring of ``replay_capacity``
+  slots and builds frame stacks, n-step discounted returns and next states at sample time.
+
+  Attributes:
+    add_count: int64 0-d array, slots written so far (padding slots included).
+    invalid_range: the indices next to the cursor that cannot be sampled: float64[stack_size]
+      zeros before the first add, then int64[stack_size + update_horizon].
+    episode_end_indices: set of int, the slots where an episode ended (terminal or truncated).
+  """
+
+  _PRIORITIZED = False
+
+  def __init__(self,
+               observation_shape,
+               stack_size,
+               replay_capacity,
+               batch_size,
+               update_horizon=1,
+               gamma=0.99,
+               max_sample_attempts=1000,
+               extra_storage_types=None,
+               observation_dtype=np.uint8,
+               terminal_dtype=np.uint8,
+               action_shape=(),
+               action_dtype=np.int32,
+               reward_shape=(),
+               reward_dtype=np.float32,
+               checkpoint_duration=4,
+               keep_every=None,
+               *,
+               episode_end_breaks_stacks=False,
+               fix_keep_every=False,
+               seed=None):
+    """Initializes the buffer (Dopamine's arguments, then memoire's keyword-only options).
+
+    Args:
+      observation_shape: tuple of ints, one observation (e.g. ``(84, 84)``).
+      stack_size: int, frames per state; states are ``observation_dtype[*obs_shape, stack]``.
+      replay_capacity: int, slots kept (padding slots included).
+      batch_size: int, default batch size.
+      update_horizon: int, n of the n-step return.
+      gamma: float, discount; the n-step weights are float32(gamma ** k).
+      max_sample_attempts: int, invalid draws allowed per batch.
+      extra_storage_types: list of ReplayElement(name, shape, type) stored per step and returned.
+      observation_dtype, terminal_dtype, action_dtype, reward_dtype: numpy dtypes
+        (reward_dtype float16 is not supported).
+      action_shape, reward_shape: tuples of ints, () for scalars.
+      checkpoint_duration: int, iterations a checkpoint is kept for.
+      keep_every: int or None, keep checkpoints whose iteration is a multiple of this.
+      episode_end_breaks_stacks: bool, fix google/dopamine#213: a transition whose frame stack
+        holds an episode end (not only a terminal) before its last frame is invalid.
+        False (Dopamine's behaviour) by default.
+      fix_keep_every: bool, when ``keep_every`` spares an iteration, write its whole checkpoint
+        (Dopamine writes only the first file). False by default.
+      seed: int or None, seeds this buffer's sampling generator (None: from the OS).
+
+    Raises:
+      AssertionError: observation_shape is not a tuple (as Dopamine).
+      ValueError: replay_capacity < update_horizon + stack_size (Dopamine's message), or an
+        unsupported dtype / reserved extra name.
+    """
+    assert isinstance(observation_shape, tuple)
+    if replay_capacity < update_horizon + stack_size:
+      raise ValueError(
+          "There is not enough capacity to cover update_horizon and stack_size.")
+    self._action_shape = action_shape
+    self._action_dtype = action_dtype
+    self._reward_shape = reward_shape
+    self._reward_dtype = reward_dtype
+    self._observation_shape = observation_shape
+    self._stack_size = stack_size
+    self._state_shape = self._observation_shape + (self._stack_size,)
+    self._replay_capacity = replay_capacity
+    self._batch_size = batch_size
+    self._update_horizon = update_horizon
+    self._gamma = gamma
+    self._observation_dtype = observation_dtype
+    self._terminal_dtype = terminal_dtype
+    self._max_sample_attempts = max_sample_attempts
+    self._extra_storage_types = list(extra_storage_types) if extra_storage_types else []
+    for element in self._extra_storage_types:
+      if element.name in _TRANSITION_NAMES:
+        raise ValueError(
+            "extra_storage_types: name {!r} is reserved for a transition element; "
+            "choose another name".format(element.name))
+    self._cumulative_discount_vector = np.array(
+        [math.pow(self._gamma, n) for n in range(update_horizon)], dtype=np.float32)
+    self._checkpoint_duration = checkpoint_duration
+    self._keep_every = keep_every
+    self._fix_keep_every = bool(fix_keep_every)
+    self._episode_end_breaks_stacks = bool(episode_end_breaks_stacks)
+    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
+              for e in self.get_storage_signature()]
+    self._core = _core.CircularBuffer(
+        fields, capacity=int(replay_capacity), stack_size=int(stack_size),
+        update_horizon=int(update_horizon), gamma=float(gamma),
+        max_sample_attempts=int(max_sample_attempts), prioritized=self._PRIORITIZED,
+        episode_end_breaks_stacks=self._episode_end_breaks_stacks,
+        seed=secrets.randbits(64) if seed is None else int(seed) & (2**64 - 1))
+    # Views of the native storage, under Dopamine's names (read them; do not resize them).
+    self._store = {name: self._core.column(i) for i, (name, _, _) in enumerate(fields)}
+    self._batch_arrays_spec = {}
+    self._batch_pool = {}
+    self._fast_sampling = (
+        type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
+                                          _prioritized_sample_index_batch()))
+
+  # ---- state mirrored from the native object -------------------------------------------------
+
+  @property
+  def add_count(self):
+    return np.array(self._core.add_count)
+
+  @add_count.setter
+  def add_count(self, value):
+    self._core.add_count = int(value)
+
+  @property
+  def invalid_range(self):
+    count = self._core.add_count
+    if count == 0:
+      return np.zeros((self._stack_size))
+    return invalid_range(count % self._replay_capacity, self._replay_capacity,
+                         self._stack_size, self._update_horizon)
+
+  @property
+  def episode_end_indices(self):
+    return set(self._core.episode_ends())
+
+  @episode_end_indices.setter
+  def episode_end_indices(self, value):
+    self._core.set_episode_ends(sorted(int(i) for i in value))
+
+  @property
+  def _episode_end_indices(self):
+    return self.episode_end_indices
+
+  @property
+  def _next_experience_is_episode_start(self):
+    return self._core.next_is_episode_start
+
+  @_next_experience_is_episode_start.setter
+  def _next_experience_is_episode_start(self, value):
+    self._core.next_is_episode_start = bool(value)
+
+  def seed(self, seed):
+    """Reseeds this buffer's sampling generator."""
+    self._core.seed(int(seed) & (2**64 - 1))
+
+  # ---- signatures ----------------------------------------------------------------------------
+
+  def get_add_args_signature(self):
+    """list of ReplayElement: the arguments add() expects, in order."""
+    return self.get_storage_signature()
+
+  def get_storage_signature(self):
+    """list of ReplayElement: what is stored per slot."""
+    storage_elements = [
+        ReplayElement("observation", self._observation_shape, self._observation_dtype),
+        ReplayElement("action", self._action_shape, self._action_dtype),
+        ReplayElement("reward", self._reward_shape, self._reward_dtype),
+        ReplayElement("terminal", (), self._terminal_dtype),
+    ]
+    for extra_replay_element in self._extra_storage_types:
+      storage_elements.append(extra_replay_element)
+    return storage_elements
+
+  def get_transition_elements(self, batch_size=None):
+    """list of ReplayElement: what sample_transition_batch returns, in order.
+
+    state/next_state ``observation_dtype[batch, *obs_shape, stack]``; action/next_action,
+    reward/next_reward ``[batch, *shape]``; terminal ``terminal_dtype[batch]``;
+    indices ``int32[batch]``; then the extras ``[batch, *shape]``.
+    """
+    batch_size = self._batch_size if batch_size is None else batch_size
+    transition_elements = [
+        ReplayElement("state", (batch_size,) + self._state_shape, self._observation_dtype),
+        ReplayElement("action", (batch_size,) + self._action_shape, self._action_dtype),
+        ReplayElement("reward", (batch_size,) + self._reward_shape, self._reward_dtype),
+        ReplayElement("next_state", (batch_size,) + self._state_shape, self._observation_dtype),
+        ReplayElement("next_action", (batch_size,) + self._action_shape, self._action_dtype),
+        ReplayElement("next_reward", (batch_size,) + self._reward_shape, self._reward_dtype),
+        ReplayElement("terminal", (batch_size,), self._terminal_dtype),
+        ReplayElement("indices", (batch_size,), np.int32),
+    ]
+    for element in self._extra_storage_types:
+      transition_elements.append(
+          ReplayElement(element.name, (batch_size,) + tuple(element.shape), element.type))
+    return transition_elements
+
+  # ---- adding --------------------------------------------------------------------------------
+
+  def add(self, observation, action, reward, terminal, *args, priority=None, episode_end=False):
+    """Adds one transition (Dopamine's add).
+
+    The episode's first add writes stack_size - 1 zero padding slots first. ``terminal`` or
+    ``episode_end`` (a truncation) ends the episode.
+
+    Args:
+      observation: observation_dtype[*observation_shape].
+      action, reward: scalars or arrays of action_shape / reward_shape.
+      terminal: truthy when the transition is terminal.
+      *args: the extras, in extra_storage_types order.
+      priority: float >= 0, required by the prioritized buffer; here, as in Dopamine, it
+        counts as one argument too many (ValueError).
+      episode_end: truthy when the episode ends here without a terminal state.
+
+    Raises:
+      ValueError: wrong argument count or shape (Dopamine's messages), or a value numpy cannot
+        store; nothing is added then.
+    """
+    self._core.add(observation, action, reward, terminal, args, priority, episode_end)
+
+  def add_batch(self, observations, actions, rewards, terminals, *args, priorities=None,
+                episode_ends=None):
+    """memoire's bulk add: the same as K add() calls, in one native call.
+
+    Args:
+      observations: ``observation_dtype[K, *observation_shape]`` (same-kind casts allowed).
+      actions, rewards: ``[K, *shape]``; terminals: ``[K]``; *args: extras ``[K, *shape]``.
+      priorities: float64[K] (prioritized buffer only, required there).
+      episode_ends: bool[K] or None; an episode ends where terminal or episode_end is nonzero.
+
+    Raises:
+      ValueError: a shape or dtype mismatch; nothing is added then.
+    """
+    terminals_in = np.asarray(terminals)
+    ends = terminals_in != 0
+    if episode_ends is not None:
+      ends = ends | (np.asarray(episode_ends) != 0)
+    columns = [observations, actions, rewards, terminals_in] + list(args)
+    self._core.add_batch(columns, np.ascontiguousarray(ends, dtype=np.uint8), priorities)
+
+  # ---- state queries -------------------------------------------------------------------------
+
+  def is_empty(self):
+    """Is the Replay Buffer empty?"""
+    return np.bool_(self._core.add_count == 0)
+
+  def is_full(self):
+    """Is the Replay Buffer full?"""
+    return np.bool_(self._core.add_count >= self._replay_capacity)
+
+  def cursor(self):
+    """Index to the location where the next transition will be written."""
+    return np.int64(self._core.add_count % self._replay_capacity)
+
+  def get_range(self, array, start_index, end_index):
+    """array[start_index:end_index] with wrap-around (Dopamine's helper and asserts)."""
+    assert end_index > start_index, "end_index must be larger than start_index"
+    assert end_index >= 0
+    assert start_index < self._replay_capacity
+    if not self.is_full():
+      assert end_index <= self.cursor(), "Index {} has not been added.".format(start_index)
+    if start_index % self._replay_capacity < end_index % self._replay_capacity:
+      return array[start_index:end_index, ...]
+    indices = [(start_index + i) % self._replay_capacity for i in range(end_index - start_index)]
+    return array[indices, ...]
+
+  def get_observation_stack(self, index):
+    """observation_dtype[*observation_shape, stack]: the frames ending at ``index``."""
+    return self._get_element_stack(index, "observation")
+
+  def _get_element_stack(self, index, element_name):
+    state = self.get_range(self._store[element_name], index - self._stack_size + 1, index + 1)
+    return np.moveaxis(state, 0, -1)
+
+  def get_terminal_stack(self, index):
+    """terminal_dtype[stack]: the terminal flags of the frames ending at ``index``."""
+    return self.get_range(self._store["terminal"], index - self._stack_size + 1, index + 1)
+
+  def is_valid_transition(self, index):
+    """Dopamine's is_valid_transition: can ``index`` be sampled now? Returns bool."""
+    if index < 0 or index >= self._replay_capacity:
+      return False
+    return self._core.is_valid(operator.index(index))
+
+  def is_valid_transitions(self, indices):
+    """memoire's vectorised is_valid_transition: bool[n] for int[n] ``indices``."""
+    return self._core.is_valid_many(np.asarray(indices, dtype=np.int64))
+
+  # ---- sampling ------------------------------------------------------------------------------
+
+  def sample_index_batch(self, batch_size):
+    """list of ``batch_size`` valid indices, drawn uniformly by rejection (Dopamine's rules).
+
+    Raises:
+      RuntimeError: fewer than stack_size + update_horizon transitions, or more than
+        max_sample_attempts invalid draws (Dopamine's messages).
+    """
+    return self._core.sample_indices(int(batch_size)).tolist()
+
+  def _create_batch_arrays(self, batch_size):
+    """New output arrays for one batch, as Dopamine makes (np.empty per element).
+
+    Fresh multi-megabyte arrays cost page faults on first write, often more than the copy
+    itself. So the arrays of the last two batches are kept, and reused once nothing but this
+    pool refers to them (the caller dropped them, with every view of them): then the reuse is
+    unobservable and each call still returns arrays that no one else holds.
+    """
+    spec = self._batch_arrays_spec.get(batch_size)
+    if spec is None:
+      spec = [(tuple(e.shape), _np_dtype(e.type)) for e in self.get_transition_elements(batch_size)]
+      self._batch_arrays_spec[batch_size] = spec
+      self._batch_pool[batch_size] = []
+    pool = self._batch_pool[batch_size]
+    for arrays in pool:
+      # 2 = the pool's list + getrefcount's argument: no other reference, no view. (Indexing,
+      # not a loop variable, which would hold a reference of its own.)
+      if all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays))):
+        return tuple(arrays)
+    arrays = [np.empty(shape, dtype) for shape, dtype in spec]
+    if len(pool) >= 2:
+      pool.pop(0)
+    pool.append(arrays)
+    return tuple(arrays)
+
+  def sample_transition_batch(self, batch_size=None, indices=None):
+    """A batch of transitions: a tuple of arrays as get_transition_elements() describes.
+
+    Args:
+      batch_size: int, or None for the default.
+      indices: None to sample, or ``batch_size`` ints (Dopamine accepts any the way its
+        get_range does, wrapping negatives).
+
+    Returns:
+      tuple of numpy arrays (state, action, reward, next_state, next_action, next_reward,
+      terminal, indices, *extras[, sampling_probabilities]). reward is the n-step discounted
+      sum cut at the first terminal; next_* are read n steps on (or after the terminal).
+
+    Raises:
+      AssertionError: ``len(indices) != batch_size`` or an index Dopamine's get_range rejects.
+      RuntimeError: as sample_index_batch.
+      ValueError: vector rewards that numpy cannot broadcast against the discounts (as
+        Dopamine).
+    """
+    if batch_size is None:
+      batch_size = self._batch_size
+    if indices is None and self._fast_sampling:
+      arrays = self._create_batch_arrays(batch_size)
+      self._core.sample_into(batch_size, list(arrays))
+      return arrays
+    if indices is None:
+      indices = self.sample_index_batch(batch_size)
+    assert len(indices) == batch_size
+    index_array = np.asarray(indices)
+    if index_array.size and index_array.dtype.kind not in "iu":
+      raise TypeError("indices: expected integers, got {}".format(index_array.dtype))
+    arrays = self._create_batch_arrays(batch_size)
+    self._core.gather(index_array.astype(np.int64, copy=False).reshape(-1), list(arrays))
+    return arrays
+
+  # ---- checkpoints ---------------------------------------------------------------------------
+
+  def _generate_filename(self, checkpoint_dir, name, suffix):
+    return _checkpoint.generate_filename(checkpoint_dir, name, suffix)
+
+  def save(self, checkpoint_dir, iteration_number):
+    """Writes Dopamine's checkpoint files ``<name>_ckpt.<iteration>.gz`` into checkpoint_dir.
+
+    Does nothing when checkpoint_dir does not exist (as Dopamine). Files are written under
+    temporary names and renamed once all are complete; the checkpoint checkpoint_duration
+    iterations old is then removed (unless keep_every spares it).
+    """
+    _checkpoint.save(self, checkpoint_dir, iteration_number)
+
+  def load(self, checkpoint_dir, suffix):
+    """Restores a checkpoint written by this class or by Dopamine's.
+
+    Raises:
+      tensorflow.errors.NotFoundError (FileNotFoundError without TensorFlow loaded): a file is
+        missing (episode_end_indices may be missing, as in Dopamine).
+      memoire.ProtocolError: a file is corrupt or does not fit this buffer. The buffer is left
+        unchanged on any error.
+    """
+    _checkpoint.load(self, checkpoint_dir, suffix)
+
+
+def _prioritized_sample_index_batch():
+  # The prioritized subclass's own sampler also runs natively (see prioritized_replay_buffer).
+  from memoire.dopamine_compat import prioritized_replay_buffer as prb  # pylint: disable=g-import-not-at-top
+  return prb.OutOfGraphPrioritizedReplayBuffer.sample_index_batch
+
+
+def _make_wrapped_replay_buffer():
+  """Builds WrappedReplayBuffer on first use (it needs TensorFlow and Dopamine)."""
+  from dopamine.tf.replay_memory import circular_replay_buffer as dopamine_crb  # pylint: disable=g-import-not-at-top
+
+  class WrappedReplayBuffer(dopamine_crb.WrappedReplayBuffer):
+    """Dopamine's WrappedReplayBuffer (in-graph sampling tensors) over memoire's buffer.
+
+    Same arguments, tensors (``states``, ``actions``, ``rewards``, ``next_states``,
+    ``next_actions``, ``next_rewards``, ``terminals``, ``indices``, ``transition``) and methods
+    as Dopamine's; the default ``wrapped_memory`` is memoire's OutOfGraphReplayBuffer.
+    """
+
+    def __init__(self, observation_shape, stack_size, use_staging=False,
+                 replay_capacity=1000000, batch_size=32, update_horizon=1, gamma=0.99,
+                 wrapped_memory=None, max_sample_attempts=1000, extra_storage_types=None,
+                 observation_dtype=np.uint8, terminal_dtype=np.uint8, action_shape=(),
+                 action_dtype=np.int32, reward_shape=(), reward_dtype=np.float32):
+      _check_wrapped_args(replay_capacity, update_horizon, gamma)
+      if wrapped_memory is None:
+        wrapped_memory = OutOfGraphReplayBuffer(
+            observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma,
+            max_sample_attempts, observation_dtype=observation_dtype,
+            terminal_dtype=terminal_dtype, extra_storage_types=extra_storage_types,
+            action_shape=action_shape, action_dtype=action_dtype, reward_shape=reward_shape,
+            reward_dtype=reward_dtype)
+      super().__init__(
+          observation_shape, stack_size, use_staging=use_staging,
+          replay_capacity=replay_capacity, batch_size=batch_size,
+          update_horizon=update_horizon, gamma=gamma, wrapped_memory=wrapped_memory,
+          max_sample_attempts=max_sample_attempts, extra_storage_types=extra_storage_types,
+          observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
+          action_shape=action_shape, action_dtype=action_dtype, reward_shape=reward_shape,
+          reward_dtype=reward_dtype)
+
+  WrappedReplayBuffer.__module__ = __name__
+  return WrappedReplayBuffer
+
+
+def _check_wrapped_args(replay_capacity, update_horizon, gamma):
+  """Dopamine's WrappedReplayBuffer checks, made before the memory is built."""
+  if replay_capacity < update_horizon + 1:
+    raise ValueError("Update horizon ({}) should be significantly smaller "
+                     "than replay capacity ({}).".format(update_horizon, replay_capacity))
+  if not update_horizon >= 1:
+    raise ValueError("Update horizon must be positive.")
+  if not 0.0 <= gamma <= 1.0:
+    raise ValueError("Discount factor (gamma) must be in [0, 1].")
+
+
+_LAZY = {"WrappedReplayBuffer": _make_wrapped_replay_buffer}
+
+
+def __getattr__(name):  # PEP 562: the TF wrapper is built on first access
+  if name in _LAZY:
+    value = _LAZY.pop(name)()
+    globals()[name] = value
+    return value
+  raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))

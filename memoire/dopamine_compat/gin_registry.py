@@ -1,0 +1,60 @@
+"""Registers memoire's Dopamine-compatible classes with gin, under names of their own.
+
+Importing this module registers, in gin module ``memoire.dopamine_compat``:
+
+=============================================  ==============================================
+gin name                                       class
+=============================================  ==============================================
+``MemoireOutOfGraphReplayBuffer``              circular_replay_buffer.OutOfGraphReplayBuffer
+``MemoireOutOfGraphPrioritizedReplayBuffer``   prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
+``MemoireWrappedReplayBuffer``                 circular_replay_buffer.WrappedReplayBuffer (*)
+``MemoireWrappedPrioritizedReplayBuffer``      prioritized_replay_buffer.WrappedPrioritizedReplayBuffer (*)
+=============================================  ==============================================
+
+(*) only when TensorFlow and dopamine-rl are importable.
+
+Why not Dopamine's names: gin resolves a short selector such as ``WrappedReplayBuffer.batch_size``
+by suffix over every registered configurable, so a second ``WrappedReplayBuffer`` (in any
+module) would make Dopamine's own gin files fail with "Ambiguous selector". The distinct names
+keep every Dopamine config working unchanged.
+
+Plugging memoire into an unmodified Dopamine TF agent (the agent builds Dopamine's wrapper and
+never passes ``wrapped_memory``, so gin can fill it)::
+
+    import memoire.dopamine_compat.gin_registry
+    WrappedReplayBuffer.wrapped_memory = @MemoireOutOfGraphReplayBuffer()
+    MemoireOutOfGraphReplayBuffer.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE
+    MemoireOutOfGraphReplayBuffer.stack_size = %gym_lib.CARTPOLE_STACK_SIZE
+    ...
+
+(the wrapper's own shape, horizon and discount are the agent's; the wrapped memory needs them
+bound explicitly, with the same values; see configs/dqn_cartpole_tf.gin). As in Dopamine, the
+wrappers keep observation_shape, stack_size, update_horizon and gamma out of gin.
+"""
+
+import gin
+
+from memoire.dopamine_compat import circular_replay_buffer as _crb
+from memoire.dopamine_compat import prioritized_replay_buffer as _prb
+
+MODULE = "memoire.dopamine_compat"
+_AGENT_OWNED = ["observation_shape", "stack_size", "update_horizon", "gamma"]
+
+MemoireOutOfGraphReplayBuffer = gin.external_configurable(
+    _crb.OutOfGraphReplayBuffer, name="MemoireOutOfGraphReplayBuffer", module=MODULE)
+MemoireOutOfGraphPrioritizedReplayBuffer = gin.external_configurable(
+    _prb.OutOfGraphPrioritizedReplayBuffer, name="MemoireOutOfGraphPrioritizedReplayBuffer",
+    module=MODULE)
+
+try:
+  _wrapped = _crb.WrappedReplayBuffer
+  _wrapped_prioritized = _prb.WrappedPrioritizedReplayBuffer
+except ImportError:  # no TensorFlow / dopamine-rl: the out-of-graph classes still register
+  _wrapped = _wrapped_prioritized = None
+
+if _wrapped is not None:
+  MemoireWrappedReplayBuffer = gin.external_configurable(
+      _wrapped, name="MemoireWrappedReplayBuffer", module=MODULE, denylist=_AGENT_OWNED)
+  MemoireWrappedPrioritizedReplayBuffer = gin.external_configurable(
+      _wrapped_prioritized, name="MemoireWrappedPrioritizedReplayBuffer", module=MODULE,
+      denylist=_AGENT_OWNED)
