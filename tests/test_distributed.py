@@ -105,8 +105,7 @@ def test_tiny_distributed_run_two_actors(tmp_path):
               "ClassicControlDQNNetwork.hidden_units = 32",
               "DistributedConfig.publish_period = 20", "DistributedConfig.chunk_size = 8"):
         cmd += ["--gin_bindings", b]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=170)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "learner with 2 actor(s)" in out.stdout
     run = os.path.join(base, "setting_0", "run_0")

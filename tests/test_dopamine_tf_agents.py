@@ -15,8 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_agent(gin_file, steps):
-  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-             TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
   out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_tf_agent_run.py"),
                         os.path.join(ROOT, "configs", gin_file), str(steps)],
                        capture_output=True, text=True, timeout=300, env=env, check=False)

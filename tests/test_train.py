@@ -33,9 +33,9 @@ def _cmd(base_dir, iterations):
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    # The installed memoire, not the source tree: no ROOT on the path (subprocesses also run
+    # outside ROOT, since `python -m` puts the working directory first on sys.path).
+    return dict(os.environ)
 
 
 def _rows(path):
@@ -49,7 +49,7 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     ckpt = os.path.join(run, "checkpoints")
 
     # 1. A long run, killed (SIGKILL) once iteration 1 is checkpointed.
-    proc = subprocess.Popen(_cmd(base, 50), env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_cmd(base, 50), env=_env(), cwd=base, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 150
@@ -83,7 +83,7 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     assert int(_rows(os.path.join(run, "replay.csv"))[0]["add_count"]) > 100
 
     # 3. The same command again resumes after the last complete checkpoint.
-    out = subprocess.run(_cmd(base, done + 2), env=_env(), capture_output=True, text=True,
+    out = subprocess.run(_cmd(base, done + 2), env=_env(), cwd=base, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"resuming {run} at iteration {done + 1}" in out.stdout
