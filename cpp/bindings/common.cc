@@ -1,5 +1,7 @@
 #include "bindings/common.h"
 
+#include <pybind11/stl.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -277,6 +279,18 @@ py::array NewArray(const Field& f, std::vector<int64_t> leading,
     delete blk;
   });
   return py::array(ToNumpy(f.dtype), shape, {}, data, owner);
+}
+
+void BindBufferPool(py::module_& m) {
+  m.def(
+      "empty",
+      [](const std::vector<int64_t>& shape, const py::object& dtype) {
+        Field f{"empty", FromNumpy(py::dtype::from_args(dtype), "dtype"), {}};
+        return NewArray(f, shape);
+      },
+      py::arg("shape"), py::arg("dtype"),
+      R"doc(Like numpy.empty, from memoire's recycled buffer pool: arrays of 64 KiB or more reuse
+the warm pages of arrays already released, instead of page-faulting fresh memory.)doc");
 }
 
 }  // namespace memoire

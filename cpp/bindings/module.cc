@@ -5,6 +5,7 @@
 namespace memoire {
 namespace py = pybind11;
 void RegisterErrors(py::module_& m);
+void BindBufferPool(py::module_& m);
 void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
@@ -14,6 +15,7 @@ void BindCircularBuffer(py::module_& m);
 PYBIND11_MODULE(_core, m) {
   m.doc() = "memoire's native core (private: use the memoire package).";
   memoire::RegisterErrors(m);
+  memoire::BindBufferPool(m);
   memoire::BindSumTree(m);
   memoire::BindReplayMemory(m);
   memoire::BindTransitionStore(m);

@@ -173,7 +173,6 @@ class OutOfGraphReplayBuffer(object):
     # Views of the native storage, under Dopamine's names (read them; do not resize them).
     self._store = {name: self._core.column(i) for i, (name, _, _) in enumerate(fields)}
     self._batch_arrays_spec = {}
-    self._batch_pool = {}
     self._fast_sampling = (
         type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
                                           _prioritized_sample_index_batch()))
@@ -366,27 +365,15 @@ class OutOfGraphReplayBuffer(object):
   def _create_batch_arrays(self, batch_size):
     """New output arrays for one batch, as Dopamine makes (np.empty per element).
 
-    Fresh multi-megabyte arrays cost page faults on first write, often more than the copy
-    itself. So the arrays of the last two batches are kept, and reused once nothing but this
-    pool refers to them (the caller dropped them, with every view of them): then the reuse is
-    unobservable and each call still returns arrays that no one else holds.
+    They come from memoire's buffer pool (``_core.empty``): fresh multi-megabyte arrays cost
+    page faults on first write, often more than the copy itself, while the pool hands out the
+    warm memory of batches the caller already dropped.
     """
     spec = self._batch_arrays_spec.get(batch_size)
     if spec is None:
       spec = [(tuple(e.shape), _np_dtype(e.type)) for e in self.get_transition_elements(batch_size)]
       self._batch_arrays_spec[batch_size] = spec
-      self._batch_pool[batch_size] = []
-    pool = self._batch_pool[batch_size]
-    for arrays in pool:
-      # 2 = the pool's list + getrefcount's argument: no other reference, no view. (Indexing,
-      # not a loop variable, which would hold a reference of its own.)
-      if all(sys.getrefcount(arrays[i]) == 2 for i in range(len(arrays))):
-        return tuple(arrays)
-    arrays = [np.empty(shape, dtype) for shape, dtype in spec]
-    if len(pool) >= 2:
-      pool.pop(0)
-    pool.append(arrays)
-    return tuple(arrays)
+    return tuple(_core.empty(shape, dtype) for shape, dtype in spec)
 
   def sample_transition_batch(self, batch_size=None, indices=None):
     """A batch of transitions: a tuple of arrays as get_transition_elements() describes.
