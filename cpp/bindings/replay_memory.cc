@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "bindings/common.h"
@@ -49,8 +50,11 @@ std::vector<float> PerRewardElement(const RM& m, const py::handle& value, const 
   return std::vector<float>(a.data(), a.data() + a.size());
 }
 
+// A zeroed template of field f: exactly its dtype and shape (a 0-d array for shape []).
 py::array ReadField(const RM& m, int f) {
-  return NewArray(m.schema().field(f), {}).attr("__mul__")(0);  // a zeroed template
+  py::array a = NewArray(m.schema().field(f), {});
+  std::memset(a.mutable_data(), 0, static_cast<size_t>(a.nbytes()));
+  return a;
 }
 
 // Converts the six user rows (s, a, r, p, v, i) and adds them.
@@ -176,36 +180,47 @@ void BindReplayMemory(py::module_& m) {
   // _sample(n) -> (prev tuple, next tuple, weight, prob, done, id); disabled fields are None.
   c.def("_sample", [](RM& self, int64_t n) {
     if (n < 1) throw py::value_error("batch_size: expected >= 1, got " + std::to_string(n));
-    const RM::Options o = self.options();
-    RM::SampleOut out;
-    py::tuple prev(static_cast<size_t>(RM::kNumFields)), next(static_cast<size_t>(RM::kNumFields));
-    for (int f = 0; f < RM::kNumFields; ++f) {
-      const Field& fd = self.schema().field(f);
-      if (o.cache_flags[f]) {
-        py::array a = NewArray(fd, {n, o.frame_stack});
-        out.prev[f] = static_cast<uint8_t*>(a.mutable_data());
-        prev[f] = a;
-      } else {
-        prev[f] = py::none();
+    // Outputs are sized from the settings read here; if another thread changes frame_stack
+    // before Sample takes the lock, Sample refuses (writing nothing) and we size again.
+    for (int attempt = 0;; ++attempt) {
+      const RM::Options o = self.options();
+      RM::SampleOut out;
+      out.frame_stack = o.frame_stack;
+      py::tuple prev(static_cast<size_t>(RM::kNumFields)), next(static_cast<size_t>(RM::kNumFields));
+      for (int f = 0; f < RM::kNumFields; ++f) {
+        const Field& fd = self.schema().field(f);
+        if (o.cache_flags[f]) {
+          py::array a = NewArray(fd, {n, o.frame_stack});
+          out.prev[f] = static_cast<uint8_t*>(a.mutable_data());
+          prev[f] = a;
+        } else {
+          prev[f] = py::none();
+        }
+        if (o.cache_flags[RM::kNumFields + f]) {
+          py::array a = NewArray(fd, {n, o.frame_stack});
+          out.next[f] = static_cast<uint8_t*>(a.mutable_data());
+          next[f] = a;
+        } else {
+          next[f] = py::none();
+        }
       }
-      if (o.cache_flags[RM::kNumFields + f]) {
-        py::array a = NewArray(fd, {n, o.frame_stack});
-        out.next[f] = static_cast<uint8_t*>(a.mutable_data());
-        next[f] = a;
-      } else {
-        next[f] = py::none();
+      py::array_t<float> weight(n);
+      py::array_t<double> prob(n);
+      py::array_t<bool> done(n);
+      py::array_t<int64_t> id(n);
+      out.weight = weight.mutable_data();
+      out.prob = prob.mutable_data();
+      out.done = reinterpret_cast<uint8_t*>(done.mutable_data());
+      out.id = id.mutable_data();
+      Status s;
+      {
+        py::gil_scoped_release release;
+        s = self.Sample(n, out);
       }
+      if (!s.ok() && attempt < 100 && self.options().frame_stack != o.frame_stack) continue;
+      ThrowIfError(s);
+      return py::make_tuple(prev, next, weight, prob, done, id);
     }
-    py::array_t<float> weight(n);
-    py::array_t<double> prob(n);
-    py::array_t<bool> done(n);
-    py::array_t<int64_t> id(n);
-    out.weight = weight.mutable_data();
-    out.prob = prob.mutable_data();
-    out.done = reinterpret_cast<uint8_t*>(done.mutable_data());
-    out.id = id.mutable_data();
-    CallReleased([&] { return self.Sample(n, out); });
-    return py::make_tuple(prev, next, weight, prob, done, id);
   }, py::arg("batch_size"));
 
   c.def("update_weights",

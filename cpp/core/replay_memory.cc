@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "core/gather.h"
@@ -119,6 +120,9 @@ Status ReplayMemory::SetOptions(const Options& o) {
   const bool rederive = o.frame_stack != opt_.frame_stack || o.multi_step != opt_.multi_step;
   opt_ = o;
   if (rederive) RebuildTreeLocked();
+  // A lower max_episode holds at once, not only from the next close_episode.
+  while (opt_.max_episode > 0 && static_cast<int64_t>(episodes_.size()) > opt_.max_episode)
+    EvictOldestLocked();
   return Status::OK();
 }
 
@@ -268,6 +272,9 @@ Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool upda
       w *= std::pow(std::fabs(td) + opt_.priority_epsilon, opt_.priority_exponent);
     }
     if (!Finite(w)) w = 0.0;  // an overflowing td must not poison the tree
+    // Weights are stored as float32: a finite weight past its range saturates instead of
+    // becoming +inf (which would make the tree's total, and every probability, meaningless).
+    w = std::min(w, static_cast<double>(std::numeric_limits<float>::max()));
     weight_[slot] = static_cast<float>(w);
     ep_len_[slot] = L;
     ep_term_[slot] = terminal ? 1 : 0;
@@ -323,6 +330,9 @@ uint64_t ReplayMemory::total_added() const {
 Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
   std::lock_guard<std::mutex> l(mu_);
+  if (out.frame_stack != 0 && out.frame_stack != opt_.frame_stack)
+    return Error(Code::kFailedPrecondition, "sample: outputs sized for frame_stack=", out.frame_stack,
+                 " but frame_stack is now ", opt_.frame_stack);
   if (sampleable_ == 0)
     return Error(Code::kFailedPrecondition,
                  "sample: no sampleable entry (need a closed episode longer than frame_stack - 1 "
