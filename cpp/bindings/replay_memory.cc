@@ -212,12 +212,14 @@ void BindReplayMemory(py::module_& m) {
       out.prob = prob.mutable_data();
       out.done = reinterpret_cast<uint8_t*>(done.mutable_data());
       out.id = id.mutable_data();
+      int frame_stack_now = o.frame_stack;
+      out.frame_stack_now = &frame_stack_now;
       Status s;
       {
         py::gil_scoped_release release;
         s = self.Sample(n, out);
       }
-      if (!s.ok() && attempt < 100 && self.options().frame_stack != o.frame_stack) continue;
+      if (!s.ok() && attempt < 100 && frame_stack_now != o.frame_stack) continue;
       ThrowIfError(s);
       return py::make_tuple(prev, next, weight, prob, done, id);
     }

@@ -330,6 +330,7 @@ uint64_t ReplayMemory::total_added() const {
 Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
   std::lock_guard<std::mutex> l(mu_);
+  if (out.frame_stack_now) *out.frame_stack_now = opt_.frame_stack;
   if (out.frame_stack != 0 && out.frame_stack != opt_.frame_stack)
     return Error(Code::kFailedPrecondition, "sample: outputs sized for frame_stack=", out.frame_stack,
                  " but frame_stack is now ", opt_.frame_stack);

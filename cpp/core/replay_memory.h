@@ -109,8 +109,9 @@ class ReplayMemory {
     int64_t* id = nullptr;     // [n] entry ids for UpdateWeights
     // The frame_stack the outputs were sized for (0: not checked). Another thread may change
     // the setting between sizing and sampling; then Sample fails with kFailedPrecondition,
-    // writing nothing.
+    // writing no output but `frame_stack_now` (if not null), the setting it found.
     int frame_stack = 0;
+    int* frame_stack_now = nullptr;
   };
   // Draws n entries with probability proportional to weight (stratified over n equal slices
   // of the total, with replacement). kFailedPrecondition when nothing is sampleable.
