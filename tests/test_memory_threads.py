@@ -150,7 +150,6 @@ def test_gil_is_released_during_a_long_add():
         sys.setswitchinterval(old)
     assert big.num_episode() == 1 and big.size == 4000
     assert sum(during) >= 8 * 5, during
-    return during
 
 
 def test_frame_stack_changes_race_sampling_safely():
@@ -160,23 +159,26 @@ def test_frame_stack_changes_race_sampling_safely():
         rem.add_entries(*rows(e * 40, 40))
         rem.close_episode()
     stop = threading.Event()
-    shapes = set()
+    shapes = []
 
     def toggler():
-        for k in range(3000):
-            rem.frame_stack = 4 if k % 2 else 1
-        stop.set()
-
-    def sampler():
-        for _ in range(10**6):
+        for k in range(10**7):
             if stop.is_set():
                 return
-            b = rem.get_batch(16)
-            fs = b.prev[0].shape[1]
-            shapes.add(fs)
-            assert b.next[0].shape[1] == fs and b.prev[6].shape[1] == fs
-            np.testing.assert_array_equal(b.prev[0][:, :, 0],
-                                          b.id[:, None] + np.arange(fs) - (fs - 1))
+            rem.frame_stack = 4 if k % 2 else 1
+        raise AssertionError("toggler loop bound reached")
+
+    def sampler():
+        try:
+            for _ in range(400):
+                b = rem.get_batch(16)
+                fs = b.prev[0].shape[1]
+                shapes.append(fs)
+                assert b.next[0].shape[1] == fs and b.prev[6].shape[1] == fs
+                np.testing.assert_array_equal(b.prev[0][:, :, 0],
+                                              b.id[:, None] + np.arange(fs) - (fs - 1))
+        finally:
+            stop.set()
 
     run_threads([toggler, sampler])
-    assert shapes <= {1, 4} and shapes
+    assert len(shapes) == 400 and set(shapes) <= {1, 4}
