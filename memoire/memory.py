@@ -32,6 +32,9 @@ class Batch:
         (``w / total_weight``); importance weights are ``(num_sampleable * prob) ** -beta``.
       done: ``bool[batch]``, True where ``next`` ends on the last entry of a terminated episode.
       id: ``int64[batch]``, entry ids for :meth:`ReplayMemory.update_weights`.
+
+    All arrays of one batch are views into one block allocated per call (fast for large
+    stacks); keeping any of them keeps the whole block alive.
     """
 
     prev: tuple

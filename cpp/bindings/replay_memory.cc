@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "bindings/common.h"
@@ -49,8 +50,11 @@ std::vector<float> PerRewardElement(const RM& m, const py::handle& value, const 
   return std::vector<float>(a.data(), a.data() + a.size());
 }
 
+// A zeroed template of field f: exactly its dtype and shape (a 0-d array for shape []).
 py::array ReadField(const RM& m, int f) {
-  return NewArray(m.schema().field(f), {}).attr("__mul__")(0);  // a zeroed template
+  py::array a = NewArray(m.schema().field(f), {});
+  std::memset(a.mutable_data(), 0, static_cast<size_t>(a.nbytes()));
+  return a;
 }
 
 // Converts the six user rows (s, a, r, p, v, i) and adds them.
@@ -177,36 +181,73 @@ void BindReplayMemory(py::module_& m) {
   // _sample(n) -> (prev tuple, next tuple, weight, prob, done, id); disabled fields are None.
   c.def("_sample", [](RM& self, int64_t n) {
     if (n < 1) throw py::value_error("batch_size: expected >= 1, got " + std::to_string(n));
-    const RM::Options o = self.options();
-    RM::SampleOut out;
-    py::tuple prev(static_cast<size_t>(RM::kNumFields)), next(static_cast<size_t>(RM::kNumFields));
-    for (int f = 0; f < RM::kNumFields; ++f) {
-      const Field& fd = self.schema().field(f);
-      if (o.cache_flags[f]) {
-        py::array a = NewArray(fd, {n, o.frame_stack});
-        out.prev[f] = static_cast<uint8_t*>(a.mutable_data());
-        prev[f] = a;
-      } else {
-        prev[f] = py::none();
+    // Outputs are sized from the settings read here; if another thread changes frame_stack
+    // before Sample takes the lock, Sample refuses (writing nothing) and we size again.
+    for (int attempt = 0;; ++attempt) {
+      const RM::Options o = self.options();
+      RM::SampleOut out;
+      out.frame_stack = o.frame_stack;
+      // All outputs are views into one allocation: one malloc per batch instead of 18, and
+      // (for Atari-sized stacks) no allocator trimming and re-faulting of fresh pages on every
+      // call, which cost more than the copies themselves.
+      size_t total = 0;
+      auto place = [&](size_t bytes) {
+        const size_t at = total;
+        total += (bytes + 63) / 64 * 64;
+        return at;
+      };
+      size_t at_prev[RM::kNumFields], at_next[RM::kNumFields];
+      for (int f = 0; f < RM::kNumFields; ++f) {
+        const size_t bytes = static_cast<size_t>(n) * o.frame_stack * self.schema().field(f).bytes();
+        at_prev[f] = o.cache_flags[f] ? place(bytes) : 0;
+        at_next[f] = o.cache_flags[RM::kNumFields + f] ? place(bytes) : 0;
       }
-      if (o.cache_flags[RM::kNumFields + f]) {
-        py::array a = NewArray(fd, {n, o.frame_stack});
-        out.next[f] = static_cast<uint8_t*>(a.mutable_data());
-        next[f] = a;
-      } else {
-        next[f] = py::none();
+      const size_t at_weight = place(n * sizeof(float)), at_prob = place(n * sizeof(double));
+      const size_t at_done = place(n), at_id = place(n * sizeof(int64_t));
+      // From the buffer pool: warm pages of batches already dropped, not fresh ones.
+      py::array block = NewArray(Field{"block", DType::kUInt8, {}}, {static_cast<int64_t>(total + 64)});
+      uint8_t* base = static_cast<uint8_t*>(block.mutable_data());
+      base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+      auto view = [&](const py::dtype& dt, std::vector<py::ssize_t> shape, size_t at) {
+        return py::array(dt, shape, static_cast<const void*>(base + at), block);
+      };
+      py::tuple prev(static_cast<size_t>(RM::kNumFields)), next(static_cast<size_t>(RM::kNumFields));
+      for (int f = 0; f < RM::kNumFields; ++f) {
+        const Field& fd = self.schema().field(f);
+        std::vector<py::ssize_t> shape{n, o.frame_stack};
+        shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
+        if (o.cache_flags[f]) {
+          prev[f] = view(ToNumpy(fd.dtype), shape, at_prev[f]);
+          out.prev[f] = base + at_prev[f];
+        } else {
+          prev[f] = py::none();
+        }
+        if (o.cache_flags[RM::kNumFields + f]) {
+          next[f] = view(ToNumpy(fd.dtype), shape, at_next[f]);
+          out.next[f] = base + at_next[f];
+        } else {
+          next[f] = py::none();
+        }
       }
+      py::array weight = view(py::dtype::of<float>(), {n}, at_weight);
+      py::array prob = view(py::dtype::of<double>(), {n}, at_prob);
+      py::array done = view(py::dtype::of<bool>(), {n}, at_done);
+      py::array id = view(py::dtype::of<int64_t>(), {n}, at_id);
+      out.weight = reinterpret_cast<float*>(base + at_weight);
+      out.prob = reinterpret_cast<double*>(base + at_prob);
+      out.done = base + at_done;
+      out.id = reinterpret_cast<int64_t*>(base + at_id);
+      int frame_stack_now = o.frame_stack;
+      out.frame_stack_now = &frame_stack_now;
+      Status s;
+      {
+        py::gil_scoped_release release;
+        s = self.Sample(n, out);
+      }
+      if (!s.ok() && attempt < 100 && frame_stack_now != o.frame_stack) continue;
+      ThrowIfError(s);
+      return py::make_tuple(prev, next, weight, prob, done, id);
     }
-    py::array_t<float> weight(n);
-    py::array_t<double> prob(n);
-    py::array_t<bool> done(n);
-    py::array_t<int64_t> id(n);
-    out.weight = weight.mutable_data();
-    out.prob = prob.mutable_data();
-    out.done = reinterpret_cast<uint8_t*>(done.mutable_data());
-    out.id = id.mutable_data();
-    CallReleased([&] { return self.Sample(n, out); });
-    return py::make_tuple(prev, next, weight, prob, done, id);
   }, py::arg("batch_size"));
 
   c.def("update_weights",

@@ -1,5 +1,6 @@
 #include "core/gather.h"
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__SSE2__)
@@ -99,7 +100,11 @@ void GatherStackChannelLast(const uint8_t* column, size_t elem_bytes, int64_t ro
       continue;
     }
     for (int k = 0; k < stack; ++k) rows[k] = column + slots[b * stack + k] * row_bytes;
-    switch (elem_bytes) {
+    // The typed paths read and write whole elements; an output (or column) that is not
+    // aligned to the element size takes the bytewise path instead (a typed access would be UB).
+    const bool aligned = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(column) |
+                           row_bytes) % elem_bytes) == 0;
+    switch (aligned ? elem_bytes : 0) {
       case 1:
         if (stack == 4) InterleaveU8x4(rows, row_elems, dst);
         else Interleave(rows, row_elems, stack, dst);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "core/gather.h"
@@ -119,6 +120,9 @@ Status ReplayMemory::SetOptions(const Options& o) {
   const bool rederive = o.frame_stack != opt_.frame_stack || o.multi_step != opt_.multi_step;
   opt_ = o;
   if (rederive) RebuildTreeLocked();
+  // A lower max_episode holds at once, not only from the next close_episode.
+  while (opt_.max_episode > 0 && static_cast<int64_t>(episodes_.size()) > opt_.max_episode)
+    EvictOldestLocked();
   return Status::OK();
 }
 
@@ -268,6 +272,9 @@ Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool upda
       w *= std::pow(std::fabs(td) + opt_.priority_epsilon, opt_.priority_exponent);
     }
     if (!Finite(w)) w = 0.0;  // an overflowing td must not poison the tree
+    // Weights are stored as float32: a finite weight past its range saturates instead of
+    // becoming +inf (which would make the tree's total, and every probability, meaningless).
+    w = std::min(w, static_cast<double>(std::numeric_limits<float>::max()));
     weight_[slot] = static_cast<float>(w);
     ep_len_[slot] = L;
     ep_term_[slot] = terminal ? 1 : 0;
@@ -323,6 +330,10 @@ uint64_t ReplayMemory::total_added() const {
 Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
   std::lock_guard<std::mutex> l(mu_);
+  if (out.frame_stack_now) *out.frame_stack_now = opt_.frame_stack;
+  if (out.frame_stack != 0 && out.frame_stack != opt_.frame_stack)
+    return Error(Code::kFailedPrecondition, "sample: outputs sized for frame_stack=", out.frame_stack,
+                 " but frame_stack is now ", opt_.frame_stack);
   if (sampleable_ == 0)
     return Error(Code::kFailedPrecondition,
                  "sample: no sampleable entry (need a closed episode longer than frame_stack - 1 "
@@ -348,20 +359,22 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   }
   for (int f = 0; f < kNumFields; ++f) {
     const size_t rb = cols_.row_bytes(f);
-    if (out.prev[f]) GatherStack(cols_.data(f), rb, prev_slots.data(), n, fs, out.prev[f]);
-    if (!out.next[f]) continue;
-    if (out.prev[f] && ms < fs) {
-      // next[b, j] is prev[b, j + ms] for j < fs - ms: copy those rows from the (cache-hot)
-      // output instead of reading the store again; only the last ms rows come from the store.
+    const uint8_t* col = cols_.data(f);
+    if (out.prev[f] && out.next[f] && ms < fs) {
+      // The stacks overlap: next frame j is prev frame j + ms. Copy those from the prev rows
+      // just written (in cache) and read only the ms new rows from the store, transition by
+      // transition, so an Atari batch reads 5 frames per transition from memory instead of 8.
       for (int64_t b = 0; b < n; ++b) {
-        uint8_t* dst = out.next[f] + b * fs * rb;
-        const uint8_t* src = out.prev[f] + b * fs * rb;
-        std::memcpy(dst, src + ms * rb, (fs - ms) * rb);
-        GatherRows(cols_.data(f), rb, &next_slots[b * fs + (fs - ms)], ms, dst + (fs - ms) * rb);
+        uint8_t* prev = out.prev[f] + static_cast<size_t>(b) * fs * rb;
+        uint8_t* next = out.next[f] + static_cast<size_t>(b) * fs * rb;
+        GatherRows(col, rb, &prev_slots[b * fs], fs, prev);
+        std::memcpy(next, prev + ms * rb, (fs - ms) * rb);
+        GatherRows(col, rb, &next_slots[b * fs + fs - ms], ms, next + (fs - ms) * rb);
       }
-    } else {
-      GatherStack(cols_.data(f), rb, next_slots.data(), n, fs, out.next[f]);
+      continue;
     }
+    if (out.prev[f]) GatherStack(col, rb, prev_slots.data(), n, fs, out.prev[f]);
+    if (out.next[f]) GatherStack(col, rb, next_slots.data(), n, fs, out.next[f]);
   }
   return Status::OK();
 }

@@ -1,6 +1,7 @@
 // ReplayMemory: memoire's episodic replay memory (seed 001). Entries (s, a, r, p, v, q, i) live
 // in a ring of `max_step` slots; an episode is a contiguous run of slots that may wrap. Whole
-// oldest episodes are evicted when the ring or `max_episode` is full. close_episode computes
+// oldest episodes are evicted when the ring or `max_episode` is full (lowering max_episode
+// evicts at once). close_episode computes
 // lambda-returns (q) and priority weights; sampling draws entries in proportion to weight.
 //
 // Entry identity: every entry has an absolute position `pos` (0, 1, 2, ... in insertion order);
@@ -15,7 +16,8 @@
 //   G[k]   = r[k] + gamma_d * ((1 - lambda) * v[k+1] + lambda * G[k+1])     for k < L-1
 // Priority weights (alpha = priority_exponent, eps = priority_epsilon, c = reward_coeff):
 //   w[k] = multiplier * init_w[k] * (|sum_d c_d * (G[k,d] - v[k,d])| + eps) ^ alpha
-// and w[k] = multiplier * init_w[k] when weights are not updated.
+// and w[k] = multiplier * init_w[k] when weights are not updated. Weights are stored as float32:
+// a non-finite w becomes 0, a finite w beyond float32's range saturates at its largest value.
 // Entry k of an episode is sampleable when frame_stack-1 <= k, k + multi_step <= L-1, the
 // episode is closed, and w[k] > 0.
 //
@@ -105,6 +107,11 @@ class ReplayMemory {
     double* prob = nullptr;    // [n] weight / total_weight at sampling time
     uint8_t* done = nullptr;   // [n] 1 when next is the last entry of a terminated episode
     int64_t* id = nullptr;     // [n] entry ids for UpdateWeights
+    // The frame_stack the outputs were sized for (0: not checked). Another thread may change
+    // the setting between sizing and sampling; then Sample fails with kFailedPrecondition,
+    // writing no output but `frame_stack_now` (if not null), the setting it found.
+    int frame_stack = 0;
+    int* frame_stack_now = nullptr;
   };
   // Draws n entries with probability proportional to weight (stratified over n equal slices
   // of the total, with replacement). kFailedPrecondition when nothing is sampleable.

@@ -1,0 +1,187 @@
+// SumTree: totals and prefix search for capacities that are not powers of two, no zero leaf
+// ever found, stratified sampling in proportion to priority, and Rebuild.
+#include "core/sum_tree.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "tests/testing.h"
+
+using memoire::Rng;
+using memoire::SumTree;
+
+namespace {
+
+// The leaf a linear scan finds for `mass`: the first i with mass < prefix(<= i), skipping zeros.
+int64_t LinearFind(const std::vector<double>& p, double mass) {
+  double acc = 0;
+  int64_t last_positive = -1;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    last_positive = static_cast<int64_t>(i);
+    acc += p[i];
+    if (mass < acc) return static_cast<int64_t>(i);
+  }
+  return last_positive;
+}
+
+}  // namespace
+
+TEST(AnyCapacityTotalsAndFind) {
+  for (int64_t cap : {1, 2, 3, 5, 7, 13, 100, 1000}) {
+    SumTree t(cap);
+    CHECK(t.capacity() == cap);
+    CHECK(t.Total() == 0.0);
+    CHECK(t.Find(0.5) == -1);
+    std::vector<double> p(cap, 0.0);
+    double total = 0;
+    for (int64_t i = 0; i < cap; ++i) {
+      p[i] = (i % 3 == 1) ? 0.0 : 0.5 + static_cast<double>(i % 7);  // integers/halves: exact
+      t.Set(i, p[i]);
+      total += p[i];
+    }
+    CHECK(t.Total() == total);
+    for (int64_t i = 0; i < cap; ++i) CHECK(t.Get(i) == p[i]);
+    // Every boundary and midpoint agrees with a linear scan.
+    double acc = 0;
+    for (int64_t i = 0; i < cap; ++i) {
+      if (p[i] == 0) continue;
+      CHECK(t.Find(acc) == i);
+      CHECK(t.Find(acc + p[i] / 2) == i);
+      CHECK(t.Find(acc) == LinearFind(p, acc));
+      acc += p[i];
+    }
+    // Past the end and below zero: clamped onto a positive leaf.
+    CHECK(t.Find(total) == LinearFind(p, total));
+    CHECK(t.Find(total * 2) == LinearFind(p, total));
+    CHECK(t.Find(-1.0) == LinearFind(p, 0.0));
+  }
+}
+
+TEST(CapacityOne) {
+  SumTree t(1);
+  t.Set(0, 2.5);
+  CHECK(t.Total() == 2.5);
+  CHECK(t.Find(0.0) == 0 && t.Find(2.4) == 0 && t.Find(100.0) == 0);
+  t.Set(0, 0.0);
+  CHECK(t.Total() == 0.0 && t.Find(0.0) == -1);
+  Rng rng(1);
+  int64_t out[4];
+  CHECK(!t.Sample(rng, 4, true, out).ok());
+}
+
+TEST(FindNeverReturnsAZeroLeaf) {
+  // Priorities that do not add up exactly, with zeros on both sides of positive leaves, and
+  // masses at and past every boundary.
+  for (int64_t cap : {3, 13, 1000}) {
+    SumTree t(cap);
+    Rng rng(cap);
+    for (int round = 0; round < 20; ++round) {
+      for (int64_t i = 0; i < cap; ++i)
+        t.Set(i, rng.Uniform() < 0.6 ? 0.0 : rng.Uniform() * 1e-3 + 1e-7 * rng.Uniform());
+      if (t.Total() == 0) t.Set(cap / 2, 0.1);
+      const double total = t.Total();
+      for (int k = 0; k <= 2000; ++k) {
+        const double mass = total * k / 2000.0;
+        const int64_t i = t.Find(mass);
+        CHECK(i >= 0 && i < cap);
+        if (i >= 0 && i < cap) CHECK(t.Get(i) > 0);
+        const double nudged = std::nextafter(mass, 2 * total + 1);
+        const int64_t j = t.Find(nudged);
+        CHECK(j >= 0 && j < cap && t.Get(j) > 0);
+      }
+    }
+  }
+}
+
+TEST(StratifiedSampleFollowsPriorities) {
+  const int64_t cap = 13;
+  SumTree t(cap);
+  std::vector<double> p(cap);
+  double total = 0;
+  for (int64_t i = 0; i < cap; ++i) {
+    p[i] = (i == 4) ? 0.0 : 1.0 + static_cast<double>(i);
+    t.Set(i, p[i]);
+    total += p[i];
+  }
+  Rng rng(42);
+  const int64_t batch = 64, rounds = 2000;
+  std::vector<int64_t> counts(cap, 0), out(batch);
+  for (int r = 0; r < rounds; ++r) {
+    CHECK(t.Sample(rng, batch, /*stratified=*/true, out.data()).ok());
+    // Stratified: draws come in leaf order (slice k lies before slice k+1).
+    for (int64_t k = 1; k < batch; ++k) CHECK(out[k - 1] <= out[k]);
+    for (int64_t i : out) ++counts[i];
+  }
+  CHECK(counts[4] == 0);
+  const double n = static_cast<double>(batch * rounds);
+  double chi2 = 0;
+  for (int64_t i = 0; i < cap; ++i) {
+    if (p[i] == 0) continue;
+    const double e = n * p[i] / total;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  CHECK(chi2 < 32.9);  // 11 degrees of freedom: the 99.95% quantile
+  // Plain (unstratified) draws follow the same distribution.
+  std::fill(counts.begin(), counts.end(), 0);
+  for (int r = 0; r < rounds; ++r) {
+    CHECK(t.Sample(rng, batch, /*stratified=*/false, out.data()).ok());
+    for (int64_t i : out) ++counts[i];
+  }
+  chi2 = 0;
+  for (int64_t i = 0; i < cap; ++i) {
+    if (p[i] == 0) continue;
+    const double e = n * p[i] / total;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  CHECK(counts[4] == 0);
+  CHECK(chi2 < 32.9);
+}
+
+TEST(SameSeedSameSample) {
+  SumTree t(100);
+  for (int64_t i = 0; i < 100; ++i) t.Set(i, 1.0 + i % 5);
+  Rng a(7), b(7), c(8);
+  std::vector<int64_t> x(32), y(32), z(32);
+  CHECK(t.Sample(a, 32, true, x.data()).ok());
+  CHECK(t.Sample(b, 32, true, y.data()).ok());
+  CHECK(t.Sample(c, 32, true, z.data()).ok());
+  CHECK(x == y);
+  CHECK(x != z);
+}
+
+TEST(RebuildRemovesDrift) {
+  const int64_t cap = 1000;
+  SumTree t(cap);
+  Rng rng(3);
+  std::vector<double> p(cap, 0.0);
+  for (int k = 0; k < 200000; ++k) {
+    const int64_t i = static_cast<int64_t>(rng.Below(cap));
+    p[i] = rng.Uniform() * 1e6 + rng.Uniform() * 1e-6;
+    t.Set(i, p[i]);
+  }
+  for (int64_t i = 0; i < cap; ++i) t.Set(i, 0.0);
+  t.Set(17, 1e-300);  // tiny next to what was there
+  t.Rebuild();
+  CHECK(t.Total() == 1e-300);
+  CHECK(t.Find(0.0) == 17 && t.Find(1.0) == 17);
+  for (int64_t i = 0; i < cap; ++i) p[i] = static_cast<double>(i % 4);
+  for (int64_t i = 0; i < cap; ++i) t.Set(i, p[i]);
+  t.Rebuild();
+  double total = 0;
+  for (double v : p) total += v;
+  CHECK(t.Total() == total);
+}
+
+TEST(MaxRecordedAndClear) {
+  SumTree t(5);
+  CHECK(t.max_recorded() == 1.0);
+  t.Set(2, 3.5);
+  t.Set(2, 0.5);
+  CHECK(t.max_recorded() == 3.5);
+  t.Clear();
+  CHECK(t.Total() == 0.0 && t.Get(2) == 0.0 && t.max_recorded() == 1.0);
+}
+
+TEST_MAIN()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the core with AddressSanitizer + UndefinedBehaviorSanitizer and runs the C++ unit tests;
+# then builds the Python extension the same way and runs tests/test_memory*.py against it
+# (libasan preloaded into the interpreter, leak detection off: CPython's arenas look like leaks).
+# Usage: scripts/sanitize.sh            (C++ tests, then Python tests)
+#        SANITIZE_PYTHON=0 scripts/sanitize.sh   (C++ tests only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+
+cmake -S . -B build/asan -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=ON -DMEMOIRE_PYTHON=OFF \
+  -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build/asan
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+  ctest --test-dir build/asan --output-on-failure
+
+if [ "${SANITIZE_PYTHON:-1}" = "0" ]; then exit 0; fi
+
+# The extension, sanitized, in its own build folder; tests import it from a private copy of the
+# package so the developer build in memoire/ is untouched.
+cmake -S . -B build/asan-py -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=OFF -DMEMOIRE_PYTHON=ON \
+  -DCMAKE_BUILD_TYPE=Debug \
+  -Dpybind11_DIR="$($PY -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
+  -DPython_EXECUTABLE="$(command -v $PY)" >/dev/null
+cmake --build build/asan-py
+PKG=build/asan-py/pkg
+rm -rf "$PKG" && mkdir -p "$PKG"
+cp -r memoire "$PKG/memoire"
+rm -f "$PKG"/memoire/_core*.so
+cp build/asan-py/_core*.so "$PKG/memoire/"
+LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
+LIBUBSAN=$(${CXX:-g++} -print-file-name=libubsan.so)
+# The tests run from a copy too, so that pytest's rootdir import finds the sanitized package.
+cp -r tests "$PKG/tests"
+cd "$PKG"
+LD_PRELOAD="$LIBASAN $LIBUBSAN" \
+ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/test_memory_returns.py \
+  tests/test_memory_properties.py tests/test_memory_threads.py "$@"
