@@ -7,6 +7,7 @@ namespace py = pybind11;
 void RegisterErrors(py::module_& m);
 void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
+void BindCodec(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::RegisterErrors(m);
   memoire::BindSumTree(m);
   memoire::BindReplayMemory(m);
+  memoire::BindCodec(m);
 }
