@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "bindings/common.h"
@@ -50,7 +51,11 @@ std::vector<float> PerRewardElement(const RM& m, const py::handle& value, const 
 }
 
 py::array ReadField(const RM& m, int f) {
-  return NewArray(m.schema().field(f), {}).attr("__mul__")(0);  // a zeroed template
+  // A zeroed template. (Not `array * 0`: for a 0-d array that yields a numpy scalar, which
+  // came back as a float64 array whatever the field's dtype.)
+  py::array a = NewArray(m.schema().field(f), {});
+  std::memset(a.mutable_data(), 0, static_cast<size_t>(a.nbytes()));
+  return a;
 }
 
 // Converts the six user rows (s, a, r, p, v, i) and adds them.
