@@ -85,7 +85,7 @@ def _flatten(name: str, value: Any, entries: list, frames: list) -> None:
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         a = _as_wire_array(np.asarray(value))
         entries.append((name, Kind.ARRAY, dtype_code(a.dtype), a.shape))
-        frames.append(a)
+        frames.append(a.reshape(-1).view(np.uint8))  # flat bytes: any shape, zero-size too
     elif isinstance(value, bool):
         entries.append((name, Kind.SCALAR, _CODE[np.dtype(np.bool_)], ()))
         frames.append(np.array(value, np.bool_))
@@ -166,6 +166,8 @@ def _value(kind: int, dtype: int, shape: tuple, buf: Optional[memoryview], writa
         a = np.frombuffer(buf, dtype=_DTYPES[dtype]).reshape(shape)
         if writable:
             a = a.copy()
+        else:
+            a.flags.writeable = False  # a view of a received frame: never write through it
         return a[()] if a.ndim == 0 else a
     if kind == Kind.SCALAR:
         return np.frombuffer(buf, dtype=_DTYPES[dtype])[0].item()

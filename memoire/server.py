@@ -407,7 +407,9 @@ class ReplayMemoryServer:
     def _reject(self, reason: str, detail: str) -> None:
         with self._lock:
             self._rejected[reason] += 1
-        log.warning("dropped a message (%s): %s", reason, detail)
+            n = self._rejected[reason]
+        if n <= 10 or n % 1000 == 0:  # a flood of bad messages must not flood the log
+            log.warning("dropped a message (%s, %d so far): %s", reason, n, detail)
 
     def _loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
               name: str) -> None:

@@ -24,6 +24,26 @@ uint64_t GetLE(const uint8_t* p, int n) {
   return v;
 }
 
+// True when s is well-formed UTF-8 (names become Python str).
+bool ValidUtf8(const std::string& s) {
+  static const uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};  // overlong forms are invalid
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    const int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
+    if (n < 0 || i + n >= s.size() + (n == 0 ? 1 : 0)) return false;
+    uint32_t cp = n == 0 ? c : (c & (0x3fu >> n));
+    for (int k = 1; k <= n; ++k) {
+      const uint8_t d = static_cast<uint8_t>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 // Bytes of an entry's data frame, or an error when the shape product overflows.
 Status EntryBytes(const Entry& e, uint64_t* out) {
   uint64_t n = ItemSize(e.dtype);
@@ -47,6 +67,7 @@ Status CheckEntry(const Entry& e, Code code) {
   if (e.shape.size() > static_cast<size_t>(kMaxNdim))
     return Error(code, "entry '", e.name, "': ndim ", e.shape.size(), " > ", kMaxNdim);
   if (e.name.size() > 255) return Error(code, "entry name longer than 255 bytes");
+  if (!ValidUtf8(e.name)) return Error(code, "an entry name is not valid UTF-8");
   for (int64_t d : e.shape)
     if (d < 0) return Error(code, "entry '", e.name, "': negative dimension ", d);
   switch (e.kind) {
