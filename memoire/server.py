@@ -126,6 +126,19 @@ class _Stream:
         self.last_seen = time.monotonic()
 
 
+class _HeldCache:
+    """A cache held by the server: decoded values (views of the received frames)."""
+
+    __slots__ = ("values", "seq", "perm", "used")
+
+    def __init__(self, values: dict, seq: int, perm: np.ndarray):
+        self.values, self.seq, self.perm, self.used = values, seq, perm, 0
+
+    @property
+    def free(self) -> int:
+        return len(self.perm) - self.used
+
+
 class _Hosted:
     def __init__(self, obj: Any, methods: Iterable[str], serialize: bool):
         self.obj = obj
@@ -217,7 +230,7 @@ class ReplayMemoryServer:
         self._stats = collections.Counter()
         self._rejected = collections.Counter()
         # Cache ring (allocated for the current settings when the first cache comes).
-        self._ring: Optional[dict] = None
+        self._ring: Optional[list] = None
         self._ring_key = None
         self._cache_spec: Optional[codec.Spec] = None
         self._chunk_spec = chunk_spec(self._schema)
@@ -272,7 +285,7 @@ class ReplayMemoryServer:
             s["rejected_total"] = sum(self._rejected.values())
             s["total_episodes"] = self._total_episodes
             s["total_steps"] = self._total_steps
-            s["caches_held"] = int(np.count_nonzero(self._ring["filled"])) if self._ring else 0
+            s["caches_held"] = sum(c is not None for c in self._ring) if self._ring else 0
             s["open_streams"] = len(self._streams)
         s["memory_size"] = int(self._rem.size)
         s["memory_episodes"] = int(self._rem.num_episode())
@@ -589,30 +602,18 @@ class ReplayMemoryServer:
     # ---- cache mode
 
     def _ring_for_settings(self):
-        """(ring, spec) for the current settings; a settings change drops the held caches."""
+        """(ring, spec) for the current settings; a settings change drops the held caches.
+
+        The ring is a list of ``n_caches`` slots, each None or a held cache: the decoded
+        values (read-only views of the received frames: no copy on ingest), its arrival
+        sequence, rows used, and a random order of its rows."""
         rem = self._rem
         flags = tuple(bool(x) for x in rem.cache_flags)
         key = (int(rem.cache_size), int(rem.frame_stack), flags)
         if key != self._ring_key:
-            cs, fs = key[0], key[1]
-            ring = {}
-            for k, (name, dtype, shape) in enumerate(self._schema):
-                for side, on in (("prev", flags[k]), ("next", flags[len(FIELDS) + k])):
-                    if on:
-                        ring[f"{side}/{name}"] = np.zeros((self.n_caches, cs, fs) + shape, dtype)
-            ring.update({"weight": np.zeros((self.n_caches, cs), np.float32),
-                         "prob": np.zeros((self.n_caches, cs), np.float64),
-                         "done": np.zeros((self.n_caches, cs), np.bool_),
-                         "id": np.zeros((self.n_caches, cs), np.int64),
-                         "uuid": np.zeros(self.n_caches, np.uint64),
-                         "num_sampleable": np.zeros(self.n_caches, np.int64),
-                         "total_weight": np.zeros(self.n_caches, np.float64),
-                         "filled": np.zeros(self.n_caches, np.bool_),
-                         "seq": np.zeros(self.n_caches, np.int64),  # arrival order
-                         "used": np.zeros(self.n_caches, np.int64),  # rows consumed
-                         "perm": np.zeros((self.n_caches, cs), np.int64)})
-            self._ring, self._ring_key = ring, key
-            self._cache_spec = cache_spec(self._schema, {"cache_size": cs, "frame_stack": fs,
+            self._ring = [None] * self.n_caches
+            self._ring_key = key
+            self._cache_spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
                                                          "cache_flags": flags})
         return self._ring, self._cache_spec
 
@@ -622,19 +623,14 @@ class ReplayMemoryServer:
         msg = self._decode(frames, (Msg.CACHE,), spec)
         if msg is None:
             return
+        perm = self._rng.permutation(int(self._ring_key[0]))
         with self._lock:
             ring, current = self._ring_for_settings()
             if current is not spec:
                 self._rejected["settings_changed"] += 1
                 return
             seq = self._stats["caches"]
-            slot = seq % self.n_caches
-            for name, value in msg.values.items():
-                ring[name][slot] = value  # one copy per field, out of the received frame
-            ring["filled"][slot] = True
-            ring["seq"][slot] = seq
-            ring["used"][slot] = 0
-            ring["perm"][slot] = self._rng.permutation(ring["perm"].shape[1])
+            ring[seq % self.n_caches] = _HeldCache(msg.values, seq, perm)
             self._stats["caches"] += 1
 
     def get_batch(self, batch_size: int, timeout: float = 0.0) -> CacheBatch:
@@ -664,57 +660,63 @@ class ReplayMemoryServer:
         deadline = time.monotonic() + float(timeout)
         while True:
             with self._lock:
-                ring, _ = self._ring_for_settings()
-                picked = self._pick_rows(ring, n)
-                if picked is not None:
-                    slots, rows = picked
-                    out = {name: ring[name][slots, rows] for name in ring
-                           if "/" in name or name in ("weight", "prob", "done", "id")}
-                    for name in ("uuid", "num_sampleable", "total_weight"):
-                        out[name] = ring[name][slots]
+                ring, spec = self._ring_for_settings()
+                parts = self._pick_rows(ring, n)
+                if parts is not None:
                     self._stats["batches"] += 1
                     self._stats["rows_sampled"] += n
                     break
-                have = int(np.sum((ring["perm"].shape[1] - ring["used"])[ring["filled"]]))
-                held = int(np.count_nonzero(ring["filled"]))
+                held = [c for c in ring if c is not None]
+                have = sum(c.free for c in held)
             if time.monotonic() >= deadline or self._closing.is_set():
                 raise RuntimeError(
-                    f"get_batch: need {n} rows, the server holds {held} cache(s) with {have} "
-                    f"unused row(s) (reuse_cache={bool(self._rem.reuse_cache)}); wait for "
-                    "clients to push_cache() or lower batch_size")
+                    f"get_batch: need {n} rows, the server holds {len(held)} cache(s) with "
+                    f"{have} unused row(s) (reuse_cache={bool(self._rem.reuse_cache)}); wait "
+                    "for clients to push_cache() or lower batch_size")
             time.sleep(0.005)
+        # Gather outside the lock: the held values are immutable views, safe if evicted now.
+        out = {name: np.empty((n,) + tuple(shape[1:]), dt)
+               for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
+        for name in ("uuid", "num_sampleable", "total_weight"):
+            out[name] = np.empty(n, spec.arrays[name][0])
+        off = 0
+        for cache, rows in parts:
+            k = len(rows)
+            for name, dst in out.items():
+                src = cache.values[name]
+                if src.ndim == 0:
+                    dst[off:off + k] = src
+                else:
+                    np.take(src, rows, axis=0, out=dst[off:off + k], mode="clip")  # no buffering
+            off += k
         prev = tuple(out.get(f"prev/{f}") for f in FIELDS)
         nxt = tuple(out.get(f"next/{f}") for f in FIELDS)
         return CacheBatch(prev, nxt, out["weight"], out["prob"], out["done"], out["id"],
                           out["uuid"], out["num_sampleable"], out["total_weight"])
 
     def _pick_rows(self, ring, n):
-        """(slots, rows) index arrays of n rows, or None when there are too few. Marks rows
-        used (no reuse). Called under the lock; loops over caches, never over rows."""
-        filled = np.flatnonzero(ring["filled"])
-        if filled.size == 0:
+        """[(cache, rows)] covering n rows, or None when there are too few. Marks rows used
+        (no reuse). Called under the lock; loops over caches, never over rows."""
+        held = [c for c in ring if c is not None]
+        if not held:
             return None
-        cs = ring["perm"].shape[1]
+        cs = int(self._ring_key[0])
         if self._rem.reuse_cache:
-            slots = filled[self._rng.integers(0, filled.size, n)]
-            return slots, self._rng.integers(0, cs, n)
-        order = filled[np.argsort(ring["seq"][filled])]
-        free = cs - ring["used"][order]
-        if int(free.sum()) < n:
+            counts = self._rng.multinomial(n, np.full(len(held), 1.0 / len(held)))
+            return [(c, self._rng.integers(0, cs, k)) for c, k in zip(held, counts) if k]
+        held.sort(key=lambda c: c.seq)
+        if sum(c.free for c in held) < n:
             return None
-        slot_parts, row_parts, need = [], [], n
-        for slot, k in zip(order, free):
+        parts, need = [], n
+        for c in held:
+            take = min(c.free, need)
+            if take:
+                parts.append((c, c.perm[c.used:c.used + take]))
+                c.used += take
+                need -= take
             if need == 0:
                 break
-            take = int(min(k, need))
-            if take == 0:
-                continue
-            u = int(ring["used"][slot])
-            slot_parts.append(np.full(take, slot, np.int64))
-            row_parts.append(ring["perm"][slot, u:u + take])
-            ring["used"][slot] = u + take
-            need -= take
-        return np.concatenate(slot_parts), np.concatenate(row_parts)
+        return parts
 
     # ---- central mode
 
