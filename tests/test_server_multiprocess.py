@@ -125,7 +125,7 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
 
 
 def restarting_client(ep, out):
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], input_uuid=77, timeout=0.5, retries=40,
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"], input_uuid=77, timeout=5, retries=6,
                             mode="central") as c:
         for k in range(6):
             c.new_episode()
