@@ -6,7 +6,9 @@
 #        SANITIZE_PYTHON=0 scripts/sanitize.sh   (C++ tests only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+# Absolute (the Python tests run from another folder), without resolving a venv's symlink.
+PY=$(command -v "${PYTHON:-python}")
+PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 
 cmake -S . -B build/asan -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=ON -DMEMOIRE_PYTHON=OFF \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -77,6 +77,7 @@ def mutate(rng: random.Random, frames):
 
 @settings(max_examples=2500, deadline=None)
 @given(st.integers(0, len(GOLDEN_FRAMES) - 1), st.integers(0, 2 ** 32))
+@example(5, 10488)  # once raised UnicodeDecodeError: the error text quoted invalid UTF-8
 def test_mutated_golden_messages_decode_or_raise_protocol_error(which, seed):
     frames = mutate(random.Random(seed), GOLDEN_FRAMES[which])
     try:

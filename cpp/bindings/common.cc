@@ -45,7 +45,13 @@ void ThrowIfError(const Status& s) {
     case Code::kDataLoss: type = g_protocol_error; break;
     case Code::kInternal: type = PyExc_RuntimeError; break;
   }
-  PyErr_SetString(type, s.message().c_str());
+  // Messages may quote bytes from a peer (a malformed name): never fail on invalid UTF-8.
+  PyObject* text = PyUnicode_DecodeUTF8(s.message().data(),
+                                        static_cast<Py_ssize_t>(s.message().size()),
+                                        "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
   throw py::error_already_set();
 }
 
