@@ -336,14 +336,16 @@ def _bound_or_default(configurable: str, cls: type, param: str) -> Any:
     return value
 
 
-def tf_replay_bindings() -> list[str]:
+def tf_replay_bindings(seed: int | None = None) -> list[str]:
     """Routes a Dopamine TF agent's replay to memoire's out-of-graph buffer through gin.
 
     When ``create_agent.agent_name`` is a TF agent (dqn, rainbow, implicit_quantile), the
     replay backend is memoire's and no gin file bound the wrapper's ``wrapped_memory``, binds
     ``<Wrapper>.wrapped_memory = @Memoire...ReplayBuffer()`` and the memory's settings: the
     agent's observation shape and dtype, stack size, horizon and discount (its bindings, else
-    its defaults) and the wrapper's capacity and batch size (likewise). Gin must be unlocked.
+    its defaults) and the wrapper's capacity and batch size (likewise), and the memory's
+    sampling ``seed`` (Dopamine's TF buffer draws from numpy's global generator, which
+    :func:`seed_everything` seeds; memoire's owns one). Gin must be unlocked.
 
     Returns:
       The selectors bound (for the log), [] when nothing was needed.
@@ -369,6 +371,8 @@ def tf_replay_bindings() -> list[str]:
                         "update_horizon", "gamma")}
     values.update({p: _bound_or_default(wrapper, wrapper_cls, p)
                    for p in ("replay_capacity", "batch_size")})
+    if seed is not None:
+        values["seed"] = int(seed)
     gin.parse_config(f"{wrapper}.wrapped_memory = @memoire.dopamine_compat.{memory}()")
     for p, v in values.items():
         gin.bind_parameter(f"memoire.dopamine_compat.{memory}.{p}", v)
@@ -451,7 +455,7 @@ def prepare(args) -> dict:
         if seed_bindings:
             gin.parse_config(seed_bindings)
         replay_backend()  # a bad name fails here, before anything runs
-        tf_replay_bindings()
+        tf_replay_bindings(seed)
     return dict(sweep=sweep, setting=setting, run=run, seed=seed, dir=directory,
                 gin_files=gin_files, bindings=bindings + seed_bindings)
 
