@@ -459,10 +459,10 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
 
     Gin must already be loaded. Returns the environment steps taken.
     """
-    from memoire import train
+    from memoire import replay_routing, train
 
     environment = environment_from_gin()
-    agent = train.create_agent_fn()(None, environment, summary_writer=None)
+    agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
     recorder = _Recorder()
     agent._replay = recorder  # the actor trains nothing; its memory only collects
     agent.eval_mode = False
@@ -633,7 +633,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
     """
     import multiprocessing as mp
 
-    from memoire import train
+    from memoire import replay_routing, train
 
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     transport = make_transport(config, ctx)
@@ -645,7 +645,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
         p.start()
     runner = None
     try:
-        runner = _learner_class()(facts["dir"], train.create_agent_fn(),
+        runner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
                                   source=transport.source, publisher=transport.publisher,
                                   publish_period=config.publish_period,
                                   actors_alive=lambda: any(p.is_alive() for p in procs),

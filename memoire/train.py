@@ -19,11 +19,8 @@ Starting the same command again after a kill resumes from the last complete chec
 optimizer and replay memory), and the trackers drop the rows of the interrupted iteration.
 
 Replay: agents run on memoire's replay buffers unless ``--replay dopamine`` (gin:
-``replay_backend.name = 'dopamine'``) asks for Dopamine's own, for comparison. JAX agents are
-built as memoire's subclasses (:mod:`memoire.dopamine_compat.jax_agents`); TF agents get
-``Wrapped(Prioritized)ReplayBuffer.wrapped_memory`` bound to memoire's out-of-graph buffer with
-the agent's settings, unless the gin files bind a wrapped memory themselves. Which memory ran is
-the ``memory`` column of ``replay.csv``.
+``replay_backend.name = 'dopamine'``) asks for Dopamine's own, for comparison (see
+:mod:`memoire.replay_routing`). Which memory ran is the ``memory`` column of ``replay.csv``.
 
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
@@ -35,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import os
 import random
 import sys
@@ -45,8 +41,10 @@ from typing import Any, Sequence
 import gin
 import numpy as np
 
+from memoire import replay_routing
 from memoire import sweep as sweep_lib
 from memoire import trackers
+from memoire.replay_routing import query
 
 CONFIG_FILE = "config.gin"
 
@@ -58,40 +56,6 @@ _AGENT_CLASSES = {
     "full_rainbow": "JaxFullRainbowAgent",
     "jax_implicit_quantile": "JaxImplicitQuantileAgent",
 }
-
-
-REPLAY_BACKENDS = ("memoire", "dopamine")
-
-# Dopamine's TF agents -> (agent class path, the wrapper the agent builds, memoire's memory).
-_TF_AGENTS = {
-    "dqn": ("dopamine.tf.agents.dqn.dqn_agent.DQNAgent", "WrappedReplayBuffer",
-            "MemoireOutOfGraphReplayBuffer"),
-    "rainbow": ("dopamine.tf.agents.rainbow.rainbow_agent.RainbowAgent",
-                "WrappedPrioritizedReplayBuffer", "MemoireOutOfGraphPrioritizedReplayBuffer"),
-    "implicit_quantile": (
-        "dopamine.tf.agents.implicit_quantile.implicit_quantile_agent.ImplicitQuantileAgent",
-        "WrappedPrioritizedReplayBuffer", "MemoireOutOfGraphPrioritizedReplayBuffer"),
-}
-
-
-@gin.configurable(module="memoire.train")
-def replay_backend(name: str = "memoire") -> str:
-    """Whose replay buffer the agent uses: 'memoire' (default) or 'dopamine'.
-
-    Raises:
-      ValueError: another name.
-    """
-    if name not in REPLAY_BACKENDS:
-        raise ValueError(f"replay_backend.name: expected one of {REPLAY_BACKENDS}, got {name!r}")
-    return name
-
-
-def query(name: str, default: Any) -> Any:
-    """The value gin has bound to ``name``, or ``default`` if nothing is bound."""
-    try:
-        return gin.query_parameter(name)
-    except ValueError:
-        return default
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,31 +232,10 @@ def _runner_classes():
     return {"continuous_train_and_eval": TrackedRunner, "continuous_train": TrackedTrainRunner}
 
 
-def create_agent_fn():
-    """The ``create_agent`` for the bound agent and replay backend.
-
-    memoire's JAX agent factory for Dopamine's JAX agents on memoire's replay; Dopamine's own
-    ``create_agent`` otherwise (TF agents reach memoire's memory through gin, see
-    :func:`tf_replay_bindings`). An agent memoire has no variant of keeps Dopamine's buffer
-    (a note goes to stderr).
-    """
-    from dopamine.discrete_domains import run_experiment
-
-    name = query("create_agent.agent_name", None)
-    if replay_backend() == "memoire":
-        if name in _AGENT_CLASSES:
-            from memoire.dopamine_compat import jax_agents
-
-            return jax_agents.create_memoire_agent
-        if name not in _TF_AGENTS:
-            print(f"[memoire] agent {name!r} has no memoire replay variant; it runs on "
-                  "Dopamine's buffer", file=sys.stderr, flush=True)
-    return run_experiment.create_agent
-
-
 def create_runner(base_dir: str, seed: int | None = None, create_agent=None):
     """Builds the tracked runner that ``create_runner.schedule`` (Dopamine's binding) names,
-    with :func:`create_agent_fn`'s agents unless ``create_agent`` is given.
+    with :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is
+    given.
 
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
@@ -302,7 +245,8 @@ def create_runner(base_dir: str, seed: int | None = None, create_agent=None):
     if schedule not in classes:
         raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
                          f"got {schedule!r}")
-    return classes[schedule](base_dir, create_agent or create_agent_fn(), seed=seed)
+    return classes[schedule](base_dir, create_agent or replay_routing.create_agent_fn(),
+                             seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,57 +270,6 @@ def agent_seed_bindings(seed: int) -> list[str]:
     if cls is None or query(f"{cls}.seed", None) is not None:
         return []
     return [f"{cls}.seed = {int(seed)}"]
-
-
-def _bound_or_default(configurable: str, cls: type, param: str) -> Any:
-    """What ``cls.__init__`` will receive for ``param``: the gin binding, else its default."""
-    value = query(f"{configurable}.{param}", inspect.Parameter.empty)
-    if value is inspect.Parameter.empty:
-        value = inspect.signature(cls.__init__).parameters[param].default
-    return value
-
-
-def tf_replay_bindings(seed: int | None = None) -> list[str]:
-    """Routes a Dopamine TF agent's replay to memoire's out-of-graph buffer through gin.
-
-    When ``create_agent.agent_name`` is a TF agent (dqn, rainbow, implicit_quantile), the
-    replay backend is memoire's and no gin file bound the wrapper's ``wrapped_memory``, binds
-    ``<Wrapper>.wrapped_memory = @Memoire...ReplayBuffer()`` and the memory's settings: the
-    agent's observation shape and dtype, stack size, horizon and discount (its bindings, else
-    its defaults) and the wrapper's capacity and batch size (likewise), and the memory's
-    sampling ``seed`` (Dopamine's TF buffer draws from numpy's global generator, which
-    :func:`seed_everything` seeds; memoire's owns one). Gin must be unlocked.
-
-    Returns:
-      The selectors bound (for the log), [] when nothing was needed.
-    """
-    entry = _TF_AGENTS.get(query("create_agent.agent_name", None))
-    if entry is None or replay_backend() != "memoire":
-        return []
-    agent_path, wrapper, memory = entry
-    if query(f"{wrapper}.wrapped_memory", None) is not None:
-        return []  # the gin files chose the memory themselves
-    import importlib
-
-    from dopamine.tf.replay_memory import circular_replay_buffer, prioritized_replay_buffer
-    import memoire.dopamine_compat.gin_registry  # noqa: F401  registers Memoire* names
-
-    module, cls_name = agent_path.rsplit(".", 1)
-    agent_cls = getattr(importlib.import_module(module), cls_name)
-    wrapper_cls = {"WrappedReplayBuffer": circular_replay_buffer.WrappedReplayBuffer,
-                   "WrappedPrioritizedReplayBuffer":
-                       prioritized_replay_buffer.WrappedPrioritizedReplayBuffer}[wrapper]
-    values = {p: _bound_or_default(cls_name, agent_cls, p)
-              for p in ("observation_shape", "observation_dtype", "stack_size",
-                        "update_horizon", "gamma")}
-    values.update({p: _bound_or_default(wrapper, wrapper_cls, p)
-                   for p in ("replay_capacity", "batch_size")})
-    if seed is not None:
-        values["seed"] = int(seed)
-    gin.parse_config(f"{wrapper}.wrapped_memory = @memoire.dopamine_compat.{memory}()")
-    for p, v in values.items():
-        gin.bind_parameter(f"memoire.dopamine_compat.{memory}.{p}", v)
-    return [f"{wrapper}.wrapped_memory"] + [f"{memory}.{p}" for p in values]
 
 
 _search_paths: set[str] = set()
@@ -424,7 +317,7 @@ def parse_args(argv: Sequence[str] | None):
     p.add_argument("--index", type=int, default=0,
                    help="sweep index N: setting N mod S, run N div S (seed = run)")
     p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.sweep)")
-    p.add_argument("--replay", choices=REPLAY_BACKENDS, default=None,
+    p.add_argument("--replay", choices=replay_routing.REPLAY_BACKENDS, default=None,
                    help="whose replay buffer the agent uses (default: gin's "
                         "replay_backend.name, else memoire)")
     p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
@@ -454,8 +347,8 @@ def prepare(args) -> dict:
     with gin.unlock_config():
         if seed_bindings:
             gin.parse_config(seed_bindings)
-        replay_backend()  # a bad name fails here, before anything runs
-        tf_replay_bindings(seed)
+        replay_routing.replay_backend()  # a bad name fails here, before anything runs
+        replay_routing.tf_replay_bindings(seed)
     return dict(sweep=sweep, setting=setting, run=run, seed=seed, dir=directory,
                 gin_files=gin_files, bindings=bindings + seed_bindings)
 

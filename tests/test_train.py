@@ -199,7 +199,7 @@ def test_replay_backend_chooses_the_agent_factory():
     import gin
     from dopamine.discrete_domains import run_experiment
 
-    from memoire import train
+    from memoire import replay_routing, train
     from memoire.dopamine_compat import jax_agents
 
     try:
@@ -207,11 +207,11 @@ def test_replay_backend_chooses_the_agent_factory():
                             (["replay_backend.name = 'dopamine'"], run_experiment.create_agent)):
             gin.clear_config()
             train.load_gin([LOCAL_GIN], extra)
-            assert train.create_agent_fn() is want
+            assert replay_routing.create_agent_fn() is want
         gin.clear_config()
         train.load_gin([LOCAL_GIN], ["replay_backend.name = 'reverb'"])
         with pytest.raises(ValueError, match="replay_backend.name"):
-            train.replay_backend()
+            replay_routing.replay_backend()
     finally:
         gin.clear_config()
 
