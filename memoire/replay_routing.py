@@ -98,7 +98,7 @@ def tf_replay_bindings(seed: int | None = None) -> list[str]:
     agent's observation shape and dtype, stack size, horizon and discount (its bindings, else
     its defaults) and the wrapper's capacity and batch size (likewise), and the memory's
     sampling ``seed`` (Dopamine's TF buffer draws from numpy's global generator, which
-    :func:`seed_everything` seeds; memoire's owns one). Gin must be unlocked.
+    :func:`memoire.train.seed_everything` seeds; memoire's owns one). Gin must be unlocked.
 
     Returns:
       The selectors bound (for the log), [] when nothing was needed.
