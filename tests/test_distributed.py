@@ -119,7 +119,7 @@ def test_tiny_distributed_run_two_actors(tmp_path):
     assert int(replay[0]["add_count"]) >= 250
     # The learner trained on memoire's buffer (filled by add_batch) and sampled from it.
     assert replay[0]["memory"] == "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer"
-    assert float(replay[0]["samples_per_s"]) > 0 or replay[0]["samples_per_s"] == "nan"
+    assert float(replay[0]["samples_per_s"]) > 0
 
 
 # --- The learner's bulk ingestion equals one add and one training step at a time. -----------
