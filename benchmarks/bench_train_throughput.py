@@ -8,6 +8,9 @@ memoire / Dopamine per layout. Each run's replay.csv names the memory it used; t
 checks it.
 
     PYTHONPATH=$PWD python benchmarks/bench_train_throughput.py [--iterations 6] [--replay memoire]
+
+It first times the learner's ingestion alone: one ``add`` per transition vs ``add_batch`` of
+64-transition chunks into memoire's JAX ReplayBuffer (``--ingest_only`` stops there).
 """
 
 import argparse
@@ -53,12 +56,64 @@ def run(config, base, iterations, replay):
     return steps_per_second(run_dir)
 
 
+def ingest_rates(n=20000, chunk=64, repeats=3):
+    """Transitions/s into memoire's JAX ReplayBuffer (CartPole shapes, episodes of 50 steps):
+    one ``add`` per transition (what the learner did) vs one ``add_batch`` per chunk."""
+    import time
+
+    import numpy as np
+
+    from memoire.dopamine_compat import jax_replay_buffer as mj
+
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(n, 4))
+    act = rng.integers(2, size=n).astype(np.int32)
+    rew = rng.normal(size=n).astype(np.float32)
+    end = np.zeros(n, bool)
+    end[49::50] = True
+    term = end & (rng.random(n) < 0.5)
+
+    def fresh():
+        return mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99),
+                               mj.UniformSamplingDistribution(0), batch_size=128,
+                               max_capacity=50000)
+
+    def single():
+        buf = fresh()
+        for i in range(n):
+            buf.add(mj.TransitionElement(obs[i], act[i], rew[i], term[i], end[i]))
+
+    def bulk():
+        buf = fresh()
+        for i in range(0, n, chunk):
+            buf.add_batch(obs[i:i + chunk], act[i:i + chunk], rew[i:i + chunk],
+                          term[i:i + chunk], end[i:i + chunk])
+
+    best = {}
+    for name, fn in (("single", single), ("bulk", bulk)):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        best[name] = n / min(times)
+    return best
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--iterations", type=int, default=6)
+    p.add_argument("--ingest_only", action="store_true",
+                   help="only the add vs add_batch ingestion micro-benchmark")
     p.add_argument("--replay", action="append", choices=sorted(MEMORIES),
                    help="buffers to run (repeatable; default both)")
     args = p.parse_args()
+    rates = ingest_rates()
+    print(f"ingest into memoire's buffer, add per transition: {rates['single']:10.0f} /s")
+    print(f"ingest into memoire's buffer, add_batch of 64:    {rates['bulk']:10.0f} /s")
+    print(f"ingest ratio add_batch/add:                       {rates['bulk'] / rates['single']:10.1f}")
+    if args.ingest_only:
+        return
     replays = args.replay or ["memoire", "dopamine"]
     rates = {}
     with tempfile.TemporaryDirectory() as tmp:
