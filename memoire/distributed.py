@@ -11,7 +11,9 @@ Roles:
   actors' transitions instead of stepping an environment: each transition goes into the
   agent's replay memory and is followed by one ``_train_step`` (so ``update_period`` and
   ``min_replay_history`` keep their single-process meaning), and every ``publish_period``
-  training steps the online parameters are published. The evaluation phase and checkpoints
+  training steps the online parameters are published. On memoire's replay buffer (the
+  default, see :mod:`memoire.train`) the transitions up to each sampling training step go in
+  with one ``add_batch`` call (see :func:`ingest`). The evaluation phase and checkpoints
   (replay memory included) are Dopamine's, so a killed run resumes like a local one.
 
 The transport sits behind four small interfaces (:class:`ExperienceSink`,
@@ -387,6 +389,58 @@ def _chunk_from_elements(elements: list, episodes: list) -> Chunk:
     )
 
 
+def _default_priority(agent):
+    """The priority the agent's ``_store_transition`` gives a new transition (Dopamine 4.1.2's
+    JAX agents: None without a prioritized distribution, 1.0 for the 'uniform' scheme, else the
+    largest priority recorded)."""
+    from dopamine.jax.replay_memory import samplers
+
+    dist = agent._replay._sampling_distribution
+    if not isinstance(dist, samplers.PrioritizedSamplingDistribution):
+        return None
+    if getattr(agent, "_replay_scheme", None) == "uniform":
+        return 1.0
+    return dist._sum_tree.max_recorded_priority
+
+
+def ingest(agent, chunk: Chunk, after_step=lambda: None) -> None:
+    """Stores ``chunk`` in a JAX agent's replay memory with one ``_train_step`` per transition,
+    as if the agent had stepped the environment itself.
+
+    On a memory with ``add_batch`` (memoire's), the transitions up to and including the next
+    step whose ``_train_step`` samples (``training_steps % update_period == 0``) are added in
+    one call, then their training steps run: every sample sees exactly the transitions it would
+    have seen one add at a time, and the priority of new transitions (fixed between training
+    updates) is the agent's rule. Other memories get one ``_store_transition`` per transition.
+
+    Args:
+      agent: a Dopamine JAX agent (JaxDQNAgent or a subclass), not in eval mode.
+      chunk: the transitions, in order; episodes complete or continuing the previous chunk's.
+      after_step: called after every training step (the learner publishes parameters there).
+    """
+    replay = agent._replay
+    n = len(chunk)
+    if not hasattr(replay, "add_batch"):
+        for i in range(n):
+            agent._store_transition(chunk.observation[i], chunk.action[i], chunk.reward[i],
+                                    bool(chunk.terminal[i]),
+                                    episode_end=bool(chunk.episode_end[i]))
+            agent._train_step()
+            after_step()
+        return
+    period = int(agent.update_period)
+    start = 0
+    while start < n:
+        end = min(n, start + (-int(agent.training_steps)) % period + 1)
+        replay.add_batch(chunk.observation[start:end], chunk.action[start:end],
+                         chunk.reward[start:end], chunk.terminal[start:end],
+                         chunk.episode_end[start:end], priorities=_default_priority(agent))
+        for _ in range(end - start):
+            agent._train_step()
+            after_step()
+        start = end
+
+
 def environment_from_gin():
     """Builds the environment Dopamine's Runner would (``Runner.create_environment_fn``)."""
     from memoire.train import query
@@ -405,11 +459,10 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
 
     Gin must already be loaded. Returns the environment steps taken.
     """
-    from dopamine.discrete_domains import run_experiment
-    from memoire import train
+    from memoire import replay_routing, train
 
     environment = environment_from_gin()
-    agent = run_experiment.create_agent(None, environment, summary_writer=None)
+    agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
     recorder = _Recorder()
     agent._replay = recorder  # the actor trains nothing; its memory only collects
     agent.eval_mode = False
@@ -521,15 +574,12 @@ def _learner_class():
             self._publisher.publish(int(self._agent.training_steps),
                                     params_to_bytes(self._agent.online_params))
 
+        def _after_step(self) -> None:
+            if self._agent.training_steps % self._publish_period == 0:
+                self._publish()
+
         def _ingest(self, chunk: Chunk) -> None:
-            agent = self._agent
-            for i in range(len(chunk)):
-                agent._store_transition(chunk.observation[i], chunk.action[i],
-                                        chunk.reward[i], bool(chunk.terminal[i]),
-                                        episode_end=bool(chunk.episode_end[i]))
-                agent._train_step()
-                if agent.training_steps % self._publish_period == 0:
-                    self._publish()
+            ingest(self._agent, chunk, self._after_step)
 
         def _run_train_phase(self, statistics):
             self._phase = "train"
@@ -583,8 +633,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
     """
     import multiprocessing as mp
 
-    from dopamine.discrete_domains import run_experiment
-    from memoire import train
+    from memoire import replay_routing, train
 
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     transport = make_transport(config, ctx)
@@ -596,7 +645,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
         p.start()
     runner = None
     try:
-        runner = _learner_class()(facts["dir"], run_experiment.create_agent,
+        runner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
                                   source=transport.source, publisher=transport.publisher,
                                   publish_period=config.publish_period,
                                   actors_alive=lambda: any(p.is_alive() for p in procs),

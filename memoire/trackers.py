@@ -21,8 +21,8 @@ Two files per run, both plain CSV with a header line:
   Exactly one of ``terminated`` and ``truncated`` is 1 in every row.
 
 - ``replay.csv``, one row per iteration: ``iteration, wall_time, env_steps, replay_size,
-  add_count, inserts_per_s, samples_per_s`` (samples are transitions drawn, batch items
-  counted).
+  add_count, inserts_per_s, samples_per_s, memory`` (samples are transitions drawn, batch
+  items counted; ``memory`` is the replay memory's class, ``module.Class``).
 
 On resume from checkpoint ``c`` the trackers drop rows of iterations after ``c``: those belong
 to the iteration the crash interrupted, which the runner will play again.
@@ -40,7 +40,7 @@ import numpy as np
 EPISODE_FIELDS = ("iteration", "phase", "actor", "episode", "env_steps", "return", "length",
                   "terminated", "truncated", "wall_time")
 REPLAY_FIELDS = ("iteration", "wall_time", "env_steps", "replay_size", "add_count",
-                 "inserts_per_s", "samples_per_s")
+                 "inserts_per_s", "samples_per_s", "memory")
 EPISODES_FILE = "episodes.csv"
 REPLAY_FILE = "replay.csv"
 
@@ -165,12 +165,13 @@ class ReplayTracker(CsvTracker):
         self._last: tuple[float, int, int] | None = None
 
     def record(self, *, iteration: int, env_steps: int, replay_size: int, add_count: int,
-               sampled: int) -> None:
+               sampled: int, memory: str = "") -> None:
         """Records cumulative figures; rates are over the time since the previous call.
 
         Args:
           add_count: transitions ever inserted (cumulative).
           sampled: transitions ever sampled (cumulative, batch items).
+          memory: the replay memory's class name.
         """
         now = time.time()
         if self._last is None:
@@ -182,7 +183,7 @@ class ReplayTracker(CsvTracker):
         self._last = (now, add_count, sampled)
         self.write(iteration=iteration, wall_time=now, env_steps=env_steps,
                    replay_size=replay_size, add_count=add_count, inserts_per_s=ins_rate,
-                   samples_per_s=smp_rate)
+                   samples_per_s=smp_rate, memory=memory)
 
     def start_clock(self, add_count: int, sampled: int) -> None:
         """Sets the reference point for the first row's rates."""
@@ -196,14 +197,15 @@ class ReplayProbe:
     ``WrappedReplayBuffer`` (``agent._replay.memory``) and any memory exposing
     ``add_count`` and ``__len__``. Samples are counted by wrapping the memory's sampling
     method on this instance (``sample`` or ``sample_transition_batch``); the class is not
-    modified. A memory offering ``sampled_count`` (memoire's) is read directly instead.
+    modified. A memory offering ``sample_count`` (memoire's buffers) is read directly
+    instead.
     """
 
     def __init__(self, agent: Any):
         replay = getattr(agent, "_replay", None)
         self._memory = getattr(replay, "memory", replay)  # TF wrapper holds the real one
         self._sampled = 0
-        if self._memory is not None and not hasattr(self._memory, "sampled_count"):
+        if self._memory is not None and not hasattr(self._memory, "sample_count"):
             for name in ("sample", "sample_transition_batch"):
                 fn = getattr(self._memory, name, None)
                 if callable(fn):
@@ -240,9 +242,15 @@ class ReplayProbe:
 
     @property
     def sampled(self) -> int:
-        if hasattr(self._memory, "sampled_count"):
-            return int(self._memory.sampled_count)
+        if hasattr(self._memory, "sample_count"):
+            return int(self._memory.sample_count)
         return self._sampled
+
+    @property
+    def name(self) -> str:
+        """``module.Class`` of the memory (the wrapped one for TF agents); '' if none."""
+        m = self._memory
+        return "" if m is None else f"{type(m).__module__}.{type(m).__name__}"
 
 
 def read_rows(path: str) -> list[dict[str, str]]:

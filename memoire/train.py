@@ -18,6 +18,10 @@ writes lives in ``base_dir/setting_<s>/run_<k>/``:
 Starting the same command again after a kill resumes from the last complete checkpoint (agent,
 optimizer and replay memory), and the trackers drop the rows of the interrupted iteration.
 
+Replay: agents run on memoire's replay buffers unless ``--replay dopamine`` (gin:
+``replay_backend.name = 'dopamine'``) asks for Dopamine's own, for comparison (see
+:mod:`memoire.replay_routing`). Which memory ran is the ``memory`` column of ``replay.csv``.
+
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs
@@ -27,6 +31,7 @@ a learner and that many actor processes (see :mod:`memoire.distributed`) instead
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import sys
@@ -36,8 +41,10 @@ from typing import Any, Sequence
 import gin
 import numpy as np
 
+from memoire import replay_routing
 from memoire import sweep as sweep_lib
 from memoire import trackers
+from memoire.replay_routing import query
 
 CONFIG_FILE = "config.gin"
 
@@ -49,14 +56,6 @@ _AGENT_CLASSES = {
     "full_rainbow": "JaxFullRainbowAgent",
     "jax_implicit_quantile": "JaxImplicitQuantileAgent",
 }
-
-
-def query(name: str, default: Any) -> Any:
-    """The value gin has bound to ``name``, or ``default`` if nothing is bound."""
-    try:
-        return gin.query_parameter(name)
-    except ValueError:
-        return default
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +172,22 @@ class TrackingMixin:
                               terminated=terminated)
         return step_number, total_reward
 
+    def _end_episode(self, reward, terminal=True):
+        agent = self._agent
+        replay = getattr(agent, "_replay", None)
+        memory = getattr(replay, "memory", None)
+        if terminal or memory is None or agent.eval_mode:
+            return super()._end_episode(reward, terminal)
+        # A TF agent's end_episode stores every end as terminal (Dopamine has no truncation
+        # signal there). Store a truncation through the agent's own _store_transition (its
+        # priority rule included) as not terminal, with the memory's episode_end set for this
+        # one add: the memory then never bootstraps across the cut (nor treats it as terminal).
+        memory.add = functools.partial(type(memory).add, memory, episode_end=True)
+        try:
+            agent._store_transition(agent._observation, agent.action, reward, False)
+        finally:
+            del memory.add
+
     def _run_one_iteration(self, iteration):
         self._iteration = iteration
         start = time.time()
@@ -181,7 +196,7 @@ class TrackingMixin:
         self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
                                     replay_size=self._probe.size,
                                     add_count=self._probe.add_count,
-                                    sampled=self._probe.sampled)
+                                    sampled=self._probe.sampled, memory=self._probe.name)
         print(_iteration_line(iteration, self._num_iterations, statistics,
                               self._episodes.env_steps,
                               (self._episodes.env_steps - steps0) / max(time.time() - start,
@@ -217,20 +232,20 @@ def _runner_classes():
     return {"continuous_train_and_eval": TrackedRunner, "continuous_train": TrackedTrainRunner}
 
 
-def create_runner(base_dir: str, seed: int | None = None, create_agent_fn=None):
-    """Builds the tracked runner that ``create_runner.schedule`` (Dopamine's binding) names.
+def create_runner(base_dir: str, seed: int | None = None, create_agent=None):
+    """Builds the tracked runner that ``create_runner.schedule`` (Dopamine's binding) names,
+    with :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is
+    given.
 
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
     """
-    from dopamine.discrete_domains import run_experiment
-
     schedule = query("create_runner.schedule", "continuous_train_and_eval")
     classes = _runner_classes()
     if schedule not in classes:
         raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
                          f"got {schedule!r}")
-    return classes[schedule](base_dir, create_agent_fn or run_experiment.create_agent,
+    return classes[schedule](base_dir, create_agent or replay_routing.create_agent_fn(),
                              seed=seed)
 
 
@@ -266,6 +281,7 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     searched beside each of ``gin_files``."""
     from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
     from memoire import distributed  # noqa: F401  registers DistributedConfig
+    from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
 
     # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
     for f in gin_files:
@@ -301,6 +317,9 @@ def parse_args(argv: Sequence[str] | None):
     p.add_argument("--index", type=int, default=0,
                    help="sweep index N: setting N mod S, run N div S (seed = run)")
     p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.sweep)")
+    p.add_argument("--replay", choices=replay_routing.REPLAY_BACKENDS, default=None,
+                   help="whose replay buffer the agent uses (default: gin's "
+                        "replay_backend.name, else memoire)")
     p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
     return p.parse_args(argv)
 
@@ -315,16 +334,21 @@ def prepare(args) -> dict:
     directory = sweep_lib.run_dir(args.base_dir, setting, run)
     setting_bindings = sweep.bindings(setting)
     gin_files = list(sweep.gin_files) + list(args.gin_files)
-    bindings = setting_bindings + list(args.gin_bindings)
+    extra = list(args.gin_bindings)
+    if getattr(args, "replay", None):
+        extra.append(f"replay_backend.name = '{args.replay}'")
+    bindings = setting_bindings + extra
     sweep_lib.write_setting_record(directory, index=args.index, setting=setting, run=run,
                                    seed=seed, bindings=setting_bindings, gin_files=gin_files,
-                                   sweep_file=args.sweep, extra_bindings=args.gin_bindings)
+                                   sweep_file=args.sweep, extra_bindings=extra)
     gin.clear_config()
     load_gin(gin_files, bindings)
     seed_bindings = agent_seed_bindings(seed)
-    if seed_bindings:
-        with gin.unlock_config():
+    with gin.unlock_config():
+        if seed_bindings:
             gin.parse_config(seed_bindings)
+        replay_routing.replay_backend()  # a bad name fails here, before anything runs
+        replay_routing.tf_replay_bindings(seed)
     return dict(sweep=sweep, setting=setting, run=run, seed=seed, dir=directory,
                 gin_files=gin_files, bindings=bindings + seed_bindings)
 
@@ -352,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     absl_logging.set_verbosity(absl_logging.INFO if args.verbose else absl_logging.WARNING)
     try:
         facts = prepare(args)
-    except (sweep_lib.SweepError, FileNotFoundError) as e:
+    except (sweep_lib.SweepError, FileNotFoundError, ValueError) as e:
         print(f"memoire train: {e}", file=sys.stderr)
         return 2
     seed_everything(facts["seed"])

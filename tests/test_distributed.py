@@ -117,3 +117,88 @@ def test_tiny_distributed_run_two_actors(tmp_path):
     assert {r["actor"] for r in train} <= {"0", "1"} and train
     replay = list(csv.DictReader(open(os.path.join(run, "replay.csv"))))
     assert int(replay[0]["add_count"]) >= 250
+    # The learner trained on memoire's buffer (filled by add_batch) and sampled from it.
+    assert replay[0]["memory"] == "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer"
+    assert float(replay[0]["samples_per_s"]) > 0
+
+
+# --- The learner's bulk ingestion equals one add and one training step at a time. -----------
+
+
+def _agent(kind):
+    import functools
+
+    import gin
+    from dopamine.jax import networks
+
+    from memoire.dopamine_compat import jax_agents
+
+    gin.clear_config()
+    gin.bind_parameter("dopamine.jax.replay_memory.replay_buffer.ReplayBuffer.max_capacity", 500)
+    gin.bind_parameter("dopamine.jax.replay_memory.replay_buffer.ReplayBuffer.batch_size", 16)
+    gin.bind_parameter(
+        "dopamine.jax.replay_memory.samplers.PrioritizedSamplingDistribution.max_capacity", 500)
+    common = dict(num_actions=2, observation_shape=(4,), observation_dtype=np.float32,
+                  stack_size=1, min_replay_history=30, update_period=3,
+                  target_update_period=10, seed=5)
+    if kind == "dqn":
+        net = functools.partial(networks.ClassicControlDQNNetwork, hidden_units=8)
+        return jax_agents.MemoireJaxDQNAgent(network=net, **common)
+    net = functools.partial(networks.ClassicControlRainbowNetwork, hidden_units=8)
+    return jax_agents.MemoireJaxRainbowAgent(network=net, num_atoms=11, update_horizon=2,
+                                             replay_scheme="prioritized", **common)
+
+
+def _episodes(rng, n):
+    ends = np.zeros(n, bool)
+    ends[rng.choice(n - 1, n // 9, replace=False)] = True
+    ends[-1] = True
+    term = ends & (rng.random(n) < 0.5)
+    return dist.Chunk(observation=rng.normal(size=(n, 4)).astype(np.float32),
+                      action=rng.integers(2, size=n).astype(np.int32),
+                      reward=rng.normal(size=n).astype(np.float32), terminal=term,
+                      episode_end=ends, episodes=np.zeros((int(ends.sum()), 3)))
+
+
+@pytest.mark.parametrize("kind", ["dqn", "rainbow"])
+def test_bulk_ingest_equals_one_step_at_a_time(kind):
+    import gin
+    import jax
+
+    rng = np.random.default_rng(3)
+    chunks = [_episodes(rng, n) for n in (40, 7, 55, 1, 23)]
+    try:
+        ref = _agent(kind)
+        ref.eval_mode = False
+        steps = []
+        for c in chunks:  # what the learner did before: add, then train, per transition
+            for i in range(len(c)):
+                ref._store_transition(c.observation[i], c.action[i], c.reward[i],
+                                      bool(c.terminal[i]), episode_end=bool(c.episode_end[i]))
+                ref._train_step()
+                steps.append(ref.training_steps)
+        bulk = _agent(kind)
+        bulk.eval_mode = False
+        calls = []
+        batches = []
+        add_batch = bulk._replay.add_batch
+        bulk._replay.add_batch = lambda *a, **k: batches.append(len(a[0])) or add_batch(*a, **k)
+        for c in chunks:
+            dist.ingest(bulk, c, lambda: calls.append(bulk.training_steps))
+    finally:
+        gin.clear_config()
+    assert calls == steps  # one training step (and callback) per transition
+    assert max(batches) > 1 and sum(batches) == sum(len(c) for c in chunks)
+    assert bulk.training_steps == ref.training_steps and ref.training_steps > 100
+    a, b = ref._replay, bulk._replay
+    assert a.add_count == b.add_count and a.sample_count == b.sample_count > 0
+    np.testing.assert_array_equal(a.keys(), b.keys())
+    ea, eb = a.get_elements(a.keys()), b.get_elements(b.keys())
+    for f in ("state", "action", "reward", "next_state", "is_terminal", "episode_end"):
+        np.testing.assert_array_equal(getattr(ea, f), getattr(eb, f), err_msg=f)
+    np.testing.assert_array_equal(a.priorities(a.keys()), b.priorities(b.keys()))
+    assert a.max_recorded_priority == b.max_recorded_priority
+    # Same samples in the same order: the trained networks are identical.
+    for x, y in zip(jax.tree_util.tree_leaves(ref.online_params),
+                    jax.tree_util.tree_leaves(bulk.online_params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -229,3 +229,18 @@ def test_returned_batches_never_alias_batches_still_held():
       assert not any(np.shares_memory(a, b) for a in new for b in old)
     assert not np.shares_memory(new[0], view)
     held.append(new)
+
+
+def test_sample_count_counts_drawn_transitions():
+  from memoire.dopamine_compat import OutOfGraphPrioritizedReplayBuffer
+  for cls in (OutOfGraphReplayBuffer, OutOfGraphPrioritizedReplayBuffer):
+    buf = cls((2,), 1, replay_capacity=50, batch_size=4, seed=1)
+    with pytest.raises((RuntimeError, ValueError)):  # Dopamine's errors when empty
+      buf.sample_transition_batch()  # nothing drawn: not counted
+    for i in range(20):
+      args = (np.full(2, i, np.uint8), 0, 1.0, i % 7 == 6)
+      buf.add(*args, priority=1.0) if cls is not OutOfGraphReplayBuffer else buf.add(*args)
+    buf.sample_transition_batch()
+    buf.sample_transition_batch(batch_size=3)
+    buf.sample_transition_batch(batch_size=2, indices=[1, 2])  # a read, not a draw
+    assert buf.sample_count == 4 + 3, cls.__name__

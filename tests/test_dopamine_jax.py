@@ -302,3 +302,79 @@ def test_frames_are_stored_once():
         m.add(s)
     # Dopamine holds 2 * stack frames per element; memoire about one.
     assert m.frame_capacity < 1.1 * 1000
+
+
+def _columns(steps):
+    return (np.stack([s.observation for s in steps]), np.asarray([s.action for s in steps]),
+            np.asarray([s.reward for s in steps]), np.asarray([s.is_terminal for s in steps]),
+            np.asarray([s.episode_end for s in steps]))
+
+
+@pytest.mark.parametrize("stack,horizon", [(1, 1), (4, 3)])
+@pytest.mark.parametrize("prio", [False, True], ids=["uniform", "prioritized"])
+def test_add_batch_equals_single_adds(stack, horizon, prio):
+    cap = 37
+    rng = np.random.default_rng(7 + stack + int(prio))
+    one = make_memoire(stack, horizon, 0.95, cap, prio)
+    bulk = make_memoire(stack, horizon, 0.95, cap, prio)
+    steps = list(stream(rng, 300))
+    pri = rng.random(len(steps)) * 2
+    pri[::11] = 0.0
+    start = 0
+    for k in (1, 7, 0, 64, 3, 100, 125):  # chunks of assorted sizes, empty included
+        chunk = steps[start:start + k]
+        before = one.add_count
+        emitted_one = []
+        for j, s in enumerate(chunk):
+            a = one.add_count
+            one.add(s, priority=float(pri[start + j])) if prio else one.add(s)
+            emitted_one.append(one.add_count - a)
+        emitted = bulk.add_batch(*_columns(chunk) if chunk else (
+            np.zeros((0, 3, 2), np.uint8), np.zeros(0, np.int64), [], [], []),
+            priorities=pri[start:start + k] if prio else None)
+        assert emitted.tolist() == emitted_one and one.add_count - before == emitted.sum()
+        assert bulk.add_count == one.add_count
+        start += k
+    assert start == len(steps) and one.add_count > cap
+    np.testing.assert_array_equal(one.keys(), bulk.keys())
+    assert_same_batch(one.get_elements(one.keys()), bulk.get_elements(bulk.keys()))
+    np.testing.assert_array_equal(one.priorities(one.keys()), bulk.priorities(bulk.keys()))
+    assert one.max_recorded_priority == bulk.max_recorded_priority
+    # Same sampler state: the same draws give the same batches.
+    b1, m1 = one.sample(size=9, with_sample_metadata=True)
+    b2, m2 = bulk.sample(size=9, with_sample_metadata=True)
+    np.testing.assert_array_equal(m1.keys, m2.keys)
+    assert_same_batch(b1, b2)
+    # The accumulator's partial trajectory is the same too.
+    assert str(one.to_state_dict()["transition_accumulator"]["trajectory"]) == str(
+        bulk.to_state_dict()["transition_accumulator"]["trajectory"])
+
+
+def test_add_batch_rejects_bad_input_without_change():
+    m = make_memoire(1, 1, 0.9, 20, True)
+    obs, act, rew, term, end = _columns(list(stream(np.random.default_rng(0), 5)))
+    m.add_batch(obs, act, rew, term, end, priorities=1.0)
+    state = str(m.to_state_dict())
+    with pytest.raises(ValueError, match="priorities"):
+        m.add_batch(obs, act, rew, term, end, priorities=[1.0, 1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="one length"):
+        m.add_batch(obs[:4], act, rew, term, end, priorities=1.0)
+    with pytest.raises(ValueError, match="observations"):
+        m.add_batch(np.zeros((5, 4, 2), np.uint8), act, rew, term, end, priorities=1.0)
+    with pytest.raises(ValueError, match="is_terminal and episode_end"):
+        m.add_batch(obs, act, rew, term[:2], end, priorities=1.0)
+    assert str(m.to_state_dict()) == state
+
+
+def test_sample_count_counts_drawn_transitions():
+    m = make_memoire(1, 1, 0.9, 20, False)
+    assert m.sample_count == 0
+    for s in stream(np.random.default_rng(1), 30):
+        m.add(s)
+    m.sample()
+    m.sample(size=3)
+    m.get_elements(m.keys()[:2])  # a read, not a draw
+    assert m.sample_count == 8 + 3
+    with pytest.raises(ValueError):
+        m.sample(size=0)
+    assert m.sample_count == 11

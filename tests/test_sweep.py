@@ -113,3 +113,22 @@ def test_cli_errors_are_clean(tmp_path, capsys):
     f.write_text("A.x = 3\n")
     assert sw.main(["list", str(f)]) == 2
     assert "non-empty list" in capsys.readouterr().err
+
+
+def test_shipped_sweeps_load_and_replay_sweep_selects_each_buffer():
+    import gin
+
+    from memoire import replay_routing, train
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sw.load_sweep(os.path.join(root, "configs", "sweep_dqn_cartpole.gin"))
+    s = sw.load_sweep(os.path.join(root, "configs", "sweep_replay_cartpole.gin"))
+    chosen = []
+    try:
+        for setting in range(2):
+            gin.clear_config()
+            train.load_gin(list(s.gin_files), s.bindings(setting))
+            chosen.append(replay_routing.replay_backend())
+    finally:
+        gin.clear_config()
+    assert chosen == ["memoire", "dopamine"]

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
+MEMOIRE_JAX = "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer"
 TINY = [
     "Runner.training_steps = 150",
     "Runner.evaluation_steps = 60",
@@ -102,6 +103,24 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     adds = [int(r["add_count"]) for r in replay]
     # The replay memory came back from the checkpoint: its count continues to grow.
     assert all(b > a for a, b in zip(adds, adds[1:]))
+    # It was memoire's buffer throughout, and it was sampled.
+    assert {r["memory"] for r in replay} == {MEMOIRE_JAX}
+    assert float(replay[-1]["samples_per_s"]) > 0
+
+    # 4. The last checkpoint holds exactly the run's training transitions, killed iteration
+    # excluded: with horizon 1 every episode of L steps yields L - 1 elements (Dopamine's
+    # accumulator drops the last reward), and only terminations are stored as terminal.
+    from memoire.dopamine_compat import jax_replay_buffer as mj
+
+    buf = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99), mj.UniformSamplingDistribution(0),
+                          batch_size=128, max_capacity=50000)
+    buf.load(ckpt, done + 1)
+    train = [r for r in eps if r["phase"] == "train"]
+    assert buf.add_count == adds[-1] == sum(int(r["length"]) - 1 for r in train)
+    elements = buf.get_elements(buf.keys())
+    terminated = sum(r["terminated"] == "1" for r in train)
+    assert 0 < terminated < len(train)  # both kinds of ends happened
+    assert int(elements.is_terminal.sum()) == terminated  # truncations are not terminal
 
 
 # --- In-process: the episode loop keeps termination and truncation apart. -------------------
@@ -171,3 +190,87 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     assert [r["truncated"] for r in rows] == ["1", "1", "1", "0"]
     assert [r["terminated"] for r in rows] == ["0", "0", "0", "1"]
     assert np.all(np.diff([int(r["env_steps"]) for r in rows]) > 0)
+
+
+# --- Which replay memory a run uses. --------------------------------------------------------
+
+
+def test_replay_backend_chooses_the_agent_factory():
+    import gin
+    from dopamine.discrete_domains import run_experiment
+
+    from memoire import replay_routing, train
+    from memoire.dopamine_compat import jax_agents
+
+    try:
+        for extra, want in (([], jax_agents.create_memoire_agent),
+                            (["replay_backend.name = 'dopamine'"], run_experiment.create_agent)):
+            gin.clear_config()
+            train.load_gin([LOCAL_GIN], extra)
+            assert replay_routing.create_agent_fn() is want
+        gin.clear_config()
+        train.load_gin([LOCAL_GIN], ["replay_backend.name = 'reverb'"])
+        with pytest.raises(ValueError, match="replay_backend.name"):
+            replay_routing.replay_backend()
+    finally:
+        gin.clear_config()
+
+
+TF_DQN_GIN = """
+# Dopamine's TF DQN on CartPole, with nothing about memoire: memoire train routes replay.
+import dopamine.discrete_domains.gym_lib
+import dopamine.discrete_domains.run_experiment
+import dopamine.tf.agents.dqn.dqn_agent
+import dopamine.tf.replay_memory.circular_replay_buffer
+
+DQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE
+DQNAgent.observation_dtype = %gym_lib.CARTPOLE_OBSERVATION_DTYPE
+DQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE
+DQNAgent.network = @gym_lib.CartpoleDQNNetwork
+DQNAgent.min_replay_history = 40
+DQNAgent.update_period = 2
+DQNAgent.epsilon_fn = @tf.agents.dqn.dqn_agent.identity_epsilon
+create_gym_environment.environment_name = 'CartPole'
+create_gym_environment.version = 'v0'
+create_runner.schedule = 'continuous_train_and_eval'
+create_agent.agent_name = 'dqn'
+Runner.create_environment_fn = @gym_lib.create_gym_environment
+Runner.num_iterations = 1
+Runner.training_steps = 200
+Runner.evaluation_steps = 20
+Runner.max_steps_per_episode = 9  # poles fall in about 8 to 12 steps: both kinds of ends
+Runner.fine_grained_print_to_console = False
+WrappedReplayBuffer.replay_capacity = 5000
+WrappedReplayBuffer.batch_size = 32
+"""
+
+
+def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
+    gin_file = tmp_path / "dqn_tf.gin"
+    gin_file.write_text(TF_DQN_GIN)
+    base = str(tmp_path / "run")
+    out = subprocess.run([sys.executable, "-m", "memoire.train", "--gin_files", str(gin_file),
+                          "--base_dir", base], env=_env(), cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = os.path.join(base, "setting_0", "run_0")
+    replay = _rows(os.path.join(run, "replay.csv"))
+    assert replay[0]["memory"] == ("memoire.dopamine_compat.circular_replay_buffer."
+                                   "OutOfGraphReplayBuffer")
+    assert float(replay[0]["samples_per_s"]) > 0
+    config = open(os.path.join(run, "config.gin")).read()
+    assert "MemoireOutOfGraphReplayBuffer.replay_capacity = 5000" in config
+
+    # The checkpointed memory: one slot per training step, terminal only where the episode
+    # terminated; every end (truncations included) is an episode end.
+    from memoire.dopamine_compat import OutOfGraphReplayBuffer
+
+    train = [r for r in _rows(os.path.join(run, "episodes.csv")) if r["phase"] == "train"]
+    mem = OutOfGraphReplayBuffer((4, 1), 1, 5000, 32, observation_dtype=np.float64)
+    mem.load(os.path.join(run, "checkpoints"), 0)
+    steps = sum(int(r["length"]) for r in train)
+    terminated = sum(r["terminated"] == "1" for r in train)
+    assert int(mem.add_count) == steps == int(replay[0]["add_count"])
+    assert 0 < terminated < len(train)
+    assert int(np.count_nonzero(mem._store["terminal"][:steps])) == terminated
+    assert len(mem.episode_end_indices) == len(train)

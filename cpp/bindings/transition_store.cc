@@ -86,6 +86,39 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            py::arg("frame"), py::arg("action"), py::arg("reward"), py::arg("terminal"),
            py::arg("episode_end"), py::arg("priority"),
            "Adds one step; returns how many elements it yielded.")
+      .def("add_batch",
+           [](TS& t, const py::array& frames, const py::array& actions, const py::handle& rewards,
+              const py::array& terminals, const py::array& episode_ends,
+              const py::object& priorities) {
+             const auto& o = t.options();
+             auto r = Vec<double>(rewards, "rewards");
+             const size_t k = r.size();
+             const uint8_t* f = In(frames, k * o.frame_bytes, "observations");
+             const uint8_t* a = In(actions, k * o.action_bytes, "actions");
+             const uint8_t* te = In(terminals, k, "is_terminal");
+             const uint8_t* ee = In(episode_ends, k, "episode_end");
+             py::array_t<double, py::array::c_style | py::array::forcecast> pr;
+             const double* p = nullptr;
+             if (!priorities.is_none()) {
+               pr = Vec<double>(priorities, "priorities");
+               if (static_cast<size_t>(pr.size()) != k)
+                 throw py::value_error("priorities: expected " + std::to_string(k) +
+                                       " values (one per step), got " +
+                                       std::to_string(pr.size()));
+               p = pr.data();
+             }
+             py::array_t<int64_t> emitted(k);
+             int64_t* e = emitted.mutable_data();
+             CallReleased([&] {
+               return t.AddBatch(static_cast<int64_t>(k), f, a, r.data(), te, ee, p, e);
+             });
+             return emitted;
+           },
+           py::arg("frames"), py::arg("actions"), py::arg("rewards"), py::arg("terminals"),
+           py::arg("episode_ends"), py::arg("priorities"),
+           "Adds k steps in one call (k = len(rewards)): frames [k, frame bytes], actions\n"
+           "[k, action bytes], float64 rewards [k], 1-byte terminals and episode ends [k],\n"
+           "float64 priorities [k] or None. Returns int64 [k]: elements each step yielded.")
       .def("keys_at",
            [](const TS& t, const py::handle& indices) {
              auto idx = Vec<int64_t>(indices, "indices");

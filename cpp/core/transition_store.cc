@@ -232,6 +232,34 @@ Status TransitionStore::Add(const uint8_t* frame, const uint8_t* action, double 
   if (opt_.prioritized && !(priority >= 0.0) )
     return Error(Code::kInvalidArgument, "priority: expected a value >= 0, got ", priority);
   std::lock_guard<std::mutex> l(mu_);
+  *emitted = AddLocked(frame, action, reward, terminal, episode_end, priority);
+  return Status::OK();
+}
+
+Status TransitionStore::AddBatch(int64_t k, const uint8_t* frames, const uint8_t* actions,
+                                 const double* rewards, const uint8_t* terminals,
+                                 const uint8_t* episode_ends, const double* priorities,
+                                 int64_t* emitted) {
+  if (k < 0) return Error(Code::kInvalidArgument, "steps: expected >= 0, got ", k);
+  if (opt_.prioritized) {
+    if (priorities == nullptr && k > 0)
+      return Error(Code::kInvalidArgument, "priorities: a prioritized store needs one per step");
+    for (int64_t b = 0; b < k; ++b)
+      if (!(priorities[b] >= 0.0))
+        return Error(Code::kInvalidArgument, "priorities[", b, "]: expected a value >= 0, got ",
+                     priorities[b]);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  for (int64_t b = 0; b < k; ++b) {
+    emitted[b] = AddLocked(frames + b * opt_.frame_bytes, actions + b * opt_.action_bytes,
+                           rewards[b], terminals[b] != 0, episode_ends[b] != 0,
+                           priorities == nullptr ? 0.0 : priorities[b]);
+  }
+  return Status::OK();
+}
+
+int64_t TransitionStore::AddLocked(const uint8_t* frame, const uint8_t* action, double reward,
+                                   bool terminal, bool episode_end, double priority) {
   const int s = opt_.stack_size;
   const int n = opt_.update_horizon;
   const int win = n + s;
@@ -272,8 +300,7 @@ Status TransitionStore::Add(const uint8_t* frame, const uint8_t* action, double 
     if (L > n) Emit(L - 1 - n, L - 1, 0, false, priority);
     if (episode_end) ClearWindow();
   }
-  *emitted = add_count_ - before;
-  return Status::OK();
+  return add_count_ - before;
 }
 
 // ---- sampling, update, gather ----

@@ -63,6 +63,15 @@ class TransitionStore {
   // element this step yields. Sets *emitted to the number of elements yielded.
   Status Add(const uint8_t* frame, const uint8_t* action, double reward, bool terminal,
              bool episode_end, double priority, int64_t* emitted);
+  // Adds k consecutive steps under one lock, exactly as k Add calls in order: step b is
+  // frames[b * frame_bytes ...], actions[b * action_bytes ...], rewards[b], terminals[b],
+  // episode_ends[b] (bytes, nonzero = true) and priorities[b] (null: 0 for every step, allowed
+  // only when not prioritized). Sets emitted[b] to the elements step b yielded. Every priority is
+  // checked before anything is added (kInvalidArgument naming the step), so a failed call
+  // changes nothing.
+  Status AddBatch(int64_t k, const uint8_t* frames, const uint8_t* actions,
+                  const double* rewards, const uint8_t* terminals, const uint8_t* episode_ends,
+                  const double* priorities, int64_t* emitted);
 
   int64_t add_count() const;
   int64_t size() const;  // live elements (== sampler size)
@@ -121,6 +130,8 @@ class TransitionStore {
   };
 
   // All below: mu_ held.
+  int64_t AddLocked(const uint8_t* frame, const uint8_t* action, double reward, bool terminal,
+                    bool episode_end, double priority);  // returns elements yielded
   uint8_t* frame_at(int64_t pos) { return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes; }
   const uint8_t* frame_at(int64_t pos) const {
     return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes;

@@ -173,6 +173,7 @@ class OutOfGraphReplayBuffer(object):
     # Views of the native storage, under Dopamine's names (read them; do not resize them).
     self._store = {name: self._core.column(i) for i, (name, _, _) in enumerate(fields)}
     self._batch_arrays_spec = {}
+    self._sample_count = 0
     self._fast_sampling = (
         type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
                                           _prioritized_sample_index_batch()))
@@ -375,6 +376,12 @@ class OutOfGraphReplayBuffer(object):
       self._batch_arrays_spec[batch_size] = spec
     return tuple(_core.empty(shape, dtype) for shape, dtype in spec)
 
+  @property
+  def sample_count(self):
+    """int, transitions drawn by sample_transition_batch without ``indices`` so far (batch
+    items; reads of given indices do not count). Not checkpointed."""
+    return self._sample_count
+
   def sample_transition_batch(self, batch_size=None, indices=None):
     """A batch of transitions: a tuple of arrays as get_transition_elements() describes.
 
@@ -399,8 +406,10 @@ class OutOfGraphReplayBuffer(object):
     if indices is None and self._fast_sampling:
       arrays = self._create_batch_arrays(batch_size)
       self._core.sample_into(batch_size, list(arrays))
+      self._sample_count += int(batch_size)
       return arrays
-    if indices is None:
+    drawn = indices is None
+    if drawn:
       indices = self.sample_index_batch(batch_size)
     assert len(indices) == batch_size
     index_array = np.asarray(indices)
@@ -408,6 +417,8 @@ class OutOfGraphReplayBuffer(object):
       raise TypeError("indices: expected integers, got {}".format(index_array.dtype))
     arrays = self._create_batch_arrays(batch_size)
     self._core.gather(index_array.astype(np.int64, copy=False).reshape(-1), list(arrays))
+    if drawn:
+      self._sample_count += int(batch_size)
     return arrays
 
   # ---- checkpoints ---------------------------------------------------------------------------

@@ -362,6 +362,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         self._obs_dtype = None
         self._action_shape = None
         self._action_dtype = None
+        self._sample_count = 0
 
     @classmethod
     def from_dopamine(cls, buffer, *, fix_terminal_duplicates: bool = False) -> "ReplayBuffer":
@@ -473,7 +474,79 @@ class ReplayBuffer(checkpointers.Checkpointable):
         if emitted and self._prioritized:
             self._sampling_distribution._record(np.asarray([value], dtype=np.float64))
 
+    def add_batch(self, observations, actions, rewards, is_terminal, episode_end=None, *,
+                  priorities=None) -> np.ndarray:
+        """memoire's bulk add: the same as ``K`` :meth:`add` calls in order, in one native call
+        (the C++ loop runs with the GIL released).
+
+        Args:
+          observations: ``dtype[K, *obs_shape]``, step ``b``'s observation (cast like ``add``).
+          actions: ``[K, *action_shape]``.
+          rewards: ``float[K]``.
+          is_terminal: ``bool[K]``, the episode terminated after step ``b``.
+          episode_end: ``bool[K]`` or None (all False), the episode ended after step ``b``
+            (a time limit when not terminal).
+          priorities: ``float[K]``, or one float for every step, >= 0, or None (0 each), for
+            a prioritized buffer (raised to the exponent as ``add`` does); ignored by a
+            uniform one.
+
+        Returns:
+          ``int64[K]``: the elements each step yielded.
+
+        Raises:
+          ValueError: arrays of different lengths, an observation or action of another shape
+            (or an impossible cast) than the first add's, a negative or NaN priority. Nothing
+            is added then.
+        """
+        obs = np.asarray(observations)
+        acts = np.asarray(actions)
+        rew = np.ascontiguousarray(rewards, dtype=np.float64).reshape(-1)
+        k = rew.size
+        if obs.ndim < 1 or len(obs) != k or acts.ndim < 1 or len(acts) != k:
+            raise ValueError(f"add_batch: expected observations, actions and rewards of one "
+                             f"length, got {obs.shape}, {acts.shape}, {rew.shape}")
+        terms = np.ascontiguousarray(is_terminal, dtype=np.bool_).reshape(-1)
+        ends = (np.zeros(k, np.bool_) if episode_end is None
+                else np.ascontiguousarray(episode_end, dtype=np.bool_).reshape(-1))
+        if terms.size != k or ends.size != k:
+            raise ValueError(f"add_batch: expected is_terminal and episode_end of length {k}, "
+                             f"got {terms.size} and {ends.size}")
+        if k == 0:
+            return np.zeros(0, np.int64)
+        if self._store is None:
+            self._build_store(obs[0], acts[0])
+        if obs.dtype != self._obs_dtype or obs.shape[1:] != self._obs_shape \
+                or not obs.flags.c_contiguous:
+            obs = self._coerce(obs, self._obs_dtype, (k, *self._obs_shape), "observations")
+        if acts.dtype != self._action_dtype or acts.shape[1:] != self._action_shape \
+                or not acts.flags.c_contiguous:
+            acts = self._coerce(acts, self._action_dtype, (k, *self._action_shape), "actions")
+        values = None
+        if self._prioritized:
+            raw = (np.zeros(k) if priorities is None
+                   else np.asarray(priorities, dtype=np.float64).reshape(-1))
+            if raw.size == 1:
+                raw = np.full(k, raw[0])
+            if raw.size != k:
+                raise ValueError(f"priorities: expected {k} values (one per step), got "
+                                 f"{raw.size}")
+            if np.isnan(raw).any() or (raw < 0).any():
+                raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
+            e = self._sampling_distribution._priority_exponent
+            values = np.where(raw == 0.0, 0.0, raw ** e).astype(np.float64)
+        emitted = self._store.add_batch(obs, acts, rew, terms.view(np.uint8),
+                                        ends.view(np.uint8), values)
+        if self._prioritized and emitted.any():
+            self._sampling_distribution._record(values[emitted > 0])
+        return emitted
+
     # ---- sampling ----
+
+    @property
+    def sample_count(self) -> int:
+        """Transitions drawn by :meth:`sample` so far (batch items; ``get_elements`` does not
+        count). Not checkpointed: it restarts at 0 with the process."""
+        return self._sample_count
 
     def _empty_batch(self, n: int):
         s = self._stack_size
@@ -517,6 +590,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             raise ValueError(f"Invalid size: {size}, size must be >= 1.")
         samples = self._sampling_distribution.sample(size)
         batch = self._gather(samples.keys)
+        self._sample_count += int(size)
         return (batch, samples) if with_sample_metadata else batch
 
     def get_elements(self, keys) -> ReplayElement:
