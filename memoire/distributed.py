@@ -55,9 +55,11 @@ class DistributedConfig:
       chunk_size: transitions per experience chunk an actor sends (an episode end also sends).
       queue_chunks: chunks in flight before actors block (backpressure keeps actors from
         running ahead of the learner without bound).
-      transport: 'multiprocessing' (this machine). 'zmq' needs memoire's server (not yet here).
-      experience_endpoint: where actors send experience (ZeroMQ transport).
-      param_endpoint: where the learner publishes parameters (ZeroMQ transport).
+      transport: 'multiprocessing' (queues, this machine) or 'zmq' (a memoire server embedded
+        in the learner; actors may run on other machines).
+      experience_endpoint: the learner server's REP endpoint actors send experience to
+        (ZeroMQ transport); 'auto' lets the OS choose a loopback port.
+      param_endpoint: the learner server's PUB endpoint for parameters (ZeroMQ); 'auto' too.
       actor_threads: XLA CPU threads per actor process (actors only run small forward passes).
 
     Raises:
@@ -66,8 +68,8 @@ class DistributedConfig:
 
     def __init__(self, num_actors: int = 0, publish_period: int = 100, chunk_size: int = 64,
                  queue_chunks: int = 32, transport: str = "multiprocessing",
-                 experience_endpoint: str = "tcp://127.0.0.1:5555",
-                 param_endpoint: str = "tcp://127.0.0.1:5556", actor_threads: int = 1):
+                 experience_endpoint: str = "auto",
+                 param_endpoint: str = "auto", actor_threads: int = 1):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
         for name, v in (("publish_period", publish_period), ("chunk_size", chunk_size),
@@ -308,22 +310,37 @@ class LocalTransport:
             q.close()
 
 
-def make_transport(config: DistributedConfig, ctx) -> LocalTransport:
-    """Builds the transport ``config.transport`` names, for ``config.num_actors`` actors.
+@dataclasses.dataclass
+class QueueActorEnds:
+    """An actor's ends of the multiprocessing transport (picklable into the spawned actor)."""
 
-    Raises:
-      ValueError: for the 'zmq' transport until memoire's server and client are merged.
-    """
-    if config.transport != "multiprocessing":
-        raise ValueError("transport 'zmq' needs memoire.server (ReplayMemoryServer) and "
-                         "pub_bytes/sub_bytes, not available in this build; use "
-                         "DistributedConfig.transport = 'multiprocessing'")
+    exp_q: Any
+    param_q: Any
+    stop: Any
+
+    def open(self):
+        """Returns ``(sink, parameter_source, should_stop, close)``."""
+        def close() -> None:
+            self.exp_q.cancel_join_thread()  # the learner may have stopped reading: don't hang
+        return (QueueExperienceSink(self.exp_q, self.stop), QueueParameterSource(self.param_q),
+                self.stop.is_set, close)
+
+
+def make_transport(config: DistributedConfig, ctx):
+    """Builds the transport ``config.transport`` names, for ``config.num_actors`` actors:
+    ``'multiprocessing'`` (queues, this machine) or ``'zmq'`` (a memoire server embedded in the
+    learner; see :mod:`memoire.distributed_zmq`). Each ``actor_args[i]`` is a one-tuple of an
+    object whose ``open()`` gives the actor its ends."""
+    if config.transport == "zmq":
+        from memoire import distributed_zmq
+
+        return distributed_zmq.make_zmq_transport(config, ctx)
     exp_q = ctx.Queue(maxsize=config.queue_chunks)
     param_qs = [ctx.Queue(maxsize=2) for _ in range(config.num_actors)]
     stop = ctx.Event()
     return LocalTransport(source=QueueExperienceSource(exp_q),
                           publisher=QueueParameterPublisher(param_qs),
-                          actor_args=[(exp_q, param_qs[i], stop)
+                          actor_args=[(QueueActorEnds(exp_q, param_qs[i], stop),)
                                       for i in range(config.num_actors)],
                           stop=stop, queues=[exp_q] + param_qs)
 
@@ -519,8 +536,9 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
     return steps
 
 
-def actor_main(actor_id: int, facts: dict, config: dict, exp_q, param_q, stop) -> None:
-    """Entry point of a spawned actor process: loads gin, seeds, runs :func:`run_actor`."""
+def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
+    """Entry point of an actor process: loads gin, seeds, opens its transport ends
+    (``ends.open()``) and runs :func:`run_actor`."""
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
                           f"intra_op_parallelism_threads={config['actor_threads']}")
     from absl import logging as absl_logging
@@ -531,14 +549,14 @@ def actor_main(actor_id: int, facts: dict, config: dict, exp_q, param_q, stop) -
     seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
     train.load_gin(facts["gin_files"], facts["bindings"])
     train.seed_everything(seed)
-    sink = QueueExperienceSink(exp_q, stop)
+    sink, params, should_stop, close = ends.open()
     try:
-        run_actor(actor_id, sink, QueueParameterSource(param_q),
-                  chunk_size=config["chunk_size"], seed=seed, should_stop=stop.is_set)
+        run_actor(actor_id, sink, params, chunk_size=config["chunk_size"], seed=seed,
+                  should_stop=should_stop)
     except KeyboardInterrupt:
         pass
     finally:
-        exp_q.cancel_join_thread()  # the learner may have stopped reading; don't hang at exit
+        close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,7 +672,11 @@ def run(facts: dict, config: DistributedConfig) -> int:
         if runner.start_iteration > 0:
             print(f"[memoire] resuming {facts['dir']} at iteration {runner.start_iteration}",
                   flush=True)
-        print(f"[memoire] learner with {config.num_actors} actor(s)", flush=True)
+        where = ""
+        if getattr(transport, "endpoints", None):
+            where = f" (server rep {transport.endpoints['rep']}, pub {transport.endpoints['pub']})"
+        print(f"[memoire] learner with {config.num_actors} actor(s) over {config.transport}{where}",
+              flush=True)
         runner.run_experiment()
         train.write_operative_config(facts["dir"])
     finally:

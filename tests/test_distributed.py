@@ -57,7 +57,8 @@ def test_queue_transport_latest_parameters_and_backpressure():
     try:
         for v in range(5):
             t.publisher.publish(v, bytes([v]))
-        exp_q, param_q, stop = t.actor_args[1]
+        ends = t.actor_args[1][0]
+        exp_q, param_q, stop = ends.exp_q, ends.param_q, ends.stop
         src = dist.QueueParameterSource(param_q)
         got = None
         for _ in range(100):  # the queue's feeder thread delivers asynchronously
@@ -92,8 +93,32 @@ def test_config_rejects_bad_values():
         dist.DistributedConfig(num_actors=-1)
     with pytest.raises(ValueError, match="publish_period"):
         dist.DistributedConfig(publish_period=0)
-    with pytest.raises(ValueError, match="zmq"):
-        dist.make_transport(dist.DistributedConfig(num_actors=1, transport="zmq"), None)
+    with pytest.raises(ValueError, match="transport"):
+        dist.DistributedConfig(num_actors=1, transport="carrier pigeon")
+
+
+def test_queue_transport_ends_carry_chunks_and_parameters():
+    import multiprocessing as mp
+
+    t = dist.make_transport(dist.DistributedConfig(num_actors=1, queue_chunks=4), mp.get_context("spawn"))
+    try:
+        sink, params, should_stop, close = t.actor_args[0][0].open()
+        n = 3
+        chunk = dist.Chunk(np.zeros((n, 4), np.float32), np.arange(n, dtype=np.int32),
+                           np.ones(n, np.float32), np.zeros(n, bool), np.zeros(n, bool),
+                           np.zeros((0, 3)))
+        assert sink.add_chunk(0, chunk)
+        actor_id, got = t.source.get_chunk(timeout=10)
+        assert actor_id == 0 and got.action.tolist() == [0, 1, 2]
+        t.publisher.publish(7, b"params")
+        deadline = time.monotonic() + 10
+        latest = None
+        while latest is None and time.monotonic() < deadline:
+            latest = params.latest()
+        assert latest == (7, b"params") and not should_stop()
+        close()
+    finally:
+        t.shutdown([])
 
 
 def test_tiny_distributed_run_two_actors(tmp_path):
@@ -108,6 +133,7 @@ def test_tiny_distributed_run_two_actors(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "learner with 2 actor(s)" in out.stdout
+    assert "over zmq" in out.stdout  # the config's transport: the embedded memoire server
     run = os.path.join(base, "setting_0", "run_0")
     assert os.path.exists(os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0"))
     rows = list(csv.DictReader(open(os.path.join(run, "episodes.csv"))))
