@@ -644,7 +644,8 @@ class ReplayMemoryServer:
             ring[seq % self.n_caches] = _HeldCache(msg.values, seq, perm)
             self._stats["caches"] += 1
 
-    def get_batch(self, batch_size: int, timeout: float = 0.0) -> CacheBatch:
+    def get_batch(self, batch_size: int, timeout: float = 0.0,
+                  out: Optional[CacheBatch] = None) -> CacheBatch:
         """A batch of ``batch_size`` transitions from the held caches (cache mode).
 
         Without ``reuse_cache`` (the default) rows are drawn without replacement: each cache
@@ -654,6 +655,8 @@ class ReplayMemoryServer:
         Args:
           batch_size: rows, >= 1.
           timeout: seconds to wait for enough unused rows (0: fail at once).
+          out: a batch an earlier call returned, to fill in place (no allocation; the same
+            arrays come back); ignored when its size or layout no longer fits.
 
         Returns:
           :class:`CacheBatch`: ``prev``/``next`` tuples of 7 arrays
@@ -686,10 +689,13 @@ class ReplayMemoryServer:
                     "for clients to push_cache() or lower batch_size")
             time.sleep(0.005)
         # Gather outside the lock: the held values are immutable views, safe if evicted now.
-        out = {name: np.empty((n,) + tuple(shape[1:]), dt)
-               for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
-        for name in ("uuid", "num_sampleable", "total_weight"):
-            out[name] = np.empty(n, spec.arrays[name][0])
+        arrays = _reusable(out, spec, n)
+        if arrays is None:
+            arrays = {name: np.empty((n,) + tuple(shape[1:]), dt)
+                      for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
+            for name in ("uuid", "num_sampleable", "total_weight"):
+                arrays[name] = np.empty(n, spec.arrays[name][0])
+        out = arrays
         off = 0
         for cache, rows in parts:
             k = len(rows)
@@ -853,6 +859,26 @@ class ReplayMemoryServer:
     def __repr__(self) -> str:
         return (f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
                 f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
+
+
+def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional[dict]:
+    """The arrays of `batch` by cache entry name when they fit `spec` for `n` rows, else None."""
+    if batch is None:
+        return None
+    arrays = {"weight": batch.weight, "prob": batch.prob, "done": batch.done, "id": batch.id,
+              "uuid": batch.uuid, "num_sampleable": batch.num_sampleable,
+              "total_weight": batch.total_weight}
+    for k, f in enumerate(FIELDS):
+        arrays[f"prev/{f}"] = batch.prev[k]
+        arrays[f"next/{f}"] = batch.next[k]
+    arrays = {name: a for name, a in arrays.items() if a is not None}
+    for name, (dt, shape) in spec.arrays.items():
+        want = (n,) + tuple(shape[1:]) if len(shape) else (n,)
+        a = arrays.get(name)
+        if (not isinstance(a, np.ndarray) or a.shape != want or a.dtype != np.dtype(dt)
+                or not a.flags.writeable or not a.flags.c_contiguous):
+            return None
+    return arrays if len(arrays) == len(spec.arrays) else None
 
 
 def _error(kind: str, reason: str) -> list:
