@@ -1,14 +1,25 @@
-"""End-to-end network throughput: 2 actor processes -> one learner's get_batch, against raw
-pyzmq PUSH/PULL moving the same bytes in the same run.
+"""End-to-end network throughput: 2 actor processes -> one learner, against raw pyzmq PUSH/PULL
+moving the same bytes (same frames, same message sizes, same number of actor processes) in the
+same run.
 
-    PYTHONPATH=. python benchmarks/bench_network.py [--seconds 3] [--cache_size 128]
+    PYTHONPATH=$PWD python benchmarks/bench_network.py [--seconds 3] [--mode both]
 
-For each state layout (float32[4] and uint8[84,84,4]) it reports transitions per second:
-- memoire: actors fill local memories, then push_cache() in a loop; the learner calls
-  server.get_batch(cache_size) (every row used once: reuse_cache=False) and counts rows.
-- raw pyzmq: actors send the same frames (one cache's arrays, copy=False) on PUSH; the learner
-  receives them on PULL and counts rows, doing nothing else.
-The ratio memoire / raw is the overhead of the codec, checks, cache ring and batch assembly.
+For each state layout (float32[4] and uint8[84,84,4]) it reports transitions per second and the
+ratio memoire / raw pyzmq:
+
+- central mode (what a Dopamine agent uses): actors stream episodes of `--episode` entries with
+  ``ReplayMemoryClient(mode="central").add_entries`` in chunks of `--chunk` rows; the server
+  stores them in its memory and the learner (the main process) calls ``server.sample(batch)``
+  under a rate limit of `--spi` sampled rows per stored row (1: every stored transition is
+  delivered once on average; 0: no sampling, ingest only). A transition counts once it is
+  stored and sampleable. Raw pyzmq: each actor sends the same chunk frames (rows s, a, r, p, v,
+  i, init_w plus a header frame) with copy=False; the learner receives and counts rows.
+- cache mode (the seed's design): actors fill local memories and push_cache() in a loop; the
+  learner calls ``server.get_batch(cache_size, out=...)`` (every row used once). Raw pyzmq:
+  the same cache frames (prev and next stacks of every field, weight, prob, done, id).
+
+Raw pyzmq does nothing with what it receives, so the ratio is the whole cost of memoire's
+codec, checks, storage (central) or cache ring (cache) and batch assembly.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import numpy as np
 import zmq
 
 CTX = mp.get_context("spawn")
+N_ACTORS = 2
 
 
 def templates(state_shape, state_dtype):
@@ -29,33 +41,22 @@ def templates(state_shape, state_dtype):
             np.zeros([0], np.uint8))
 
 
-def _fill(rem, state_shape, state_dtype, steps=2000):
-    rng = np.random.default_rng(0)
-    rem.new_episode()
+def episode_rows(state_shape, state_dtype, steps, seed=0):
+    """s, a, r, p, v, i, init_w of one episode of `steps` entries."""
+    rng = np.random.default_rng(seed)
     s = rng.integers(0, 255, (steps,) + tuple(state_shape)).astype(state_dtype)
-    rem.add_entries(s, np.zeros(steps, np.int64), np.ones(steps, np.float32),
-                    np.full(steps, 0.5, np.float32), np.zeros(steps, np.float32),
-                    np.zeros((steps, 0), np.uint8), np.ones(steps, np.float32))
+    return (s, np.zeros(steps, np.int64), np.ones(steps, np.float32),
+            np.full(steps, 0.5, np.float32), np.zeros(steps, np.float32),
+            np.zeros((steps, 0), np.uint8), np.ones(steps, np.float32))
+
+
+def _fill(rem, state_shape, state_dtype, steps=2000):
+    rem.new_episode()
+    rem.add_entries(*episode_rows(state_shape, state_dtype, steps))
     rem.close_episode()
 
 
-def memoire_actor(ep, state_shape, state_dtype, stop, ready):
-    from memoire import ReplayMemoryClient
-
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=10) as c:
-        _fill(c.rem, state_shape, state_dtype)
-        ready.set()
-        while not stop.is_set():
-            c.push_cache()
-
-
-def raw_actor(endpoint, state_shape, state_dtype, cache_size, stop, ready):
-    from memoire import ReplayMemory
-
-    rem = ReplayMemory(*templates(state_shape, state_dtype), 4000)
-    _fill(rem, state_shape, state_dtype)
-    prev, nxt, w, p, d, i = rem._sample(cache_size)  # the same arrays a cache carries
-    frames = [b"x" * 32] + [a for a in prev + nxt] + [w, p, d, i]
+def _raw_push(endpoint, frames, stop, ready):
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.sndhwm = 64
@@ -72,88 +73,181 @@ def raw_actor(endpoint, state_shape, state_dtype, cache_size, stop, ready):
     ctx.term()
 
 
-def run_memoire(state_shape, state_dtype, cache_size, seconds):
-    from memoire import ReplayMemoryServer
+# ---------------------------------------------------------------------------- actors
 
-    with ReplayMemoryServer(*templates(state_shape, state_dtype), 4000, None, n_caches=64) as srv:
-        srv.rem.cache_size = cache_size
-        ep = srv.start()
-        stop, readies = CTX.Event(), [CTX.Event() for _ in range(2)]
-        procs = [CTX.Process(target=memoire_actor, args=(ep, state_shape, state_dtype, stop, r))
-                 for r in readies]
-        for p in procs:
-            p.start()
-        for r in readies:
-            if not r.wait(60):
-                raise RuntimeError("an actor did not start")
-        rows, t0 = 0, time.monotonic()
-        while time.monotonic() - t0 < 0.5:  # warm up
+def cache_actor(ep, state_shape, state_dtype, cache_size, stop, ready):
+    from memoire import ReplayMemoryClient
+
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=10) as c:
+        c.rem.cache_size = cache_size
+        _fill(c.rem, state_shape, state_dtype)
+        ready.set()
+        while not stop.is_set():
+            c.push_cache()
+
+
+def raw_cache_actor(endpoint, state_shape, state_dtype, cache_size, stop, ready):
+    from memoire import ReplayMemory
+
+    rem = ReplayMemory(*templates(state_shape, state_dtype), 4000)
+    _fill(rem, state_shape, state_dtype)
+    prev, nxt, w, p, d, i = rem._sample(cache_size)  # the same arrays a cache carries
+    frames = [b"x" * 32] + [a for a in prev + nxt] + [w, p, d, i]
+    _raw_push(endpoint, frames, stop, ready)
+
+
+def central_actor(ep, state_shape, state_dtype, episode, chunk, stop, ready):
+    from memoire import ReplayMemoryClient
+
+    rows = episode_rows(state_shape, state_dtype, episode)
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central", chunk_size=chunk,
+                            timeout=10) as c:
+        ready.set()
+        while not stop.is_set():
+            c.new_episode()
             try:
-                srv.get_batch(cache_size, timeout=0.1)
-            except RuntimeError:
+                c.add_entries(*rows)
+                c.close_episode()
+            except TimeoutError:
                 pass
-        rows, t0 = 0, time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            try:
-                rows += len(srv.get_batch(cache_size, timeout=0.1))
-            except RuntimeError:
-                pass
-        rate = rows / (time.monotonic() - t0)
-        stop.set()
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-        return rate
 
 
-def run_raw(state_shape, state_dtype, cache_size, seconds):
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
-    pull.rcvhwm = 64
-    pull.linger = 0
-    port = pull.bind_to_random_port("tcp://127.0.0.1")
-    stop, readies = CTX.Event(), [CTX.Event() for _ in range(2)]
-    procs = [CTX.Process(target=raw_actor, args=(f"tcp://127.0.0.1:{port}", state_shape,
-                                                 state_dtype, cache_size, stop, r))
-             for r in readies]
+def raw_central_actor(endpoint, state_shape, state_dtype, chunk, stop, ready):
+    rows = episode_rows(state_shape, state_dtype, chunk)
+    frames = [b"x" * 32] + [np.ascontiguousarray(x) for x in rows]  # one chunk's row frames
+    _raw_push(endpoint, frames, stop, ready)
+
+
+def _start(target, args_for):
+    stop, readies = CTX.Event(), [CTX.Event() for _ in range(N_ACTORS)]
+    procs = [CTX.Process(target=target, args=args_for(stop, r)) for r in readies]
     for p in procs:
         p.start()
     for r in readies:
         if not r.wait(60):
             raise RuntimeError("an actor did not start")
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 0.5:
-        if pull.poll(100):
-            pull.recv_multipart(copy=False)
-    rows, t0 = 0, time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        if pull.poll(100):
-            pull.recv_multipart(copy=False)
-            rows += cache_size
-    rate = rows / (time.monotonic() - t0)
+    return stop, procs
+
+
+def _stop(stop, procs):
     stop.set()
     for p in procs:
         p.join(10)
         if p.is_alive():
             p.kill()
-    pull.close()
-    ctx.term()
-    return rate
+
+
+# ---------------------------------------------------------------------------- runs
+
+def run_cache(state_shape, state_dtype, args):
+    from memoire import ReplayMemoryServer
+
+    cs = args.cache_size
+    with ReplayMemoryServer(*templates(state_shape, state_dtype), 4000, None, n_caches=64) as srv:
+        srv.rem.cache_size = cs
+        ep = srv.start()
+        stop, procs = _start(cache_actor, lambda s, r: (ep, state_shape, state_dtype, cs, s, r))
+        out = None
+        try:
+            def window(seconds):
+                nonlocal out
+                rows, t0 = 0, time.monotonic()
+                while time.monotonic() - t0 < seconds:
+                    try:
+                        out = srv.get_batch(cs, timeout=0.1, out=out)
+                        rows += len(out)
+                    except RuntimeError:
+                        pass
+                return rows / (time.monotonic() - t0)
+            window(0.5)  # warm up
+            return window(args.seconds)
+        finally:
+            _stop(stop, procs)
+
+
+def run_central(state_shape, state_dtype, args):
+    from memoire import ReplayMemoryServer
+
+    with ReplayMemoryServer(*templates(state_shape, state_dtype), args.capacity, None) as srv:
+        ep = srv.start()
+        stop, procs = _start(central_actor, lambda s, r: (ep, state_shape, state_dtype,
+                                                          args.episode, args.chunk, s, r))
+        try:
+            def window(seconds):
+                t0 = time.monotonic()
+                base = srv.rows_in
+                sampled = 0
+                while time.monotonic() - t0 < seconds:
+                    stored = srv.rows_in - base
+                    if args.spi > 0 and stored * args.spi >= sampled + args.batch:
+                        srv.sample(args.batch)
+                        sampled += args.batch
+                    else:
+                        srv.wait_rows_in(srv.rows_in + 1, 0.01)
+                dt = time.monotonic() - t0
+                stored = srv.rows_in - base
+                return (stored if args.spi == 0 else min(stored, sampled / args.spi)) / dt
+            window(1.0)  # warm up
+            return window(args.seconds)
+        finally:
+            _stop(stop, procs)
+
+
+def run_raw(actor, actor_args, rows_per_message, seconds):
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.rcvhwm = 64
+    pull.linger = 0
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    endpoint = f"tcp://127.0.0.1:{port}"
+    stop, procs = _start(actor, lambda s, r: (endpoint,) + tuple(actor_args) + (s, r))
+    try:
+        def window(seconds):
+            rows, t0 = 0, time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                if pull.poll(100):
+                    pull.recv_multipart(copy=False)
+                    rows += rows_per_message
+            return rows / (time.monotonic() - t0)
+        window(0.5)
+        return window(seconds)
+    finally:
+        _stop(stop, procs)
+        pull.close()
+        ctx.term()
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--cache_size", type=int, default=128)
+    ap.add_argument("--mode", choices=("central", "cache", "both"), default="both")
+    ap.add_argument("--cache_size", type=int, default=128, help="rows per cache (cache mode)")
+    ap.add_argument("--chunk", type=int, default=256, help="rows per episode chunk (central)")
+    ap.add_argument("--episode", type=int, default=1024, help="entries per episode (central)")
+    ap.add_argument("--capacity", type=int, default=20000, help="server memory (central)")
+    ap.add_argument("--batch", type=int, default=32, help="learner batch (central)")
+    ap.add_argument("--spi", type=float, default=1.0,
+                    help="sampled rows per stored row (central; 0: ingest only)")
+    ap.add_argument("--states", default="both", choices=("float", "atari", "both"))
     args = ap.parse_args(argv)
-    print(f"{'state':<16} {'memoire tr/s':>14} {'raw pyzmq tr/s':>16} {'ratio':>7}  MB/s(raw)")
-    for shape, dtype in (((4,), np.float32), ((84, 84, 4), np.uint8)):
-        m = run_memoire(shape, dtype, args.cache_size, args.seconds)
-        r = run_raw(shape, dtype, args.cache_size, args.seconds)
-        row_bytes = 2 * np.prod(shape) * np.dtype(dtype).itemsize + 2 * (8 + 4 * 4) + 4 + 8 + 1 + 8
-        name = f"{np.dtype(dtype).name}{list(shape)}"
-        print(f"{name:<16} {m:14.0f} {r:16.0f} {m / r:7.2f}  {r * row_bytes / 1e6:.0f}", flush=True)
+    states = []
+    if args.states in ("float", "both"):
+        states.append(((4,), np.float32))
+    if args.states in ("atari", "both"):
+        states.append(((84, 84, 4), np.uint8))
+    modes = ("central", "cache") if args.mode == "both" else (args.mode,)
+    print(f"{'mode':<8} {'state':<16} {'memoire tr/s':>13} {'raw pyzmq tr/s':>15} {'ratio':>6}")
+    for mode in modes:
+        for shape, dtype in states:
+            if mode == "central":
+                m = run_central(shape, dtype, args)
+                r = run_raw(raw_central_actor, (shape, dtype, args.chunk), args.chunk, args.seconds)
+            else:
+                m = run_cache(shape, dtype, args)
+                r = run_raw(raw_cache_actor, (shape, dtype, args.cache_size), args.cache_size,
+                            args.seconds)
+            name = f"{np.dtype(dtype).name}{list(shape)}"
+            print(f"{mode:<8} {name:<16} {m:13.0f} {r:15.0f} {m / r:6.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,8 @@ class ReplayMemoryClient:
         self._open = False
         self._index = 0
         self._stage: Optional[Dict[str, np.ndarray]] = None
+        self._in_flight: Deque[tuple] = collections.deque()  # (tracker, stage) being sent
+        self._free_stages: list = []
         self._staged = 0
         self._stream_steps = 0
         self._schema = None
@@ -225,6 +227,13 @@ class ReplayMemoryClient:
                                "construct the client with mode='central')")
 
     def _new_stage(self) -> Dict[str, np.ndarray]:
+        """Staging arrays of one chunk: a set ZeroMQ has finished sending, or new ones."""
+        while self._in_flight and self._in_flight[0][0].done:
+            self._free_stages.append(self._in_flight.popleft()[1])
+        if len(self._in_flight) > 128:  # a stuck peer: forget the oldest (ZeroMQ keeps its own)
+            self._in_flight.popleft()
+        if self._free_stages:
+            return self._free_stages.pop()
         stage = {name: np.empty((self.chunk_size,) + shape, dtype)
                  for name, dtype, shape in self._schema if name != "q"}
         stage["init_w"] = np.empty(self.chunk_size, np.float32)
@@ -238,7 +247,8 @@ class ReplayMemoryClient:
         self._index = 0
         self._staged = 0
         self._stream_steps = 0
-        self._stage = self._new_stage()
+        if self._stage is None:
+            self._stage = self._new_stage()
         self._open = True
 
     def add_entry(self, s, a, r, p, v, i=None, init_w: float = 1.0) -> None:
@@ -286,17 +296,39 @@ class ReplayMemoryClient:
             if x.shape != (n,) + shape:
                 raise ValueError(f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
                                  f"{x.dtype.name}{list(x.shape)}")
-            arrays[name] = x
+            arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
         arrays["init_w"] = np.asarray(init_w, np.float32).reshape(-1)
-        start = 0
-        while start < n:
-            take = min(n - start, self.chunk_size - self._staged)
-            for name, x in arrays.items():
-                self._stage[name][self._staged:self._staged + take] = x[start:start + take]
-            self._staged += take
-            start += take
-            if self._staged == self.chunk_size:
-                self._flush(last=False)
+        start, trackers = 0, []
+        try:
+            while start < n:
+                if self._staged == 0 and n - start >= self.chunk_size:
+                    # A whole chunk of the caller's rows goes out as it is (no staging copy);
+                    # the wait below keeps the caller from changing it while ZeroMQ reads it.
+                    end = start + self.chunk_size
+                    trackers.append(self._send_chunk({k: x[start:end] for k, x in arrays.items()},
+                                                     self.chunk_size, 0, 1.0))
+                    start = end
+                    continue
+                take = min(n - start, self.chunk_size - self._staged)
+                for name, x in arrays.items():
+                    self._stage[name][self._staged:self._staged + take] = x[start:start + take]
+                self._staged += take
+                start += take
+                if self._staged == self.chunk_size:
+                    self._flush(last=False)
+        finally:
+            self._wait_sent(trackers)
+
+    def _wait_sent(self, trackers) -> None:
+        deadline = time.monotonic() + self.timeout
+        for t in trackers:
+            try:
+                t.wait(max(0.0, deadline - time.monotonic()))
+            except zmq.NotDone:
+                self._open = False
+                raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
+                                   "the open episode was abandoned (rows already queued may "
+                                   "still be read by the transport)") from None
 
     def close_episode(self, episodic_weight_multiplier: float = 1.0, do_update_value: bool = True,
                       do_update_weight: bool = True, terminal: bool = True) -> None:
@@ -322,19 +354,29 @@ class ReplayMemoryClient:
 
     def _flush(self, last: bool, flags: int = 0, multiplier: float = 1.0) -> None:
         n = self._staged
-        values: Dict[str, Any] = {name: arr[:n] for name, arr in self._stage.items()}
+        stage = self._stage
+        tracker = self._send_chunk({name: arr[:n] for name, arr in stage.items()}, n, flags,
+                                   multiplier)
+        self._staged = 0
+        self._in_flight.append((tracker, stage))  # reused once ZeroMQ is done with it
+        self._stage = self._new_stage()
+
+    def _send_chunk(self, arrays: Dict[str, np.ndarray], n: int, flags: int,
+                    multiplier: float) -> zmq.MessageTracker:
+        """Sends one chunk of `n` rows (arrays sent without copies); returns a tracker that is
+        done once ZeroMQ no longer reads them. Raises TimeoutError (episode abandoned)."""
+        values: Dict[str, Any] = dict(arrays)
         values.update({"uuid": np.uint64(self.uuid), "episode": np.int64(self._episode),
                        "index": np.int64(self._index), "multiplier": np.float32(multiplier)})
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
+        frames = frames[:1] + [zmq.Frame(f, track=True) for f in frames[1:]]
         if not self._send(frames):
             self._open = False
             raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
                                "the open episode was abandoned")
         self._stream_steps += n
         self._index += 1
-        self._staged = 0
-        if not last:
-            self._stage = self._new_stage()  # the sent buffers now belong to ZeroMQ
+        return zmq.MessageTracker(*frames[1:])
 
     # ------------------------------------------------------------------ pub/sub
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -161,14 +161,18 @@ class Message:
         return self.values[name]
 
 
+def _array(buf: memoryview, dtype: int, shape: tuple, writable: bool):
+    a = np.frombuffer(buf, dtype=_DTYPES[dtype]).reshape(shape)
+    if writable:
+        a = a.copy()
+    elif a.flags.writeable:
+        a.flags.writeable = False  # a view of a received frame: never write through it
+    return a[()] if a.ndim == 0 else a
+
+
 def _value(kind: int, dtype: int, shape: tuple, buf: Optional[memoryview], writable: bool):
     if kind == Kind.ARRAY:
-        a = np.frombuffer(buf, dtype=_DTYPES[dtype]).reshape(shape)
-        if writable:
-            a = a.copy()
-        else:
-            a.flags.writeable = False  # a view of a received frame: never write through it
-        return a[()] if a.ndim == 0 else a
+        return _array(buf, dtype, shape, writable)
     if kind == Kind.SCALAR:
         return np.frombuffer(buf, dtype=_DTYPES[dtype])[0].item()
     if kind == Kind.STR:
@@ -182,14 +186,16 @@ def _value(kind: int, dtype: int, shape: tuple, buf: Optional[memoryview], writa
 
 
 def decode(frames: Sequence[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
-           spec: Optional["Spec"] = None, expect: Optional[Sequence[int]] = None,
-           writable: bool = False) -> Message:
+           spec: Union[None, "Spec", Mapping[int, "Spec"]] = None,
+           expect: Optional[Sequence[int]] = None, writable: bool = False) -> Message:
     """Decodes and checks the frames of one message.
 
     Args:
       frames: ``[header, data...]`` as bytes or ``zmq.Frame`` (``recv_multipart(copy=False)``).
       max_bytes: the most payload bytes accepted.
-      spec: checks the top-level arrays (names, dtypes, shapes) against a :class:`Spec`.
+      spec: checks the top-level arrays (names, dtypes, shapes) against a :class:`Spec`, or
+        against the Spec of the message's type when given a mapping ``{Msg: Spec}`` (types
+        not in the mapping are not checked).
       expect: message types accepted; anything else raises.
       writable: copy arrays out of the frames (else they are read-only views).
 
@@ -200,19 +206,27 @@ def decode(frames: Sequence[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
     if not frames:
         raise ProtocolError("empty message (no header frame)")
     bufs = [_buffer(f) for f in frames]
-    header = bufs[0]
-    sizes = [b.nbytes for b in bufs[1:]]
-    wire = _core.decode_header(header, sizes, int(max_bytes))
+    wire = _core.decode_header(bufs[0], [b.nbytes for b in bufs[1:]], int(max_bytes))
     if expect is not None and wire.type not in expect:
         raise ProtocolError(f"unexpected message type {Msg(wire.type).name.lower()}, expected "
                             + " or ".join(Msg(t).name.lower() for t in expect))
+    if isinstance(spec, Mapping):
+        spec = spec.get(wire.type)
     batch = wire.check(spec._native) if spec is not None else -1
     entries = wire.entries
     root: Dict[str, Any] = {}
-    i = 0
-    while i < len(entries):
-        name = entries[i][0]
-        root[name], i = _build(entries, bufs, i, writable)
+    if all(e[1] <= Kind.SCALAR for e in entries):  # flat (the hot messages): no recursion
+        for name, kind, dtype, shape, frame, _ in entries:
+            buf = bufs[1 + frame]
+            if kind == Kind.SCALAR:
+                root[name] = np.frombuffer(buf, dtype=_DTYPES[dtype])[0].item()
+            else:
+                root[name] = _array(buf, dtype, shape, writable)
+    else:
+        i = 0
+        while i < len(entries):
+            name = entries[i][0]
+            root[name], i = _build(entries, bufs, i, writable)
     return Message(Msg(wire.type), wire.flags, root, batch)
 
 

@@ -14,7 +14,8 @@ Client side::
 Arguments and results are codec values: numpy arrays, bool/int/float, str, bytes, None, and
 lists/tuples/dicts (str keys) of them. Exceptions raised by the hosted method come back as the
 same built-in type (ValueError, IndexError, KeyError, TypeError, RuntimeError, AttributeError,
-NotImplementedError, memoire.ProtocolError, memoire.CapacityError) or as :class:`RemoteError`.
+NotImplementedError, AssertionError, FileNotFoundError, memoire.ProtocolError,
+memoire.CapacityError) or as :class:`RemoteError`.
 
 Each call carries a caller id and a sequence number; the server remembers its last reply to
 each caller, so a call retried after a lost reply runs once (safe for non-idempotent methods
@@ -40,7 +41,8 @@ class RemoteError(RuntimeError):
 
 
 _MAPPED = {e.__name__: e for e in (ValueError, IndexError, KeyError, TypeError, RuntimeError,
-                                   AttributeError, NotImplementedError, TimeoutError)}
+                                   AttributeError, NotImplementedError, TimeoutError,
+                                   AssertionError, FileNotFoundError)}
 _MAPPED["ProtocolError"] = ProtocolError
 _MAPPED["CapacityError"] = _core.CapacityError
 

@@ -276,6 +276,24 @@ class ReplayMemoryServer:
         with self._lock:
             return self._stats["caches"]
 
+    @property
+    def rows_in(self) -> int:
+        """Entries stored in the server's memory from clients' episodes (central mode)."""
+        with self._lock:
+            return self._stats["steps_in"]
+
+    def wait_rows_in(self, count: int, timeout: float) -> bool:
+        """Waits until :attr:`rows_in` reaches `count` or `timeout` seconds pass (or the server
+        closes). Returns whether it was reached."""
+        deadline = time.monotonic() + float(timeout)
+        with self._cond:
+            while self._stats["steps_in"] < count and not self._closing.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self._stats["steps_in"] >= count
+
     def stats(self) -> dict:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes."""
@@ -579,18 +597,16 @@ class ReplayMemoryServer:
         return codec.encode(Msg.COUNTER_REPLY, totals)
 
     def _handle_pull(self, sock: zmq.Socket, frames: list) -> None:
-        try:
-            msg = codec.decode(frames, max_bytes=self.max_message_bytes,
-                               expect=(Msg.CACHE, Msg.CHUNK, Msg.LOG))
-        except ProtocolError as e:
-            version = codec.peek_version(frames[0]) if frames else None
-            self._reject("version" if version not in (None, codec.WIRE_VERSION) else "malformed",
-                         str(e))
+        with self._lock:
+            _, cache = self._ring_for_settings()
+        specs = {Msg.CACHE: cache, Msg.CHUNK: self._chunk_spec}
+        msg = self._decode(frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG), specs)  # once, checked
+        if msg is None:
             return
         if msg.type == Msg.CACHE:
-            self._ingest_cache(frames)
+            self._ingest_cache(msg, cache)
         elif msg.type == Msg.CHUNK:
-            self._ingest_chunk(frames)
+            self._ingest_chunk(msg)
         else:
             text, uuid = msg.values.get("message"), msg.values.get("uuid")
             if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
@@ -617,12 +633,7 @@ class ReplayMemoryServer:
                                                          "cache_flags": flags})
         return self._ring, self._cache_spec
 
-    def _ingest_cache(self, frames) -> None:
-        with self._lock:
-            _, spec = self._ring_for_settings()
-        msg = self._decode(frames, (Msg.CACHE,), spec)
-        if msg is None:
-            return
+    def _ingest_cache(self, msg: codec.Message, spec: codec.Spec) -> None:
         perm = self._rng.permutation(int(self._ring_key[0]))
         with self._lock:
             ring, current = self._ring_for_settings()
@@ -633,7 +644,8 @@ class ReplayMemoryServer:
             ring[seq % self.n_caches] = _HeldCache(msg.values, seq, perm)
             self._stats["caches"] += 1
 
-    def get_batch(self, batch_size: int, timeout: float = 0.0) -> CacheBatch:
+    def get_batch(self, batch_size: int, timeout: float = 0.0,
+                  out: Optional[CacheBatch] = None) -> CacheBatch:
         """A batch of ``batch_size`` transitions from the held caches (cache mode).
 
         Without ``reuse_cache`` (the default) rows are drawn without replacement: each cache
@@ -643,6 +655,8 @@ class ReplayMemoryServer:
         Args:
           batch_size: rows, >= 1.
           timeout: seconds to wait for enough unused rows (0: fail at once).
+          out: a batch an earlier call returned, to fill in place (no allocation; the same
+            arrays come back); ignored when its size or layout no longer fits.
 
         Returns:
           :class:`CacheBatch`: ``prev``/``next`` tuples of 7 arrays
@@ -675,10 +689,13 @@ class ReplayMemoryServer:
                     "for clients to push_cache() or lower batch_size")
             time.sleep(0.005)
         # Gather outside the lock: the held values are immutable views, safe if evicted now.
-        out = {name: np.empty((n,) + tuple(shape[1:]), dt)
-               for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
-        for name in ("uuid", "num_sampleable", "total_weight"):
-            out[name] = np.empty(n, spec.arrays[name][0])
+        arrays = _reusable(out, spec, n)
+        if arrays is None:
+            arrays = {name: np.empty((n,) + tuple(shape[1:]), dt)
+                      for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
+            for name in ("uuid", "num_sampleable", "total_weight"):
+                arrays[name] = np.empty(n, spec.arrays[name][0])
+        out = arrays
         off = 0
         for cache, rows in parts:
             k = len(rows)
@@ -720,10 +737,7 @@ class ReplayMemoryServer:
 
     # ---- central mode
 
-    def _ingest_chunk(self, frames) -> None:
-        msg = self._decode(frames, (Msg.CHUNK,), self._chunk_spec)
-        if msg is None:
-            return
+    def _ingest_chunk(self, msg: codec.Message) -> None:
         v = msg.values
         uuid, episode, index = int(v["uuid"]), int(v["episode"]), int(v["index"])
         n = msg.batch
@@ -773,16 +787,12 @@ class ReplayMemoryServer:
     def _commit(self, st: _Stream, flags: int, multiplier: float) -> None:
         if st.rows == 0:
             return
-        names = [f for f in FIELDS if f != "q"] + ["init_w"]
-        if len(st.chunks) == 1:
-            rows = {k: st.chunks[0][k] for k in names}
-        else:
-            rows = {k: np.concatenate([c[k] for c in st.chunks]) for k in names}
         with self._rem_lock:
             try:
                 self._rem.new_episode()
-                self._rem.add_entries(rows["s"], rows["a"], rows["r"], rows["p"], rows["v"],
-                                      rows["i"], rows["init_w"])
+                for c in st.chunks:  # straight from the received frames: no concatenation
+                    self._rem.add_entries(c["s"], c["a"], c["r"], c["p"], c["v"], c["i"],
+                                          c["init_w"])
                 self._rem.close_episode(multiplier, bool(flags & CHUNK_UPDATE_VALUE),
                                         bool(flags & CHUNK_UPDATE_WEIGHT),
                                         bool(flags & CHUNK_TERMINAL))
@@ -790,8 +800,10 @@ class ReplayMemoryServer:
                 self._rem.new_episode()
                 self._reject("bad_episode", str(e))
                 return
-        self._count("episodes_in")
-        self._count("steps_in", st.rows)
+        with self._cond:
+            self._stats["episodes_in"] += 1
+            self._stats["steps_in"] += st.rows
+            self._cond.notify_all()
 
     def sample(self, batch_size: int) -> Batch:
         """A batch from the server's memory (central mode): see
@@ -847,6 +859,26 @@ class ReplayMemoryServer:
     def __repr__(self) -> str:
         return (f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
                 f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
+
+
+def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional[dict]:
+    """The arrays of `batch` by cache entry name when they fit `spec` for `n` rows, else None."""
+    if batch is None:
+        return None
+    arrays = {"weight": batch.weight, "prob": batch.prob, "done": batch.done, "id": batch.id,
+              "uuid": batch.uuid, "num_sampleable": batch.num_sampleable,
+              "total_weight": batch.total_weight}
+    for k, f in enumerate(FIELDS):
+        arrays[f"prev/{f}"] = batch.prev[k]
+        arrays[f"next/{f}"] = batch.next[k]
+    arrays = {name: a for name, a in arrays.items() if a is not None}
+    for name, (dt, shape) in spec.arrays.items():
+        want = (n,) + tuple(shape[1:]) if len(shape) else (n,)
+        a = arrays.get(name)
+        if (not isinstance(a, np.ndarray) or a.shape != want or a.dtype != np.dtype(dt)
+                or not a.flags.writeable or not a.flags.c_contiguous):
+            return None
+    return arrays if len(arrays) == len(spec.arrays) else None
 
 
 def _error(kind: str, reason: str) -> list:

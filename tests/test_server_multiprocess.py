@@ -3,6 +3,7 @@ server; counts are exact; a killed actor harms nobody; a client outlives a serve
 
 import multiprocessing as mp
 import os
+import queue
 import signal
 import time
 
@@ -50,11 +51,18 @@ def central_actor(ep, actor, episodes, length, out, hang=False):
         out.put(("done", actor))
 
 
-def _wait(out, n, timeout=60):
+def _wait(out, n, timeout=120, procs=()):
+    """n reports from the actors, waiting at most `timeout` seconds in all (spawning and
+    importing on a loaded 2-core machine can take long; the bound only catches a hang)."""
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < n:
-        got.append(out.get(timeout=max(0.1, deadline - time.monotonic())))
+        try:
+            got.append(out.get(timeout=max(0.1, deadline - time.monotonic())))
+        except queue.Empty:
+            states = [(p.pid, p.exitcode) for p in procs]
+            raise AssertionError(f"{len(got)} of {n} actor reports within {timeout} s; "
+                                 f"got {got}; actors (pid, exitcode): {states}") from None
     return got
 
 
@@ -108,7 +116,7 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
                  for a in range(2)]
         for p in procs:
             p.start()
-        assert sorted(_wait(out, 2)) == [("done", 0), ("done", 1)]
+        assert sorted(_wait(out, 2, procs=procs)) == [("done", 0), ("done", 1)]
         _join(procs)
         deadline = time.monotonic() + 30
         while srv.stats().get("episodes_in", 0) < 2 * episodes and time.monotonic() < deadline:

@@ -1,0 +1,453 @@
+"""Dopamine-compatible buffers on a memoire server (central mode), over the typed RPC.
+
+A buffer runs embedded by default (the classes of :mod:`circular_replay_buffer`,
+:mod:`prioritized_replay_buffer`, :mod:`jax_replay_buffer`). To share one between a learner
+and actor processes, host it on a :class:`memoire.ReplayMemoryServer` and reach it by endpoint::
+
+    # learner process
+    server = ReplayMemoryServer(...); endpoints = server.start()
+    buffer = OutOfGraphPrioritizedReplayBuffer((84, 84), 4, 1_000_000, 32)
+    serve_buffer(server, buffer, name="replay")
+    # actor processes (add) and the learner (sample, set_priority) alike
+    replay = RemoteOutOfGraphReplayBuffer(endpoints["rep"], "replay")
+
+The proxy looks like the local class to an agent: the same methods, attributes, return types,
+dtypes and shapes, and the same exception types for bad calls (raised by the proxy's own copy
+of the class's checks at ``add`` time, or by the server). ``add`` is buffered: rows are checked
+at once, then sent in bulk (``add_batch``) when an episode ends, when ``flush_rows`` rows are
+pending, and before any call that reads the buffer, so one process always sees its own adds.
+Each bulk add is atomic on the server; episodes from several actors interleave only when an
+episode outgrows ``flush_rows`` (Dopamine's buffer is one stream: use whole episodes).
+
+``save``/``load`` run on the server, with the server's paths.
+
+Thread safety: a proxy is used by one thread at a time (its RPC channel serialises calls);
+the hosted buffer serves calls one at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from memoire.remote import RemoteObject
+from memoire.transport import DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys
+
+from memoire.dopamine_compat import circular_replay_buffer as _crb
+from memoire.dopamine_compat import prioritized_replay_buffer as _prb
+
+_CIRCULAR_METHODS = ("describe", "add_batch", "sample_transition_batch", "sample_index_batch",
+                     "state", "is_valid_transitions", "set_priority", "get_priority",
+                     "max_recorded_priority", "save", "load")
+
+
+def _dtype_name(t) -> str:
+  return _crb._np_dtype(t).name
+
+
+class _CircularService:
+  """The hosted face of an OutOfGraph(Prioritized)ReplayBuffer: codec-friendly arguments and
+  results only."""
+
+  def __init__(self, buffer: _crb.OutOfGraphReplayBuffer):
+    self._b = buffer
+
+  def describe(self) -> dict:
+    b = self._b
+    return {
+        "prioritized": isinstance(b, _prb.OutOfGraphPrioritizedReplayBuffer),
+        "observation_shape": tuple(b._observation_shape), "stack_size": b._stack_size,
+        "replay_capacity": b._replay_capacity, "batch_size": b._batch_size,
+        "update_horizon": b._update_horizon, "gamma": float(b._gamma),
+        "max_sample_attempts": b._max_sample_attempts,
+        "extra_storage_types": [(e.name, tuple(int(d) for d in e.shape), _dtype_name(e.type))
+                                for e in b._extra_storage_types],
+        "observation_dtype": _dtype_name(b._observation_dtype),
+        "terminal_dtype": _dtype_name(b._terminal_dtype),
+        "action_shape": tuple(b._action_shape), "action_dtype": _dtype_name(b._action_dtype),
+        "reward_shape": tuple(b._reward_shape), "reward_dtype": _dtype_name(b._reward_dtype),
+        "episode_end_breaks_stacks": b._episode_end_breaks_stacks,
+    }
+
+  def add_batch(self, columns, ends, priorities):
+    b = self._b
+    b._core.add_batch(list(columns), np.ascontiguousarray(ends, dtype=np.uint8), priorities)
+
+  def sample_transition_batch(self, batch_size, indices):
+    return tuple(self._b.sample_transition_batch(batch_size, indices))
+
+  def sample_index_batch(self, batch_size):
+    return np.asarray(self._b.sample_index_batch(batch_size), np.int64)
+
+  def state(self) -> dict:
+    b = self._b
+    return {"add_count": int(b._core.add_count),
+            "episode_end_indices": np.asarray(sorted(b.episode_end_indices), np.int64),
+            "next_is_episode_start": bool(b._next_experience_is_episode_start)}
+
+  def is_valid_transitions(self, indices):
+    return self._b.is_valid_transitions(indices)
+
+  def set_priority(self, indices, priorities):
+    self._b.set_priority(indices, priorities)
+
+  def get_priority(self, indices):
+    return self._b.get_priority(indices)
+
+  def max_recorded_priority(self) -> float:
+    return float(self._b.sum_tree.max_recorded_priority)
+
+  def save(self, checkpoint_dir, iteration_number):
+    self._b.save(checkpoint_dir, iteration_number)
+
+  def load(self, checkpoint_dir, suffix):
+    self._b.load(checkpoint_dir, suffix)
+
+
+class _JaxService:
+  """The hosted face of a JAX ``ReplayBuffer``."""
+
+  def __init__(self, buffer):
+    self._b = buffer
+
+  def describe(self) -> dict:
+    return {"batch_size": int(self._b._batch_size), "prioritized": bool(self._b._prioritized)}
+
+  def add_many(self, observations, actions, rewards, terminals, episode_ends, priorities):
+    from dopamine.jax.replay_memory import elements
+
+    b = self._b
+    bulk = getattr(b, "add_batch", None)
+    if bulk is not None:
+      kwargs = {} if priorities is None else {"priorities": priorities}
+      bulk(observations, actions, rewards, terminals, episode_ends, **kwargs)
+      return
+    # Until the JAX buffer has a bulk add: one bound add per step (the accumulator's state
+    # machine runs in C++ each time).
+    for k in range(len(rewards)):
+      kwargs = {}
+      if priorities is not None:  # NaN stands for None (the buffer's default priority)
+        kwargs["priority"] = None if np.isnan(priorities[k]) else float(priorities[k])
+      b.add(elements.TransitionElement(observations[k], actions[k], float(rewards[k]),
+                                       bool(terminals[k]), bool(episode_ends[k])), **kwargs)
+
+  def sample(self, size, with_sample_metadata):
+    out = self._b.sample(size, with_sample_metadata=with_sample_metadata)
+    batch, meta = out if with_sample_metadata else (out, None)
+    fields = {f.name: np.asarray(getattr(batch, f.name)) for f in dataclasses.fields(batch)}
+    if meta is None:
+      return fields
+    return fields, {f.name: np.asarray(getattr(meta, f.name)) for f in dataclasses.fields(meta)}
+
+  def update(self, keys, priorities):
+    kwargs = {} if priorities is None else {"priorities": priorities}
+    self._b.update(keys, **kwargs)
+
+  def state(self) -> dict:
+    return {"add_count": int(self._b.add_count), "len": len(self._b)}
+
+  def max_recorded_priority(self) -> float:
+    return float(self._b.max_recorded_priority)
+
+
+def serve_buffer(server, buffer, name: str = "replay") -> None:
+  """Hosts `buffer` (an OutOfGraph(Prioritized)ReplayBuffer or a JAX ReplayBuffer) on
+  `server` under `name`, for the proxies of this module.
+
+  Raises:
+    TypeError: `buffer` is none of those classes.
+  """
+  if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
+    server.host(name, _CircularService(buffer), methods=_CIRCULAR_METHODS)
+    return
+  from memoire.dopamine_compat import jax_replay_buffer as _jrb
+
+  if isinstance(buffer, _jrb.ReplayBuffer):
+    server.host(name, _JaxService(buffer),
+                methods=("describe", "add_many", "sample", "update", "state",
+                         "max_recorded_priority"))
+    return
+  raise TypeError(f"serve_buffer: expected an OutOfGraphReplayBuffer, "
+                  f"OutOfGraphPrioritizedReplayBuffer or jax ReplayBuffer, got "
+                  f"{type(buffer).__name__}")
+
+
+class _SumTreeProxy:
+  """``buffer.sum_tree.max_recorded_priority``, as agents read it."""
+
+  def __init__(self, owner):
+    self._owner = owner
+
+  @property
+  def max_recorded_priority(self) -> float:
+    self._owner.flush()
+    return self._owner._remote.call("max_recorded_priority")
+
+
+class RemoteOutOfGraphReplayBuffer:
+  """A Dopamine ``OutOfGraphReplayBuffer`` (or prioritized one, as the server's is) whose data
+  lives on a memoire server (see the module docstring).
+
+  Args:
+    endpoint: the server's REP endpoint.
+    name: the name the buffer was hosted under (:func:`serve_buffer`).
+    flush_rows: pending adds that trigger a bulk send (episode ends always do).
+    keys, timeout, retries: as :class:`memoire.remote.RemoteObject`.
+
+  Raises:
+    TimeoutError: the server did not answer. KeyError: no buffer hosted under `name`.
+  """
+
+  def __init__(self, endpoint: str, name: str = "replay", *, flush_rows: int = 256,
+               keys: Optional[CurveKeys] = None, timeout: float = DEFAULT_TIMEOUT,
+               retries: int = DEFAULT_RETRIES):
+    if int(flush_rows) < 1:
+      raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
+    self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
+    d = self._remote.call("describe")
+    self._prioritized = bool(d["prioritized"])
+    cls = (_prb.OutOfGraphPrioritizedReplayBuffer if self._prioritized
+           else _crb.OutOfGraphReplayBuffer)
+    extras = [_crb.ReplayElement(n, tuple(s), np.dtype(t)) for n, s, t in d["extra_storage_types"]]
+    kwargs = dict(
+        extra_storage_types=extras, observation_dtype=np.dtype(d["observation_dtype"]),
+        terminal_dtype=np.dtype(d["terminal_dtype"]), action_shape=tuple(d["action_shape"]),
+        action_dtype=np.dtype(d["action_dtype"]), reward_shape=tuple(d["reward_shape"]),
+        reward_dtype=np.dtype(d["reward_dtype"]), update_horizon=d["update_horizon"],
+        gamma=d["gamma"], max_sample_attempts=d["max_sample_attempts"],
+        episode_end_breaks_stacks=d["episode_end_breaks_stacks"])
+    # A minimal local twin (capacity stack + horizon): its add() is the local class's own
+    # argument check, so a bad add raises here exactly as it would locally, and its
+    # signatures are the local class's.
+    self._twin = cls(tuple(d["observation_shape"]), d["stack_size"],
+                     d["update_horizon"] + d["stack_size"], d["batch_size"], **kwargs)
+    self._storage = self._twin.get_storage_signature()
+    self._pending: list = []
+    self._flush_rows = int(flush_rows)
+    self.sum_tree = _SumTreeProxy(self)
+    for attr in ("_observation_shape", "_stack_size", "_batch_size", "_update_horizon",
+                 "_gamma", "_observation_dtype", "_terminal_dtype", "_action_shape",
+                 "_action_dtype", "_reward_shape", "_reward_dtype", "_extra_storage_types",
+                 "_state_shape", "_cumulative_discount_vector"):
+      setattr(self, attr, getattr(self._twin, attr))
+    self._replay_capacity = int(d["replay_capacity"])
+
+  # ---- signatures (local) ----
+  def get_add_args_signature(self):
+    return self._twin.get_add_args_signature()
+
+  def get_storage_signature(self):
+    return self._twin.get_storage_signature()
+
+  def get_transition_elements(self, batch_size=None):
+    return self._twin.get_transition_elements(batch_size)
+
+  # ---- adding (buffered) ----
+  def add(self, observation, action, reward, terminal, *args, priority=None, episode_end=False):
+    """Checks the row as the local class does (same exceptions), then buffers it; see the
+    module docstring for when it is sent."""
+    if self._prioritized:
+      self._twin.add(observation, action, reward, terminal, *args, priority=priority,
+                     episode_end=episode_end)
+    else:
+      self._twin.add(observation, action, reward, terminal, *args, episode_end=episode_end)
+    values = (observation, action, reward, terminal) + tuple(args)
+    row = [np.asarray(v, dtype=_crb._np_dtype(e.type)).reshape(e.shape)
+           for v, e in zip(values, self._storage)]
+    end = bool(terminal) or bool(episode_end)
+    self._pending.append((row, end, priority))
+    if end or len(self._pending) >= self._flush_rows:
+      self.flush()
+
+  def add_batch(self, observations, actions, rewards, terminals, *args, priorities=None,
+                episode_ends=None):
+    """memoire's bulk add, sent at once (after pending adds)."""
+    self.flush()
+    terminals = np.asarray(terminals)
+    ends = terminals != 0
+    if episode_ends is not None:
+      ends = ends | (np.asarray(episode_ends) != 0)
+    self._send([observations, actions, rewards, terminals] + list(args), ends, priorities)
+
+  def flush(self) -> None:
+    """Sends the pending adds (one bulk call)."""
+    if not self._pending:
+      return
+    pending, self._pending = self._pending, []
+    columns = [np.stack([r[0][k] for r in pending]) for k in range(len(self._storage))]
+    ends = np.array([r[1] for r in pending], np.uint8)
+    priorities = (np.array([r[2] for r in pending], np.float64) if self._prioritized else None)
+    self._send(columns, ends, priorities)
+
+  def _send(self, columns, ends, priorities) -> None:
+    cols = [np.ascontiguousarray(np.asarray(c, dtype=_crb._np_dtype(e.type)))
+            for c, e in zip(columns, self._storage)]
+    self._remote.call("add_batch", cols, np.asarray(ends, np.uint8),
+                      None if priorities is None else np.asarray(priorities, np.float64))
+
+  # ---- state ----
+  def _state(self) -> dict:
+    self.flush()
+    return self._remote.call("state")
+
+  @property
+  def add_count(self):
+    return np.array(self._state()["add_count"])
+
+  @property
+  def episode_end_indices(self):
+    return set(int(i) for i in self._state()["episode_end_indices"])
+
+  @property
+  def invalid_range(self):
+    count = int(self._state()["add_count"])
+    if count == 0:
+      return np.zeros((self._stack_size))
+    return _crb.invalid_range(count % self._replay_capacity, self._replay_capacity,
+                              self._stack_size, self._update_horizon)
+
+  def is_empty(self):
+    return np.bool_(self._state()["add_count"] == 0)
+
+  def is_full(self):
+    return np.bool_(self._state()["add_count"] >= self._replay_capacity)
+
+  def cursor(self):
+    return np.int64(self._state()["add_count"] % self._replay_capacity)
+
+  def is_valid_transition(self, index):
+    if index < 0 or index >= self._replay_capacity:
+      return False
+    return bool(self.is_valid_transitions([index])[0])
+
+  def is_valid_transitions(self, indices):
+    self.flush()
+    return self._remote.call("is_valid_transitions", np.asarray(indices, np.int64))
+
+  # ---- sampling and priorities ----
+  def sample_index_batch(self, batch_size):
+    self.flush()
+    return self._remote.call("sample_index_batch", int(batch_size)).tolist()
+
+  def sample_transition_batch(self, batch_size=None, indices=None):
+    """As the local class: a tuple of arrays described by get_transition_elements()."""
+    self.flush()
+    if indices is not None:
+      indices = np.asarray(indices)
+      if indices.dtype == object:
+        raise TypeError("indices: expected integers")
+    return self._remote.call("sample_transition_batch", batch_size, indices)
+
+  def set_priority(self, indices, priorities):
+    self.flush()
+    self._remote.call("set_priority", np.asarray(indices), np.asarray(priorities))
+
+  def get_priority(self, indices):
+    self.flush()
+    return self._remote.call("get_priority", np.asarray(indices))
+
+  # ---- checkpoints (server side) ----
+  def save(self, checkpoint_dir, iteration_number):
+    self.flush()
+    self._remote.call("save", str(checkpoint_dir), int(iteration_number))
+
+  def load(self, checkpoint_dir, suffix):
+    self._pending = []
+    self._remote.call("load", str(checkpoint_dir), int(suffix))
+
+  def close(self) -> None:
+    """Sends pending adds, then closes the connection."""
+    try:
+      self.flush()
+    finally:
+      self._remote.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+class RemoteReplayBuffer:
+  """Dopamine's JAX ``ReplayBuffer`` on a memoire server: ``add(TransitionElement,
+  priority=...)`` buffered (sent per episode or per ``flush_rows``), ``sample``, ``update``,
+  ``add_count``, ``len``, ``max_recorded_priority``. Batches come back as Dopamine's
+  ``ReplayElement`` of numpy arrays (and ``SampleMetadata`` with ``with_sample_metadata``).
+  """
+
+  def __init__(self, endpoint: str, name: str = "replay", *, flush_rows: int = 256,
+               keys: Optional[CurveKeys] = None, timeout: float = DEFAULT_TIMEOUT,
+               retries: int = DEFAULT_RETRIES):
+    if int(flush_rows) < 1:
+      raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
+    self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
+    d = self._remote.call("describe")
+    self._batch_size = d["batch_size"]
+    self._prioritized = bool(d["prioritized"])
+    self._pending: list = []
+    self._flush_rows = int(flush_rows)
+
+  def add(self, transition, **kwargs: Any) -> None:
+    if self._prioritized:
+      if "priority" not in kwargs:
+        raise TypeError("add() of a prioritized buffer needs the keyword 'priority'")
+      p = kwargs["priority"]
+      if p is not None and not float(p) >= 0:
+        raise ValueError(f"priority: expected a value >= 0, got {p}")
+    end = bool(transition.is_terminal) or bool(transition.episode_end)
+    self._pending.append((np.asarray(transition.observation), np.asarray(transition.action),
+                          float(transition.reward), bool(transition.is_terminal),
+                          bool(transition.episode_end), kwargs.get("priority")))
+    if end or len(self._pending) >= self._flush_rows:
+      self.flush()
+
+  def flush(self) -> None:
+    if not self._pending:
+      return
+    pending, self._pending = self._pending, []
+    cols = list(zip(*pending))
+    priorities = None
+    if self._prioritized:
+      priorities = np.array([np.nan if p is None else p for p in cols[5]], np.float64)
+    self._remote.call("add_many", np.stack(cols[0]), np.stack(cols[1]),
+                      np.asarray(cols[2], np.float64), np.asarray(cols[3], np.bool_),
+                      np.asarray(cols[4], np.bool_), priorities)
+
+  @property
+  def add_count(self) -> int:
+    self.flush()
+    return self._remote.call("state")["add_count"]
+
+  def __len__(self) -> int:
+    self.flush()
+    return self._remote.call("state")["len"]
+
+  @property
+  def max_recorded_priority(self):
+    self.flush()
+    return self._remote.call("max_recorded_priority")
+
+  def sample(self, size: Optional[int] = None, *, with_sample_metadata: bool = False):
+    from dopamine.jax.replay_memory import elements, samplers
+
+    self.flush()
+    out = self._remote.call("sample", size, bool(with_sample_metadata))
+    if with_sample_metadata:
+      batch, meta = out
+      cls = samplers.PrioritizedSampleMetadata if "probabilities" in meta else samplers.SampleMetadata
+      return elements.ReplayElement(**batch), cls(**meta)
+    return elements.ReplayElement(**out)
+
+  def update(self, keys, **kwargs: Any) -> None:
+    self.flush()
+    p = kwargs.get("priorities")
+    self._remote.call("update", np.asarray(keys), None if p is None else np.asarray(p))
+
+  def close(self) -> None:
+    try:
+      self.flush()
+    finally:
+      self._remote.close()
