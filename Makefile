@@ -11,6 +11,7 @@ bootstrap:
 demo: bootstrap
 	$(VENV)/bin/memoire train --gin_files configs/demo_distributed.gin --base_dir runs/demo
 	$(VENV)/bin/memoire plot runs/demo
+	@echo "learning curves: runs/demo/learning_curves.png"
 
 # The whole test suite against the installed package (pytest, not `python -m pytest`, so the
 # source tree does not shadow the installed extension).

@@ -46,9 +46,10 @@ def binned_curve(run_dir: str, phase: str, bin_steps: int) -> tuple[np.ndarray, 
         return np.zeros(0, np.int64), np.zeros(0)
     mask = cols["phase"] == phase
     steps, returns = cols["env_steps"][mask], cols["return"][mask]
-    # Eval rows carry the training steps of their iteration, which differ a little between
-    # runs (phases end on episode boundaries); binning aligns them as it aligns train rows.
-    bins = (np.ceil(steps / bin_steps) * bin_steps).astype(np.int64)
+    # Eval rows carry the training steps of their iteration, a little past a multiple of the
+    # iteration length (phases end on episode boundaries): rounding to the nearest bin puts
+    # them on it, and aligns runs as it aligns train rows.
+    bins = (np.maximum(1, np.round(steps / bin_steps)) * bin_steps).astype(np.int64)
     keys, inverse = np.unique(bins, return_inverse=True)
     sums = np.bincount(inverse, weights=returns)
     counts = np.bincount(inverse)
