@@ -63,24 +63,63 @@ def _fmt_rate(x: float) -> str:
     return f"{x:.1f}"
 
 
-def table(measurements: List[Measurement], baseline: str = "memoire") -> str:
-    """A markdown table: one row per (workload, system), with the ratio of memoire's throughput
-    to each system's (``> 1`` means memoire is faster). The baseline of a workload is its first
-    system whose name starts with ``baseline``."""
-    rows = ["| workload | system | median time/op | throughput | memoire / system |",
+NOTES = """Each workload builds every system for one configuration, fills it with the same stream
+(Atari-like uint8[84, 84] frames or float32[4] states; episodes of 1,000 steps), then times
+the same operation on each, alternating systems within every repetition, and keeps the median
+over repetitions. **ratio** is the baseline's throughput over the system's (the system's
+median time over the baseline's): above 1, the baseline is faster. The baseline of each
+workload is its first row: memoire's Dopamine-layout buffer (channel-last stacks
+`uint8[batch, 84, 84, 4]`, n-step rewards, next states, terminals: the same content as
+Dopamine and cpprb return). For the ceilings the ratio is below 1: the fraction of the ceiling
+memoire reaches. `[filled N]`: a buffer of the stated capacity filled with only N transitions
+because its adds are slow (sampling does not depend on the fill once the frames exceed the CPU
+caches). `ceiling: numpy gather` gathers the same frames (states and next states) from a
+NumPy array by fancy indexing without any bookkeeping; `ceiling: memcpy` copies as many
+bytes contiguously. The numpy ring returns channel-first stacks (`[batch, 4, 84, 84]`, no
+transpose) and ignores episode boundaries when stacking."""
+
+INGEST_NOTES = """Actor processes push transitions to one learner process over loopback TCP;
+the learner counts what it receives. memoire: ReplayMemoryClient.push_cache() into a
+ReplayMemoryServer, the learner drawing batches with get_batch. raw pyzmq: the same frames
+(one cache's arrays) sent on PUSH and received on PULL with nothing else done. Throughput is
+transitions received per second; the ratio here is memoire's over raw pyzmq's (the fraction of
+raw pyzmq memoire reaches)."""
+
+
+def table(measurements: List[Measurement]) -> str:
+    """A markdown table: one row per (workload, system), with the ratio of the baseline's
+    throughput to each system's (``> 1`` means the baseline is faster). The baseline of a
+    workload is its first measurement."""
+    rows = ["| workload | system | median time/op | throughput | ratio |",
             "|---|---|---:|---:|---:|"]
     by_workload: Dict[str, List[Measurement]] = {}
     for m in measurements:
         by_workload.setdefault(m.workload, []).append(m)
     for workload, ms in by_workload.items():
-        base: Optional[Measurement] = next((m for m in ms if m.system.startswith(baseline)), None)
+        base = ms[0]
         for m in ms:
-            ratio = f"{m.median / base.median:.2f}x" if base is not None else "-"
-            if m is base:
-                ratio = "1.00x"
-            rows.append(f"| {workload} | {m.system} | {m.median * 1e6:.1f} us | "
-                        f"{_fmt_rate(m.throughput)} {m.unit}/s | {ratio} |")
+            ratio = m.median / base.median
+            rows.append(f"| {workload} | {m.system} | {_fmt_time(m.median)} | "
+                        f"{_fmt_rate(m.throughput)} {m.unit}/s | {ratio:.2f}x |")
     return "\n".join(rows)
+
+
+def _fmt_time(seconds: float) -> str:
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def ratio(measurements: List[Measurement], workload: str, system_prefix: str) -> Optional[float]:
+    """The baseline's throughput over the first system of ``workload`` whose name starts with
+    ``system_prefix`` (None when absent)."""
+    ms = [m for m in measurements if m.workload == workload]
+    other = next((m for m in ms if m.system.startswith(system_prefix)), None)
+    if not ms or other is None:
+        return None
+    return other.median / ms[0].median
 
 
 def header(extra: Optional[Dict[str, str]] = None) -> str:
