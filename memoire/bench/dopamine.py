@@ -28,7 +28,7 @@ import tempfile
 import numpy as np
 
 from memoire.bench import register
-from memoire.bench.systems import Config, System, Unavailable
+from memoire.bench.systems import FILL_CHUNK, Config, System, Unavailable
 
 import dopamine  # noqa: F401  (ImportError here: the suite runs without these rows)
 
@@ -116,7 +116,7 @@ class MemoireOutOfGraph(_OutOfGraph):
             self.count += 1
             return
         while k > 0:  # bulk fill: memoire's add_batch, the same transitions as k add() calls
-            n = min(k, 4096)
+            n = min(k, FILL_CHUNK)
             t = self.count + np.arange(n)
             pr = np.ones(n) if self.cfg.prioritized else None
             self.buf.add_batch(self.frames[t % len(self.frames)], np.zeros(n, np.int32),

@@ -69,6 +69,11 @@ def frame_pool(cfg: Config, n: int = 512) -> np.ndarray:
     return frames
 
 
+# Transitions per bulk add call in fills: small enough that the temporary copy of their frames
+# (256 x 7 KB) does not weigh in the memory figures.
+FILL_CHUNK = 256
+
+
 class System:
     name = "?"
     max_fill = None  # the most transitions fill() adds (slow adders); None: all asked
@@ -125,18 +130,26 @@ class MemoireCore(System):
         self.last = None
 
     def add(self, k: int) -> None:
-        # One episode per chunk of episode_length, added in bulk.
+        # Episodes of episode_length entries: opened at their first step, closed (returns and
+        # priorities computed) at their last; one add_entry per step, add_entries for a fill.
         L = self.cfg.episode_length
         while k > 0:
-            n = min(k, L)
-            idx = (self.count + np.arange(n)) % len(self.frames)
-            self.rem.new_episode()
-            self.rem.add_entries(self.frames[idx], np.zeros(n, np.int32), np.ones(n, np.float32),
-                                 np.zeros(n, np.float32), np.zeros(n, np.float32),
-                                 np.zeros((n, 0), np.uint8), np.ones(n, np.float32))
-            self.rem.close_episode()
+            pos = self.count % L
+            n = min(k, L - pos, FILL_CHUNK)
+            if pos == 0:
+                self.rem.new_episode()
+            if n == 1:
+                self.rem.add_entry(self.frames[self.count % len(self.frames)], 0, 1.0, 0.0, 0.0)
+            else:
+                idx = (self.count + np.arange(n)) % len(self.frames)
+                self.rem.add_entries(self.frames[idx], np.zeros(n, np.int32),
+                                     np.ones(n, np.float32), np.zeros(n, np.float32),
+                                     np.zeros(n, np.float32), np.zeros((n, 0), np.uint8),
+                                     np.ones(n, np.float32))
             self.count += n
             k -= n
+            if self.count % L == 0:
+                self.rem.close_episode()
 
     def sample(self):
         self.last = self.rem.get_batch(self.cfg.batch)
@@ -247,7 +260,7 @@ class Cpprb(System):
         # one call (cpprb takes leading batch dimensions), which is how cpprb fills fastest.
         L, P = self.cfg.episode_length, len(self.frames)
         while k > 0:
-            n = min(k, L - self.count % L)
+            n = min(k, L - self.count % L, FILL_CHUNK)
             i = (self.count + np.arange(n)) % P
             done = ((self.count + np.arange(n) + 1) % L == 0).astype(np.float32)
             if n == 1:
@@ -256,7 +269,7 @@ class Cpprb(System):
             else:
                 self.rb.add(obs=self.stacks[i], next_obs=self.stacks[(i + 1) % P],
                             act=np.zeros(n, np.int32), rew=np.ones(n, np.float32), done=done)
-            if done[-1]:
+            if done[-1]:  # the episode's last step
                 self.rb.on_episode_end()
             self.count += n
             k -= n
