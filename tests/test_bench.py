@@ -92,3 +92,24 @@ def _has_cpprb():
     except ImportError:
         return False
     return True
+
+
+def test_targets_read_ratios_of_the_right_rows():
+    a, p = "A", "P"
+    M = harness.Measurement
+    ms = [M(f"sample {a}", "memoire (Dopamine layout)", [1.0]),
+          M(f"sample {a}", "cpprb", [1.5]),
+          M(f"sample {a}", "dopamine (OutOfGraph)", [10.0]),
+          M(f"sample {a}", "ceiling: numpy gather", [0.5]),
+          M(f"sample+update {p}", "memoire (Dopamine layout)", [1.0]),
+          M(f"sample+update {p}", "cpprb", [0.8]),
+          M("ingest x 2 actors", "memoire", [1.0]),
+          M("ingest x 2 actors", "raw pyzmq PUSH/PULL", [0.9])]
+    rows = report.targets(ms, a, p, 1.05).splitlines()
+    assert rows[2] == "| sample 32 stacked Atari transitions vs cpprb | >= 1.0x | 1.50x | yes |"
+    assert rows[3].endswith("| 10.00x | **no** |")
+    assert rows[4].endswith("| 50% | **no** |")  # memoire reaches half the gather's throughput
+    assert rows[5].endswith("| 0.80x | **no** |")
+    assert rows[6].endswith("| not measured | - |")
+    assert rows[7].endswith("| 90% | yes |")
+    assert rows[8].endswith("| 1.05x | yes |")

@@ -19,7 +19,7 @@ import gc
 import multiprocessing as mp
 import os
 import sys
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -180,11 +180,15 @@ def _memory_child(cls_name: str, cfg: Config, fill: int, queue) -> None:
         queue.put(None)
 
 
-def memory_workload(cfg: Config, fill: int) -> List[str]:
+def memory_workload(cfg: Config, fill: int) -> Tuple[List[str], Dict[str, float]]:
     """Resident bytes per stored transition of each system (filled with ``fill`` transitions),
     each in a fresh spawned process: the growth of its resident set from before the buffer's
-    construction to after the fill and one sample, divided by ``fill``."""
-    rows = []
+    construction to after the fill and one sample, divided by ``fill``.
+
+    Returns:
+      markdown rows, and each system's bytes per transition over the raw observation bytes.
+    """
+    rows, ratios = [], {}
     raw = int(np.prod(cfg.obs_shape)) * np.dtype(cfg.obs_dtype).itemsize
     ctx = mp.get_context("spawn")
     for cls in SAMPLERS:
@@ -200,9 +204,10 @@ def memory_workload(cfg: Config, fill: int) -> List[str]:
         if p.is_alive():
             p.kill()
         if per is not None:
+            ratios[cls.name] = per / raw
             rows.append(f"| {cfg.label.rsplit(' batch', 1)[0]} | {cls.name} | {n:,} | "
                         f"{per:,.0f} B | {per / raw:.2f}x |")
-    return rows
+    return rows, ratios
 
 
 def scaling_plot(path: str, repeats: int, quick: bool) -> List[Measurement]:
@@ -317,7 +322,7 @@ def main(argv=None) -> int:
     log("scaling")
     results += scaling_plot(plot_path, repeats, args.quick)
     log("memory")
-    mem_rows = memory_workload(Config(**atari, capacity=atari_cap), atari_cap)
+    mem_rows, mem_ratios = memory_workload(Config(**atari, capacity=atari_cap), atari_cap)
     load_end = _loadavg()
 
     sections = [
@@ -326,8 +331,11 @@ def main(argv=None) -> int:
         "`memoire bench --quick` is a smaller smoke run.",
         report.header({"load average (1/5/15 min) at start": load_start,
                        "load average at end": load_end}),
-        report.NOTES,
-        "## Throughput\n\n" + report.table(results),
+        "## Targets\n\n" + report.targets(
+            results + ingest_rows, Config(**atari, capacity=atari_cap).label,
+            Config(**atari, capacity=atari_cap, prioritized=True).label,
+            next((v for k, v in mem_ratios.items() if k.startswith("memoire (Dopamine")), None)),
+        "## Throughput\n\n" + report.NOTES + "\n\n" + report.table(results),
     ]
     if ingest_rows:
         sections.append("## Distributed ingest\n\n" + report.INGEST_NOTES + "\n\n"

@@ -127,3 +127,48 @@ def header(extra: Optional[Dict[str, str]] = None) -> str:
     for k, v in {**machine(), **versions(), **(extra or {})}.items():
         lines.append(f"| {k} | {v} |")
     return "\n".join(lines)
+
+
+def targets(measurements: List[Measurement], atari_label: str, prio_label: str,
+            memory_ratio: Optional[float]) -> str:
+    """The issue's targets, each with this run's value, as a markdown table.
+
+    Args:
+      atari_label / prio_label: the Config labels of the uniform and the prioritized Atari
+        batch-32 workloads.
+      memory_ratio: memoire's resident bytes per Atari transition over the raw frame bytes.
+    """
+    rows = ["| target | goal | this run | met |", "|---|---|---:|---|"]
+
+    def row(what, goal, value, ok):
+        shown = "not measured" if value is None else value
+        met = "-" if value is None else ("yes" if ok else "**no**")
+        rows.append(f"| {what} | {goal} | {shown} | {met} |")
+
+    def speedup(workload, prefix, goal):
+        r = ratio(measurements, workload, prefix)
+        return (None, False) if r is None else (f"{r:.2f}x", r >= goal)
+
+    sample = f"sample {atari_label}"
+    upd = f"sample+update {prio_label}"
+    row("sample 32 stacked Atari transitions vs cpprb", ">= 1.0x", *speedup(sample, "cpprb", 1.0))
+    row("sample 32 stacked Atari transitions vs Dopamine", ">= 20x",
+        *speedup(sample, "dopamine (OutOfGraph)", 20.0))
+    g = ratio(measurements, sample, "ceiling: numpy gather")
+    # The ceilings' ratio is memoire's throughput over the ceiling's: the fraction reached.
+    row("sample 32 stacked Atari transitions, fraction of the raw gather ceiling", ">= 70%",
+        None if g is None else f"{100 * g:.0f}%", g is not None and g >= 0.7)
+    row("prioritized sample + priority update vs cpprb", ">= 1.0x", *speedup(upd, "cpprb", 1.0))
+    row("prioritized sample + priority update vs Dopamine", ">= 20x",
+        *speedup(upd, "dopamine (OutOfGraph)", 20.0))
+    ingest = sorted({m.workload for m in measurements if m.workload.startswith("ingest")})
+    for w in ingest:
+        frac = ratio(measurements, w, "raw pyzmq")  # memoire's throughput over raw pyzmq's
+        row(f"distributed {w.split('ingest ', 1)[1]}: fraction of raw pyzmq", ">= 80%",
+            None if frac is None else f"{100 * frac:.0f}%", frac is not None and frac >= 0.8)
+    if not ingest:
+        row("distributed ingest: fraction of raw pyzmq", ">= 80%", None, False)
+    row("resident bytes per Atari transition / raw frame bytes", "<= 1.1x",
+        None if memory_ratio is None else f"{memory_ratio:.2f}x",
+        memory_ratio is not None and memory_ratio <= 1.1)
+    return "\n".join(rows)
