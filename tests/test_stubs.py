@@ -16,8 +16,9 @@ def test_stub_classes_match_module():
     tree = _stub_tree()
     stub_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     stub_funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    stub_consts = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
     public = {n for n in dir(_core) if not n.startswith("__")}
-    assert stub_classes | stub_funcs == public
+    assert stub_classes | stub_funcs | stub_consts == public
 
 
 def test_stub_members_match_module():

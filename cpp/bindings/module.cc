@@ -10,6 +10,7 @@ void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
+void BindCodec(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindReplayMemory(m);
   memoire::BindTransitionStore(m);
   memoire::BindCircularBuffer(m);
+  memoire::BindCodec(m);
 }

@@ -1,0 +1,400 @@
+"""ReplayMemoryClient: an actor's end of a distributed memoire (seed 001).
+
+The client asks the server for the schema and settings (the handshake, :meth:`sync_sizes`)
+and builds its local :class:`memoire.ReplayMemory` from them (:attr:`rem`). Then, in
+
+- **cache mode** (default): the actor fills ``client.rem`` (``new_episode``, ``add_entry``,
+  ``close_episode``), calls :meth:`push_cache` periodically to send a prioritized cache and
+  :meth:`update_counter` after each episode;
+- **central mode** (``mode="central"``): the actor calls the client's own
+  :meth:`new_episode` / :meth:`add_entry` / :meth:`close_episode`, which stream the episode to
+  the server in chunks of ``chunk_size`` entries; the server stores it when it is closed.
+
+Requests (handshake, counters) time out and are resent on a fresh socket a bounded number of
+times, so a client outlives a server restart; pushes and subscriptions reconnect by themselves.
+
+Thread safety: use a client from one thread at a time; :meth:`sub_bytes` may run in another
+thread than the rest (each socket has its own lock).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Deque, Dict, Optional
+
+import numpy as np
+import zmq
+
+from memoire import codec
+from memoire.codec import Msg, ProtocolError
+from memoire.memory import FIELDS, ReplayMemory
+from memoire.remote import request
+from memoire.server import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
+                            SETTINGS)
+from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
+                               open_socket)
+
+_ROW_FIELDS = tuple(f for f in FIELDS if f != "q")  # what an actor adds: s, a, r, p, v, i
+
+
+class _CountingMemory(ReplayMemory):
+    """The client's local memory: counts closed episodes and their entries for update_counter."""
+
+    def close_episode(self, episodic_weight_multiplier=1.0, do_update_value=True,
+                      do_update_weight=True, terminal=True):
+        n = self.open_length
+        super().close_episode(episodic_weight_multiplier, do_update_value, do_update_weight,
+                              terminal)
+        self._closed_episodes += 1
+        self._closed_steps += n
+
+
+class ReplayMemoryClient:
+    """The client of a :class:`memoire.ReplayMemoryServer`.
+
+    Args:
+      sub_endpoint: the server's PUB endpoint (None: no subscriptions).
+      req_endpoint: the server's REP endpoint (or a REP proxy's front).
+      push_endpoint: the server's PULL endpoint (or a PULL proxy's front).
+      input_uuid: this actor's id (e.g. its IP address as an integer); 0 for a random one.
+      mode: ``"cache"`` or ``"central"`` (see the module docstring).
+      max_step: the local memory's size; None takes the server's.
+      timeout: seconds a request or a push waits; retries: resends of a request.
+      keys: :class:`memoire.transport.CurveKeys` (client side) for a CURVE server.
+      chunk_size: entries per episode chunk (central mode).
+      seed: seeds the local memory's generator.
+
+    Raises:
+      TimeoutError: the server did not answer the handshake.
+      ProtocolError: the server speaks another wire version (the message says which).
+    """
+
+    def __init__(self, sub_endpoint: Optional[str], req_endpoint: str, push_endpoint: str,
+                 input_uuid: int = 0, *, mode: str = "cache", max_step: Optional[int] = None,
+                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 keys: Optional[CurveKeys] = None, chunk_size: int = 256,
+                 seed: Optional[int] = None):
+        if mode not in ("cache", "central"):
+            raise ValueError(f"mode: expected 'cache' or 'central', got {mode!r}")
+        if int(chunk_size) < 1:
+            raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
+        self.mode = mode
+        self.chunk_size = int(chunk_size)
+        self.timeout = float(timeout)
+        self._seed = seed
+        self.uuid = int(input_uuid) or int.from_bytes(np.random.default_rng().bytes(4), "little")
+        self._ctx = zmq.Context()
+        self._keys = keys
+        self._req = RequestChannel(self._ctx, req_endpoint, keys=keys, timeout=timeout,
+                                   retries=retries)
+        self._push_lock = threading.Lock()
+        self._push = open_socket(self._ctx, zmq.PUSH, push_endpoint, "Conn", keys=keys,
+                                 server_side=False, hwm=64)
+        self._push.sndtimeo = int(self.timeout * 1000)
+        self._sub_lock = threading.Lock()
+        self._sub = None
+        if sub_endpoint is not None:
+            self._sub = open_socket(self._ctx, zmq.SUB, sub_endpoint, "Conn", keys=keys,
+                                    server_side=False)
+        self._topics: Dict[bytes, Deque[bytes]] = {}
+        self._rem: Optional[_CountingMemory] = None
+        self._counts = [0, 0]  # closed episodes and steps of memories replaced by sync_sizes
+        # Central-mode stream state.
+        self._episode = 0
+        self._open = False
+        self._index = 0
+        self._stage: Optional[Dict[str, np.ndarray]] = None
+        self._staged = 0
+        self._stream_steps = 0
+        self._schema = None
+        self._max_step = max_step
+        self.sync_sizes(max_step)
+
+    # ------------------------------------------------------------------ handshake
+
+    rem = property(lambda self: self._rem, doc="The local ReplayMemory (built from the server's "
+                                               "schema and settings).")
+
+    def sync_sizes(self, max_step: Optional[int] = None) -> None:
+        """Asks the server for its schema and settings and rebuilds the local memory with them
+        (entries stored locally are dropped; counters are kept).
+
+        Args:
+          max_step: the local memory's size; None keeps the last one given (or the server's).
+
+        Raises:
+          TimeoutError, ProtocolError: as the constructor.
+        """
+        msg = request(self._req, Msg.HELLO, {"uuid": self.uuid}, (Msg.HELLO_REPLY,), "handshake")
+        v = msg.values
+        try:
+            schema = [(str(n), np.dtype(d), tuple(int(x) for x in s)) for n, d, s in v["schema"]]
+            settings = v["settings"]
+            server_max_step = int(v["max_step"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"handshake: malformed reply ({type(e).__name__}: {e})") from None
+        if [n for n, _, _ in schema] != list(FIELDS):
+            raise ProtocolError(f"handshake: expected fields {FIELDS}, got {[n for n, _, _ in schema]}")
+        if max_step is not None:
+            self._max_step = int(max_step)
+        templates = [np.zeros(shape, dtype) for _, dtype, shape in schema]
+        if self._rem is not None:
+            self._counts[0] += self._rem._closed_episodes
+            self._counts[1] += self._rem._closed_steps
+        rem = _CountingMemory(*templates, self._max_step or server_max_step)
+        rem._closed_episodes = 0
+        rem._closed_steps = 0
+        for name in SETTINGS:
+            if name in settings:
+                setattr(rem, name, settings[name])
+        if self._seed is not None:
+            rem.seed(int(self._seed))
+        rem.uuid = self.uuid & 0xFFFFFFFFFFFFFFFF
+        self._rem = rem
+        self._schema = schema
+        self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
+
+    # ------------------------------------------------------------------ counters and logs
+
+    def _totals(self):
+        e = self._counts[0] + self._rem._closed_episodes
+        s = self._counts[1] + self._rem._closed_steps
+        return e, s
+
+    def update_counter(self) -> dict:
+        """Reports this actor's episode and step counts to the server (call after each
+        finished episode). The counts sent are cumulative, so a retried update is not counted
+        twice. Returns the server's totals ``{"total_episodes", "total_steps"}``.
+
+        Raises:
+          TimeoutError: the server did not answer.
+        """
+        episodes, steps = self._totals()
+        msg = request(self._req, Msg.COUNTER, {"uuid": self.uuid, "episodes": int(episodes),
+                                               "steps": int(steps)},
+                      (Msg.COUNTER_REPLY,), "update_counter")
+        return dict(msg.values)
+
+    def _send(self, frames) -> bool:
+        with self._push_lock:
+            try:
+                self._push.send_multipart(frames, copy=False)
+                return True
+            except zmq.Again:
+                return False
+
+    def write_log(self, log_message: str) -> int:
+        """Sends a line to the server's logfile. Returns 0, or -1 when the server could not
+        take it within the timeout."""
+        return 0 if self._send(codec.encode(Msg.LOG, {"uuid": self.uuid,
+                                                      "message": str(log_message)})) else -1
+
+    # ------------------------------------------------------------------ cache mode
+
+    def push_cache(self) -> int:
+        """Samples a cache of ``cache_size`` transitions from the local memory (with
+        replacement, by priority weight) and pushes it to the server.
+
+        Returns:
+          0 when sent; -1 when nothing is sampleable locally or the server could not take it
+          within the timeout.
+        """
+        rem = self._rem
+        try:
+            prev, nxt, weight, prob, done, ids = rem._sample(int(rem.cache_size))
+        except RuntimeError:
+            return -1
+        values: Dict[str, Any] = {}
+        for k, f in enumerate(FIELDS):
+            if prev[k] is not None:
+                values[f"prev/{f}"] = prev[k]
+            if nxt[k] is not None:
+                values[f"next/{f}"] = nxt[k]
+        values.update({"weight": weight, "prob": prob, "done": done, "id": ids,
+                       "uuid": np.uint64(self.uuid), "num_sampleable": np.int64(rem.num_sampleable),
+                       "total_weight": np.float64(rem.total_weight)})
+        return 0 if self._send(codec.encode(Msg.CACHE, values)) else -1
+
+    # ------------------------------------------------------------------ central mode
+
+    def _need_central(self, what: str) -> None:
+        if self.mode != "central":
+            raise RuntimeError(f"{what}: the client is in cache mode (use client.rem.{what}, or "
+                               "construct the client with mode='central')")
+
+    def _new_stage(self) -> Dict[str, np.ndarray]:
+        stage = {name: np.empty((self.chunk_size,) + shape, dtype)
+                 for name, dtype, shape in self._schema if name != "q"}
+        stage["init_w"] = np.empty(self.chunk_size, np.float32)
+        return stage
+
+    def new_episode(self) -> None:
+        """Opens an episode (central mode). An episode still open is abandoned: the server
+        drops what it received of it."""
+        self._need_central("new_episode")
+        self._episode += 1
+        self._index = 0
+        self._staged = 0
+        self._stream_steps = 0
+        self._stage = self._new_stage()
+        self._open = True
+
+    def add_entry(self, s, a, r, p, v, i=None, init_w: float = 1.0) -> None:
+        """Appends one entry (central mode); rows are checked against the schema and sent in
+        chunks of ``chunk_size``.
+
+        Raises:
+          RuntimeError: no open episode. ValueError: a row of the wrong shape.
+          TimeoutError: the server could not take a chunk (the episode is abandoned).
+        """
+        self._need_central("add_entry")
+        if not self._open:
+            raise RuntimeError("add_entry: no open episode (call new_episode() first)")
+        row = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
+        k = self._staged
+        for name, dtype, shape in self._schema:
+            if name == "q":
+                continue
+            x = row[name]
+            if x is None and name == "i":
+                self._stage["i"][k] = 0
+                continue
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise ValueError(f"{name}: expected {dtype.name}{list(shape)}, got "
+                                 f"{x.dtype.name}{list(x.shape)}")
+            self._stage[name][k] = x
+        self._stage["init_w"][k] = init_w
+        self._staged += 1
+        if self._staged == self.chunk_size:
+            self._flush(last=False)
+
+    def add_entries(self, s, a, r, p, v, i, init_w) -> None:
+        """Appends n entries at once (central mode): arrays with a leading axis of n."""
+        self._need_central("add_entries")
+        if not self._open:
+            raise RuntimeError("add_entries: no open episode (call new_episode() first)")
+        rows = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
+        n = len(np.asarray(init_w).reshape(-1))
+        arrays = {}
+        for name, dtype, shape in self._schema:
+            if name == "q":
+                continue
+            x = np.asarray(rows[name])
+            if x.shape != (n,) + shape:
+                raise ValueError(f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
+                                 f"{x.dtype.name}{list(x.shape)}")
+            arrays[name] = x
+        arrays["init_w"] = np.asarray(init_w, np.float32).reshape(-1)
+        start = 0
+        while start < n:
+            take = min(n - start, self.chunk_size - self._staged)
+            for name, x in arrays.items():
+                self._stage[name][self._staged:self._staged + take] = x[start:start + take]
+            self._staged += take
+            start += take
+            if self._staged == self.chunk_size:
+                self._flush(last=False)
+
+    def close_episode(self, episodic_weight_multiplier: float = 1.0, do_update_value: bool = True,
+                      do_update_weight: bool = True, terminal: bool = True) -> None:
+        """Closes the episode (central mode): sends the last chunk; the server then stores the
+        episode and computes its returns and priorities with its settings.
+
+        Raises:
+          RuntimeError: no open episode, or it has no entries.
+          TimeoutError: the server could not take the chunk (the episode is abandoned).
+        """
+        self._need_central("close_episode")
+        if not self._open:
+            raise RuntimeError("close_episode: no open episode")
+        if self._stream_steps + self._staged == 0:
+            raise RuntimeError("close_episode: the open episode has no entries")
+        flags = (CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0)
+                 | (CHUNK_UPDATE_VALUE if do_update_value else 0)
+                 | (CHUNK_UPDATE_WEIGHT if do_update_weight else 0))
+        self._flush(last=True, flags=flags, multiplier=episodic_weight_multiplier)
+        self._open = False
+        self._counts[0] += 1
+        self._counts[1] += self._stream_steps
+
+    def _flush(self, last: bool, flags: int = 0, multiplier: float = 1.0) -> None:
+        n = self._staged
+        values: Dict[str, Any] = {name: arr[:n] for name, arr in self._stage.items()}
+        values.update({"uuid": np.uint64(self.uuid), "episode": np.int64(self._episode),
+                       "index": np.int64(self._index), "multiplier": np.float32(multiplier)})
+        frames = codec.encode(Msg.CHUNK, values, flags=flags)
+        if not self._send(frames):
+            self._open = False
+            raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
+                               "the open episode was abandoned")
+        self._stream_steps += n
+        self._index += 1
+        self._staged = 0
+        if not last:
+            self._stage = self._new_stage()  # the sent buffers now belong to ZeroMQ
+
+    # ------------------------------------------------------------------ pub/sub
+
+    def sub_bytes(self, topic, timeout: Optional[float] = None) -> bytes:
+        """The next message published under exactly `topic` (str or bytes).
+
+        The first call for a topic subscribes to it; messages published before that are not
+        seen. Messages of other subscribed topics that arrive meanwhile are kept (the newest
+        16 per topic) for their own calls.
+
+        Args:
+          timeout: seconds to wait; None blocks until a message comes (as in the seed).
+
+        Raises:
+          TimeoutError: nothing came within `timeout`.
+          RuntimeError: the client has no SUB socket.
+        """
+        if self._sub is None:
+            raise RuntimeError("sub_bytes: the client was built without sub_endpoint")
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        with self._sub_lock:
+            if t not in self._topics:
+                self._sub.setsockopt(zmq.SUBSCRIBE, t)
+                self._topics[t] = collections.deque(maxlen=16)
+            while True:
+                if self._topics[t]:
+                    return self._topics[t].popleft()
+                left = 100 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+                if not self._sub.poll(min(left, 100)):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise TimeoutError(f"sub_bytes: nothing under {topic!r} within {timeout:g} s")
+                    continue
+                frames = self._sub.recv_multipart(copy=False)
+                if len(frames) < 2:
+                    continue
+                try:
+                    msg = codec.decode(frames[1:], max_bytes=self.max_message_bytes,
+                                       expect=(Msg.PUB,))
+                except ProtocolError:
+                    continue  # not from a memoire server: ignore it
+                got = msg.values.get("topic")
+                if got != frames[0].bytes or got not in self._topics:
+                    continue  # prefix matches of other topics
+                self._topics[got].append(msg.values.get("data"))
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Closes the sockets (unsent pushes are dropped)."""
+        self._req.close()
+        with self._push_lock:
+            self._push.close(0)
+        with self._sub_lock:
+            if self._sub is not None:
+                self._sub.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> "ReplayMemoryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""``memoire serve``: a standalone ReplayMemoryServer.
+
+    memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
+
+Flags (each also a gin parameter of ``serve_config``):
+  --state_shape 84,84 --state_dtype uint8      state template (default float32[4])
+  --action_shape "" --action_dtype int64       action template (default int64[])
+  --reward_shape ""                            reward/value/qvest shape (float32; default [])
+  --info_shape 0 --info_dtype uint8            info template (default uint8[0])
+  --max_step N                                 entries the server memory holds (1000000)
+  --n_caches N                                 caches kept for get_batch (64)
+  --pub tcp://*:5560  --rep tcp://*:5561  --pull tcp://*:5562
+                                               endpoints (port * or 0: chosen by the OS)
+  --bind_host H                                interface for '*' hosts (127.0.0.1)
+  --cache_size N --frame_stack N --multi_step N --priority_exponent X --discount_factor X
+                                               settings sent to clients
+  --logfile PATH [--logmode a]                 actors' log lines
+  --curve_secret F --curve_authorized DIR      CURVE keys (see memoire.transport.CurveKeys)
+  --interval S                                 seconds between counter lines (2)
+  --duration S                                 stop after S seconds (default: run until Ctrl-C)
+
+Prints the endpoints, then a line of live counters per interval (inserts/s: steps ingested
+plus cache rows received; samples/s: rows sampled; size: entries in the server memory, caches
+held). Ctrl-C (or SIGTERM) stops it and flushes the logfile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_dtype="int64",
+                reward_shape="", info_shape="0", info_dtype="uint8", max_step=1_000_000,
+                n_caches=64, pub="tcp://*:*", rep="tcp://*:*", pull="tcp://*:*",
+                bind_host="127.0.0.1", cache_size=None, frame_stack=None, multi_step=None,
+                priority_exponent=None, discount_factor=None, logfile=None, logmode="a",
+                curve_secret=None, curve_authorized=None, interval=2.0, duration=None)
+
+
+def _shape(text: str):
+    text = str(text).strip()
+    return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
+
+
+def serve_config(**overrides) -> dict:
+    """The settings of ``memoire serve`` (gin-configurable as ``serve_config.NAME``)."""
+    cfg = dict(DEFAULTS)
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"serve: unknown settings {sorted(unknown)}")
+    cfg.update(overrides)
+    return cfg
+
+
+def build_server(cfg: dict):
+    """A ReplayMemoryServer for the settings `cfg` (see :func:`serve_config`)."""
+    from memoire.server import ReplayMemoryServer
+    from memoire.transport import CurveKeys
+
+    r = _shape(cfg["reward_shape"])
+    templates = (np.zeros(_shape(cfg["state_shape"]), cfg["state_dtype"]),
+                 np.zeros(_shape(cfg["action_shape"]), cfg["action_dtype"]),
+                 np.zeros(r, np.float32), np.zeros((), np.float32), np.zeros(r, np.float32),
+                 np.zeros(r, np.float32), np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]))
+    keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
+            if cfg["curve_secret"] else None)
+    srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
+                             bind_host=cfg["bind_host"], keys=keys)
+    for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
+        if cfg[name] is not None:
+            setattr(srv.rem, name, cfg[name])
+    if cfg["logfile"]:
+        srv.set_logfile(cfg["logfile"], cfg["logmode"])
+    return srv
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="memoire serve", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gin_file", action="append", default=[])
+    p.add_argument("--gin_binding", action="append", default=[])
+    types = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
+             "multi_step": int, "priority_exponent": float, "discount_factor": float,
+             "interval": float, "duration": float}
+    for name in DEFAULTS:
+        p.add_argument(f"--{name}", type=types.get(name, str), default=None)
+    args = p.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}
+    if args.gin_file or args.gin_binding:
+        import gin
+
+        configurable = gin.external_configurable(serve_config, module="memoire")
+        gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding)
+        cfg = configurable(**overrides)
+    else:
+        cfg = serve_config(**overrides)
+
+    srv = build_server(cfg)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        ep = srv.start(cfg["rep"], cfg["pull"])
+        print(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}", flush=True)
+        t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
+        last, t_last = srv.stats(), time.monotonic()
+        cs = int(srv.rem.cache_size)
+        while not stop.is_set() and (t_end is None or time.monotonic() < t_end):
+            stop.wait(float(cfg["interval"]) if t_end is None
+                      else min(float(cfg["interval"]), max(0.0, t_end - time.monotonic())))
+            now, s = time.monotonic(), srv.stats()
+            dt = max(now - t_last, 1e-9)
+            ins = (s.get("steps_in", 0) - last.get("steps_in", 0)
+                   + cs * (s.get("caches", 0) - last.get("caches", 0))) / dt
+            smp = (s.get("rows_sampled", 0) - last.get("rows_sampled", 0)) / dt
+            print(f"inserts/s {ins:10.1f}  samples/s {smp:10.1f}  size {s['memory_size']}  "
+                  f"caches {s['caches_held']}  episodes {s['total_episodes']}  "
+                  f"rejected {s['rejected_total']}", flush=True)
+            last, t_last = s, now
+    finally:
+        srv.close()  # flushes and closes the logfile
+        print("memoire serve: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

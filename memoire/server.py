@@ -1,0 +1,862 @@
+"""ReplayMemoryServer: the learner's end of a distributed memoire (seed 001).
+
+Actors (:class:`memoire.ReplayMemoryClient`) on many machines feed one server over ZeroMQ.
+Two topologies share one server:
+
+- **cache mode** (the seed's): actors keep local memories, sample caches of ``cache_size``
+  transitions by priority and push them; the server keeps the newest ``n_caches`` caches and
+  :meth:`ReplayMemoryServer.get_batch` builds batches from them.
+- **central mode**: actors stream episodes (in chunks) and the server's own memory
+  (:attr:`ReplayMemoryServer.rem`) holds them; the learner samples there with :meth:`sample`
+  and updates priorities with :meth:`update_priorities`, locally or remotely through the
+  hosted ``"memory"`` object (:class:`memoire.remote.RemoteMemory`).
+
+Sockets (endpoints as in ZeroMQ, modes ``'Bind'`` or ``'Conn'``):
+
+- PUB (bound at construction): :meth:`pub_bytes` to every client's :meth:`sub_bytes`.
+- REP (:meth:`rep_worker_main`): handshakes (schema and settings), counters, remote calls.
+- PULL (:meth:`pull_worker_main`): caches, episode chunks, log lines.
+
+Worker main loops block the calling thread (without holding the GIL) until :meth:`close`;
+run each in its own ``threading.Thread``, or let :meth:`start` do it. Every message is checked
+by the codec (:mod:`memoire.codec`); a malformed, truncated, oversized or wrong-version message
+is counted in :meth:`stats` (``rejected``), logged on the ``memoire.server`` logger and
+dropped; REP requests get an error reply. A worker never dies from what a peer sends.
+
+Thread safety: all public methods may be called from any thread. ``pub_bytes`` serialises on a
+lock (the PUB socket is created by the constructor's thread and then only used under it).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import zmq
+
+from memoire import codec
+from memoire.codec import Msg, ProtocolError
+from memoire.memory import FIELDS, Batch, ReplayMemory
+from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
+                               open_socket)
+
+log = logging.getLogger("memoire.server")
+
+POLL_MS = 100  # worker loops check for close() this often
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+# Flags of a chunk message.
+CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
+SETTINGS = ("priority_exponent", "priority_epsilon", "mix_lambda", "frame_stack", "multi_step",
+            "cache_size", "max_episode", "reuse_cache", "discount_factor", "reward_coeff",
+            "cache_flags")
+
+
+@dataclasses.dataclass
+class CacheBatch(Batch):
+    """A batch drawn from the server's caches (cache mode). Iterates as ``(prev, next, weight)``.
+
+    Besides :class:`memoire.Batch`'s fields (``id`` is the entry id in its actor's memory):
+
+    Attributes:
+      uuid: ``uint64[batch]``, the actor each row came from.
+      num_sampleable: ``int64[batch]``, entries sampleable in that actor's memory when the
+        cache was drawn (the ``N`` of importance sampling).
+      total_weight: ``float64[batch]``, that memory's total weight (``prob = weight / total``).
+    """
+
+    uuid: np.ndarray = None
+    num_sampleable: np.ndarray = None
+    total_weight: np.ndarray = None
+
+    def importance_weights(self, beta: float, num_sampleable=None) -> np.ndarray:
+        """``float32[batch]`` corrections ``(N * prob) ** -beta`` with each row's own ``N``
+        (or the one given), scaled so the largest is 1."""
+        n = self.num_sampleable if num_sampleable is None else num_sampleable
+        w = (np.asarray(n, np.float64) * self.prob) ** (-float(beta))
+        return (w / w.max()).astype(np.float32)
+
+
+def describe_schema(templates: Sequence[Any]) -> List[tuple]:
+    """[(field, dtype name, shape)] of the seven buffer templates (s, a, r, p, v, q, i)."""
+    out = []
+    for f, t in zip(FIELDS, templates):
+        t = np.asarray(t)
+        out.append((f, t.dtype.name, tuple(int(d) for d in t.shape)))
+    return out
+
+
+def cache_spec(schema: Sequence[tuple], settings: Dict[str, Any]) -> codec.Spec:
+    """The codec spec of a cache message for a schema and settings."""
+    cs, fs, flags = int(settings["cache_size"]), int(settings["frame_stack"]), settings["cache_flags"]
+    arrays = {}
+    for k, (name, dtype, shape) in enumerate(schema):
+        if flags[k]:
+            arrays[f"prev/{name}"] = (dtype, (cs, fs) + tuple(shape))
+        if flags[len(FIELDS) + k]:
+            arrays[f"next/{name}"] = (dtype, (cs, fs) + tuple(shape))
+    arrays.update({"weight": (np.float32, (cs,)), "prob": (np.float64, (cs,)),
+                   "done": (np.bool_, (cs,)), "id": (np.int64, (cs,)), "uuid": (np.uint64, ()),
+                   "num_sampleable": (np.int64, ()), "total_weight": (np.float64, ())})
+    return codec.Spec(arrays)
+
+
+def chunk_spec(schema: Sequence[tuple]) -> codec.Spec:
+    """The codec spec of an episode chunk: rows s, a, r, p, v, i and init_w, plus ids."""
+    arrays = {name: (dtype, (-1,) + tuple(shape)) for name, dtype, shape in schema if name != "q"}
+    arrays.update({"init_w": (np.float32, (-1,)), "uuid": (np.uint64, ()),
+                   "episode": (np.int64, ()), "index": (np.int64, ()),
+                   "multiplier": (np.float32, ())})
+    return codec.Spec(arrays)
+
+
+class _Stream:
+    """An episode being received in chunks from one actor (central mode)."""
+
+    def __init__(self, episode: int):
+        self.episode = episode
+        self.next_index = 0
+        self.rows = 0
+        self.chunks: List[dict] = []
+        self.last_seen = time.monotonic()
+
+
+class _HeldCache:
+    """A cache held by the server: decoded values (views of the received frames)."""
+
+    __slots__ = ("values", "seq", "perm", "used")
+
+    def __init__(self, values: dict, seq: int, perm: np.ndarray):
+        self.values, self.seq, self.perm, self.used = values, seq, perm, 0
+
+    @property
+    def free(self) -> int:
+        return len(self.perm) - self.used
+
+
+class _Hosted:
+    def __init__(self, obj: Any, methods: Iterable[str], serialize: bool):
+        self.obj = obj
+        self.methods = frozenset(methods)
+        self.lock = threading.Lock() if serialize else None
+
+
+class _MemoryService:
+    """The server's memory as a remote object (hosted as ``"memory"``)."""
+
+    def __init__(self, server: "ReplayMemoryServer"):
+        self._server = server
+
+    def sample(self, batch_size: int) -> dict:
+        b = self._server.sample(int(batch_size))
+        rem = self._server.rem
+        return {"prev": tuple(b.prev), "next": tuple(b.next), "weight": b.weight, "prob": b.prob,
+                "done": b.done, "id": b.id, "num_sampleable": int(rem.num_sampleable),
+                "total_weight": float(rem.total_weight)}
+
+    def get_batch(self, batch_size: int) -> dict:
+        b = self._server.get_batch(int(batch_size))
+        return {f.name: (tuple(getattr(b, f.name)) if f.name in ("prev", "next")
+                         else getattr(b, f.name)) for f in dataclasses.fields(b)}
+
+    def update_priorities(self, ids, weights) -> int:
+        return int(self._server.update_priorities(ids, weights))
+
+    def stats(self) -> dict:
+        return self._server.stats()
+
+
+class ReplayMemoryServer:
+    """The server of a distributed replay memory (see the module docstring).
+
+    Args:
+      state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf: buffer
+        templates as for :class:`memoire.ReplayMemory`; clients build their memories from them.
+      max_step: entries the server's memory holds (central mode); also the default
+        ``max_step`` of clients' local memories.
+      pub_endpoint: endpoint bound for PUB/SUB (``tcp://*:port`` binds `bind_host`; port ``*``
+        lets the OS choose, read it back from :attr:`pub_endpoint`); None for no PUB socket.
+      n_caches: caches kept (the newest) for :meth:`get_batch`.
+      bind_host: the interface a ``*`` host binds: loopback unless you opt out (``"0.0.0.0"``).
+      keys: :class:`memoire.transport.CurveKeys` to authenticate and encrypt every socket the
+        server binds; peers without an authorized key get nothing in and nothing out.
+      max_message_bytes: the largest message accepted.
+      seed: seeds the server's generators (memory sampling and cache draws).
+      stream_timeout: seconds after which an unfinished episode of a silent actor is dropped.
+
+    Settings (``priority_exponent``, ``frame_stack``, ``cache_size``, ...) are those of
+    :attr:`rem`; set them before clients connect (the handshake sends them).
+    """
+
+    def __init__(self, state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf,
+                 info_buf, max_step, pub_endpoint="tcp://127.0.0.1:*", n_caches=16, *,
+                 bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, seed: Optional[int] = None,
+                 stream_timeout: float = 600.0, max_streams: int = 4096):
+        if int(n_caches) < 1:
+            raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
+        self._rem = ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf,
+                                 qvest_buf, info_buf, int(max_step))
+        self._rng = np.random.default_rng(seed)
+        if seed is not None:
+            self._rem.seed(int(seed))
+        self.n_caches = int(n_caches)
+        self.bind_host = bind_host
+        self.max_message_bytes = int(max_message_bytes)
+        self.stream_timeout = float(stream_timeout)
+        self.max_streams = int(max_streams)
+        self._schema = describe_schema(
+            (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
+        self._keys = keys
+        self._ctx = zmq.Context()
+        self._auth = Authenticator(self._ctx, keys) if keys is not None else None
+        self._closing = threading.Event()
+        self._lock = threading.Lock()  # counters, caches, streams, hosted objects
+        self._rem_lock = threading.Lock()  # the memory's open episode (central commits)
+        self._log_lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._active = 0  # worker loops running
+        self._threads: List[threading.Thread] = []
+        self.endpoints: Dict[str, List[str]] = collections.defaultdict(list)
+        # Counters (seed) and statistics.
+        self._per_client: Dict[int, Tuple[int, int]] = {}
+        self._total_episodes = 0
+        self._total_steps = 0
+        self._stats = collections.Counter()
+        self._rejected = collections.Counter()
+        # Cache ring (allocated for the current settings when the first cache comes).
+        self._ring: Optional[list] = None
+        self._ring_key = None
+        self._cache_spec: Optional[codec.Spec] = None
+        self._chunk_spec = chunk_spec(self._schema)
+        self._streams: Dict[int, _Stream] = {}
+        self._last_reap = time.monotonic()
+        self._hosted: Dict[str, _Hosted] = {}
+        self._replies: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
+        self._logfile = None
+        self._logfile_path: Optional[str] = None
+        self.host("memory", _MemoryService(self),
+                  methods=("sample", "get_batch", "update_priorities", "stats"), serialize=False)
+        self._pub_lock = threading.Lock()
+        self._pub = None
+        self.pub_endpoint: Optional[str] = None
+        if pub_endpoint is not None:
+            self._pub = open_socket(self._ctx, zmq.PUB, pub_endpoint, "Bind", keys=keys,
+                                    bind_host=bind_host)
+            self.pub_endpoint = last_endpoint(self._pub)
+            self.endpoints["pub"].append(self.pub_endpoint)
+
+    # ------------------------------------------------------------------ properties (seed)
+
+    rem = property(lambda self: self._rem, doc="The server's ReplayMemory (central mode data; "
+                                               "its settings are sent to clients).")
+    logfile = property(lambda self: self._logfile_path, doc="Path of the logfile, or None.")
+
+    @property
+    def total_episodes(self) -> int:
+        """Episodes reported by clients' update_counter (each client's count is cumulative,
+        so a retried update is counted once)."""
+        with self._lock:
+            return self._total_episodes
+
+    @property
+    def total_steps(self) -> int:
+        """Steps reported by clients' update_counter."""
+        with self._lock:
+            return self._total_steps
+
+    @property
+    def total_caches(self) -> int:
+        """Caches received and accepted."""
+        with self._lock:
+            return self._stats["caches"]
+
+    def stats(self) -> dict:
+        """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
+        batches and rows sampled, logs, calls, ``rejected`` by reason, sizes."""
+        with self._lock:
+            s = dict(self._stats)
+            s["rejected"] = dict(self._rejected)
+            s["rejected_total"] = sum(self._rejected.values())
+            s["total_episodes"] = self._total_episodes
+            s["total_steps"] = self._total_steps
+            s["caches_held"] = sum(c is not None for c in self._ring) if self._ring else 0
+            s["open_streams"] = len(self._streams)
+        s["memory_size"] = int(self._rem.size)
+        s["memory_episodes"] = int(self._rem.num_episode())
+        return s
+
+    def settings(self) -> dict:
+        """The settings sent to clients in the handshake."""
+        out = {}
+        for name in SETTINGS:
+            v = getattr(self._rem, name)
+            out[name] = np.asarray(v) if isinstance(v, np.ndarray) else v
+        out["cache_flags"] = np.asarray(self._rem.cache_flags, np.bool_)
+        return out
+
+    # ------------------------------------------------------------------ logfile
+
+    def set_logfile(self, logfile_path: str, mode: str = "a") -> None:
+        """Writes actors' log lines to `logfile_path` (opened with `mode`, e.g. 'w' or 'a'), one
+        line per message: ``'%s,%08x,%s\\n' % (timestamp, uuid, message)``, timestamp in ISO
+        8601 local time; newlines in a message are escaped as ``\\n``. Buffered; flushed by
+        :meth:`flush_logfile` and :meth:`close`."""
+        if mode not in ("w", "a", "x"):
+            raise ValueError(f"mode: expected 'w', 'a' or 'x', got {mode!r}")
+        f = open(logfile_path, mode, buffering=1 << 16, encoding="utf-8")
+        with self._log_lock:
+            if self._logfile is not None:
+                self._logfile.close()
+            self._logfile = f
+            self._logfile_path = logfile_path
+
+    def flush_logfile(self) -> None:
+        with self._log_lock:
+            if self._logfile is not None:
+                self._logfile.flush()
+
+    def _write_log(self, uuid: int, message: str) -> None:
+        line = "%s,%08x,%s\n" % (datetime.datetime.now().isoformat(), uuid,
+                                 message.replace("\\", "\\\\").replace("\n", "\\n"))
+        with self._log_lock:
+            if self._logfile is not None:
+                self._logfile.write(line)
+
+    # ------------------------------------------------------------------ pub
+
+    def pub_bytes(self, topic, message) -> None:
+        """Publishes `message` (bytes-like or a numpy array, any size) under `topic` (str or
+        bytes) to every client subscribed with ``sub_bytes(topic)``. Clients that subscribe
+        later miss it (PUB/SUB does not store)."""
+        if self._closing.is_set():
+            raise RuntimeError("pub_bytes: the server is closed")
+        if self._pub is None:
+            raise RuntimeError("pub_bytes: this server has no PUB socket (pub_endpoint=None)")
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        data = message if isinstance(message, (bytes, np.ndarray)) else memoryview(message)
+        if isinstance(data, np.ndarray):
+            data = memoryview(np.ascontiguousarray(data)).cast("B")
+        frames = [t] + codec.encode(Msg.PUB, {"topic": t, "data": data})
+        with self._pub_lock:
+            if self._pub is None:
+                raise RuntimeError("pub_bytes: the server is closed")
+            self._pub.send_multipart(frames, copy=False)
+
+    # ------------------------------------------------------------------ hosting (RPC)
+
+    def host(self, name: str, obj: Any, methods: Sequence[str], serialize: bool = True) -> None:
+        """Makes `obj`'s `methods` callable by :class:`memoire.remote.RemoteObject` through the
+        REP workers. Arguments and results must be codec values (numpy arrays, scalars, str,
+        bytes, None, and lists/tuples/dicts of them). With `serialize`, calls to this object
+        run one at a time; otherwise concurrently from several REP workers.
+
+        Raises:
+          ValueError: a method that `obj` lacks or that is private.
+        """
+        for m in methods:
+            if m.startswith("_") or not callable(getattr(obj, m, None)):
+                raise ValueError(f"host: {type(obj).__name__}.{m} is not a public method")
+        with self._lock:
+            self._hosted[str(name)] = _Hosted(obj, methods, serialize)
+
+    def _call(self, v: dict) -> list:
+        """Runs one remote call. The last reply to each caller is kept, so a call retried after
+        a lost reply (same caller and seq) is answered again without running twice."""
+        caller, seq = v.get("caller"), v.get("seq")
+        keyed = isinstance(caller, int) and isinstance(seq, int)
+        if keyed:
+            with self._lock:
+                cached = self._replies.get(caller)
+                if cached is not None and cached[0] == seq:
+                    self._replies.move_to_end(caller)
+                    return cached[1]
+        reply = self._run_call(v)
+        if keyed:
+            with self._lock:
+                self._replies[caller] = (seq, reply)
+                self._replies.move_to_end(caller)
+                while len(self._replies) > 1024:
+                    self._replies.popitem(last=False)
+        return reply
+
+    def _run_call(self, v: dict) -> list:
+        name, method = v.get("object"), v.get("method")
+        args, kwargs = v.get("args", ()), v.get("kwargs", {})
+        with self._lock:
+            hosted = self._hosted.get(name) if isinstance(name, str) else None
+        if hosted is None:
+            return _error("KeyError", f"no hosted object {name!r}")
+        if method not in hosted.methods:
+            return _error("AttributeError",
+                          f"{name!r} has no remote method {method!r} (allowed: "
+                          f"{', '.join(sorted(hosted.methods))})")
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            return _error("TypeError", "call: expected args as a tuple and kwargs as a dict")
+        try:
+            fn = getattr(hosted.obj, method)
+            if hosted.lock is not None:
+                with hosted.lock:
+                    result = fn(*args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
+            reply = codec.encode(Msg.CALL_REPLY, {"result": result})
+        except Exception as e:  # noqa: BLE001 - the caller gets the error; the worker lives on
+            return _error(type(e).__name__, str(e))
+        self._count("calls")
+        return reply
+
+    # ------------------------------------------------------------------ worker loops
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[key] += n
+
+    def _reject(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self._rejected[reason] += 1
+            n = self._rejected[reason]
+        if n <= 10 or n % 1000 == 0:  # a flood of bad messages must not flood the log
+            log.warning("dropped a message (%s, %d so far): %s", reason, n, detail)
+
+    def _loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
+              name: str) -> None:
+        """Polls `socks` until close(); every handler error is counted and survived."""
+        poller = zmq.Poller()
+        for s in socks:
+            poller.register(s, zmq.POLLIN)
+        with self._lock:
+            self._active += 1
+        try:
+            while not self._closing.is_set():
+                for sock, _ in poller.poll(POLL_MS):
+                    frames = sock.recv_multipart(copy=False)
+                    try:
+                        handle(sock, frames)
+                    except Exception as e:  # noqa: BLE001 - a worker never dies from input
+                        self._reject("internal", f"{name}: {type(e).__name__}: {e}")
+                        log.exception("%s: unexpected error", name)
+        finally:
+            for s in socks:
+                s.close(0)
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def _bind_or_connect(self, kind: int, endpoint: str, mode: str, label: str,
+                         server_side: bool = True) -> zmq.Socket:
+        if self._closing.is_set():
+            raise RuntimeError(f"{label}: the server is closed")
+        sock = open_socket(self._ctx, kind, endpoint, mode,
+                           keys=self._keys if (is_bind(mode) and server_side) else None,
+                           bind_host=self.bind_host, max_bytes=self.max_message_bytes)
+        with self._cond:
+            self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
+            self._cond.notify_all()
+        return sock
+
+    def rep_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+        """Serves REP requests until :meth:`close`: handshakes (``sync_sizes``), counter
+        updates, remote calls. Several workers may serve one endpoint through
+        :meth:`rep_proxy_main` (``'Conn'`` to its back endpoint)."""
+        sock = self._bind_or_connect(zmq.REP, endpoint, mode, "rep")
+        self._loop([sock], self._handle_rep, "rep worker")
+
+    def pull_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+        """Receives caches, episode chunks and log lines until :meth:`close`."""
+        sock = self._bind_or_connect(zmq.PULL, endpoint, mode, "pull")
+        self._loop([sock], self._handle_pull, "pull worker")
+
+    def _proxy(self, front_kind, front_ep, front_mode, back_kind, back_ep, label) -> None:
+        front = self._bind_or_connect(front_kind, front_ep, front_mode, f"{label}_front",
+                                      server_side=True)
+        back = self._bind_or_connect(back_kind, back_ep, "Bind", f"{label}_back")
+
+        def forward(sock, frames):
+            (back if sock is front else front).send_multipart(frames, copy=False)
+        self._loop([front, back], forward, f"{label} proxy")
+
+    def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to
+        `back_ep` (bound), and their replies back, until :meth:`close`."""
+        self._proxy(zmq.ROUTER, front_ep, "Bind", zmq.DEALER, back_ep, "rep_proxy")
+
+    def pull_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Forwards pushed messages from clients (bound at `front_ep`) to PULL workers that
+        connect to `back_ep` (bound), until :meth:`close`."""
+        self._proxy(zmq.PULL, front_ep, "Bind", zmq.PUSH, back_ep, "pull_proxy")
+
+    def pub_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Relays a publisher (connects to `front_ep`, e.g. this server's PUB endpoint on
+        another machine) to subscribers that connect to `back_ep` (bound), until
+        :meth:`close`."""
+        self._proxy(zmq.XSUB, front_ep, "Conn", zmq.XPUB, back_ep, "pub_proxy")
+
+    def start(self, rep_endpoint: str = "tcp://127.0.0.1:*",
+              pull_endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> dict:
+        """Runs one REP and one PULL worker in daemon threads (bound to the endpoints) and
+        returns ``{"pub": ..., "rep": ..., "pull": ...}`` with the ports filled in.
+
+        Raises:
+          TimeoutError: a worker did not bind within `timeout` seconds (its error is logged).
+        """
+        with self._lock:
+            n_rep, n_pull = len(self.endpoints["rep"]), len(self.endpoints["pull"])
+        for target, ep in ((self.rep_worker_main, rep_endpoint),
+                           (self.pull_worker_main, pull_endpoint)):
+            t = threading.Thread(target=_logged(target), args=(ep, "Bind"), daemon=True,
+                                 name=f"memoire-{target.__name__}")
+            t.start()
+            self._threads.append(t)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.endpoints["rep"]) <= n_rep or len(self.endpoints["pull"]) <= n_pull:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("start: the workers did not bind in time (see the log)")
+                self._cond.wait(left)
+            return {"pub": self.pub_endpoint, "rep": self.endpoints["rep"][n_rep],
+                    "pull": self.endpoints["pull"][n_pull]}
+
+    # ------------------------------------------------------------------ handlers
+
+    def _decode(self, frames, expect, spec=None) -> Optional[codec.Message]:
+        try:
+            return codec.decode(frames, max_bytes=self.max_message_bytes, spec=spec, expect=expect)
+        except ProtocolError as e:
+            version = codec.peek_version(frames[0]) if frames else None
+            reason = "version" if version not in (None, codec.WIRE_VERSION) else "malformed"
+            self._reject(reason, str(e))
+            return None
+
+    def _handle_rep(self, sock: zmq.Socket, frames: list) -> None:
+        try:
+            msg = self._decode(frames, (Msg.HELLO, Msg.COUNTER, Msg.CALL))
+            if msg is None:
+                version = codec.peek_version(frames[0]) if frames else None
+                if version not in (None, codec.WIRE_VERSION):
+                    reply = _error("ProtocolError", f"wire version mismatch: the server speaks "
+                                   f"version {codec.WIRE_VERSION}, the request came in version "
+                                   f"{version}; upgrade memoire on one side")
+                else:
+                    reply = _error("ProtocolError", "malformed request (see the server log)")
+            elif msg.type == Msg.HELLO:
+                reply = codec.encode(Msg.HELLO_REPLY, self._handshake())
+                self._count("handshakes")
+            elif msg.type == Msg.COUNTER:
+                reply = self._counter(msg)
+            else:
+                reply = self._call(msg.values)
+        except Exception as e:  # noqa: BLE001 - REP must answer every request
+            self._reject("internal", f"rep: {type(e).__name__}: {e}")
+            reply = _error("RuntimeError", f"server error: {type(e).__name__}: {e}")
+        sock.send_multipart(reply, copy=False)
+
+    def _handshake(self) -> dict:
+        return {"schema": [(n, d, np.asarray(s, np.int64)) for n, d, s in self._schema],
+                "max_step": int(self._rem.max_step), "n_caches": self.n_caches,
+                "settings": self.settings(), "max_message_bytes": self.max_message_bytes,
+                "modes": ("cache", "central")}
+
+    def _counter(self, msg: codec.Message) -> list:
+        v = msg.values
+        try:
+            uuid, episodes, steps = int(v["uuid"]), int(v["episodes"]), int(v["steps"])
+        except (KeyError, TypeError, ValueError):
+            self._reject("malformed", "counter: expected uuid, episodes and steps")
+            return _error("ProtocolError", "counter: expected uuid, episodes and steps")
+        with self._lock:
+            prev_e, prev_s = self._per_client.get(uuid, (0, 0))
+            self._total_episodes += max(0, episodes - prev_e)
+            self._total_steps += max(0, steps - prev_s)
+            self._per_client[uuid] = (max(prev_e, episodes), max(prev_s, steps))
+            totals = {"total_episodes": self._total_episodes, "total_steps": self._total_steps}
+        return codec.encode(Msg.COUNTER_REPLY, totals)
+
+    def _handle_pull(self, sock: zmq.Socket, frames: list) -> None:
+        try:
+            msg = codec.decode(frames, max_bytes=self.max_message_bytes,
+                               expect=(Msg.CACHE, Msg.CHUNK, Msg.LOG))
+        except ProtocolError as e:
+            version = codec.peek_version(frames[0]) if frames else None
+            self._reject("version" if version not in (None, codec.WIRE_VERSION) else "malformed",
+                         str(e))
+            return
+        if msg.type == Msg.CACHE:
+            self._ingest_cache(frames)
+        elif msg.type == Msg.CHUNK:
+            self._ingest_chunk(frames)
+        else:
+            text, uuid = msg.values.get("message"), msg.values.get("uuid")
+            if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
+                self._reject("malformed", "log: expected uuid and message")
+                return
+            self._write_log(int(uuid), text)
+            self._count("logs")
+
+    # ---- cache mode
+
+    def _ring_for_settings(self):
+        """(ring, spec) for the current settings; a settings change drops the held caches.
+
+        The ring is a list of ``n_caches`` slots, each None or a held cache: the decoded
+        values (read-only views of the received frames: no copy on ingest), its arrival
+        sequence, rows used, and a random order of its rows."""
+        rem = self._rem
+        flags = tuple(bool(x) for x in rem.cache_flags)
+        key = (int(rem.cache_size), int(rem.frame_stack), flags)
+        if key != self._ring_key:
+            self._ring = [None] * self.n_caches
+            self._ring_key = key
+            self._cache_spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
+                                                         "cache_flags": flags})
+        return self._ring, self._cache_spec
+
+    def _ingest_cache(self, frames) -> None:
+        with self._lock:
+            _, spec = self._ring_for_settings()
+        msg = self._decode(frames, (Msg.CACHE,), spec)
+        if msg is None:
+            return
+        perm = self._rng.permutation(int(self._ring_key[0]))
+        with self._lock:
+            ring, current = self._ring_for_settings()
+            if current is not spec:
+                self._rejected["settings_changed"] += 1
+                return
+            seq = self._stats["caches"]
+            ring[seq % self.n_caches] = _HeldCache(msg.values, seq, perm)
+            self._stats["caches"] += 1
+
+    def get_batch(self, batch_size: int, timeout: float = 0.0) -> CacheBatch:
+        """A batch of ``batch_size`` transitions from the held caches (cache mode).
+
+        Without ``reuse_cache`` (the default) rows are drawn without replacement: each cache
+        row is used once, oldest caches first, in a random order within a cache. With
+        ``reuse_cache`` rows are drawn uniformly with replacement from all held caches.
+
+        Args:
+          batch_size: rows, >= 1.
+          timeout: seconds to wait for enough unused rows (0: fail at once).
+
+        Returns:
+          :class:`CacheBatch`: ``prev``/``next`` tuples of 7 arrays
+          ``dtype[batch, frame_stack, *shape]`` (None where ``cache_flags`` disable a field),
+          ``weight``, ``prob``, ``done`` (True where ``next`` ends a terminated episode), and
+          the importance-sampling normaliser per row (``num_sampleable``, ``total_weight``).
+
+        Raises:
+          RuntimeError: too few cache rows (the message says how many there are).
+          ValueError: ``batch_size < 1``.
+        """
+        n = int(batch_size)
+        if n < 1:
+            raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
+        deadline = time.monotonic() + float(timeout)
+        while True:
+            with self._lock:
+                ring, spec = self._ring_for_settings()
+                parts = self._pick_rows(ring, n)
+                if parts is not None:
+                    self._stats["batches"] += 1
+                    self._stats["rows_sampled"] += n
+                    break
+                held = [c for c in ring if c is not None]
+                have = sum(c.free for c in held)
+            if time.monotonic() >= deadline or self._closing.is_set():
+                raise RuntimeError(
+                    f"get_batch: need {n} rows, the server holds {len(held)} cache(s) with "
+                    f"{have} unused row(s) (reuse_cache={bool(self._rem.reuse_cache)}); wait "
+                    "for clients to push_cache() or lower batch_size")
+            time.sleep(0.005)
+        # Gather outside the lock: the held values are immutable views, safe if evicted now.
+        out = {name: np.empty((n,) + tuple(shape[1:]), dt)
+               for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
+        for name in ("uuid", "num_sampleable", "total_weight"):
+            out[name] = np.empty(n, spec.arrays[name][0])
+        off = 0
+        for cache, rows in parts:
+            k = len(rows)
+            for name, dst in out.items():
+                src = cache.values[name]
+                if src.ndim == 0:
+                    dst[off:off + k] = src
+                else:
+                    np.take(src, rows, axis=0, out=dst[off:off + k], mode="clip")  # no buffering
+            off += k
+        prev = tuple(out.get(f"prev/{f}") for f in FIELDS)
+        nxt = tuple(out.get(f"next/{f}") for f in FIELDS)
+        return CacheBatch(prev, nxt, out["weight"], out["prob"], out["done"], out["id"],
+                          out["uuid"], out["num_sampleable"], out["total_weight"])
+
+    def _pick_rows(self, ring, n):
+        """[(cache, rows)] covering n rows, or None when there are too few. Marks rows used
+        (no reuse). Called under the lock; loops over caches, never over rows."""
+        held = [c for c in ring if c is not None]
+        if not held:
+            return None
+        cs = int(self._ring_key[0])
+        if self._rem.reuse_cache:
+            counts = self._rng.multinomial(n, np.full(len(held), 1.0 / len(held)))
+            return [(c, self._rng.integers(0, cs, k)) for c, k in zip(held, counts) if k]
+        held.sort(key=lambda c: c.seq)
+        if sum(c.free for c in held) < n:
+            return None
+        parts, need = [], n
+        for c in held:
+            take = min(c.free, need)
+            if take:
+                parts.append((c, c.perm[c.used:c.used + take]))
+                c.used += take
+                need -= take
+            if need == 0:
+                break
+        return parts
+
+    # ---- central mode
+
+    def _ingest_chunk(self, frames) -> None:
+        msg = self._decode(frames, (Msg.CHUNK,), self._chunk_spec)
+        if msg is None:
+            return
+        v = msg.values
+        uuid, episode, index = int(v["uuid"]), int(v["episode"]), int(v["index"])
+        n = msg.batch
+        now = time.monotonic()
+        commit = None
+        with self._lock:
+            self._stats["chunks"] += 1
+            if now - self._last_reap > min(10.0, self.stream_timeout):
+                self._reap(now)
+            st = self._streams.get(uuid)
+            if st is not None and st.episode != episode:
+                self._rejected["abandoned_episode"] += 1  # the actor started another episode
+                st = None
+                del self._streams[uuid]
+            if st is None:
+                if index != 0:
+                    self._rejected["out_of_order_chunk"] += 1
+                    log.warning("dropped chunk %d of episode %d from %08x: its start was lost",
+                                index, episode, uuid)
+                    return
+                if len(self._streams) >= self.max_streams:
+                    oldest = min(self._streams, key=lambda u: self._streams[u].last_seen)
+                    del self._streams[oldest]
+                    self._rejected["stream_limit"] += 1
+                st = self._streams[uuid] = _Stream(episode)
+            if index != st.next_index or st.rows + n > self._rem.max_step:
+                reason = "out_of_order_chunk" if index != st.next_index else "episode_too_long"
+                self._rejected[reason] += 1
+                del self._streams[uuid]
+                log.warning("dropped episode %d from %08x: %s", episode, uuid, reason)
+                return
+            st.chunks.append(v)
+            st.rows += n
+            st.next_index += 1
+            st.last_seen = now
+            if msg.flags & CHUNK_LAST:
+                commit = self._streams.pop(uuid)
+        if commit is not None:
+            self._commit(commit, msg.flags, float(v["multiplier"]))
+
+    def _reap(self, now: float) -> None:
+        stale = [u for u, s in self._streams.items() if now - s.last_seen > self.stream_timeout]
+        for u in stale:
+            del self._streams[u]
+            self._rejected["stale_episode"] += 1
+
+    def _commit(self, st: _Stream, flags: int, multiplier: float) -> None:
+        if st.rows == 0:
+            return
+        names = [f for f in FIELDS if f != "q"] + ["init_w"]
+        if len(st.chunks) == 1:
+            rows = {k: st.chunks[0][k] for k in names}
+        else:
+            rows = {k: np.concatenate([c[k] for c in st.chunks]) for k in names}
+        with self._rem_lock:
+            try:
+                self._rem.new_episode()
+                self._rem.add_entries(rows["s"], rows["a"], rows["r"], rows["p"], rows["v"],
+                                      rows["i"], rows["init_w"])
+                self._rem.close_episode(multiplier, bool(flags & CHUNK_UPDATE_VALUE),
+                                        bool(flags & CHUNK_UPDATE_WEIGHT),
+                                        bool(flags & CHUNK_TERMINAL))
+            except ValueError as e:  # e.g. a non-finite init_w: the episode is dropped
+                self._rem.new_episode()
+                self._reject("bad_episode", str(e))
+                return
+        self._count("episodes_in")
+        self._count("steps_in", st.rows)
+
+    def sample(self, batch_size: int) -> Batch:
+        """A batch from the server's memory (central mode): see
+        :meth:`memoire.ReplayMemory.get_batch`. ``batch.id`` feeds :meth:`update_priorities`.
+
+        Raises:
+          RuntimeError: nothing is sampleable yet.
+        """
+        b = self._rem.get_batch(int(batch_size))
+        self._count("batches")
+        self._count("rows_sampled", len(b))
+        return b
+
+    def update_priorities(self, ids, weights) -> int:
+        """Sets the sampling weights of entries by id (central mode); stale ids are skipped.
+        Returns how many were updated."""
+        return int(self._rem.update_weights(np.asarray(ids, np.int64),
+                                            np.asarray(weights, np.float32)))
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops every worker and proxy loop (each notices within ~0.1 s), flushes and closes
+        the logfile, and closes the sockets. Idempotent."""
+        if self._closing.is_set() and self._ctx.closed:
+            return
+        self._closing.set()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._active > 0 and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self._pub_lock:
+            if self._pub is not None:
+                self._pub.close(0)
+                self._pub = None
+        with self._log_lock:
+            if self._logfile is not None:
+                self._logfile.close()
+                self._logfile = None
+        if self._auth is not None:
+            self._auth.stop()
+        if self._active == 0:
+            self._ctx.term()
+
+    def __enter__(self) -> "ReplayMemoryServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
+                f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
+
+
+def _error(kind: str, reason: str) -> list:
+    return codec.encode(Msg.ERROR, {"error": kind, "reason": reason})
+
+
+def _logged(fn):
+    def run(*args):
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a failed bind is reported by start()'s timeout
+            log.exception("%s failed", fn.__name__)
+    return run

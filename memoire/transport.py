@@ -1,0 +1,217 @@
+"""Socket helpers for memoire's server and client: endpoints and modes, loopback by default,
+CURVE keys, and a request channel with timeouts and bounded retries (ZeroMQ's "lazy pirate").
+
+A ZeroMQ socket belongs to one thread: every helper here creates a socket for the calling
+thread, and the classes that hold one (:class:`RequestChannel`) guard it with a lock so that a
+second thread waits instead of corrupting it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import threading
+from typing import Any, List, Optional, Sequence
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from memoire import codec
+
+DEFAULT_TIMEOUT = 5.0  # seconds a request waits for its reply
+DEFAULT_RETRIES = 3  # resends after the first attempt
+LOOPBACK = "127.0.0.1"
+
+
+def is_bind(mode: str) -> bool:
+    """True for ``'Bind'``, False for ``'Conn'`` (the seed's modes; case-insensitive, and
+    ``'connect'`` also accepted). Raises ValueError for anything else."""
+    m = str(mode).lower()
+    if m == "bind":
+        return True
+    if m in ("conn", "connect"):
+        return False
+    raise ValueError(f"mode: expected 'Bind' or 'Conn', got {mode!r}")
+
+
+_TCP = re.compile(r"^tcp://(\*|\[[^\]]*\]|[^:/]*):(\*|\d+)$")
+
+
+def bind_address(endpoint: str, bind_host: str = LOOPBACK) -> str:
+    """The address to bind for `endpoint`: a ``tcp://*:port`` wildcard host becomes `bind_host`
+    (loopback unless the caller opts out), so a server is unreachable from other machines by
+    default. Port ``*`` or ``0`` lets the OS choose. Other transports pass unchanged.
+
+    Raises:
+      ValueError: a tcp endpoint that is not ``tcp://host:port``.
+    """
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    m = _TCP.match(endpoint)
+    if not m:
+        raise ValueError(f"endpoint: expected tcp://host:port, got {endpoint!r}")
+    host, port = m.group(1), m.group(2)
+    if host == "*":
+        host = bind_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+    if port == "0":
+        port = "*"
+    return f"tcp://{host}:{port}"
+
+
+def last_endpoint(sock: zmq.Socket) -> str:
+    """The endpoint a socket last bound, with the OS-chosen port filled in."""
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+@dataclasses.dataclass
+class CurveKeys:
+    """CURVE authentication and encryption settings (keys in ZeroMQ certificate files, as
+    written by :func:`generate_keys` or ``zmq.auth.create_certificates``).
+
+    Server side: ``secret_file`` (the server's keypair) and ``authorized_dir`` (a folder of
+    the public certificates of clients allowed in; None lets any client that knows the
+    server's public key in, still encrypted).
+    Client side: ``secret_file`` (the client's keypair) and ``server_public_file``.
+    """
+
+    secret_file: str
+    server_public_file: Optional[str] = None
+    authorized_dir: Optional[str] = None
+
+    def _own(self):
+        public, secret = zmq.auth.load_certificate(self.secret_file)
+        if secret is None:
+            raise ValueError(f"CURVE: {self.secret_file} holds no secret key (expected a "
+                             ".key_secret file)")
+        return public, secret
+
+    def apply_server(self, sock: zmq.Socket) -> None:
+        public, secret = self._own()
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_server = True
+
+    def apply_client(self, sock: zmq.Socket) -> None:
+        if not self.server_public_file:
+            raise ValueError("CURVE: a client needs server_public_file")
+        public, secret = self._own()
+        server_public, _ = zmq.auth.load_certificate(self.server_public_file)
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_serverkey = server_public
+
+
+def generate_keys(folder: str, name: str):
+    """Writes ``name.key`` (public) and ``name.key_secret`` into `folder`; returns both paths."""
+    os.makedirs(folder, exist_ok=True)
+    return zmq.auth.create_certificates(folder, name)
+
+
+class Authenticator:
+    """ZeroMQ's ZAP handler for one context: only clients whose public key is in
+    ``keys.authorized_dir`` get through CURVE sockets of that context."""
+
+    def __init__(self, ctx: zmq.Context, keys: CurveKeys):
+        self._auth = ThreadAuthenticator(ctx)
+        self._auth.start()
+        location = keys.authorized_dir if keys.authorized_dir else zmq.auth.CURVE_ALLOW_ANY
+        self._auth.configure_curve(domain="*", location=location)
+
+    def stop(self) -> None:
+        self._auth.stop()
+
+
+def open_socket(ctx: zmq.Context, kind: int, endpoint: str, mode: str, *,
+                keys: Optional[CurveKeys] = None, server_side: bool = True,
+                bind_host: str = LOOPBACK, hwm: Optional[int] = None,
+                max_bytes: Optional[int] = None) -> zmq.Socket:
+    """A new socket of `kind` bound to or connected to `endpoint`.
+
+    Args:
+      mode: ``'Bind'`` or ``'Conn'``.
+      keys: CURVE keys; `server_side` says which half of the handshake this socket plays.
+      bind_host: the interface a ``tcp://*:port`` endpoint binds (loopback by default).
+      hwm: send and receive high-water marks (messages queued per peer).
+      max_bytes: ZMQ_MAXMSGSIZE: a peer sending a larger frame is disconnected by libzmq.
+    """
+    bind = is_bind(mode)
+    sock = ctx.socket(kind)
+    sock.linger = 0
+    if hwm is not None:
+        sock.sndhwm = hwm
+        sock.rcvhwm = hwm
+    if max_bytes is not None:
+        sock.maxmsgsize = int(max_bytes)
+    if keys is not None:
+        (keys.apply_server if server_side else keys.apply_client)(sock)
+    try:
+        if bind:
+            sock.bind(bind_address(endpoint, bind_host))
+        else:
+            sock.connect(endpoint)
+    except Exception:
+        sock.close(0)
+        raise
+    return sock
+
+
+class RequestChannel:
+    """A REQ socket with a timeout per attempt and a bounded number of resends.
+
+    When no reply comes in `timeout` seconds the socket is closed and a fresh one reconnects
+    and resends (a REQ socket cannot send twice), up to `retries` times; then TimeoutError.
+    So a client survives a server restart: its next request reaches the new server. Requests
+    must therefore be idempotent (memoire's are: counters are cumulative, calls are reads or
+    replace state). Thread-safe: one request at a time.
+    """
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, *, keys: Optional[CurveKeys] = None,
+                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 max_bytes: int = codec.DEFAULT_MAX_BYTES):
+        if timeout <= 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout}")
+        if retries < 0:
+            raise ValueError(f"retries: expected >= 0, got {retries}")
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.max_bytes = max_bytes
+        self._ctx = ctx
+        self._keys = keys
+        self._lock = threading.Lock()
+        self._sock: Optional[zmq.Socket] = None
+
+    def _open(self) -> zmq.Socket:
+        return open_socket(self._ctx, zmq.REQ, self.endpoint, "Conn", keys=self._keys,
+                           server_side=False)
+
+    def request(self, frames: Sequence[Any], timeout: Optional[float] = None,
+                retries: Optional[int] = None) -> List[zmq.Frame]:
+        """Sends `frames` and returns the reply frames.
+
+        Raises:
+          TimeoutError: no reply after ``1 + retries`` attempts of `timeout` seconds each.
+        """
+        timeout = self.timeout if timeout is None else float(timeout)
+        attempts = 1 + (self.retries if retries is None else int(retries))
+        with self._lock:
+            for _ in range(attempts):
+                if self._sock is None:
+                    self._sock = self._open()
+                self._sock.send_multipart(frames, copy=False)
+                if self._sock.poll(int(timeout * 1000), zmq.POLLIN):
+                    return self._sock.recv_multipart(copy=False)
+                self._sock.close(0)  # lazy pirate: drop the stuck socket, reconnect, resend
+                self._sock = None
+        raise TimeoutError(f"no reply from {self.endpoint} after {attempts} attempt(s) of "
+                           f"{timeout:g} s")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close(0)
+                self._sock = None

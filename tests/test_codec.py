@@ -1,0 +1,134 @@
+"""memoire.codec: round trips, the committed version-1 golden messages, and clear errors."""
+
+import pathlib
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from memoire import codec
+from memoire.codec import Msg, ProtocolError
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "wire_v1"
+
+
+def golden_messages():
+    """The messages whose version-1 bytes are committed under tests/data/wire_v1/."""
+    return {
+        "hello": (Msg.HELLO, 0, {"uuid": 0x1234ABCD}),
+        "counter": (Msg.COUNTER, 0, {"uuid": 7, "episodes": 3, "steps": 1200}),
+        "cache": (Msg.CACHE, 0, {
+            "prev/s": np.arange(2 * 1 * 3, dtype=np.uint8).reshape(2, 1, 3),
+            "weight": np.array([0.5, 2.0], np.float32),
+            "done": np.array([False, True]),
+            "uuid": np.uint64(99), "total_weight": np.float64(3.25)}),
+        "chunk": (Msg.CHUNK, 1 | 2, {
+            "s": np.array([[1.0, -2.0], [3.5, 4.0]], np.float32), "init_w": np.ones(2, np.float32),
+            "episode": np.int64(5), "index": np.int64(0)}),
+        "call": (Msg.CALL, 0, {"object": "replay", "method": "add", "args": (1, 2.5, "x", None),
+                               "kwargs": {"flag": True, "raw": b"\x00\xff",
+                                          "a": np.array([[1, 2]], np.int16)}}),
+        "log": (Msg.LOG, 0, {"uuid": 1, "message": "épisode 3 done"}),
+    }
+
+
+def write_frames(path, frames):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", len(frames)))
+        for fr in frames:
+            b = bytes(memoryview(fr).cast("B"))
+            f.write(struct.pack("<I", len(b)) + b)
+
+
+def read_frames(path):
+    data = path.read_bytes()
+    (n,), off, frames = struct.unpack_from("<I", data), 4, []
+    for _ in range(n):
+        (size,) = struct.unpack_from("<I", data, off)
+        frames.append(data[off + 4:off + 4 + size])
+        off += 4 + size
+    return frames
+
+
+def assert_same(a, b):
+    if isinstance(a, np.ndarray) or isinstance(a, np.generic):
+        assert type(a) is type(b) and a.dtype == b.dtype and np.shape(a) == np.shape(b)
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()  # bitwise: NaN == NaN
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("name", sorted(golden_messages()))
+def test_golden_v1_bytes_are_stable(name):
+    msg_type, flags, values = golden_messages()[name]
+    frames = [bytes(memoryview(f).cast("B")) for f in codec.encode(msg_type, values, flags)]
+    assert frames == read_frames(GOLDEN / f"{name}.bin")
+    decoded = codec.decode(read_frames(GOLDEN / f"{name}.bin"))
+    assert decoded.type == msg_type and decoded.flags == flags
+    assert_same(values, decoded.values)
+
+
+def test_header_layout_is_little_endian_and_documented():
+    header = codec.encode(Msg.COUNTER, {"x": 1}, flags=7)[0]
+    magic, version, mtype, flags, n, table, payload = struct.unpack_from("<4sHBBIIQ", header)
+    assert (magic, version, mtype, flags, n, payload) == (b"MMRW", 1, Msg.COUNTER, 7, 1, 8)
+    assert table == len(header) - 24
+
+
+def test_arrays_come_back_as_views_or_copies():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2]  # not contiguous
+    frames = codec.encode(Msg.CACHE, {"a": a, "big": np.arange(4, dtype=">i4")})
+    m = codec.decode(frames)
+    assert np.array_equal(m["a"], a) and not m["a"].flags.writeable
+    assert m["big"].dtype == np.dtype("<i4") and list(m["big"]) == [0, 1, 2, 3]
+    w = codec.decode(frames, writable=True)
+    w["a"][0, 0] = 42  # a private copy
+    assert m["a"][0, 0] == 0
+
+
+@pytest.mark.parametrize("bad, what", [
+    (np.array(["x"]), "dtype"), (np.array([1 + 2j]), "dtype"), ({1: 2}, "keys"),
+    (object(), "object"), (2 ** 70, "int"),
+])
+def test_unencodable_values_raise_clearly(bad, what):
+    with pytest.raises((ValueError, OverflowError), match=what if what != "int" else None):
+        codec.encode(Msg.CALL, {"v": bad})
+
+
+def test_wrong_version_is_named():
+    frames = codec.encode(Msg.HELLO, {"uuid": 1}, version=2)
+    assert codec.peek_version(frames[0]) == 2
+    with pytest.raises(ProtocolError, match="version 2"):
+        codec.decode(frames)
+
+
+def test_spec_mismatch_and_limits():
+    frames = codec.encode(Msg.CACHE, {"w": np.zeros(8, np.float32), "x": np.zeros((8, 3), np.uint8)})
+    spec = codec.Spec({"w": (np.float32, (-1,)), "x": (np.uint8, (-1, 3))})
+    assert codec.decode(frames, spec=spec).batch == 8
+    with pytest.raises(ProtocolError, match="expected uint8"):
+        codec.decode(frames, spec=codec.Spec({"w": (np.float32, (-1,)), "x": (np.uint8, (-1, 4))}))
+    with pytest.raises(ProtocolError, match="missing"):
+        codec.decode(frames, spec=codec.Spec({"y": (np.float32, (-1,))}, allow_extra=True))
+    with pytest.raises(ProtocolError, match="limit"):
+        codec.decode(frames, max_bytes=16)
+    with pytest.raises(ProtocolError, match="unexpected message type"):
+        codec.decode(frames, expect=(Msg.CHUNK,))
+    with pytest.raises(ProtocolError, match="frame"):
+        codec.decode(frames[:-1])
+    with pytest.raises(ProtocolError):
+        codec.decode([])
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--regen"]:  # only when the format changes
+    for name, (t, fl, vals) in golden_messages().items():
+        write_frames(GOLDEN / f"{name}.bin", codec.encode(t, vals, fl))

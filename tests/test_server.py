@@ -1,0 +1,247 @@
+"""In-process tests of the server and client: settings handshake, version errors, RPC hosting,
+CURVE, pub/sub of large payloads, close() of running workers, the logfile."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from memoire import ProtocolError, ReplayMemoryClient, ReplayMemoryServer, codec
+from memoire.codec import Msg
+from memoire.remote import RemoteMemory, RemoteObject
+from memoire.transport import CurveKeys, bind_address, generate_keys
+
+TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
+             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+             np.zeros([0], np.uint8))
+
+
+@pytest.fixture
+def server():
+    srv = ReplayMemoryServer(*TEMPLATES, 1000, "tcp://127.0.0.1:*", n_caches=4, seed=0)
+    srv.rem.cache_size = 8
+    ep = srv.start()
+    yield srv, ep
+    srv.close()
+
+
+def _fill(rem, episodes=2, length=10):
+    for e in range(episodes):
+        rem.new_episode()
+        for k in range(length):
+            rem.add_entry(np.full(4, k, np.float32), k, float(k == length - 1), 0.5, 0.0)
+        rem.close_episode()
+
+
+def test_handshake_copies_schema_and_settings(server):
+    srv, ep = server
+    srv.rem.frame_stack = 2
+    srv.rem.multi_step = 3
+    srv.rem.discount_factor = 0.9
+    srv.rem.cache_flags = [1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0]
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], max_step=500) as c:
+        assert c.rem.max_step == 500 and c.rem.frame_stack == 2 and c.rem.multi_step == 3
+        assert np.allclose(c.rem.discount_factor, 0.9) and c.rem.cache_size == 8
+        assert list(c.rem.cache_flags) == [True, True, True] + [False] * 4 + [True, False, True] + [False] * 4
+        assert c.rem.state_buf.shape == (4,) and c.rem.action_buf.dtype == np.int64
+        _fill(c.rem)
+        assert c.push_cache() == 0
+        b = srv.get_batch(8, timeout=5)
+        assert b.prev[0].shape == (8, 2, 4) and b.prev[3] is None and b.next[1] is None
+        assert b.next[2].shape == (8, 2)
+        # the server's normaliser comes with the batch
+        assert (b.num_sampleable == c.rem.num_sampleable).all()
+        assert np.allclose(b.prob, b.weight / c.rem.total_weight)
+
+
+def test_cache_rows_are_used_once_unless_reuse(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        assert c.push_cache() == 0 and c.push_cache() == 0
+        b = srv.get_batch(12, timeout=5)
+        assert len(b) == 12
+        with pytest.raises(RuntimeError, match="4 unused row"):
+            srv.get_batch(5, timeout=0.2)
+        srv.rem.reuse_cache = True  # the ring is kept: same cache layout
+        assert len(srv.get_batch(50)) == 50
+
+
+def test_wrong_version_client_gets_a_clear_error(server):
+    srv, ep = server
+    ctx = zmq.Context()
+    req = ctx.socket(zmq.REQ)
+    req.linger = 0
+    req.connect(ep["rep"])
+    req.send_multipart(codec.encode(Msg.HELLO, {"uuid": 1}, version=2))
+    assert req.poll(5000)
+    reply = codec.decode(req.recv_multipart())
+    assert reply.type == Msg.ERROR and "version" in reply["reason"] and "speaks version 1" in reply["reason"]
+    req.close()
+    ctx.term()
+    assert srv.stats()["rejected"]["version"] == 1
+
+
+def test_client_handshake_timeout_is_bounded():
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="2 attempt"):
+        ReplayMemoryClient(None, "tcp://127.0.0.1:9", "tcp://127.0.0.1:9", timeout=0.2, retries=1)
+    assert time.monotonic() - t0 < 10
+
+
+class Toy:
+    def __init__(self):
+        self.items = []
+
+    def add(self, x, label="", **extra):
+        self.items.append((np.asarray(x).copy(), label))
+        return len(self.items)
+
+    def get(self, k):
+        x, label = self.items[k]
+        return {"x": x, "label": label, "pair": (k, None)}
+
+    def fail(self):
+        raise IndexError("no such thing")
+
+    def secret(self):
+        return "never"
+
+
+def test_rpc_hosts_a_toy_object(server):
+    srv, ep = server
+    toy = Toy()
+    srv.host("toy", toy, methods=("add", "get", "fail"))
+    with RemoteObject(ep["rep"], "toy") as remote:
+        assert remote.call("add", np.arange(6).reshape(2, 3), label="a") == 1
+        assert remote.add([1.5, 2.5]) == 2
+        got = remote.get(0)
+        assert got["label"] == "a" and got["pair"] == (0, None)
+        assert got["x"].dtype == np.int64 and got["x"].shape == (2, 3)
+        with pytest.raises(IndexError, match="no such thing"):
+            remote.fail()
+        with pytest.raises(AttributeError, match="no remote method 'secret'"):
+            remote.secret()
+        with pytest.raises(ValueError, match="cannot travel"):
+            remote.add(object())
+    with pytest.raises(ValueError, match="not a public method"):
+        srv.host("bad", toy, methods=("_private",))
+    assert len(toy.items) == 2
+
+
+def test_remote_learner_in_central_mode(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], mode="central", chunk_size=3) as c:
+        for _ in range(2):
+            c.new_episode()
+            for k in range(10):
+                c.add_entry(np.full(4, k, np.float32), k, 1.0, 0.5, 0.0)
+            c.close_episode(terminal=True)
+        with pytest.raises(ValueError, match=r"expected float32\[4\]"):
+            c.new_episode()
+            c.add_entry(np.zeros(3), 0, 1.0, 0.5, 0.0)
+    deadline = time.monotonic() + 5
+    while srv.rem.num_episode() < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with RemoteMemory(ep["rep"]) as rm:
+        b = rm.sample(16)
+        assert b.prev[0].shape == (16, 1, 4) and b.num_sampleable == 18
+        assert rm.update_priorities(b.id, np.zeros(16)) > 0
+        assert rm.stats()["episodes_in"] == 2
+
+
+def test_pub_sub_carries_large_payloads(server):
+    srv, ep = server
+    payload = np.random.default_rng(0).bytes(8 << 20)  # 8 MiB, no fixed buffer
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        stop = threading.Event()
+
+        def publish():
+            while not stop.is_set():
+                srv.pub_bytes("params", payload)
+                srv.pub_bytes("paramsX", b"other")  # a prefix match must not leak through
+                time.sleep(0.02)
+        t = threading.Thread(target=publish)
+        t.start()
+        try:
+            assert c.sub_bytes("params", timeout=10) == payload
+            with pytest.raises(TimeoutError):
+                c.sub_bytes("nobody", timeout=0.2)
+        finally:
+            stop.set()
+            t.join()
+
+
+def test_close_stops_workers_and_keeps_the_logfile(tmp_path):
+    srv = ReplayMemoryServer(*TEMPLATES, 100, "tcp://127.0.0.1:*", n_caches=2)
+    ep = srv.start()
+    extra = threading.Thread(target=srv.rep_worker_main, args=("tcp://127.0.0.1:*", "Bind"))
+    extra.start()
+    srv.set_logfile(str(tmp_path / "log.txt"), "w")
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], input_uuid=0xAB) as c:
+        assert c.write_log("line one") == 0
+        c.update_counter()  # REP answered after the log went through the same server
+        deadline = time.monotonic() + 5
+        while srv.stats().get("logs", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    t0 = time.monotonic()
+    srv.close()
+    extra.join(5)
+    assert not extra.is_alive() and time.monotonic() - t0 < 5
+    line = (tmp_path / "log.txt").read_text()
+    assert line.endswith(",000000ab,line one\n")
+    with pytest.raises(RuntimeError, match="closed"):
+        srv.pub_bytes("x", b"y")
+
+
+def test_bind_defaults_to_loopback():
+    assert bind_address("tcp://*:5555") == "tcp://127.0.0.1:5555"
+    assert bind_address("tcp://*:0") == "tcp://127.0.0.1:*"
+    assert bind_address("tcp://*:*", "0.0.0.0") == "tcp://0.0.0.0:*"
+    assert bind_address("tcp://10.1.2.3:7") == "tcp://10.1.2.3:7"
+    with pytest.raises(ValueError, match="tcp://host:port"):
+        bind_address("tcp://nohost")
+
+
+def test_curve_refuses_peers_without_the_key(tmp_path):
+    server_pub, server_secret = generate_keys(str(tmp_path / "server"), "server")
+    _, good_secret = generate_keys(str(tmp_path / "authorized"), "actor")
+    _, bad_secret = generate_keys(str(tmp_path / "strangers"), "stranger")
+    keys = CurveKeys(server_secret, authorized_dir=str(tmp_path / "authorized"))
+    with ReplayMemoryServer(*TEMPLATES, 100, "tcp://127.0.0.1:*", n_caches=2, keys=keys) as srv:
+        srv.rem.cache_size = 4
+        ep = srv.start()
+        good = CurveKeys(good_secret, server_public_file=server_pub)
+        with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], keys=good, timeout=5) as c:
+            _fill(c.rem)
+            assert c.push_cache() == 0
+            assert srv.get_batch(4, timeout=5).prev[0].shape == (4, 1, 4)
+        # A stranger's key, and no key at all: nothing in...
+        bad = CurveKeys(bad_secret, server_public_file=server_pub)
+        for k in (bad, None):
+            with pytest.raises(TimeoutError):
+                ReplayMemoryClient(None, ep["rep"], ep["pull"], keys=k, timeout=0.3, retries=0)
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.sndtimeo = 300
+        push.connect(ep["pull"])
+        try:  # queued locally at best: the CURVE handshake never completes
+            push.send_multipart(codec.encode(Msg.LOG, {"uuid": 1, "message": "intruder"}))
+        except zmq.Again:
+            pass
+        # ...and nothing out: a plain subscriber receives none of the published bytes.
+        sub = ctx.socket(zmq.SUB)
+        sub.linger = 0
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(ep["pub"])
+        for _ in range(20):
+            srv.pub_bytes("params", b"secret")
+            time.sleep(0.01)
+        assert not sub.poll(300)
+        push.close()
+        sub.close()
+        ctx.term()
+        assert srv.stats().get("logs", 0) == 0 and srv.total_caches == 1
