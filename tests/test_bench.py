@@ -113,3 +113,12 @@ def test_targets_read_ratios_of_the_right_rows():
     assert rows[6].endswith("| not measured | - |")
     assert rows[7].endswith("| 90% | yes |")
     assert rows[8].endswith("| 1.05x | yes |")
+
+
+def test_ingest_rows_for_memoire_and_raw_pyzmq():
+    ingest = pytest.importorskip("memoire.bench.ingest")
+    ms = ingest.ingest_workload(actors=(1,), repeats=1, seconds=0.2,
+                                shapes=(((4,), np.float32),))
+    assert [m.system for m in ms] == ["memoire", "raw pyzmq PUSH/PULL"]
+    assert all(len(m.seconds) == 1 and m.median > 0 for m in ms)
+    assert report.ratio(ms, ms[0].workload, "raw pyzmq") is not None

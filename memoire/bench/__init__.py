@@ -2,13 +2,21 @@
 
 Every workload builds each available system for one configuration, fills them with the same
 frames, then times the same operation on each, alternating, with several repetitions, and
-reports medians and ratios (memoire's throughput over each system's). The table, the machine,
-the versions and the date go to stdout and, with ``--out``, to a markdown file; scaling plots
-(PNG) go next to it.
+reports medians and ratios (the first system's throughput over each system's; the first is
+memoire's Dopamine-layout buffer). The systems: memoire's three faces (Dopamine layout,
+native ReplayMemory, JAX ReplayBuffer), Dopamine's OutOfGraph and JAX buffers, cpprb, a NumPy
+ring, and the gather and memcpy ceilings; raw pyzmq for the distributed ingest. The table,
+the targets of issue 5, the machine, the versions, the load average and the date go to stdout
+and, with ``--out``, to a markdown file; the scaling plot (scaling.png) goes next to it.
 
-    memoire bench                       # the standard suite (a few minutes)
-    memoire bench --quick               # small capacities, for a smoke run
+    memoire bench                       # the standard suite (about 10-15 min on 2 cores)
+    memoire bench --quick               # small capacities, for a smoke run (about 3 min)
     memoire bench --out benchmarks/RESULTS.md
+
+Workloads: uint8[84, 84] frames with stack 4 at capacities 1e5 and 1e6, float32[4] states at
+1e6; batch sizes 32 and 256; n-step 1 and 3; uniform sampling and prioritized sampling plus a
+priority update; per-step adds; save and load; ingest from 1, 2 and 4 actor processes;
+resident memory per transition; time per batch against capacity (1e4 to 1e6).
 """
 
 from __future__ import annotations
