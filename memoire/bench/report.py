@@ -38,21 +38,29 @@ def machine() -> Dict[str, str]:
     }
 
 
+# Module name -> distribution name, where they differ.
+_DISTRIBUTIONS = {"dopamine": "dopamine-rl", "zmq": "pyzmq"}
+
+
 def versions(packages: Iterable[str] = ("memoire", "numpy", "dopamine", "cpprb", "zmq", "jax",
                                          "tensorflow")) -> Dict[str, str]:
+    """Version of each package: its distribution's metadata, else the module's
+    ``__version__`` (always for memoire, which may run from a source tree), else
+    "not installed"."""
+    from importlib.metadata import PackageNotFoundError, version
+
     out = {}
     for name in packages:
+        if name != "memoire":  # memoire: the imported tree, which may not be the installed one
+            try:
+                out[name] = version(_DISTRIBUTIONS.get(name, name))
+                continue
+            except PackageNotFoundError:
+                pass
         try:
-            mod = importlib.import_module(name)
-            out[name] = getattr(mod, "__version__", "installed")
+            out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
         except Exception:  # noqa: BLE001 - a missing or broken package is reported, not fatal
             out[name] = "not installed"
-    try:
-        from importlib.metadata import version
-
-        out["dopamine"] = version("dopamine-rl") if out.get("dopamine") != "not installed" else out["dopamine"]
-    except Exception:  # noqa: BLE001
-        pass
     return out
 
 
