@@ -116,7 +116,8 @@ def sample_workload(cfg: Config, fill: int, *, repeats: int, batches: Sequence[i
             ops["ceiling: numpy gather"] = systems.GatherCeiling(bcfg, ring).sample
             ops["ceiling: memcpy"] = systems.MemcpyCeiling(bcfg).sample
         verb = "sample+update" if with_update else "sample"
-        out += compare(f"{verb} {bcfg.label}", ops, repeats=repeats, items_per_op=batch)
+        partial = f" fill{fill:.0e}" if fill < cfg.capacity else ""  # every system's fill
+        out += compare(f"{verb} {bcfg.label}{partial}", ops, repeats=repeats, items_per_op=batch)
     _close(built)
     return out
 

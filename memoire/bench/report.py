@@ -81,7 +81,8 @@ workload is its first row: memoire's Dopamine-layout buffer (channel-last stacks
 Dopamine and cpprb return). For the ceilings the ratio is below 1: the fraction of the ceiling
 memoire reaches. `[filled N]`: a buffer of the stated capacity filled with only N transitions
 because its adds are slow (sampling does not depend on the fill once the frames exceed the CPU
-caches). `ceiling: numpy gather` gathers the same frames (states and next states) from a
+caches); `fill1e+05` in a workload's name: every system holds that many transitions (the
+84x84 capacity-1e6 rows, unless run with `--large`, which needs about 7 GB per system). `ceiling: numpy gather` gathers the same frames (states and next states) from a
 NumPy array by fancy indexing without any bookkeeping; `ceiling: memcpy` copies as many
 bytes contiguously. The numpy ring returns channel-first stacks (`[batch, 4, 84, 84]`, no
 transpose) and ignores episode boundaries when stacking."""
