@@ -18,8 +18,10 @@ demo: bootstrap
 test: bootstrap
 	$(VENV)/bin/pytest -q
 
+# The benchmark suite against Dopamine, cpprb, NumPy and raw pyzmq (about 10 minutes on 2 cores);
+# rewrites benchmarks/RESULTS.md and benchmarks/scaling.png.
 bench: bootstrap
-	$(VENV)/bin/memoire bench
+	$(VENV)/bin/memoire bench --out benchmarks/RESULTS.md
 
 sanitize:
 	./scripts/sanitize.sh

@@ -2,23 +2,32 @@
 
 Every workload builds each available system for one configuration, fills them with the same
 frames, then times the same operation on each, alternating, with several repetitions, and
-reports medians and ratios (memoire's throughput over each system's). The table, the machine,
-the versions and the date go to stdout and, with ``--out``, to a markdown file; scaling plots
-(PNG) go next to it.
+reports medians and ratios (the first system's throughput over each system's; the first is
+memoire's Dopamine-layout buffer). The systems: memoire's three faces (Dopamine layout,
+native ReplayMemory, JAX ReplayBuffer), Dopamine's OutOfGraph and JAX buffers, cpprb, a NumPy
+ring, and the gather and memcpy ceilings; raw pyzmq for the distributed ingest. The table,
+the targets of issue 5, the machine, the versions, the load average and the date go to stdout
+and, with ``--out``, to a markdown file; the scaling plot (scaling.png) goes next to it.
 
-    memoire bench                       # the standard suite (a few minutes)
-    memoire bench --quick               # small capacities, for a smoke run
+    memoire bench                       # the standard suite (about 10-15 min on 2 cores)
+    memoire bench --quick               # small capacities, for a smoke run (about 3 min)
     memoire bench --out benchmarks/RESULTS.md
+
+Workloads: uint8[84, 84] frames with stack 4 at capacities 1e5 and 1e6, float32[4] states at
+1e6; batch sizes 32 and 256; n-step 1 and 3; uniform sampling and prioritized sampling plus a
+priority update; per-step adds; save and load; ingest from 1, 2 and 4 actor processes;
+resident memory per transition; time per batch against capacity (1e4 to 1e6).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import multiprocessing as mp
 import os
 import sys
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,14 +35,25 @@ from memoire.bench import report, systems
 from memoire.bench.harness import Measurement, compare
 from memoire.bench.systems import Config, Unavailable
 
-# System classes in table order; memoire's adapters first. Adapters register themselves here.
+# System classes in table order. The first one built for a workload is its baseline (the
+# ratios' numerator): memoire's Dopamine-layout buffer once memoire.bench.dopamine registers it.
 SAMPLERS: List[type] = [systems.MemoireCore, systems.NumpyRing, systems.Cpprb]
 
 
 def register(cls: type) -> type:
-    """Adds a system adapter to the suite (used by memoire.bench.dopamine)."""
-    SAMPLERS.insert(len([c for c in SAMPLERS if c.name.startswith("memoire")]) if
-                    cls.name.startswith("memoire") else len(SAMPLERS), cls)
+    """Adds a system adapter to the suite (used by memoire.bench.dopamine).
+
+    A class with ``primary = True`` goes first (the baseline); other memoire adapters go after
+    the memoire ones already there; the rest go last.
+    """
+    if cls in SAMPLERS:
+        return cls
+    if getattr(cls, "primary", False):
+        SAMPLERS.insert(0, cls)
+    elif cls.name.startswith("memoire"):
+        SAMPLERS.insert(len([c for c in SAMPLERS if c.name.startswith("memoire")]), cls)
+    else:
+        SAMPLERS.append(cls)
     return cls
 
 
@@ -44,7 +64,12 @@ def _load_optional_adapters() -> None:
         pass
 
 
+def _fill_of(cls: type, fill: int) -> int:
+    return fill if cls.max_fill is None else min(fill, cls.max_fill)
+
+
 def _build(cfg: Config, fill: int, classes: Sequence[type]) -> Dict[str, systems.System]:
+    """Each available class built for ``cfg`` and filled; a partial fill shows in the name."""
     built: Dict[str, systems.System] = {}
     for cls in classes:
         try:
@@ -52,42 +77,81 @@ def _build(cfg: Config, fill: int, classes: Sequence[type]) -> Dict[str, systems
         except Unavailable as e:
             print(f"  skip {cls.name}: {e} not installed", file=sys.stderr)
             continue
-        s.add(fill)
-        built[s.name] = s
+        n = _fill_of(cls, fill)
+        s.add(n)
+        name = s.name if n == fill else f"{s.name} [filled {n:,}]"
+        built[name] = s
     return built
 
 
-def sample_workload(cfg: Config, fill: int, *, repeats: int, with_update: bool = False,
-                    ceilings: bool = True) -> List[Measurement]:
-    """Times one batch (with next states), or one batch plus a priority update."""
-    built = _build(cfg, fill, SAMPLERS)
-    if ceilings and not cfg.prioritized and not with_update and "numpy ring" in built:
-        built["ceiling: numpy gather"] = systems.GatherCeiling(cfg, built["numpy ring"])
-        built["ceiling: memcpy"] = systems.MemcpyCeiling(cfg)
-    ops: Dict[str, Callable[[], object]] = {}
-    for name, s in built.items():
-        if with_update:
-            def op(s=s):
-                s.sample()
-                s.update()
-        else:
-            op = s.sample
-        ops[name] = op
-    verb = "sample+update" if with_update else "sample"
-    out = compare(f"{verb} {cfg.label}", ops, repeats=repeats, items_per_op=cfg.batch)
-    del built
+def _close(built: Dict[str, systems.System]) -> None:
+    for s in built.values():
+        s.close()
+    built.clear()
     gc.collect()
+
+
+def sample_workload(cfg: Config, fill: int, *, repeats: int, batches: Sequence[int] = (32,),
+                    with_update: bool = False, ceilings: bool = True,
+                    classes: Optional[Sequence[type]] = None) -> List[Measurement]:
+    """Times one batch (with next states), or one batch plus a priority update, for each batch
+    size on the same filled systems."""
+    built = _build(cfg, fill, SAMPLERS if classes is None else classes)
+    out: List[Measurement] = []
+    for batch in batches:
+        bcfg = dataclasses.replace(cfg, batch=batch)
+        for s in built.values():
+            s.cfg = bcfg
+        ops: Dict[str, Callable[[], object]] = {}
+        for name, s in built.items():
+            if with_update:
+                def op(s=s):
+                    s.sample()
+                    s.update()
+            else:
+                op = s.sample
+            ops[name] = op
+        ring = next((s for s in built.values() if isinstance(s, systems.NumpyRing)), None)
+        if ceilings and not cfg.prioritized and not with_update and ring is not None:
+            ops["ceiling: numpy gather"] = systems.GatherCeiling(bcfg, ring).sample
+            ops["ceiling: memcpy"] = systems.MemcpyCeiling(bcfg).sample
+        verb = "sample+update" if with_update else "sample"
+        partial = f" fill{fill:.0e}" if fill < cfg.capacity else ""  # every system's fill
+        out += compare(f"{verb} {bcfg.label}{partial}", ops, repeats=repeats, items_per_op=batch)
+    _close(built)
     return out
 
 
 def add_workload(cfg: Config, fill: int, adds: int, *, repeats: int) -> List[Measurement]:
-    """Times adding transitions one by one (the per-step path of an agent)."""
+    """Times adding transitions one by one (the per-step path of an agent), after ``fill``."""
     built = _build(cfg, fill, SAMPLERS)
-    ops = {name: (lambda s=s: s.add(1)) for name, s in built.items()
-           if not name.startswith("ceiling")}
+    ops = {name: (lambda s=s: s.add(1)) for name, s in built.items()}
     out = compare(f"add {cfg.label}", ops, repeats=repeats, calls={n: adds for n in ops})
-    del built
-    gc.collect()
+    _close(built)
+    return out
+
+
+def checkpoint_workload(cfg: Config, fill: int, *, repeats: int) -> List[Measurement]:
+    """Times save and load of each Dopamine-API pair (memoire's drop-in vs Dopamine's), into
+    temporary directories, one call per repetition."""
+    try:
+        from memoire.bench.dopamine import CHECKPOINT_PAIRS
+    except ImportError:
+        return []
+    out: List[Measurement] = []
+    for pair in CHECKPOINT_PAIRS:
+        built = _build(cfg, fill, pair)
+        if len(built) < 2:
+            _close(built)
+            continue
+        for s in built.values():
+            s.save()  # the first save creates files and directories
+        label = f"{pair[0].name.split('(')[1].rstrip(')')} {cfg.label}"
+        for verb in ("save", "load"):
+            ops = {n: getattr(s, verb) for n, s in built.items()}
+            out += compare(f"{verb} {label}", ops, repeats=repeats, calls={n: 1 for n in ops},
+                           items_per_op=fill)
+        _close(built)
     return out
 
 
@@ -96,122 +160,209 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _trim() -> None:
+    """Returns the C heap's free pages to the system (glibc), so that the resident set counts
+    what the buffer holds, not what temporaries of the fill left free in the heap."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _memory_child(cls_name: str, cfg: Config, fill: int, queue) -> None:
     _load_optional_adapters()
     cls = next(c for c in SAMPLERS if c.name == cls_name)
-    gc.collect()
-    before = _rss_bytes()
     try:
+        s = cls(cfg)  # imports happen here: a first tiny build, measured from after it
+        del s
+        gc.collect()
+        _trim()
+        before = _rss_bytes()
         s = cls(cfg)
         s.add(fill)
+        s.sample()  # a system may allocate lazily on first sample
+        _trim()
+        queue.put((_rss_bytes() - before) / fill)
     except Unavailable:
         queue.put(None)
-        return
-    queue.put((_rss_bytes() - before) / fill)
 
 
-def memory_workload(cfg: Config, fill: int) -> List[str]:
-    """Resident bytes per stored transition of each system, each in a fresh process."""
-    rows = []
+def memory_workload(cfg: Config, fill: int) -> Tuple[List[str], Dict[str, float]]:
+    """Resident bytes per stored transition of each system (filled with ``fill`` transitions),
+    each in a fresh spawned process: the growth of its resident set from before the buffer's
+    construction to after the fill and one sample, divided by ``fill``.
+
+    Returns:
+      markdown rows, and each system's bytes per transition over the raw observation bytes.
+    """
+    rows, ratios = [], {}
     raw = int(np.prod(cfg.obs_shape)) * np.dtype(cfg.obs_dtype).itemsize
     ctx = mp.get_context("spawn")
     for cls in SAMPLERS:
+        n = _fill_of(cls, fill)
         q = ctx.Queue()
-        p = ctx.Process(target=_memory_child, args=(cls.name, cfg, fill, q))
+        p = ctx.Process(target=_memory_child, args=(cls.name, cfg, n, q))
         p.start()
-        p.join(timeout=600)
+        try:
+            per = q.get(timeout=900)
+        except Exception:  # noqa: BLE001 - a child that died or hung gives no row
+            per = None
+        p.join(timeout=30)
         if p.is_alive():
             p.kill()
-            continue
-        per = q.get(timeout=5) if not q.empty() else None
         if per is not None:
-            rows.append(f"| {cfg.label} | {cls.name} | {per:,.0f} B | {per / raw:.2f}x |")
-    return rows
+            ratios[cls.name] = per / raw
+            rows.append(f"| {cfg.label.rsplit(' batch', 1)[0]} | {cls.name} | {n:,} | "
+                        f"{per:,.0f} B | {per / raw:.2f}x |")
+    return rows, ratios
 
 
 def scaling_plot(path: str, repeats: int, quick: bool) -> List[Measurement]:
-    """Time per sample of memoire and the NumPy ring as capacity and batch size grow."""
+    """Time per batch of memoire and the alternatives as capacity grows (1e4 to 1e6, full
+    buffers) for batch sizes 32 and 256; one PNG with one panel per batch size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     caps = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]
+    classes = [c for c in SAMPLERS if c.name.startswith("memoire (Dopamine")] + \
+        [systems.NumpyRing, systems.Cpprb]
+    series: Dict[tuple, List[float]] = {}
     results: List[Measurement] = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for cap in caps:
+        cfg = Config(obs_shape=(4,), obs_dtype=np.float32, stack=1, capacity=cap)
+        results += sample_workload(cfg, cap, repeats=repeats, batches=(32, 256), ceilings=False,
+                                   classes=classes)
+    for m in results:
+        cap = int(float(m.workload.split(" cap")[1].split()[0]))
+        batch = int(m.workload.split(" batch")[1].split()[0])
+        series.setdefault((batch, m.system), []).append((cap, m.median * 1e6))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for batch, ax in zip((32, 256), axes):
-        for cls in (systems.MemoireCore, systems.NumpyRing):
-            ys = []
-            for cap in caps:
-                cfg = Config(obs_shape=(4,), obs_dtype=np.float32, stack=1, capacity=cap, batch=batch)
-                s = cls(cfg)
-                s.add(cap)
-                m = compare(f"scaling {cfg.label}", {cls.name: s.sample}, repeats=repeats)[0]
-                results.append(m)
-                ys.append(m.median * 1e6)
-                del s
-            ax.plot(caps, ys, marker="o", label=cls.name)
+        for (b, system), pts in series.items():
+            if b == batch:
+                ax.plot(*zip(*pts), marker="o", label=system)
         ax.set_xscale("log")
-        ax.set_xlabel("capacity (transitions)")
+        ax.set_yscale("log")
+        ax.set_xlabel("capacity (transitions, full)")
         ax.set_ylabel("time per batch (us)")
-        ax.set_title(f"4-float states, batch {batch}")
-        ax.legend()
+        ax.set_title(f"float32[4] states, uniform, batch {batch}")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return results
+    return [dataclasses.replace(m, workload="scaling " + m.workload) for m in results]
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="memoire bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small capacities, 3 repetitions")
+    parser.add_argument("--quick", action="store_true",
+                        help="small capacities and fewer workloads, 3 repetitions (about 3 min)")
     parser.add_argument("--large", action="store_true",
-                        help="also 84x84 frames at capacity 1,000,000 (about 15 GB of memory)")
+                        help="fill the 84x84 capacity-1,000,000 buffers completely (about 7 GB "
+                             "per system) instead of with 100,000 transitions")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--out", default=None, help="write the report (markdown) here")
+    parser.add_argument("--out", default=None, help="write the report (markdown) here, and "
+                        "scaling.png next to it")
     args = parser.parse_args(argv)
     _load_optional_adapters()
     repeats = args.repeats or (3 if args.quick else 5)
     atari_cap = 20_000 if args.quick else 100_000
     vec_cap = 100_000 if args.quick else 1_000_000
+    load_start = _loadavg()
+
+    def log(msg):
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
     results: List[Measurement] = []
     atari = dict(obs_shape=(84, 84), obs_dtype=np.uint8, stack=4)
     vec = dict(obs_shape=(4,), obs_dtype=np.float32, stack=1)
-    for batch in (32, 256):
-        for n_step in (1, 3):
-            cfg = Config(**atari, capacity=atari_cap, batch=batch, n_step=n_step)
-            results += sample_workload(cfg, atari_cap, repeats=repeats)
-    cfg = Config(**atari, capacity=atari_cap, batch=32, prioritized=True)
-    results += sample_workload(cfg, atari_cap, repeats=repeats, with_update=True)
-    for batch in (32, 256):
-        results += sample_workload(Config(**vec, capacity=vec_cap, batch=batch), vec_cap,
-                                   repeats=repeats)
-    results += sample_workload(Config(**vec, capacity=vec_cap, batch=32, prioritized=True),
-                               vec_cap, repeats=repeats, with_update=True)
-    if args.large:
-        big = Config(**atari, capacity=1_000_000, batch=32)
-        results += sample_workload(big, 1_000_000, repeats=repeats)
+    for n_step in ((1,) if args.quick else (1, 3)):
+        log(f"atari uniform n{n_step}")
+        results += sample_workload(Config(**atari, capacity=atari_cap, n_step=n_step), atari_cap,
+                                   repeats=repeats, batches=(32, 256))
+    log("atari prioritized")
+    results += sample_workload(Config(**atari, capacity=atari_cap, prioritized=True), atari_cap,
+                               repeats=repeats, batches=(32, 256), with_update=True)
+    if not args.quick:
+        log("atari capacity 1e6")
+        big_fill = 1_000_000 if args.large else 100_000
+        # memoire commits its whole ring at construction (7 GB here); the other memoire
+        # adapters would each take as much again, so this workload leaves them out.
+        big = [c for c in SAMPLERS if not c.name.startswith("memoire") or
+               getattr(c, "primary", False)]
+        results += sample_workload(Config(**atari, capacity=1_000_000), big_fill,
+                                   repeats=repeats, batches=(32,), classes=big)
+    log("vector uniform / prioritized")
+    results += sample_workload(Config(**vec, capacity=vec_cap), vec_cap, repeats=repeats,
+                               batches=(32, 256))
+    results += sample_workload(Config(**vec, capacity=vec_cap, prioritized=True), vec_cap,
+                               repeats=repeats, batches=(32, 256), with_update=True)
+    log("add")
     results += add_workload(Config(**atari, capacity=atari_cap), 2_000, 2_000, repeats=repeats)
     results += add_workload(Config(**vec, capacity=vec_cap), 2_000, 20_000, repeats=repeats)
+    log("save/load")
+    ckpt = 2_000 if args.quick else 5_000
+    results += checkpoint_workload(Config(**atari, capacity=ckpt), ckpt,
+                                   repeats=2 if args.quick else 3)
+    ingest_rows: List[Measurement] = []
+    try:
+        from memoire.bench import ingest
+    except ImportError:
+        ingest = None
+    if ingest is not None:
+        log("ingest")
+        ingest_rows = ingest.ingest_workload(actors=(1, 2) if args.quick else (1, 2, 4),
+                                             repeats=repeats, seconds=0.5 if args.quick else 1.0)
 
     out_dir = os.path.dirname(args.out) if args.out else "."
     plot_path = os.path.join(out_dir or ".", "scaling.png")
+    log("scaling")
     results += scaling_plot(plot_path, repeats, args.quick)
-    mem_rows = memory_workload(Config(**atari, capacity=atari_cap), atari_cap)
+    log("memory")
+    mem_rows, mem_ratios = memory_workload(Config(**atari, capacity=atari_cap), atari_cap)
+    load_end = _loadavg()
 
-    text = "\n\n".join([
+    sections = [
         "# memoire benchmark results",
-        "Regenerate with `memoire bench --out benchmarks/RESULTS.md` (from `make bench`).",
-        report.header(),
-        "## Throughput\n\nRatios are memoire's throughput over each system's (> 1: memoire is "
-        "faster); for the ceilings, below 1 is the fraction of the ceiling memoire reaches.\n\n"
-        + report.table(results),
-        "## Memory per stored transition\n\n| configuration | system | resident bytes | x raw frame |\n"
-        "|---|---|---:|---:|\n" + "\n".join(mem_rows),
-        f"## Scaling\n\n![scaling]({os.path.basename(plot_path)})",
-    ])
+        "Regenerate with `memoire bench --out benchmarks/RESULTS.md` (`make bench`); "
+        "`memoire bench --quick` is a smaller smoke run.",
+        report.header({"load average (1/5/15 min) at start": load_start,
+                       "load average at end": load_end}),
+        "## Targets\n\n" + report.targets(
+            results + ingest_rows, Config(**atari, capacity=atari_cap).label,
+            Config(**atari, capacity=atari_cap, prioritized=True).label,
+            next((v for k, v in mem_ratios.items() if k.startswith("memoire (Dopamine")), None)),
+        "## Throughput\n\n" + report.NOTES + "\n\n" + report.table(results),
+    ]
+    if ingest_rows:
+        sections.append("## Distributed ingest\n\n" + report.INGEST_NOTES + "\n\n"
+                        + report.table(ingest_rows))
+    else:
+        sections.append("## Distributed ingest\n\nNot measured: memoire.bench.ingest needs "
+                        "memoire's network layer (ReplayMemoryServer / ReplayMemoryClient).")
+    sections += [
+        "## Memory per stored transition\n\nResident-set growth of a fresh process from before "
+        "the buffer's construction to after the fill and one sample, over the transitions "
+        "stored. The raw frame is one uint8[84, 84] (7,056 B).\n\n"
+        "| configuration | system | transitions | resident bytes / transition | x raw frame |\n"
+        "|---|---|---:|---:|---:|\n" + "\n".join(mem_rows),
+        f"## Scaling\n\n![scaling]({os.path.basename(plot_path)})\n\nTime per batch as the "
+        "capacity grows (full buffers, float32[4] states); the numbers are the `scaling` rows "
+        "of the throughput table.",
+    ]
+    text = "\n\n".join(sections)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
