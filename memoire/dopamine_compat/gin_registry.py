@@ -7,6 +7,7 @@ gin name                                       class
 =============================================  ==============================================
 ``MemoireOutOfGraphReplayBuffer``              circular_replay_buffer.OutOfGraphReplayBuffer
 ``MemoireOutOfGraphPrioritizedReplayBuffer``   prioritized_replay_buffer.OutOfGraphPrioritizedReplayBuffer
+``MemoireRemoteOutOfGraphReplayBuffer``        remote.RemoteOutOfGraphReplayBuffer (a proxy)
 ``MemoireWrappedReplayBuffer``                 circular_replay_buffer.WrappedReplayBuffer (*)
 ``MemoireWrappedPrioritizedReplayBuffer``      prioritized_replay_buffer.WrappedPrioritizedReplayBuffer (*)
 =============================================  ==============================================
@@ -30,12 +31,21 @@ never passes ``wrapped_memory``, so gin can fill it)::
 (the wrapper's own shape, horizon and discount are the agent's; the wrapped memory needs them
 bound explicitly, with the same values; see configs/dqn_cartpole_tf.gin). As in Dopamine, the
 wrappers keep observation_shape, stack_size, update_horizon and gamma out of gin.
+
+A TF agent's replay on a server (``python -m memoire.dopamine_compat.remote --serve circular``
+hosts it; see configs/dqn_cartpole_tf_remote.gin)::
+
+    WrappedReplayBuffer.wrapped_memory = @MemoireRemoteOutOfGraphReplayBuffer()
+    MemoireRemoteOutOfGraphReplayBuffer.endpoint = 'tcp://127.0.0.1:PORT'
+
+The proxy takes the server buffer's settings (uniform or prioritized, shapes, horizon).
 """
 
 import gin
 
 from memoire.dopamine_compat import circular_replay_buffer as _crb
 from memoire.dopamine_compat import prioritized_replay_buffer as _prb
+from memoire.dopamine_compat import remote as _remote
 
 MODULE = "memoire.dopamine_compat"
 _AGENT_OWNED = ["observation_shape", "stack_size", "update_horizon", "gamma"]
@@ -45,6 +55,9 @@ MemoireOutOfGraphReplayBuffer = gin.external_configurable(
 MemoireOutOfGraphPrioritizedReplayBuffer = gin.external_configurable(
     _prb.OutOfGraphPrioritizedReplayBuffer, name="MemoireOutOfGraphPrioritizedReplayBuffer",
     module=MODULE)
+MemoireRemoteOutOfGraphReplayBuffer = gin.external_configurable(
+    _remote.RemoteOutOfGraphReplayBuffer, name="MemoireRemoteOutOfGraphReplayBuffer",
+    module=MODULE, denylist=["keys"])
 
 try:
   _wrapped = _crb.WrappedReplayBuffer

@@ -22,7 +22,12 @@ distinct names:
 
 The agents' own parameters are still bound through Dopamine's names (``JaxDQNAgent.gamma``...):
 the subclass calls the parent's gin-wrapped ``__init__``. The one extra parameter is
-``fix_terminal_duplicates`` (google/dopamine#228; False keeps Dopamine's elements).
+``fix_terminal_duplicates`` (google/dopamine#228; False keeps Dopamine's elements), and
+``replay_endpoint`` / ``replay_name``: with an endpoint, the agent's replay is the buffer
+hosted there (:class:`memoire.dopamine_compat.remote.RemoteReplayBuffer`; serve one with
+``python -m memoire.dopamine_compat.remote --serve jax``), e.g.
+``MemoireJaxDQNAgent.replay_endpoint = 'tcp://127.0.0.1:PORT'``; checkpoints of the replay are
+then written and read by the server, in the server's directories.
 
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
@@ -55,11 +60,19 @@ _MODULE = "memoire.dopamine_compat.jax_agents"
 class _MemoireReplayMixin:
     """Builds memoire's buffer from the one the Dopamine parent would build."""
 
-    def __init__(self, *args, fix_terminal_duplicates: bool = False, **kwargs):
+    def __init__(self, *args, fix_terminal_duplicates: bool = False,
+                 replay_endpoint: str | None = None, replay_name: str = "replay", **kwargs):
         self._memoire_fix_terminal_duplicates = bool(fix_terminal_duplicates)
+        self._memoire_replay_endpoint = replay_endpoint
+        self._memoire_replay_name = replay_name
         super().__init__(*args, **kwargs)
 
     def _build_replay_buffer(self):
+        endpoint = getattr(self, "_memoire_replay_endpoint", None)
+        if endpoint:
+            from memoire.dopamine_compat import remote
+
+            return remote.RemoteReplayBuffer(endpoint, self._memoire_replay_name)
         dopamine_buffer = super()._build_replay_buffer()
         return jax_replay_buffer.ReplayBuffer.from_dopamine(
             dopamine_buffer, fix_terminal_duplicates=getattr(

@@ -27,7 +27,12 @@ the hosted buffer serves calls one at a time.
 
 from __future__ import annotations
 
+import argparse
+import ast
 import dataclasses
+import signal
+import sys
+import threading
 from typing import Any, Optional
 
 import numpy as np
@@ -103,7 +108,12 @@ class _CircularService:
     self._b.save(checkpoint_dir, iteration_number)
 
   def load(self, checkpoint_dir, suffix):
-    self._b.load(checkpoint_dir, suffix)
+    try:
+      self._b.load(checkpoint_dir, suffix)
+    except Exception as e:  # tf.errors.NotFoundError has no wire mapping: send its meaning
+      if type(e).__name__ == "NotFoundError":
+        raise FileNotFoundError(str(e)) from None
+      raise
 
 
 class _JaxService:
@@ -151,6 +161,12 @@ class _JaxService:
   def max_recorded_priority(self) -> float:
     return float(self._b.max_recorded_priority)
 
+  def save(self, checkpoint_dir, iteration_number):
+    self._b.save(checkpoint_dir, iteration_number)
+
+  def load(self, checkpoint_dir, iteration_number):
+    self._b.load(checkpoint_dir, iteration_number)
+
 
 def serve_buffer(server, buffer, name: str = "replay") -> None:
   """Hosts `buffer` (an OutOfGraph(Prioritized)ReplayBuffer or a JAX ReplayBuffer) on
@@ -167,7 +183,7 @@ def serve_buffer(server, buffer, name: str = "replay") -> None:
   if isinstance(buffer, _jrb.ReplayBuffer):
     server.host(name, _JaxService(buffer),
                 methods=("describe", "add_many", "sample", "update", "state",
-                         "max_recorded_priority"))
+                         "max_recorded_priority", "save", "load"))
     return
   raise TypeError(f"serve_buffer: expected an OutOfGraphReplayBuffer, "
                   f"OutOfGraphPrioritizedReplayBuffer or jax ReplayBuffer, got "
@@ -354,8 +370,20 @@ class RemoteOutOfGraphReplayBuffer:
     self._remote.call("save", str(checkpoint_dir), int(iteration_number))
 
   def load(self, checkpoint_dir, suffix):
+    """Restores the server's buffer from the server's `checkpoint_dir`.
+
+    Raises:
+      tensorflow.errors.NotFoundError (FileNotFoundError without TensorFlow loaded): no such
+        checkpoint on the server, as the local class raises (agents catch it).
+    """
     self._pending = []
-    self._remote.call("load", str(checkpoint_dir), int(suffix))
+    try:
+      self._remote.call("load", str(checkpoint_dir), int(suffix))
+    except FileNotFoundError as e:
+      tf = sys.modules.get("tensorflow")
+      if tf is None:
+        raise
+      raise tf.errors.NotFoundError(None, None, str(e)) from None
 
   def close(self) -> None:
     """Sends pending adds, then closes the connection."""
@@ -389,6 +417,7 @@ class RemoteReplayBuffer:
     self._prioritized = bool(d["prioritized"])
     self._pending: list = []
     self._flush_rows = int(flush_rows)
+    self._sampling_distribution = _remote_distribution(self)
 
   def add(self, transition, **kwargs: Any) -> None:
     if self._prioritized:
@@ -446,8 +475,196 @@ class RemoteReplayBuffer:
     p = kwargs.get("priorities")
     self._remote.call("update", np.asarray(keys), None if p is None else np.asarray(p))
 
+  def save(self, checkpoint_dir, iteration_number) -> None:
+    """Checkpoints the server's buffer into the server's `checkpoint_dir` (Dopamine's layout)."""
+    self.flush()
+    self._remote.call("save", str(checkpoint_dir), int(iteration_number))
+
+  def load(self, checkpoint_dir, iteration_number) -> None:
+    """Restores the server's buffer from the server's `checkpoint_dir`; pending adds are
+    dropped (as a local load replaces the contents).
+
+    Raises:
+      FileNotFoundError: no such checkpoint on the server (agents catch it).
+    """
+    self._pending = []
+    self._remote.call("load", str(checkpoint_dir), int(iteration_number))
+
   def close(self) -> None:
     try:
       self.flush()
     finally:
       self._remote.close()
+
+
+class _RemoteMaxPriority:
+  """``_sampling_distribution._sum_tree.max_recorded_priority``, read from the server."""
+
+  def __init__(self, owner: "RemoteReplayBuffer"):
+    self._owner = owner
+
+  @property
+  def max_recorded_priority(self) -> float:
+    return self._owner.max_recorded_priority
+
+
+def _remote_distribution(owner: "RemoteReplayBuffer"):
+  """What Dopamine's JAX agents inspect at ``buffer._sampling_distribution``: an instance of
+  Dopamine's ``PrioritizedSamplingDistribution`` (their isinstance check) whose ``_sum_tree``
+  reads the server's maximum, or a plain object for a uniform buffer. It samples nothing."""
+  if not owner._prioritized:
+    return _UniformView()
+  from dopamine.jax.replay_memory import samplers
+
+  class _PrioritizedView(samplers.PrioritizedSamplingDistribution):
+    def __init__(self):  # pylint: disable=super-init-not-called
+      self._sum_tree = _RemoteMaxPriority(owner)
+
+  return _PrioritizedView()
+
+
+class _UniformView:
+  """A uniform remote buffer's ``_sampling_distribution`` (agents only test its type)."""
+
+
+# ---- gin ---------------------------------------------------------------------------------
+# Registered by memoire.dopamine_compat.gin_registry as MemoireRemoteOutOfGraphReplayBuffer:
+#   WrappedReplayBuffer.wrapped_memory = @MemoireRemoteOutOfGraphReplayBuffer()
+#   MemoireRemoteOutOfGraphReplayBuffer.endpoint = 'tcp://127.0.0.1:PORT'
+# The class itself is the factory: gin calls it with the bound endpoint and name.
+
+# ---- serving -----------------------------------------------------------------------------
+
+BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
+
+
+def _small_server(seed: Optional[int]):
+  """A ReplayMemoryServer whose own (unused) memory is one tiny row: only its typed RPC
+  hosts the Dopamine buffer."""
+  from memoire import ReplayMemoryServer
+
+  t = [np.zeros([1], np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
+       np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+       np.zeros([0], np.uint8)]
+  return ReplayMemoryServer(*t, 2, None, seed=seed)
+
+
+def build_buffer(kind: str, **kwargs):
+  """Builds the buffer a server hosts, with the local class's constructor arguments.
+
+  `circular` / `prioritized`: memoire's ``OutOfGraph(Prioritized)ReplayBuffer`` through its gin
+  name (``MemoireOutOfGraph[Prioritized]ReplayBuffer``), so gin bindings of that name apply and
+  `kwargs` override them. `jax` / `jax_prioritized`: memoire's JAX ``ReplayBuffer`` built as
+  memoire's JAX agents build theirs: from Dopamine's ``ReplayBuffer`` (its gin bindings apply:
+  ``ReplayBuffer.max_capacity``, ``.batch_size``, ``PrioritizedSamplingDistribution.*``), with
+  `kwargs` ``stack_size`` (1), ``update_horizon`` (1), ``gamma`` (0.99), ``seed`` (None) for the
+  accumulator and sampler, the rest passed to Dopamine's ``ReplayBuffer``.
+
+  Raises:
+    ValueError: an unknown `kind`. TypeError: arguments the class does not take.
+  """
+  if kind in ("circular", "prioritized"):
+    from memoire.dopamine_compat import gin_registry
+
+    cls = (gin_registry.MemoireOutOfGraphReplayBuffer if kind == "circular"
+           else gin_registry.MemoireOutOfGraphPrioritizedReplayBuffer)
+    if "observation_shape" in kwargs:
+      kwargs["observation_shape"] = tuple(kwargs["observation_shape"])
+    return cls(**kwargs)
+  if kind in ("jax", "jax_prioritized"):
+    from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
+
+    from memoire.dopamine_compat import jax_replay_buffer
+
+    seed = kwargs.pop("seed", None)
+    acc = accumulator.TransitionAccumulator(stack_size=int(kwargs.pop("stack_size", 1)),
+                                            update_horizon=int(kwargs.pop("update_horizon", 1)),
+                                            gamma=float(kwargs.pop("gamma", 0.99)))
+    dist = (samplers.UniformSamplingDistribution(seed=seed) if kind == "jax"
+            else samplers.PrioritizedSamplingDistribution(seed=seed))
+    dopamine_buffer = replay_buffer.ReplayBuffer(transition_accumulator=acc,
+                                                 sampling_distribution=dist, **kwargs)
+    return jax_replay_buffer.ReplayBuffer.from_dopamine(dopamine_buffer)
+  raise ValueError(f"kind: expected one of {BUFFER_KINDS}, got {kind!r}")
+
+
+def start_buffer_server(kind: str, name: str = "replay", *, rep_endpoint: str = "tcp://127.0.0.1:*",
+                        seed: Optional[int] = None, **buffer_kwargs):
+  """Builds a buffer (:func:`build_buffer`) and serves it under `name` on a new
+  :class:`memoire.ReplayMemoryServer` bound to `rep_endpoint` (loopback, OS-chosen port by
+  default).
+
+  Returns:
+    (server, endpoint): the running server (``server.close()`` stops it) and the REP endpoint
+    that :class:`RemoteOutOfGraphReplayBuffer` / :class:`RemoteReplayBuffer` take.
+
+  Raises:
+    ValueError, TypeError: as :func:`build_buffer`. TimeoutError: the server did not bind.
+  """
+  buffer = build_buffer(kind, **buffer_kwargs)
+  server = _small_server(seed)
+  try:
+    endpoints = server.start(rep_endpoint=rep_endpoint)
+    serve_buffer(server, buffer, name)
+  except BaseException:
+    server.close()
+    raise
+  return server, endpoints["rep"]
+
+
+def _literal(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text  # a bare word is a string
+
+
+def main(argv=None) -> int:
+  """``python -m memoire.dopamine_compat.remote --serve KIND [--name N] [--gin_files F]
+  [--gin_bindings B] [--arg KEY=VALUE] [--endpoint tcp://127.0.0.1:*]``
+
+  Serves one Dopamine-compatible buffer until SIGTERM/SIGINT; prints ``ENDPOINT <rep>`` (one
+  line, flushed) once it answers. KIND: circular, prioritized, jax, jax_prioritized. Buffer
+  arguments come from the gin files (the same file an agent reads: the
+  ``MemoireOutOfGraph[Prioritized]ReplayBuffer`` / ``ReplayBuffer`` bindings) and from ``--arg``
+  (Python literals, e.g. ``--arg observation_shape=(4,1)``), the latter winning.
+  """
+  parser = argparse.ArgumentParser(prog="python -m memoire.dopamine_compat.remote",
+                                   description=main.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--serve", required=True, choices=BUFFER_KINDS)
+  parser.add_argument("--name", default="replay")
+  parser.add_argument("--endpoint", default="tcp://127.0.0.1:*")
+  parser.add_argument("--gin_files", action="append", default=[])
+  parser.add_argument("--gin_bindings", action="append", default=[])
+  parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
+  parser.add_argument("--seed", type=int, default=None)
+  args = parser.parse_args(argv)
+  kwargs = {}
+  for item in args.arg:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+      parser.error(f"--arg: expected KEY=VALUE, got {item!r}")
+    kwargs[key.strip()] = _literal(value.strip())
+  if args.gin_files or args.gin_bindings:
+    import gin
+
+    # Gin files written for an agent bind its classes too: skip what the server never calls.
+    gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings,
+                                        skip_unknown=True)
+  server, endpoint = start_buffer_server(args.serve, args.name, rep_endpoint=args.endpoint,
+                                         seed=args.seed, **kwargs)
+  stop = threading.Event()
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda *_: stop.set())
+  print(f"ENDPOINT {endpoint}", flush=True)
+  try:
+    while not stop.wait(0.5):
+      pass
+  finally:
+    server.close()
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
