@@ -1,0 +1,150 @@
+"""Dopamine's own entry points train TF and JAX agents on CartPole with their replay on a
+memoire server process (configs/*_remote.gin), then resume from the checkpoint against a
+fresh server that reloads the replay from it.
+
+Each case: server A (spawned, loopback, OS-chosen port) + one training iteration of 300 steps
+-> checkpoint 0 (the replay written by the server); server A stops; server B starts empty;
+a second run resumes at iteration 1, the agent's unbundle makes server B load checkpoint 0, and
+300 more steps follow. Every subprocess wait is bounded.
+"""
+
+import os
+import selectors
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("gin")
+pytest.importorskip("gym")
+pytest.importorskip("dopamine.discrete_domains.run_experiment")
+
+from memoire.dopamine_compat import remote  # noqa: E402
+
+pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 300
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+
+
+def _config(name):
+    return os.path.join(ROOT, "configs", name)
+
+
+class _Server:
+    """A `python -m memoire.dopamine_compat.remote --serve` process; its endpoint is read from
+    its first stdout line within `timeout` seconds."""
+
+    def __init__(self, kind, gin_file, log_path, args=(), timeout=120.0):
+        cmd = [sys.executable, "-m", "memoire.dopamine_compat.remote", "--serve", kind,
+               "--gin_files", _config(gin_file), "--seed", "0"] + list(args)
+        # stderr to a file: a full pipe nobody reads would block the server.
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                         env=ENV, cwd=ROOT)
+        self.endpoint = None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while self.endpoint is None and time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+                line = self.proc.stdout.readline()
+                if not line:  # exited
+                    break
+                if line.startswith("ENDPOINT "):
+                    self.endpoint = line.split()[1]
+        finally:
+            sel.close()
+        if self.endpoint is None:
+            self.stop()
+            with open(log_path) as log:
+                pytest.fail(f"server did not start: {log.read()[-3000:]}")
+        assert self.endpoint.startswith("tcp://127.0.0.1:")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        self.proc.stdout.close()
+
+
+def _train(module, gin_file, base_dir, bindings):
+    cmd = [sys.executable, "-m", module, f"--base_dir={base_dir}",
+           f"--gin_files={_config(gin_file)}"] + [f"--gin_bindings={b}" for b in bindings]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=ROOT,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout + out.stderr
+
+
+CASES = {
+    # id: (entry point, gin file, server kind, server args, agent prefix, endpoint binding)
+    "tf_dqn": ("dopamine.discrete_domains.train", "dqn_cartpole_tf_remote.gin", "circular", [],
+               "DQNAgent", "MemoireRemoteOutOfGraphReplayBuffer.endpoint"),
+    "tf_rainbow": ("dopamine.discrete_domains.train", "rainbow_cartpole_tf_remote.gin",
+                   "prioritized", [], "RainbowAgent",
+                   "MemoireRemoteOutOfGraphReplayBuffer.endpoint"),
+    "jax_dqn": ("memoire.dopamine_compat.jax_agents", "dqn_cartpole_jax_remote.gin", "jax",
+                ["--arg", "stack_size=1", "--arg", "update_horizon=1", "--arg", "gamma=0.99",
+                 "--gin_bindings", "ReplayBuffer.max_capacity = 2000"],
+                "JaxDQNAgent", "MemoireJaxDQNAgent.replay_endpoint"),
+    "jax_rainbow": ("memoire.dopamine_compat.jax_agents", "rainbow_cartpole_jax_remote.gin",
+                    "jax_prioritized",
+                    ["--arg", "stack_size=1", "--arg", "update_horizon=3", "--arg", "gamma=0.99",
+                     "--gin_bindings", "ReplayBuffer.max_capacity = 2000",
+                     "--gin_bindings", "PrioritizedSamplingDistribution.max_capacity = 2000"],
+                    "JaxRainbowAgent", "MemoireJaxRainbowAgent.replay_endpoint"),
+}
+
+
+def _add_count(kind, endpoint):
+    if kind.startswith("jax"):
+        proxy = remote.RemoteReplayBuffer(endpoint, "replay", timeout=20)
+    else:
+        proxy = remote.RemoteOutOfGraphReplayBuffer(endpoint, "replay", timeout=20)
+    try:
+        return int(proxy.add_count)
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
+    module, gin_file, kind, server_args, prefix, endpoint_binding = CASES[case]
+    common = [f"Runner.training_steps = {STEPS}", "Runner.evaluation_steps = 20",
+              "Runner.max_steps_per_episode = 200", f"{prefix}.min_replay_history = 100"]
+
+    first = _Server(kind, gin_file, tmp_path / "server_a.log", server_args)
+    try:
+        _train(module, gin_file, tmp_path,
+               common + ["Runner.num_iterations = 1", f"{endpoint_binding} = '{first.endpoint}'"])
+        saved = _add_count(kind, first.endpoint)
+    finally:
+        first.stop()
+    # Every training step of the iteration added one transition, on the server.
+    assert saved >= STEPS
+    ckpt = tmp_path / "checkpoints"
+    written = [p.name for p in ckpt.rglob("*")]
+    assert any("ckpt.0" in n for n in written) or (ckpt / "0" / "replay").exists(), written
+
+    second = _Server(kind, gin_file, tmp_path / "server_b.log", server_args)
+    try:
+        assert _add_count(kind, second.endpoint) == 0  # a fresh, empty buffer
+        log = _train(module, gin_file, tmp_path,
+                     common + ["Runner.num_iterations = 2",
+                               f"{endpoint_binding} = '{second.endpoint}'"])
+        resumed = _add_count(kind, second.endpoint)
+    finally:
+        second.stop()
+    assert "will start from iteration 1" in log, log[-3000:]
+    # The server reloaded checkpoint 0, then the second iteration added its own steps.
+    assert resumed >= saved + STEPS
