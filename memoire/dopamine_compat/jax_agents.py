@@ -56,6 +56,15 @@ from memoire.dopamine_compat import jax_replay_buffer
 
 _MODULE = "memoire.dopamine_compat.jax_agents"
 
+if __name__ == "__main__":
+    # `python -m` runs this file as __main__; a gin file's `import memoire...jax_agents` would
+    # then register every configurable a second time and fail. Run the importable module's main.
+    import sys
+
+    from memoire.dopamine_compat import jax_agents as _module
+
+    sys.exit(_module.main())
+
 
 class _MemoireReplayMixin:
     """Builds memoire's buffer from the one the Dopamine parent would build."""
@@ -178,6 +187,9 @@ def main(argv=None) -> None:
     parser.add_argument("--gin_files", action="append", default=[])
     parser.add_argument("--gin_bindings", action="append", default=[])
     args = parser.parse_args(argv)
+    from absl import logging  # as Dopamine's train.py: the Runner reports progress at INFO
+
+    logging.set_verbosity(logging.INFO)
     run_experiment.load_gin_configs(args.gin_files, args.gin_bindings)
     create_memoire_runner(args.base_dir).run_experiment()
 
