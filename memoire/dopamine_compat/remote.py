@@ -270,6 +270,9 @@ class RemoteOutOfGraphReplayBuffer:
     else:
       self._twin.add(observation, action, reward, terminal, *args, episode_end=episode_end)
     values = (observation, action, reward, terminal) + tuple(args)
+    if (self._prioritized and priority is None
+        and len(values) == len(self._twin.get_add_args_signature())):
+      priority = values[-1]  # passed positionally, as Dopamine's TF Rainbow agent does
     row = [np.asarray(v, dtype=_crb._np_dtype(e.type)).reshape(e.shape)
            for v, e in zip(values, self._storage)]
     end = bool(terminal) or bool(episode_end)
