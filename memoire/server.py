@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import zmq
 
-from memoire import codec
+from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
@@ -696,16 +696,13 @@ class ReplayMemoryServer:
             for name in ("uuid", "num_sampleable", "total_weight"):
                 arrays[name] = np.empty(n, spec.arrays[name][0])
         out = arrays
+        # One native call per cache (usually one or two per batch) copies every array's rows,
+        # with the GIL released; a cache's 0-d entries (uuid, normalisers) fill their rows.
+        names, dsts = list(out), list(out.values())
         off = 0
         for cache, rows in parts:
-            k = len(rows)
-            for name, dst in out.items():
-                src = cache.values[name]
-                if src.ndim == 0:
-                    dst[off:off + k] = src
-                else:
-                    np.take(src, rows, axis=0, out=dst[off:off + k], mode="clip")  # no buffering
-            off += k
+            _core.gather_rows([cache.values[name] for name in names], rows, dsts, off)
+            off += len(rows)
         prev = tuple(out.get(f"prev/{f}") for f in FIELDS)
         nxt = tuple(out.get(f"next/{f}") for f in FIELDS)
         return CacheBatch(prev, nxt, out["weight"], out["prob"], out["done"], out["id"],
