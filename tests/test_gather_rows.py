@@ -11,7 +11,8 @@ def _pairs(rng, rows_in_src=10, n_out=7):
             rng.standard_normal((rows_in_src, 2)).astype(np.float32),
             np.arange(rows_in_src, dtype=np.int64),
             np.zeros((rows_in_src, 0), np.uint8),      # zero-byte rows (an empty info field)
-            np.array(0xABCDEF, np.uint64)]             # 0-d: fills every row
+            np.array(0xABCDEF, np.uint64),             # 0-d: fills every row
+            np.float32(2.5)]                           # a numpy scalar too
     outs = [np.zeros((n_out,) + s.shape[1:], s.dtype) if s.ndim else np.zeros(n_out, s.dtype)
             for s in srcs]
     return srcs, outs
@@ -49,6 +50,7 @@ def test_repeated_rows_and_other_integer_dtypes():
     (lambda s, o, r: (s, r, [np.zeros((7, 4, 3), np.uint8)] + o[1:], 0), r"row shape|shape"),
     (lambda s, o, r: (s, r, [o[0][::-1]] + o[1:], 0), r"C-contiguous"),
     (lambda s, o, r: (s, r, [o[0].tolist()] + o[1:], 0), r"expected numpy arrays"),
+    (lambda s, o, r: ([s[0].tolist()] + s[1:], r, o, 0), r"expected numpy arrays"),
 ])
 def test_bad_input_raises_and_copies_nothing(bad, match):
     rng = np.random.default_rng(2)

@@ -40,11 +40,16 @@ void GatherRowsPy(const py::list& sources, const py::array& rows_obj, const py::
   std::vector<py::array> keep;  // references held while the GIL is released
   for (size_t i = 0; i < sources.size(); ++i) {
     const std::string what = "gather_rows: pair " + std::to_string(i);
-    if (!py::isinstance<py::array>(sources[i]) || !py::isinstance<py::array>(outputs[i]))
-      throw py::value_error(what + ": expected numpy arrays, got " +
+    // A source is an array or a scalar (a numpy scalar becomes a 0-d array); outputs must be
+    // arrays, or the rows would go into a temporary.
+    py::array src = py::isinstance<py::array>(sources[i])
+                        ? py::reinterpret_borrow<py::array>(sources[i])
+                        : py::array::ensure(sources[i]);
+    if (!src || !py::isinstance<py::array>(outputs[i]) ||
+        (!py::isinstance<py::array>(sources[i]) && src.ndim() != 0))
+      throw py::value_error(what + ": expected numpy arrays (or a scalar source), got " +
                             std::string(py::str(py::type::of(sources[i]))) + " and " +
                             std::string(py::str(py::type::of(outputs[i]))));
-    py::array src = py::reinterpret_borrow<py::array>(sources[i]);
     py::array out = py::reinterpret_borrow<py::array>(outputs[i]);
     if (!(out.flags() & py::array::c_style) || !out.writeable() || out.ndim() < 1)
       throw py::value_error(what + ": output must be a writeable C-contiguous array with a "
