@@ -3,6 +3,7 @@
 // released, instead of one np.take per array.
 #include "core/gather.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -38,45 +39,45 @@ void GatherRowsPy(const py::list& sources, const py::array& rows_obj, const py::
   };
   std::vector<Job> jobs;
   std::vector<py::array> keep;  // references held while the GIL is released
+  jobs.reserve(sources.size());
+  keep.reserve(2 * sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
-    const std::string what = "gather_rows: pair " + std::to_string(i);
+    // Checks stay cheap (no allocation) on the good path: this runs once per array per batch.
+    auto what = [i] { return "gather_rows: pair " + std::to_string(i); };
     // A source is an array or a scalar (a numpy scalar becomes a 0-d array); outputs must be
     // arrays, or the rows would go into a temporary.
-    py::array src = py::isinstance<py::array>(sources[i])
-                        ? py::reinterpret_borrow<py::array>(sources[i])
-                        : py::array::ensure(sources[i]);
-    if (!src || !py::isinstance<py::array>(outputs[i]) ||
-        (!py::isinstance<py::array>(sources[i]) && src.ndim() != 0))
-      throw py::value_error(what + ": expected numpy arrays (or a scalar source), got " +
+    const bool src_is_array = py::isinstance<py::array>(sources[i]);
+    py::array src = src_is_array ? py::reinterpret_borrow<py::array>(sources[i])
+                                 : py::array::ensure(sources[i]);
+    if (!src || !py::isinstance<py::array>(outputs[i]) || (!src_is_array && src.ndim() != 0))
+      throw py::value_error(what() + ": expected numpy arrays (or a scalar source), got " +
                             std::string(py::str(py::type::of(sources[i]))) + " and " +
                             std::string(py::str(py::type::of(outputs[i]))));
     py::array out = py::reinterpret_borrow<py::array>(outputs[i]);
     if (!(out.flags() & py::array::c_style) || !out.writeable() || out.ndim() < 1)
-      throw py::value_error(what + ": output must be a writeable C-contiguous array with a "
-                                   "batch axis, got " + DescribeArray(out));
+      throw py::value_error(what() + ": output must be a writeable C-contiguous array with a "
+                                     "batch axis, got " + DescribeArray(out));
     if (!(src.flags() & py::array::c_style))
-      throw py::value_error(what + ": source must be C-contiguous");
+      throw py::value_error(what() + ": source must be C-contiguous");
     if (!src.dtype().equal(out.dtype()))
-      throw py::value_error(what + ": expected a source of the output's dtype " +
+      throw py::value_error(what() + ": expected a source of the output's dtype " +
                             DescribeArray(out) + ", got " + DescribeArray(src));
     const bool broadcast = src.ndim() == 0;
-    const std::vector<int64_t> ss = ShapeOf(src), os = ShapeOf(out);
-    if (!broadcast && std::vector<int64_t>(ss.begin() + 1, ss.end()) !=
-                          std::vector<int64_t>(os.begin() + 1, os.end()))
-      throw py::value_error(what + ": expected rows of the output's shape " +
-                            DescribeArray(out) + ", got " + DescribeArray(src));
-    if (broadcast && out.ndim() != 1)
-      throw py::value_error(what + ": a 0-d source needs a 1-d output, got " +
-                            DescribeArray(out));
-    if (offset < 0 || offset + n > os[0])
-      throw py::value_error(what + ": rows [" + std::to_string(offset) + ", " +
+    if (broadcast ? out.ndim() != 1
+                  : (src.ndim() != out.ndim() ||
+                     !std::equal(src.shape() + 1, src.shape() + src.ndim(), out.shape() + 1)))
+      throw py::value_error(what() + (broadcast ? ": a 0-d source needs a 1-d output, got "
+                                                : ": expected rows of the output's shape ") +
+                            DescribeArray(out) + ", got source " + DescribeArray(src));
+    if (offset < 0 || offset + n > out.shape(0))
+      throw py::value_error(what() + ": rows [" + std::to_string(offset) + ", " +
                             std::to_string(offset + n) + ") do not fit an output of " +
-                            std::to_string(os[0]) + " rows");
-    if (!broadcast && n > 0 && (lo < 0 || hi >= ss[0]))
-      throw py::value_error(what + ": row numbers must lie in [0, " + std::to_string(ss[0]) +
-                            "), got " + std::to_string(lo < 0 ? lo : hi));
-    size_t rb = static_cast<size_t>(out.itemsize());
-    for (size_t d = 1; d < os.size(); ++d) rb *= static_cast<size_t>(os[d]);
+                            std::to_string(out.shape(0)) + " rows");
+    if (!broadcast && n > 0 && (lo < 0 || hi >= src.shape(0)))
+      throw py::value_error(what() + ": row numbers must lie in [0, " +
+                            std::to_string(src.shape(0)) + "), got " +
+                            std::to_string(lo < 0 ? lo : hi));
+    const size_t rb = static_cast<size_t>(out.nbytes()) / static_cast<size_t>(out.shape(0) ? out.shape(0) : 1);
     jobs.push_back({static_cast<const uint8_t*>(src.data()),
                     static_cast<uint8_t*>(out.mutable_data()) + offset * rb, rb, broadcast});
     keep.push_back(std::move(src));
