@@ -143,6 +143,9 @@ class TransitionStore:
     def query(self, targets: Any) -> tuple: ...
     def update(self, keys: Any, values: Any) -> None: ...
 
+def gather_rows(sources: list, rows: np.ndarray, outputs: list, offset: int = 0) -> None:
+    """outputs[i][offset + b] = sources[i][rows[b]] (a 0-d source fills every row), GIL released."""
+
 def empty(shape: Any, dtype: Any) -> np.ndarray:
     """A C-contiguous array from memoire's buffer pool (warm pages of dropped batches)."""
 

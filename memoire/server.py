@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 import zmq
 
-from memoire import codec
+from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
@@ -689,23 +689,23 @@ class ReplayMemoryServer:
                     "for clients to push_cache() or lower batch_size")
             time.sleep(0.005)
         # Gather outside the lock: the held values are immutable views, safe if evicted now.
+        # One native call per cache (usually one or two per batch) copies every array's rows,
+        # with the GIL released; a cache's 0-d entries (uuid, normalisers) fill their rows.
+        # gather_rows checks each output's dtype, row shape and layout before copying anything,
+        # so an `out` whose arrays no longer fit fails at its first call and is replaced.
         arrays = _reusable(out, spec, n)
+        try:
+            if arrays is not None:
+                _gather(parts, arrays)
+        except ValueError:
+            arrays = None
         if arrays is None:
             arrays = {name: np.empty((n,) + tuple(shape[1:]), dt)
                       for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
             for name in ("uuid", "num_sampleable", "total_weight"):
                 arrays[name] = np.empty(n, spec.arrays[name][0])
+            _gather(parts, arrays)
         out = arrays
-        off = 0
-        for cache, rows in parts:
-            k = len(rows)
-            for name, dst in out.items():
-                src = cache.values[name]
-                if src.ndim == 0:
-                    dst[off:off + k] = src
-                else:
-                    np.take(src, rows, axis=0, out=dst[off:off + k], mode="clip")  # no buffering
-            off += k
         prev = tuple(out.get(f"prev/{f}") for f in FIELDS)
         nxt = tuple(out.get(f"next/{f}") for f in FIELDS)
         return CacheBatch(prev, nxt, out["weight"], out["prob"], out["done"], out["id"],
@@ -861,8 +861,19 @@ class ReplayMemoryServer:
                 f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
 
 
+def _gather(parts, out: dict) -> None:
+    """Copies the rows `parts` ([(cache, rows)]) names into `out`'s arrays, in order.
+    Raises ValueError (from _core.gather_rows, before the first copy) when they do not fit."""
+    names, dsts = list(out), list(out.values())
+    off = 0
+    for cache, rows in parts:
+        _core.gather_rows([cache.values[name] for name in names], rows, dsts, off)
+        off += len(rows)
+
+
 def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional[dict]:
-    """The arrays of `batch` by cache entry name when they fit `spec` for `n` rows, else None."""
+    """The arrays of `batch` by cache entry name when it has every entry of `spec`, each an
+    array of `n` rows, else None. Dtype, row shape and layout are left to _gather's checks."""
     if batch is None:
         return None
     arrays = {"weight": batch.weight, "prob": batch.prob, "done": batch.done, "id": batch.id,
@@ -872,13 +883,12 @@ def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional
         arrays[f"prev/{f}"] = batch.prev[k]
         arrays[f"next/{f}"] = batch.next[k]
     arrays = {name: a for name, a in arrays.items() if a is not None}
-    for name, (dt, shape) in spec.arrays.items():
-        want = (n,) + tuple(shape[1:]) if len(shape) else (n,)
-        a = arrays.get(name)
-        if (not isinstance(a, np.ndarray) or a.shape != want or a.dtype != np.dtype(dt)
-                or not a.flags.writeable or not a.flags.c_contiguous):
+    if arrays.keys() != spec.arrays.keys():
+        return None
+    for a in arrays.values():
+        if not isinstance(a, np.ndarray) or a.shape[:1] != (n,):
             return None
-    return arrays if len(arrays) == len(spec.arrays) else None
+    return arrays
 
 
 def _error(kind: str, reason: str) -> list:

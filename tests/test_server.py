@@ -245,3 +245,23 @@ def test_curve_refuses_peers_without_the_key(tmp_path):
         sub.close()
         ctx.term()
         assert srv.stats().get("logs", 0) == 0 and srv.total_caches == 1
+
+
+def test_get_batch_out_is_filled_in_place_or_replaced_when_it_no_longer_fits(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        for _ in range(4):
+            assert c.push_cache() == 0
+        first = srv.get_batch(8, timeout=5)
+        again = srv.get_batch(8, timeout=5, out=first)
+        assert again.prev[0] is first.prev[0] and again.uuid is first.uuid
+        assert (again.uuid == c.uuid).all() and (again.num_sampleable == c.rem.num_sampleable).all()
+        # A wrong dtype (checked natively) or a wrong size: fresh arrays, the old ones untouched.
+        again.weight = np.zeros(8, np.float64)
+        kept = again.prev[0].copy()
+        fresh = srv.get_batch(8, timeout=5, out=again)
+        assert fresh.prev[0] is not again.prev[0] and fresh.weight.dtype == np.float32
+        np.testing.assert_array_equal(again.prev[0], kept)
+        smaller = srv.get_batch(4, timeout=5, out=fresh)
+        assert len(smaller) == 4 and smaller.prev[0] is not fresh.prev[0]

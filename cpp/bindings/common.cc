@@ -107,7 +107,6 @@ Field FieldFromTemplate(const std::string& name, const py::handle& tmpl) {
   return f;
 }
 
-namespace {
 std::string DescribeArray(const py::array& a) {
   std::ostringstream os;
   os << std::string(py::str(a.dtype())) << "[";
@@ -115,7 +114,6 @@ std::string DescribeArray(const py::array& a) {
   os << "]";
   return os.str();
 }
-}  // namespace
 
 py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& what) {
   py::array a = py::array::ensure(obj);

@@ -33,6 +33,8 @@ py::dtype ToNumpy(DType t);
 // Fails with ValueError naming `what` when numpy's dtype has no core equivalent.
 DType FromNumpy(const py::dtype& dt, const std::string& what);
 std::vector<int64_t> ShapeOf(const py::array& a);
+// "uint8[84,84,4]": an array's dtype and shape, for error messages.
+std::string DescribeArray(const py::array& a);
 // A Field described by a template array (its dtype and shape; the values are ignored).
 Field FieldFromTemplate(const std::string& name, const py::handle& tmpl);
 

@@ -9,8 +9,30 @@
 
 namespace memoire {
 
+namespace {
+
+// Rows of a few bytes (scalars, small vectors): a fixed-size copy the compiler inlines; a call
+// to memcpy per row would cost more than the row.
+template <size_t kBytes>
+void GatherFixed(const uint8_t* column, const int64_t* slots, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n; ++b)
+    std::memcpy(out + b * kBytes, column + static_cast<size_t>(slots[b]) * kBytes, kBytes);
+}
+
+}  // namespace
+
 void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,
                 uint8_t* out) {
+  switch (row_bytes) {
+    case 0: return;
+    case 1: return GatherFixed<1>(column, slots, n, out);
+    case 2: return GatherFixed<2>(column, slots, n, out);
+    case 4: return GatherFixed<4>(column, slots, n, out);
+    case 8: return GatherFixed<8>(column, slots, n, out);
+    case 16: return GatherFixed<16>(column, slots, n, out);
+    case 32: return GatherFixed<32>(column, slots, n, out);
+    default: break;
+  }
   for (int64_t b = 0; b < n; ++b) {
     if (b + 1 < n) {
       // Rows are scattered: start fetching the next one while this one is copied.

@@ -148,15 +148,16 @@ bool ReplayMemory::Sampleable(int64_t slot) const {
 void ReplayMemory::EvictOldestLocked() {
   const Episode ep = episodes_.front();
   episodes_.pop_front();
+  std::vector<int64_t> cleared;
   for (int64_t p = ep.start; p < ep.start + ep.length; ++p) {
     const int64_t slot = p % max_step_;
-    if (tree_.Get(slot) > 0) {
-      tree_.Set(slot, 0.0);
-      --sampleable_;
-    }
+    if (tree_.Get(slot) > 0) cleared.push_back(slot);
     pos_[slot] = -1;
     ep_len_[slot] = 0;
   }
+  const std::vector<double> zeros(cleared.size(), 0.0);
+  tree_.SetMany(cleared.data(), zeros.data(), static_cast<int64_t>(cleared.size()));
+  sampleable_ -= static_cast<int64_t>(cleared.size());
 }
 
 void ReplayMemory::RebuildTreeLocked() {
@@ -203,22 +204,28 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
                    init_w[k]);
   std::lock_guard<std::mutex> l(mu_);
   MEMOIRE_RETURN_IF_ERROR(CheckCanAddLocked(n));
-  for (int64_t k = 0; k < n; ++k) {
-    while (tail_ - head_locked() >= max_step_) EvictOldestLocked();
-    const int64_t slot = tail_ % max_step_;
+  // Room for all n first (oldest episodes go; CheckCanAddLocked ensured the open one fits),
+  // then each field is copied in at most two runs: up to the ring's end, then from slot 0.
+  while (tail_ + n - head_locked() > max_step_) EvictOldestLocked();
+  for (int64_t done = 0; done < n;) {
+    const int64_t slot0 = tail_ % max_step_;
+    const int64_t run = std::min(n - done, max_step_ - slot0);
     for (int f = 0; f < kNumFields; ++f) {
+      const size_t rb = cols_.row_bytes(f);
+      uint8_t* dst = cols_.row(f, slot0);
       if (f == kQvest || fields[f] == nullptr) {
-        cols_.Zero(f, slot);
+        std::memset(dst, 0, rb * run);
       } else {
-        cols_.Write(f, slot, static_cast<const uint8_t*>(fields[f]) + k * cols_.row_bytes(f));
+        std::memcpy(dst, static_cast<const uint8_t*>(fields[f]) + done * rb, rb * run);
       }
     }
-    weight_[slot] = init_w[k];
-    pos_[slot] = tail_;
-    ep_start_[slot] = open_start_;
-    ep_len_[slot] = 0;
-    ep_term_[slot] = 0;
-    ++tail_;
+    std::copy(init_w + done, init_w + done + run, weight_.begin() + slot0);
+    for (int64_t j = 0; j < run; ++j) pos_[slot0 + j] = tail_ + j;
+    std::fill_n(ep_start_.begin() + slot0, run, open_start_);
+    std::fill_n(ep_len_.begin() + slot0, run, 0);
+    std::fill_n(ep_term_.begin() + slot0, run, 0);
+    tail_ += run;
+    done += run;
   }
   total_added_ += static_cast<uint64_t>(n);
   return Status::OK();
@@ -279,13 +286,20 @@ Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool upda
     ep_len_[slot] = L;
     ep_term_[slot] = terminal ? 1 : 0;
   }
+  // Only the sampleable middle of the episode enters the tree, in one bulk update.
+  std::vector<int64_t> slots;
+  std::vector<double> weights;
+  slots.reserve(L);
+  weights.reserve(L);
   for (int64_t k = 0; k < L; ++k) {
     const int64_t slot = (open_start_ + k) % max_step_;
     if (Sampleable(slot) && weight_[slot] > 0) {
-      tree_.Set(slot, weight_[slot]);
-      ++sampleable_;
+      slots.push_back(slot);
+      weights.push_back(weight_[slot]);
     }
   }
+  tree_.SetMany(slots.data(), weights.data(), static_cast<int64_t>(slots.size()));
+  sampleable_ += static_cast<int64_t>(slots.size());
   episodes_.push_back({open_start_, L});
   open_ = false;
   open_start_ = tail_;

@@ -17,6 +17,30 @@ void SumTree::Set(int64_t index, double priority) {
   for (i >>= 1; i >= 1; i >>= 1) nodes_[i] = nodes_[2 * i] + nodes_[2 * i + 1];
 }
 
+void SumTree::SetMany(const int64_t* indices, const double* priorities, int64_t k) {
+  if (k <= 0) return;
+  // Node numbers of the touched leaves, ascending and unique: then each level's parents are
+  // ascending too, and duplicates are adjacent.
+  std::vector<int64_t> level(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    nodes_[leaf0_ + indices[j]] = priorities[j];
+    if (priorities[j] > max_recorded_) max_recorded_ = priorities[j];
+    level[j] = leaf0_ + indices[j];
+  }
+  if (!std::is_sorted(level.begin(), level.end())) std::sort(level.begin(), level.end());
+  level.erase(std::unique(level.begin(), level.end()), level.end());
+  while (level.front() > 1) {
+    size_t m = 0;
+    for (size_t j = 0; j < level.size(); ++j) {
+      const int64_t parent = level[j] >> 1;
+      if (m > 0 && level[m - 1] == parent) continue;
+      nodes_[parent] = nodes_[2 * parent] + nodes_[2 * parent + 1];
+      level[m++] = parent;
+    }
+    level.resize(m);
+  }
+}
+
 int64_t SumTree::Find(double mass) const {
   if (!(nodes_[1] > 0.0)) return -1;
   if (mass < 0.0) mass = 0.0;

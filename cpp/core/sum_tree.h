@@ -2,7 +2,8 @@
 // prefix search, for any capacity (leaves are padded to a power of two with zeros).
 // Thread-compatible: the owner guards it.
 //
-// Cost: Set O(log n); Get O(1); Total O(1); Find O(log n); SetMany O(k log n).
+// Cost: Set O(log n); Get O(1); Total O(1); Find O(log n); SetMany O(k + touched nodes)
+// (plus O(k log k) when the indices are not ascending).
 // Numerics: internal nodes are sums of doubles, so after very many updates a parent can drift
 // from the exact sum of its children by rounding; Find never returns a zero-priority leaf
 // (it steers away from empty subtrees) and Rebuild() recomputes every node exactly.
@@ -23,6 +24,10 @@ class SumTree {
   int64_t capacity() const { return capacity_; }
   // Priority must be finite and >= 0 (checked by callers that take user input).
   void Set(int64_t index, double priority);
+  // Sets leaves indices[j] = priorities[j] for j < k, then recomputes each touched parent once,
+  // level by level. The tree ends bit-identical to k calls of Set in order (a repeated index
+  // keeps its last priority). Indices must be in [0, capacity).
+  void SetMany(const int64_t* indices, const double* priorities, int64_t k);
   double Get(int64_t index) const { return nodes_[leaf0_ + index]; }
   double Total() const { return nodes_[1]; }
   // The largest priority ever Set (Dopamine's max_recorded_priority); starts at `initial`.

@@ -185,3 +185,36 @@ TEST(MaxRecordedAndClear) {
 }
 
 TEST_MAIN()
+
+// SetMany must leave every node (not only the total) exactly as the same Sets in order would:
+// ascending runs, a ring wrap, unsorted indices with repeats, zeros, and capacity 1.
+TEST(SetManyEqualsSetInOrder) {
+  Rng rng(11);
+  for (int64_t cap : {1, 2, 3, 7, 64, 100, 1000}) {
+    SumTree a(cap), b(cap);
+    for (int round = 0; round < 20; ++round) {
+      const int64_t k = 1 + static_cast<int64_t>(rng.Uniform() * static_cast<double>(cap + 5));
+      std::vector<int64_t> idx(k);
+      std::vector<double> pri(k);
+      const int64_t start = static_cast<int64_t>(rng.Uniform() * static_cast<double>(cap));
+      for (int64_t j = 0; j < k; ++j) {
+        // Even rounds: a contiguous run that wraps around the ring; odd rounds: any order,
+        // repeats possible. A third of the priorities are zero (evictions).
+        idx[j] = round % 2 == 0 ? (start + j) % cap
+                                : static_cast<int64_t>(rng.Uniform() * static_cast<double>(cap));
+        pri[j] = rng.Uniform() < 0.33 ? 0.0 : rng.Uniform() * 10.0 + 0.1;
+      }
+      for (int64_t j = 0; j < k; ++j) a.Set(idx[j], pri[j]);
+      b.SetMany(idx.data(), pri.data(), k);
+      for (int64_t i = 0; i < cap; ++i) CHECK(a.Get(i) == b.Get(i));
+      CHECK(a.Total() == b.Total());
+      CHECK(a.max_recorded() == b.max_recorded());
+      for (int q = 0; q < 16; ++q) {
+        const double mass = rng.Uniform() * a.Total();
+        CHECK(a.Find(mass) == b.Find(mass));
+      }
+    }
+    b.SetMany(nullptr, nullptr, 0);  // k == 0 changes nothing
+    CHECK(a.Total() == b.Total());
+  }
+}
