@@ -106,10 +106,12 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
     episodes, length = 5, 20
     with ReplayMemoryServer(*TEMPLATES, 5000, "tcp://127.0.0.1:*", n_caches=4, seed=0) as srv:
         ep = srv.start()
-        out = CTX.Queue()
-        victim = CTX.Process(target=central_actor, args=(ep, 9, 1, length, out, True))
+        # The victim reports on a queue of its own: a process killed while its queue's feeder
+        # thread holds the queue's shared write lock would block every other writer for good.
+        victim_out, out = CTX.Queue(), CTX.Queue()
+        victim = CTX.Process(target=central_actor, args=(ep, 9, 1, length, victim_out, True))
         victim.start()
-        assert _wait(out, 1) == [("hanging", 9)]
+        assert _wait(victim_out, 1) == [("hanging", 9)]
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(10)
         procs = [CTX.Process(target=central_actor, args=(ep, a, episodes, length, out))

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
     log = tmp_path / "actors.log"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)  # the installed memoire (or the caller's PYTHONPATH), not the source tree
     cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
            "--state_shape", "4", "--cache_size", "4", "--interval", "0.2", "--logfile", str(log),
            "--gin_binding", "serve_config.n_caches = 8"]
