@@ -2,6 +2,7 @@
 
     memoire train --gin_files F --base_dir D [--index N]   train a Dopamine agent on memoire
     memoire sweep list|run ...                              hyperparameter sweeps
+    memoire actor --gin_files F --rep EP --pub EP           an actor joining a learner by endpoint
     memoire plot D                                          learning curves to a PNG
     memoire serve ...                                       a standalone replay server
     memoire bench ...                                       benchmarks against the alternatives
@@ -18,6 +19,7 @@ import sys
 COMMANDS = {
     "train": ("memoire.train", "train a Dopamine agent from gin files (local or distributed)"),
     "sweep": ("memoire.sweep", "list or run the settings of a hyperparameter sweep"),
+    "actor": ("memoire.distributed", "run one actor that joins a learner by endpoint"),
     "plot": ("memoire.plot", "draw learning curves of a base_dir to a PNG"),
     "serve": ("memoire.serve", "run a standalone replay memory server"),
     "bench": ("memoire.bench", "run the benchmark suite and print a table of ratios"),
@@ -46,7 +48,8 @@ def main(argv=None) -> int:
         print(f"memoire: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[command][0])
-    return int(module.main(rest) or 0)
+    entry = module.actor_cli if command == "actor" else module.main
+    return int(entry(rest) or 0)
 
 
 if __name__ == "__main__":

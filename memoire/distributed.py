@@ -61,6 +61,9 @@ class DistributedConfig:
         (ZeroMQ transport); 'auto' lets the OS choose a loopback port.
       param_endpoint: the learner server's PUB endpoint for parameters (ZeroMQ); 'auto' too.
       actor_threads: XLA CPU threads per actor process (actors only run small forward passes).
+      spawn_actors: False starts no actor here: actors on this or other machines join with
+        ``memoire actor --rep ... --pub ...`` (ZeroMQ transport; bind the endpoints to an
+        interface they can reach, e.g. 'tcp://0.0.0.0:5555').
 
     Raises:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
@@ -69,7 +72,8 @@ class DistributedConfig:
     def __init__(self, num_actors: int = 0, publish_period: int = 100, chunk_size: int = 64,
                  queue_chunks: int = 32, transport: str = "multiprocessing",
                  experience_endpoint: str = "auto",
-                 param_endpoint: str = "auto", actor_threads: int = 1):
+                 param_endpoint: str = "auto", actor_threads: int = 1,
+                 spawn_actors: bool = True):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
         for name, v in (("publish_period", publish_period), ("chunk_size", chunk_size),
@@ -86,6 +90,10 @@ class DistributedConfig:
         self.experience_endpoint = experience_endpoint
         self.param_endpoint = param_endpoint
         self.actor_threads = int(actor_threads)
+        self.spawn_actors = bool(spawn_actors)
+        if not self.spawn_actors and transport != "zmq":
+            raise ValueError("spawn_actors=False needs transport 'zmq' (actors started by "
+                             "endpoint with `memoire actor`)")
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -552,7 +560,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
     sink, params, should_stop, close = ends.open()
     try:
         run_actor(actor_id, sink, params, chunk_size=config["chunk_size"], seed=seed,
-                  should_stop=should_stop)
+                  should_stop=should_stop, max_steps=config.get("max_steps"))
     except KeyboardInterrupt:
         pass
     finally:
@@ -658,15 +666,16 @@ def run(facts: dict, config: DistributedConfig) -> int:
     actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
     procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
                          args=(i, actor_facts, config.as_dict(), *transport.actor_args[i]))
-             for i in range(config.num_actors)]
+             for i in range(config.num_actors if config.spawn_actors else 0)]
     for p in procs:
         p.start()
+    alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
     runner = None
     try:
         runner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
                                   source=transport.source, publisher=transport.publisher,
                                   publish_period=config.publish_period,
-                                  actors_alive=lambda: any(p.is_alive() for p in procs),
+                                  actors_alive=alive,
                                   seed=facts["seed"])
         train.write_operative_config(facts["dir"])
         if runner.start_iteration > 0:
@@ -675,12 +684,43 @@ def run(facts: dict, config: DistributedConfig) -> int:
         where = ""
         if getattr(transport, "endpoints", None):
             where = f" (server rep {transport.endpoints['rep']}, pub {transport.endpoints['pub']})"
-        print(f"[memoire] learner with {config.num_actors} actor(s) over {config.transport}{where}",
-              flush=True)
+        who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
+        print(f"[memoire] learner with {who} over {config.transport}{where}", flush=True)
         runner.run_experiment()
         train.write_operative_config(facts["dir"])
     finally:
         transport.shutdown(procs)
         if runner is not None:
             runner.close()
+    return 0
+
+
+def actor_cli(argv=None) -> int:
+    """``memoire actor``: one actor joining a learner by endpoint (another machine, or a learner
+    started with ``DistributedConfig.spawn_actors = False``).
+
+        memoire actor --gin_files F [--gin_bindings B] --rep tcp://HOST:PORT --pub tcp://HOST:PORT
+                      [--actor_id K] [--seed S] [--max_steps N]
+
+    The gin files are the learner's (same agent and environment). It runs until ``--max_steps``
+    environment steps, Ctrl-C, or the learner stops answering.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="memoire actor", description=actor_cli.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gin_files", action="append", default=[], required=True)
+    parser.add_argument("--gin_bindings", action="append", default=[])
+    parser.add_argument("--rep", required=True, help="the learner server's REP endpoint")
+    parser.add_argument("--pub", required=True, help="the learner server's PUB endpoint")
+    parser.add_argument("--actor_id", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max_steps", type=int, default=None)
+    parser.add_argument("--chunk_size", type=int, default=64)
+    args = parser.parse_args(argv)
+    from memoire import distributed_zmq
+
+    facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
+    config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}
+    actor_main(args.actor_id, facts, config, distributed_zmq.ActorEndpoints(args.rep, args.pub))
     return 0

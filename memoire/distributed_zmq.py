@@ -85,17 +85,26 @@ class RemoteExperienceSink:
     """ExperienceSink of an actor: ``put_chunk`` calls on the learner's inbox, retried while
     the inbox is full, until ``should_stop()``."""
 
-    def __init__(self, remote, should_stop: Callable[[], bool], retry_s: float = 0.05):
+    def __init__(self, remote, should_stop: Callable[[], bool], retry_s: float = 0.05,
+                 give_up_s: float = 60.0):
         self._remote, self._stop, self._retry = remote, should_stop, retry_s
+        self._give_up = give_up_s
 
     def add_chunk(self, actor_id: int, chunk: Chunk) -> bool:
+        """False when told to stop, or when the learner has not answered for ``give_up_s``."""
+        silent_since = None
         while not self._stop():
             try:
                 ok = self._remote.call("put_chunk", int(actor_id), chunk.observation, chunk.action,
                                        chunk.reward, chunk.terminal, chunk.episode_end,
                                        chunk.episodes)
             except TimeoutError:
-                continue  # the request channel already retried; the learner may be restarting
+                # The request channel already retried; the learner may be restarting.
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > self._give_up:
+                    return False
+                continue
+            silent_since = None
             if ok:
                 return True
             time.sleep(self._retry)

@@ -228,3 +228,55 @@ def test_bulk_ingest_equals_one_step_at_a_time(kind):
     for x, y in zip(jax.tree_util.tree_leaves(ref.online_params),
                     jax.tree_util.tree_leaves(bulk.online_params)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
+    """The roles started separately: a learner that spawns no actor, and `memoire actor`
+    processes that join it by its printed endpoints (as they would from other machines)."""
+    import re
+
+    base = str(tmp_path)
+    gin = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
+    small = ["Runner.num_iterations = 1", "Runner.training_steps = 200",
+             "Runner.evaluation_steps = 20", "JaxDQNAgent.min_replay_history = 50",
+             "ClassicControlDQNNetwork.hidden_units = 16", "DistributedConfig.publish_period = 20"]
+    cmd = [sys.executable, "-m", "memoire.train", "--base_dir", base, "--gin_files", gin,
+           "--gin_bindings", "DistributedConfig.spawn_actors = False"]
+    for b in small:
+        cmd += ["--gin_bindings", b]
+    learner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               cwd=base)
+    actors = []
+    try:
+        endpoints = None
+        deadline = time.monotonic() + 150
+        lines = []
+        while endpoints is None and time.monotonic() < deadline:
+            line = learner.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            endpoints = re.search(r"actors started by endpoint over zmq \(server rep (\S+), pub (\S+)\)",
+                                  line)
+        assert endpoints, "".join(lines[-30:])
+        for k in range(2):
+            acmd = [sys.executable, "-m", "memoire.cli", "actor", "--gin_files", gin,
+                    "--rep", endpoints.group(1), "--pub", endpoints.group(2).rstrip(")"),
+                    "--actor_id", str(k), "--seed", str(k), "--max_steps", "2000",
+                    "--chunk_size", "16"]
+            for b in small:
+                acmd += ["--gin_bindings", b]
+            actors.append(subprocess.Popen(acmd, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, cwd=base))
+        rest, _ = learner.communicate(timeout=170)
+        assert learner.returncode == 0, rest[-3000:]
+    finally:
+        for p in [learner] + actors:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=30)
+    run = os.path.join(base, "setting_0", "run_0")
+    rows = list(csv.DictReader(open(os.path.join(run, "episodes.csv"))))
+    train = [r for r in rows if r["phase"] == "train"]
+    assert {r["actor"] for r in train} <= {"0", "1"} and sum(int(r["length"]) for r in train) >= 200
+    assert os.path.exists(os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0"))
