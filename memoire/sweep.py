@@ -351,7 +351,10 @@ def format_table(sweep: Sweep, runs: int = 1) -> str:
 
 
 def _train_command(args, index: int) -> list[str]:
-    cmd = [sys.executable, "-m", "memoire.train", "--sweep", args.sweep,
+    # -P (Python 3.11+): do not put the working directory first on sys.path, so a source
+    # checkout in it cannot shadow the installed memoire.
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    cmd = [sys.executable, *safe_path, "-m", "memoire.train", "--sweep", args.sweep,
            "--base_dir", args.base_dir, "--index", str(index)]
     for f in args.gin_files:
         cmd += ["--gin_files", f]

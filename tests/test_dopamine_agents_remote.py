@@ -25,7 +25,7 @@ from memoire.dopamine_compat import remote  # noqa: E402
 pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 300
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+ENV = dict(os.environ,
            TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
 
 
@@ -44,7 +44,7 @@ class _Server:
         self.log_path = log_path
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         env=ENV, cwd=ROOT)
+                                         env=ENV, cwd=os.path.dirname(log_path))
         self.endpoint = None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -80,7 +80,8 @@ class _Server:
 def _train(module, gin_file, base_dir, bindings):
     cmd = [sys.executable, "-m", module, f"--base_dir={base_dir}",
            f"--gin_files={_config(gin_file)}"] + [f"--gin_bindings={b}" for b in bindings]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=ROOT,
+    # cwd: not ROOT, whose memoire/ (no extension built there) would shadow the installed one.
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=base_dir,
                          check=False)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout + out.stderr

@@ -20,8 +20,9 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
     cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
            "--state_shape", "4", "--cache_size", "4", "--interval", "0.2", "--logfile", str(log),
            "--gin_binding", "serve_config.n_caches = 8"]
+    # cwd: `python -c` puts it first on sys.path, and the source tree has no extension built.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+                            env=env, cwd=str(tmp_path))
     try:
         first = proc.stdout.readline()
         m = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)", first)
