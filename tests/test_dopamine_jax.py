@@ -378,3 +378,24 @@ def test_sample_count_counts_drawn_transitions():
     with pytest.raises(ValueError):
         m.sample(size=0)
     assert m.sample_count == 11
+
+
+def test_saving_a_step_again_replaces_it(tmp_path):
+    """A run killed between the replay checkpoint and Dopamine's sentinel resumes at the same
+    iteration and saves it again: the new checkpoint must replace the stale one (orbax alone
+    would keep the first)."""
+    from dopamine.jax.replay_memory import elements
+
+    def filled(n):
+        buf = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99), mj.UniformSamplingDistribution(0),
+                              batch_size=4, max_capacity=100)
+        for t in range(n):
+            buf.add(elements.TransitionElement(np.full((4,), t, np.float32), 0, 1.0,
+                                               t == n - 1, t == n - 1))
+        return buf
+
+    filled(10).save(str(tmp_path), 3)
+    filled(25).save(str(tmp_path), 3)  # a fresh buffer, as in the resumed process
+    back = filled(0)
+    back.load(str(tmp_path), 3)
+    assert back.add_count == filled(25).add_count

@@ -797,7 +797,13 @@ class ReplayBuffer(checkpointers.Checkpointable):
           checkpoint_dir: str, the directory; created if missing.
           iteration_number: int, the checkpoint's step.
         """
-        self._make_checkpoint_manager(checkpoint_dir).save(iteration_number, {"replay": self})
+        manager = self._make_checkpoint_manager(checkpoint_dir)
+        if iteration_number in manager.all_steps():
+            # A run killed after saving this step but before Dopamine's completion sentinel
+            # resumes at the same iteration and saves it again; orbax never overwrites a step,
+            # so the stale one (another run's transitions) would stay. Replace it.
+            manager.delete(iteration_number)
+        manager.save(iteration_number, {"replay": self})
 
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
