@@ -215,8 +215,9 @@ class ReplayMemoryClient:
             if nxt[k] is not None:
                 values[f"next/{f}"] = nxt[k]
         values.update({"weight": weight, "prob": prob, "done": done, "id": ids,
-                       "uuid": np.uint64(self.uuid), "num_sampleable": np.int64(rem.num_sampleable),
-                       "total_weight": np.float64(rem.total_weight)})
+                       "uuid": np.array(self.uuid, np.uint64),  # 0-d arrays: the native encoder
+                       "num_sampleable": np.array(rem.num_sampleable, np.int64),
+                       "total_weight": np.array(rem.total_weight, np.float64)})
         return 0 if self._send(codec.encode(Msg.CACHE, values)) else -1
 
     # ------------------------------------------------------------------ central mode
@@ -366,8 +367,10 @@ class ReplayMemoryClient:
         """Sends one chunk of `n` rows (arrays sent without copies); returns a tracker that is
         done once ZeroMQ no longer reads them. Raises TimeoutError (episode abandoned)."""
         values: Dict[str, Any] = dict(arrays)
-        values.update({"uuid": np.uint64(self.uuid), "episode": np.int64(self._episode),
-                       "index": np.int64(self._index), "multiplier": np.float32(multiplier)})
+        values.update({"uuid": np.array(self.uuid, np.uint64),  # 0-d: the native encoder
+                       "episode": np.array(self._episode, np.int64),
+                       "index": np.array(self._index, np.int64),
+                       "multiplier": np.array(multiplier, np.float32)})
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
         frames = frames[:1] + [zmq.Frame(f, track=True) for f in frames[1:]]
         if not self._send(frames):

@@ -134,6 +134,10 @@ def encode(msg_type: int, values: Mapping[str, Any], flags: int = 0,
     Raises:
       ValueError: a value that cannot be encoded (its type or dtype named).
     """
+    if version == WIRE_VERSION and isinstance(values, dict):
+        header = _core.encode_flat(int(msg_type), int(flags), values)  # numpy arrays only
+        if header is not None:
+            return [header, *values.values()]
     entries: list = []
     frames: list = []
     for name, value in values.items():

@@ -3,6 +3,7 @@
 import pathlib
 import struct
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -132,3 +133,33 @@ def test_spec_mismatch_and_limits():
 if __name__ == "__main__" and sys.argv[1:] == ["--regen"]:  # only when the format changes
     for name, (t, fl, vals) in golden_messages().items():
         write_frames(GOLDEN / f"{name}.bin", codec.encode(t, vals, fl))
+
+
+def _frame_bytes(frames):
+    return [np.ascontiguousarray(f).tobytes() if isinstance(f, np.ndarray) else bytes(f)
+            for f in frames]
+
+
+def test_flat_arrays_take_the_native_header_path_with_identical_bytes():
+    values = {"s": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
+              "w": np.array(1.5, np.float32), "d": np.array([True, False]),
+              "e": np.zeros((0, 3), np.int64), "h": np.ones(2, np.float16)}
+    fast = codec.encode(Msg.CACHE, values, flags=3)
+    general = codec.encode(Msg.CACHE, types.MappingProxyType(values), flags=3)  # not a dict
+    assert fast[1] is values["s"]  # the arrays themselves are the data frames
+    assert _frame_bytes(fast) == _frame_bytes(general)
+    got = codec.decode(fast)
+    assert got.flags == 3 and got["w"] == np.float32(1.5) and got["e"].shape == (0, 3)
+    np.testing.assert_array_equal(got["s"], values["s"])
+
+
+def test_flat_encoder_leaves_other_values_to_the_general_path():
+    big = np.arange(3, dtype=">i4")  # big-endian: converted by the general path
+    strided = np.arange(10, dtype=np.int32)[::2]
+    frames = codec.encode(Msg.CACHE, {"b": big, "t": strided, "n": 7})
+    got = codec.decode(frames)
+    np.testing.assert_array_equal(got["b"], [0, 1, 2])
+    np.testing.assert_array_equal(got["t"], [0, 2, 4, 6, 8])
+    assert got["n"] == 7
+    with pytest.raises(ValueError, match="complex"):
+        codec.encode(Msg.CACHE, {"c": np.zeros(2, np.complex64)})

@@ -101,6 +101,43 @@ dimension of -1 matches any size, the same for all -1 dimensions (the batch size
         "Header frame bytes for entries (name, kind, dtype_code, shape). Raises ValueError on a "
         "table that cannot be encoded.");
 
+  // The hot messages (caches, chunks) are flat tables of arrays: one native call writes their
+  // header, where the general Python encoder spends microseconds per value.
+  m.def("encode_flat",
+        [](int type, int flags, const py::dict& values) -> py::object {
+          if (type < 1 || type > codec::kMaxMsgType) throw py::value_error("message type: expected 1..11");
+          if (flags < 0 || flags > 255) throw py::value_error("flags: expected 0..255");
+          Message msg;
+          msg.type = static_cast<codec::MsgType>(type);
+          msg.flags = static_cast<uint8_t>(flags);
+          msg.entries.reserve(values.size());
+          for (auto item : values) {
+            if (!py::isinstance<py::str>(item.first) || !py::isinstance<py::array>(item.second))
+              return py::none();
+            py::array a = py::reinterpret_borrow<py::array>(item.second);
+            const py::dtype dt = a.dtype();
+            const char order = dt.byteorder();  // '=', '<', '|' travel as they are
+            if (!(a.flags() & py::array::c_style) || order == '>' || dt.kind() == 'c' ||
+                dt.kind() == 'O' || dt.kind() == 'V' || dt.kind() == 'U' || dt.kind() == 'S' ||
+                dt.kind() == 'M' || dt.kind() == 'm')
+              return py::none();
+            Entry e;
+            e.name = item.first.cast<std::string>();
+            e.kind = Kind::kArray;
+            e.dtype = FromNumpy(dt, e.name);
+            e.shape = ShapeOf(a);
+            msg.entries.push_back(std::move(e));
+          }
+          ThrowIfError(codec::Finalize(&msg));
+          std::string out;
+          ThrowIfError(codec::EncodeHeader(msg, &out));
+          return py::bytes(out);
+        },
+        py::arg("type"), py::arg("flags"), py::arg("values"),
+        "Header frame bytes for a flat mapping of names to C-contiguous little-endian numpy "
+        "arrays (the arrays are the data frames, in order); None when a value is anything else "
+        "(the general encoder handles it).");
+
   m.def("decode_header",
         [](py::buffer header, const std::vector<uint64_t>& frame_sizes, uint64_t max_payload_bytes,
            uint32_t max_entries) {
