@@ -44,7 +44,7 @@ from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               open_socket)
+                               native_libzmq, open_socket)
 
 log = logging.getLogger("memoire.server")
 
@@ -435,17 +435,47 @@ class ReplayMemoryServer:
         poller = zmq.Poller()
         for s in socks:
             poller.register(s, zmq.POLLIN)
+
+        def step():
+            for sock, _ in poller.poll(POLL_MS):
+                frames = sock.recv_multipart(copy=False)
+                self._guarded(handle, name, sock, frames)
+        self._serve(socks, step)
+
+    def _native_pull_loop(self, sock: zmq.Socket) -> None:
+        """The PULL worker's loop in C++: caches go from libzmq into the ring without the GIL;
+        other messages come back here."""
+        address = sock.underlying
+
+        def step():
+            with self._lock:
+                ring = self._ring_for_settings()
+            try:
+                held, frames = ring.receive(address, POLL_MS)
+            except RuntimeError as e:  # a socket error: say so, do not spin on it
+                self._reject("internal", f"pull worker: {e}")
+                time.sleep(POLL_MS / 1000)
+                return
+            if held:
+                self._count("caches", held)
+            if frames is not None:
+                self._guarded(self._handle_pull, "pull worker", sock, frames)
+        self._serve([sock], step)
+
+    def _guarded(self, handle, name, sock, frames) -> None:
+        try:
+            handle(sock, frames)
+        except Exception as e:  # noqa: BLE001 - a worker never dies from input
+            self._reject("internal", f"{name}: {type(e).__name__}: {e}")
+            log.exception("%s: unexpected error", name)
+
+    def _serve(self, socks: Sequence[zmq.Socket], step: Callable[[], None]) -> None:
+        """Runs `step` until close(), then closes `socks`."""
         with self._lock:
             self._active += 1
         try:
             while not self._closing.is_set():
-                for sock, _ in poller.poll(POLL_MS):
-                    frames = sock.recv_multipart(copy=False)
-                    try:
-                        handle(sock, frames)
-                    except Exception as e:  # noqa: BLE001 - a worker never dies from input
-                        self._reject("internal", f"{name}: {type(e).__name__}: {e}")
-                        log.exception("%s: unexpected error", name)
+                step()
         finally:
             for s in socks:
                 s.close(0)
@@ -475,7 +505,10 @@ class ReplayMemoryServer:
     def pull_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Receives caches, episode chunks and log lines until :meth:`close`."""
         sock = self._bind_or_connect(zmq.PULL, endpoint, mode, "pull")
-        self._loop([sock], self._handle_pull, "pull worker")
+        if native_libzmq():
+            self._native_pull_loop(sock)
+        else:
+            self._loop([sock], self._handle_pull, "pull worker")
 
     def _proxy(self, front_kind, front_ep, front_mode, back_kind, back_ep, label) -> None:
         front = self._bind_or_connect(front_kind, front_ep, front_mode, f"{label}_front",
@@ -604,21 +637,22 @@ class ReplayMemoryServer:
     # ---- cache mode
 
     def _ring_for_settings(self) -> "_core.CacheRing":
-        """The cache ring for the current settings (called under the lock); a settings change
-        drops the held caches (they no longer match the batches asked for)."""
+        """The cache ring, laid out for the current settings (called under the lock); a
+        settings change drops the held caches (they no longer match the batches asked for)."""
         rem = self._rem
-        flags = tuple(bool(x) for x in rem.cache_flags)
-        key = (int(rem.cache_size), int(rem.frame_stack), flags)
+        key = (int(rem.cache_size), int(rem.frame_stack), rem.cache_flags.tobytes())
         if key != self._ring_key:
+            flags = tuple(bool(x) for x in rem.cache_flags)
             spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
                                              "cache_flags": flags})
             columns = [(name, np.dtype(dt), list(shape[1:]))
                        for name, (dt, shape) in spec.arrays.items() if len(shape)]
-            if self._ring is not None:
-                self._ring.close()  # a get_batch waiting on it looks again
-            self._ring = _core.CacheRing(columns, key[0], self.n_caches,
-                                         int(self._rng.integers(1 << 63)),
-                                         self.max_message_bytes)
+            if self._ring is None:
+                self._ring = _core.CacheRing(columns, key[0], self.n_caches,
+                                             int(self._rng.integers(1 << 63)),
+                                             self.max_message_bytes)
+            else:
+                self._ring.relayout(columns, key[0])
             self._ring_key, self._cache_spec = key, spec
         return self._ring
 
@@ -661,26 +695,18 @@ class ReplayMemoryServer:
         n = int(batch_size)
         if n < 1:
             raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
-        deadline = time.monotonic() + float(timeout)
-        while True:
-            with self._lock:
-                ring = self._ring_for_settings()
-            try:
-                arrays = ring.get_batch(n, bool(self._rem.reuse_cache),
-                                        max(0.0, deadline - time.monotonic()),
-                                        _as_outputs(out, ring.names))
-                break
-            except RuntimeError as e:
-                if ring is not self._ring and time.monotonic() < deadline:
-                    continue  # the settings changed while waiting: wait on the new ring
-                if self._closing.is_set():
-                    raise RuntimeError("get_batch: the server is closed") from None
-                raise RuntimeError(
-                    f"get_batch: {e} (reuse_cache={bool(self._rem.reuse_cache)}); wait for "
-                    "clients to push_cache() or lower batch_size") from None
+        with self._lock:
+            ring = self._ring_for_settings()
+        try:
+            got = ring.get_batch(n, bool(self._rem.reuse_cache), float(timeout), _as_outputs(out))
+        except RuntimeError as e:
+            if self._closing.is_set():
+                raise RuntimeError("get_batch: the server is closed") from None
+            raise RuntimeError(
+                f"get_batch: {e} (reuse_cache={bool(self._rem.reuse_cache)}); wait for "
+                "clients to push_cache() or lower batch_size") from None
         self._count("batches")
         self._count("rows_sampled", n)
-        got = dict(zip(ring.names, arrays))
         prev = tuple(got.get(f"prev/{f}") for f in FIELDS)
         nxt = tuple(got.get(f"next/{f}") for f in FIELDS)
         return CacheBatch(prev, nxt, got["weight"], got["prob"], got["done"], got["id"],
@@ -815,8 +841,8 @@ class ReplayMemoryServer:
                 f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
 
 
-def _as_outputs(batch: Optional[CacheBatch], names: Sequence[str]) -> Optional[list]:
-    """The arrays of `batch` in the ring's order `names` (to be filled in place), or None."""
+def _as_outputs(batch: Optional[CacheBatch]) -> Optional[dict]:
+    """The arrays of `batch` by cache entry name (to be filled in place), or None."""
     if batch is None:
         return None
     arrays = {"weight": batch.weight, "prob": batch.prob, "done": batch.done, "id": batch.id,
@@ -825,7 +851,7 @@ def _as_outputs(batch: Optional[CacheBatch], names: Sequence[str]) -> Optional[l
     for k, f in enumerate(FIELDS):
         arrays[f"prev/{f}"] = batch.prev[k]
         arrays[f"next/{f}"] = batch.next[k]
-    return [arrays.get(name) for name in names]
+    return arrays
 
 
 def _error(kind: str, reason: str) -> list:

@@ -300,3 +300,51 @@ def test_get_batch_waits_for_a_cache_pushed_meanwhile(server):
         finally:
             pusher.join()
         assert len(b) == 8 and (b.uuid == c.uuid).all()
+
+
+def test_settings_changed_while_the_worker_waits_take_effect_for_the_next_cache(server):
+    srv, ep = server
+    for cache_size in (4, 6, 3):
+        time.sleep(0.15)  # the PULL worker is waiting for a message on the old layout
+        srv.rem.cache_size = cache_size
+        with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+            _fill(c.rem)
+            assert c.push_cache() == 0
+            b = srv.get_batch(cache_size, timeout=10)
+            assert b.weight.shape == (cache_size,) and (b.uuid == c.uuid).all()
+
+
+NATIVE_OFF = """
+import numpy as np
+from memoire import ReplayMemoryClient, ReplayMemoryServer, transport
+T = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
+     np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+     np.zeros([0], np.uint8))
+with ReplayMemoryServer(*T, 100, None, n_caches=2) as srv:
+    srv.rem.cache_size = 8
+    ep = srv.start()
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"]) as c:
+        c.rem.new_episode()
+        c.rem.add_entries(np.ones((10, 4), np.float32), np.zeros(10, np.int64),
+                          np.ones(10, np.float32), np.ones(10, np.float32),
+                          np.zeros(10, np.float32), np.zeros((10, 0), np.uint8),
+                          np.ones(10, np.float32))
+        c.rem.close_episode()
+        assert c.push_cache() == 0
+        b = srv.get_batch(8, timeout=10)
+        assert (b.prev[0] == 1).all() and (b.uuid == c.uuid).all()
+print("native", transport.native_libzmq())
+"""
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, MEMOIRE_NATIVE_ZMQ=setting)
+    out = subprocess.run([sys.executable, "-c", NATIVE_OFF], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # On Linux with pyzmq's wheel (libzmq as a shared library) the native path is found.
+    assert f"native {setting == '1'}" in out.stdout
