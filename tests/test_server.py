@@ -348,3 +348,15 @@ def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
     assert out.returncode == 0, out.stderr
     # On Linux with pyzmq's wheel (libzmq as a shared library) the native path is found.
     assert f"native {setting == '1'}" in out.stdout
+
+
+def test_native_cache_header_equals_the_encoded_one(server):
+    from memoire.client import cache_message
+    srv, ep = server
+    srv.rem.frame_stack = 2
+    srv.rem.cache_flags = [1, 1, 0, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1]
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])
+        c.rem.cache_size = 5  # a local change makes a new header
+        assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])

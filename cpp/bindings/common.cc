@@ -265,6 +265,14 @@ struct PooledBlock {
 
 }  // namespace
 
+std::shared_ptr<uint8_t> PooledBytes(size_t bytes) {
+  const size_t rounded = BufferPool::RoundUp(std::max<size_t>(bytes, 1));
+  void* data = Pool().Take(rounded);
+  if (data == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(data),
+                                  [rounded](uint8_t* p) { Pool().Give(p, rounded); });
+}
+
 py::array NewArray(const Field& f, std::vector<int64_t> leading,
                    const std::vector<int64_t>& trailing_extra) {
   std::vector<py::ssize_t> shape(leading.begin(), leading.end());

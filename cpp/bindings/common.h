@@ -59,6 +59,10 @@ class RowScratch {
 void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& shape,
                  const std::string& what);
 
+// `bytes` (64-byte aligned) from the recycled buffer pool behind NewArray; the block goes back
+// when the last reference drops, from any thread (no GIL needed).
+std::shared_ptr<uint8_t> PooledBytes(size_t bytes);
+
 // A new C-contiguous array of field's dtype with shape leading + field.shape.
 py::array NewArray(const Field& f, std::vector<int64_t> leading, const std::vector<int64_t>& trailing_extra = {});
 
