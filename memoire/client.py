@@ -34,7 +34,7 @@ from memoire.remote import request
 from memoire.server import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
                             SETTINGS, cache_spec)
 from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
-                               native_libzmq, open_socket)
+                               native_libzmq, open_socket, publication)
 
 _ROW_FIELDS = tuple(f for f in FIELDS if f != "q")  # what an actor adds: s, a, r, p, v, i
 
@@ -441,18 +441,9 @@ class ReplayMemoryClient:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise TimeoutError(f"sub_bytes: nothing under {topic!r} within {timeout:g} s")
                     continue
-                frames = self._sub.recv_multipart(copy=False)
-                if len(frames) < 2:
-                    continue
-                try:
-                    msg = codec.decode(frames[1:], max_bytes=self.max_message_bytes,
-                                       expect=(Msg.PUB,))
-                except ProtocolError:
-                    continue  # not from a memoire server: ignore it
-                got = msg.values.get("topic")
-                if got != frames[0].bytes or got not in self._topics:
-                    continue  # prefix matches of other topics
-                self._topics[got].append(msg.values.get("data"))
+                got = publication(self._sub.recv_multipart(copy=False), self.max_message_bytes)
+                if got is not None and got[0] in self._topics:  # not prefix matches of others
+                    self._topics[got[0]].append(got[1])
 
     # ------------------------------------------------------------------ lifetime
 

@@ -44,7 +44,7 @@ from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               native_libzmq, open_socket)
+                               native_libzmq, open_socket, publication_frames)
 
 log = logging.getLogger("memoire.server")
 
@@ -347,7 +347,7 @@ class ReplayMemoryServer:
         data = message if isinstance(message, (bytes, np.ndarray)) else memoryview(message)
         if isinstance(data, np.ndarray):
             data = memoryview(np.ascontiguousarray(data)).cast("B")
-        frames = [t] + codec.encode(Msg.PUB, {"topic": t, "data": data})
+        frames = publication_frames(t, data)
         with self._pub_lock:
             if self._pub is None:
                 raise RuntimeError("pub_bytes: the server is closed")
