@@ -682,6 +682,12 @@ class ReplayMemoryServer:
           out: a batch an earlier call returned, to fill in place (no allocation; the same
             arrays come back); ignored when its size or layout no longer fits.
 
+        A batch that is exactly one whole unused cache (``batch_size == cache_size``, no
+        reuse, no fitting `out`) is lent, not copied: its ``prev``/``next``, ``weight``,
+        ``prob``, ``done`` and ``id`` are read-only views of the received message (a
+        stratified draw of the actor's memory, as the actor made it). Any other batch is
+        gathered into fresh (or `out`'s) writeable arrays.
+
         Returns:
           :class:`CacheBatch`: ``prev``/``next`` tuples of 7 arrays
           ``dtype[batch, frame_stack, *shape]`` (None where ``cache_flags`` disable a field),
