@@ -41,4 +41,4 @@ ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/test_memory_returns.py \
   tests/test_memory_properties.py tests/test_memory_threads.py tests/test_codec.py \
-  tests/test_codec_fuzz.py "$@"
+  tests/test_codec_fuzz.py tests/test_server.py "$@"

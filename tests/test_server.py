@@ -361,7 +361,10 @@ def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
     import os
     import subprocess
     import sys
-    env = dict(os.environ, MEMOIRE_NATIVE_ZMQ=setting)
+    import memoire
+    here = os.path.dirname(os.path.dirname(os.path.abspath(memoire.__file__)))  # this memoire
+    env = dict(os.environ, MEMOIRE_NATIVE_ZMQ=setting,
+               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", NATIVE_OFF], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

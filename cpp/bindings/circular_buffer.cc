@@ -237,7 +237,7 @@ CB::Outputs OutputsFrom(const CB& self, const py::list& outs, int64_t n) {
 }
 
 py::array_t<int64_t> Int64Array(const py::handle& obj, const char* what) {
-  auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  auto a = InArray<int64_t>::ensure(obj);
   if (!a) throw py::value_error(std::string(what) + ": expected an array of integers");
   return a;
 }
@@ -298,7 +298,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
           if (columns.size() != schema.size())
             throw py::value_error("add_batch: expected " + std::to_string(schema.size()) +
                                   " arrays, got " + std::to_string(columns.size()));
-          auto ends = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(episode_end);
+          auto ends = InArray<uint8_t>::ensure(episode_end);
           if (!ends || ends.ndim() != 1) throw py::value_error("episode_end: expected a 1-D array");
           const int64_t k = ends.shape(0);
           std::vector<py::array> keep;
@@ -312,7 +312,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
           py::array_t<double, py::array::c_style | py::array::forcecast> pr;
           const double* pp = nullptr;
           if (!priorities.is_none()) {
-            pr = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(priorities);
+            pr = InArray<double>::ensure(priorities);
             if (!pr || pr.ndim() != 1 || pr.shape(0) != k)
               throw py::value_error("priorities: expected float64[" + std::to_string(k) + "]");
             pp = pr.data();
@@ -391,7 +391,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def("set_priorities",
         [](CB& self, const py::handle& indices, const py::handle& priorities) {
           auto idx = Int64Array(indices, "indices");
-          auto pr = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(priorities);
+          auto pr = InArray<double>::ensure(priorities);
           if (!pr) throw py::value_error("priorities: expected an array of numbers");
           if (pr.size() != idx.size())
             throw py::value_error("priorities: expected " + std::to_string(idx.size()) +
@@ -453,7 +453,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
           py::array_t<double, py::array::c_style | py::array::forcecast> lv;
           const double* lp = nullptr;
           if (!leaves.is_none()) {
-            lv = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(leaves);
+            lv = InArray<double>::ensure(leaves);
             if (!lv || lv.size() != self.capacity())
               throw py::value_error("restore: expected float64[capacity] priorities");
             lp = lv.data();

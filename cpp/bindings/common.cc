@@ -128,7 +128,8 @@ py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& wh
                             " (no same_kind cast)");
     a = a.attr("astype")(want);
   }
-  if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
+  constexpr int kLaidOut = py::array::c_style | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  if ((a.flags() & kLaidOut) != kLaidOut) a = py::array::ensure(a, kLaidOut);
   return a;
 }
 

@@ -15,6 +15,12 @@
 namespace memoire {
 namespace py = pybind11;
 
+// An input array as core loops read it: C-contiguous, of T, and aligned (a view of a received
+// message may start at any byte), converted or copied by InArray<T>::ensure when it is not.
+template <typename T>
+using InArray = py::array_t<T, py::array::c_style | py::array::forcecast |
+                                   py::detail::npy_api::NPY_ARRAY_ALIGNED_>;
+
 // Raises the Python exception for a failed Status; call with the GIL held.
 void ThrowIfError(const Status& s);
 

@@ -41,7 +41,7 @@ void Modify(RM& m, F&& change) {
 }
 
 std::vector<float> PerRewardElement(const RM& m, const py::handle& value, const char* what) {
-  auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
+  auto a = InArray<float>::ensure(value);
   if (!a) throw py::value_error(std::string(what) + ": expected a number or an array of numbers");
   if (a.size() == 1) return std::vector<float>(m.reward_elems(), a.data()[0]);
   if (a.size() != m.reward_elems())
@@ -187,7 +187,7 @@ void BindReplayMemory(py::module_& m) {
         return out;
       },
       [](RM& self, const py::handle& v) {
-        auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(v);
+        auto a = InArray<uint8_t>::ensure(v);
         if (!a) throw py::value_error("cache_flags: expected 14 booleans");
         std::vector<uint8_t> flags(a.data(), a.data() + a.size());
         for (auto& x : flags) x = x != 0;
@@ -312,8 +312,8 @@ void BindReplayMemory(py::module_& m) {
 
   c.def("update_weights",
         [](RM& self, const py::handle& ids, const py::handle& weights) {
-          auto i = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
-          auto w = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(weights);
+          auto i = InArray<int64_t>::ensure(ids);
+          auto w = InArray<float>::ensure(weights);
           if (!i || !w || i.size() != w.size())
             throw py::value_error("update_weights: expected ids (int64[n]) and weights (float32[n]) of one length");
           int64_t updated = 0;

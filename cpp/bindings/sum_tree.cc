@@ -18,7 +18,7 @@ struct PySumTree {
 };
 
 py::array_t<int64_t> CheckedIndices(const PySumTree& t, const py::handle& obj) {
-  auto idx = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  auto idx = InArray<int64_t>::ensure(obj);
   if (!idx) throw py::value_error("indices: expected an array of integers");
   const int64_t* p = idx.data();
   for (py::ssize_t k = 0; k < idx.size(); ++k)
@@ -46,7 +46,7 @@ Thread-compatible: guard concurrent use with your own lock.
       .def("set",
            [](PySumTree& t, const py::handle& indices, const py::handle& values) {
              auto idx = CheckedIndices(t, indices);
-             auto val = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(values);
+             auto val = InArray<double>::ensure(values);
              if (!val) throw py::value_error("priorities: expected an array of numbers");
              if (val.size() != idx.size() && val.size() != 1)
                throw py::value_error("priorities: expected " + std::to_string(idx.size()) +

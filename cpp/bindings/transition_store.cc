@@ -32,7 +32,7 @@ uint8_t* Out(py::array& a, size_t bytes, const char* what) {
 
 template <typename T>
 py::array_t<T, py::array::c_style | py::array::forcecast> Vec(const py::handle& h, const char* what) {
-  auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(h);
+  auto a = InArray<T>::ensure(h);
   if (!a) throw py::value_error(std::string(what) + ": expected a 1-D array of numbers");
   return a;
 }
