@@ -52,6 +52,7 @@ POLL_MS = 100  # worker loops check for close() this often
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # Flags of a chunk message.
 CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
+_COMMITTED = 2  # _core.ChunkIngest.ingest's outcome for a chunk that closed its episode
 SETTINGS = ("priority_exponent", "priority_epsilon", "mix_lambda", "frame_stack", "multi_step",
             "cache_size", "max_episode", "reuse_cache", "discount_factor", "reward_coeff",
             "cache_flags")
@@ -104,26 +105,6 @@ def cache_spec(schema: Sequence[tuple], settings: Dict[str, Any]) -> codec.Spec:
                    "done": (np.bool_, (cs,)), "id": (np.int64, (cs,)), "uuid": (np.uint64, ()),
                    "num_sampleable": (np.int64, ()), "total_weight": (np.float64, ())})
     return codec.Spec(arrays)
-
-
-def chunk_spec(schema: Sequence[tuple]) -> codec.Spec:
-    """The codec spec of an episode chunk: rows s, a, r, p, v, i and init_w, plus ids."""
-    arrays = {name: (dtype, (-1,) + tuple(shape)) for name, dtype, shape in schema if name != "q"}
-    arrays.update({"init_w": (np.float32, (-1,)), "uuid": (np.uint64, ()),
-                   "episode": (np.int64, ()), "index": (np.int64, ()),
-                   "multiplier": (np.float32, ())})
-    return codec.Spec(arrays)
-
-
-class _Stream:
-    """An episode being received in chunks from one actor (central mode)."""
-
-    def __init__(self, episode: int):
-        self.episode = episode
-        self.next_index = 0
-        self.rows = 0
-        self.chunks: List[dict] = []
-        self.last_seen = time.monotonic()
 
 
 class _HeldCache:
@@ -188,6 +169,8 @@ class ReplayMemoryServer:
       max_message_bytes: the largest message accepted.
       seed: seeds the server's generators (memory sampling and cache draws).
       stream_timeout: seconds after which an unfinished episode of a silent actor is dropped.
+      max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
+        the least recently fed (central mode).
 
     Settings (``priority_exponent``, ``frame_stack``, ``cache_size``, ...) are those of
     :attr:`rem`; set them before clients connect (the handshake sends them).
@@ -208,8 +191,6 @@ class ReplayMemoryServer:
         self.n_caches = int(n_caches)
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
-        self.stream_timeout = float(stream_timeout)
-        self.max_streams = int(max_streams)
         self._schema = describe_schema(
             (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
         self._keys = keys
@@ -217,7 +198,6 @@ class ReplayMemoryServer:
         self._auth = Authenticator(self._ctx, keys) if keys is not None else None
         self._closing = threading.Event()
         self._lock = threading.Lock()  # counters, caches, streams, hosted objects
-        self._rem_lock = threading.Lock()  # the memory's open episode (central commits)
         self._log_lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._active = 0  # worker loops running
@@ -233,9 +213,10 @@ class ReplayMemoryServer:
         self._ring: Optional[list] = None
         self._ring_key = None
         self._cache_spec: Optional[codec.Spec] = None
-        self._chunk_spec = chunk_spec(self._schema)
-        self._streams: Dict[int, _Stream] = {}
-        self._last_reap = time.monotonic()
+        # Central mode: episode chunks are checked, assembled per actor and committed into
+        # self._rem natively (the only writer of that memory's episodes).
+        self._chunks = _core.ChunkIngest(self._rem, self.max_message_bytes, int(max_streams),
+                                         float(stream_timeout))
         self._hosted: Dict[str, _Hosted] = {}
         self._replies: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
         self._logfile = None
@@ -256,6 +237,24 @@ class ReplayMemoryServer:
     rem = property(lambda self: self._rem, doc="The server's ReplayMemory (central mode data; "
                                                "its settings are sent to clients).")
     logfile = property(lambda self: self._logfile_path, doc="Path of the logfile, or None.")
+
+    @property
+    def stream_timeout(self) -> float:
+        """Seconds after which an unfinished episode of a silent actor is dropped (> 0)."""
+        return self._chunks.stream_timeout
+
+    @stream_timeout.setter
+    def stream_timeout(self, seconds: float) -> None:
+        self._chunks.stream_timeout = float(seconds)
+
+    @property
+    def max_streams(self) -> int:
+        """Unfinished episodes held at once (>= 1)."""
+        return self._chunks.max_streams
+
+    @max_streams.setter
+    def max_streams(self, n: int) -> None:
+        self._chunks.max_streams = int(n)
 
     @property
     def total_episodes(self) -> int:
@@ -297,14 +296,18 @@ class ReplayMemoryServer:
     def stats(self) -> dict:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes."""
+        central = self._chunks.counters()
         with self._lock:
             s = dict(self._stats)
-            s["rejected"] = dict(self._rejected)
-            s["rejected_total"] = sum(self._rejected.values())
+            rejected = self._rejected + collections.Counter(central["rejected"])
+            s["rejected"] = dict(rejected)
+            s["rejected_total"] = sum(rejected.values())
             s["total_episodes"] = self._total_episodes
             s["total_steps"] = self._total_steps
             s["caches_held"] = sum(c is not None for c in self._ring) if self._ring else 0
-            s["open_streams"] = len(self._streams)
+        if central["chunks"]:
+            s["chunks"] = central["chunks"]
+        s["open_streams"] = central["open_streams"]
         s["memory_size"] = int(self._rem.size)
         s["memory_episodes"] = int(self._rem.num_episode())
         return s
@@ -597,16 +600,18 @@ class ReplayMemoryServer:
         return codec.encode(Msg.COUNTER_REPLY, totals)
 
     def _handle_pull(self, sock: zmq.Socket, frames: list) -> None:
+        got = self._chunks.ingest(frames)  # episode chunks: checked and stored natively
+        if got is not None:
+            self._chunk_done(*got)
+            return
         with self._lock:
             _, cache = self._ring_for_settings()
-        specs = {Msg.CACHE: cache, Msg.CHUNK: self._chunk_spec}
-        msg = self._decode(frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG), specs)  # once, checked
+        specs = {Msg.CACHE: cache}
+        msg = self._decode(frames, (Msg.CACHE, Msg.LOG), specs)  # once, checked
         if msg is None:
             return
         if msg.type == Msg.CACHE:
             self._ingest_cache(msg, cache)
-        elif msg.type == Msg.CHUNK:
-            self._ingest_chunk(msg)
         else:
             text, uuid = msg.values.get("message"), msg.values.get("uuid")
             if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
@@ -737,73 +742,18 @@ class ReplayMemoryServer:
 
     # ---- central mode
 
-    def _ingest_chunk(self, msg: codec.Message) -> None:
-        v = msg.values
-        uuid, episode, index = int(v["uuid"]), int(v["episode"]), int(v["index"])
-        n = msg.batch
-        now = time.monotonic()
-        commit = None
-        with self._lock:
-            self._stats["chunks"] += 1
-            if now - self._last_reap > min(10.0, self.stream_timeout):
-                self._reap(now)
-            st = self._streams.get(uuid)
-            if st is not None and st.episode != episode:
-                self._rejected["abandoned_episode"] += 1  # the actor started another episode
-                st = None
-                del self._streams[uuid]
-            if st is None:
-                if index != 0:
-                    self._rejected["out_of_order_chunk"] += 1
-                    log.warning("dropped chunk %d of episode %d from %08x: its start was lost",
-                                index, episode, uuid)
-                    return
-                if len(self._streams) >= self.max_streams:
-                    oldest = min(self._streams, key=lambda u: self._streams[u].last_seen)
-                    del self._streams[oldest]
-                    self._rejected["stream_limit"] += 1
-                st = self._streams[uuid] = _Stream(episode)
-            if index != st.next_index or st.rows + n > self._rem.max_step:
-                reason = "out_of_order_chunk" if index != st.next_index else "episode_too_long"
-                self._rejected[reason] += 1
-                del self._streams[uuid]
-                log.warning("dropped episode %d from %08x: %s", episode, uuid, reason)
-                return
-            st.chunks.append(v)
-            st.rows += n
-            st.next_index += 1
-            st.last_seen = now
-            if msg.flags & CHUNK_LAST:
-                commit = self._streams.pop(uuid)
-        if commit is not None:
-            self._commit(commit, msg.flags, float(v["multiplier"]))
-
-    def _reap(self, now: float) -> None:
-        stale = [u for u, s in self._streams.items() if now - s.last_seen > self.stream_timeout]
-        for u in stale:
-            del self._streams[u]
-            self._rejected["stale_episode"] += 1
-
-    def _commit(self, st: _Stream, flags: int, multiplier: float) -> None:
-        if st.rows == 0:
-            return
-        with self._rem_lock:
-            try:
-                self._rem.new_episode()
-                for c in st.chunks:  # straight from the received frames: no concatenation
-                    self._rem.add_entries(c["s"], c["a"], c["r"], c["p"], c["v"], c["i"],
-                                          c["init_w"])
-                self._rem.close_episode(multiplier, bool(flags & CHUNK_UPDATE_VALUE),
-                                        bool(flags & CHUNK_UPDATE_WEIGHT),
-                                        bool(flags & CHUNK_TERMINAL))
-            except ValueError as e:  # e.g. a non-finite init_w: the episode is dropped
-                self._rem.new_episode()
-                self._reject("bad_episode", str(e))
-                return
-        with self._cond:
-            self._stats["episodes_in"] += 1
-            self._stats["steps_in"] += st.rows
-            self._cond.notify_all()
+    def _chunk_done(self, outcome: int, rows: int, reason: Optional[str], count: int,
+                    detail: Optional[str]) -> None:
+        """Accounts for one chunk _core.ChunkIngest took: a stored episode wakes wait_rows_in;
+        a rejection (counted natively, by reason) is logged, sparsely under a flood."""
+        if outcome == _COMMITTED:
+            if rows:
+                with self._cond:
+                    self._stats["episodes_in"] += 1
+                    self._stats["steps_in"] += rows
+                    self._cond.notify_all()
+        elif reason is not None and (count <= 10 or count % 1000 == 0):
+            log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
 
     def sample(self, batch_size: int) -> Batch:
         """A batch from the server's memory (central mode): see
@@ -813,8 +763,9 @@ class ReplayMemoryServer:
           RuntimeError: nothing is sampleable yet.
         """
         b = self._rem.get_batch(int(batch_size))
-        self._count("batches")
-        self._count("rows_sampled", len(b))
+        with self._lock:
+            self._stats["batches"] += 1
+            self._stats["rows_sampled"] += len(b)
         return b
 
     def update_priorities(self, ids, weights) -> int:
