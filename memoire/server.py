@@ -49,6 +49,7 @@ from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last
 log = logging.getLogger("memoire.server")
 
 POLL_MS = 100  # worker loops check for close() this often
+DRAIN = 64  # messages a worker takes from one socket per poll
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # Flags of a chunk message.
 CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
@@ -456,12 +457,18 @@ class ReplayMemoryServer:
         try:
             while not self._closing.is_set():
                 for sock, _ in poller.poll(POLL_MS):
-                    frames = sock.recv_multipart(copy=False)
-                    try:
-                        handle(sock, frames)
-                    except Exception as e:  # noqa: BLE001 - a worker never dies from input
-                        self._reject("internal", f"{name}: {type(e).__name__}: {e}")
-                        log.exception("%s: unexpected error", name)
+                    # Take what is queued (up to DRAIN messages) before polling again: a poll
+                    # per message costs as much as a small chunk's ingest.
+                    for _ in range(DRAIN):
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        try:
+                            handle(sock, frames)
+                        except Exception as e:  # noqa: BLE001 - a worker never dies from input
+                            self._reject("internal", f"{name}: {type(e).__name__}: {e}")
+                            log.exception("%s: unexpected error", name)
         finally:
             for s in socks:
                 s.close(0)

@@ -67,7 +67,15 @@ class PyChunkIngest {
                            : now_obj.cast<double>();
     auto held = std::make_unique<HeldFrames>();
     const size_t n = frames.size();
-    for (size_t k = 0; k < n; ++k)
+    if (n == 0 || !held->Add(frames[0].ptr())) return py::none();
+    // Other messages (caches, logs) go back at once, without a GIL round trip.
+    uint16_t version = 0;
+    uint8_t type = 0;
+    const ChunkIngest::Frame header = held->frames()[0];
+    if (!codec::PeekVersion(header.data, header.size, &version, &type) ||
+        version != codec::kWireVersion || type != static_cast<uint8_t>(codec::MsgType::kChunk))
+      return py::none();
+    for (size_t k = 1; k < n; ++k)
       if (!held->Add(frames[k].ptr())) return py::none();
     const std::vector<ChunkIngest::Frame> fr = held->frames();
     const uint64_t owner = next_owner_++;
