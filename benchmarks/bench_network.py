@@ -18,11 +18,13 @@ ratio memoire / raw pyzmq:
   small-batch sampling (a batch of 32 costs a Python call per 32 rows, 8 per 256-row chunk).
   Raw pyzmq: each actor resends exactly the frames of one CHUNK message (the header frame built
   by memoire.codec.encode from the same rows, then s, a, r, p, v, i, init_w, uuid, episode,
-  index, multiplier) with copy=False; the learner receives and counts rows. memoire's actors
-  also send one empty closing chunk per episode (close_episode), which raw does not.
+  index, multiplier) with copy=False; the learner receives and counts rows. Where a chunk's
+  frames are large (uint8[84,84,4]: 7 MB), memoire's actors also send one empty closing chunk
+  per episode (close_episode), which raw does not.
 - cache mode (the seed's design): actors fill local memories and push_cache() in a loop; the
   learner calls ``server.get_batch(cache_size, out=...)`` (every row used once). Raw pyzmq:
-  the same cache frames (prev and next stacks of every field, weight, prob, done, id).
+  exactly the frames of one of memoire's cache messages (header, prev and next stacks of
+  every field, weight, prob, done, id, normaliser), sent again and again.
 
 Raw pyzmq does nothing with what it receives, so the ratio is the whole cost of memoire's
 codec, checks, storage (central) or cache ring (cache) and batch assembly.
@@ -95,10 +97,12 @@ def cache_actor(ep, state_shape, state_dtype, cache_size, stop, ready):
 def raw_cache_actor(endpoint, state_shape, state_dtype, cache_size, stop, ready):
     from memoire import ReplayMemory
 
+    from memoire.client import cache_message
+
     rem = ReplayMemory(*templates(state_shape, state_dtype), 4000)
+    rem.cache_size = cache_size
     _fill(rem, state_shape, state_dtype)
-    prev, nxt, w, p, d, i = rem._sample(cache_size)  # the same arrays a cache carries
-    frames = [b"x" * 32] + [a for a in prev + nxt] + [w, p, d, i]
+    frames = cache_message(rem, 1)  # exactly the frames of one of memoire's caches
     _raw_push(endpoint, frames, stop, ready)
 
 

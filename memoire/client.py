@@ -53,6 +53,24 @@ class _CountingMemory(ReplayMemory):
         self._closed_steps += n
 
 
+def cache_message(rem: ReplayMemory, uuid: int) -> list:
+    """The frames of a CACHE message: ``rem.cache_size`` transitions sampled from `rem` (with
+    replacement, by priority weight) with its normaliser. Raises RuntimeError when nothing is
+    sampleable."""
+    prev, nxt, weight, prob, done, ids = rem._sample(int(rem.cache_size))
+    values: Dict[str, Any] = {}
+    for k, f in enumerate(FIELDS):
+        if prev[k] is not None:
+            values[f"prev/{f}"] = prev[k]
+        if nxt[k] is not None:
+            values[f"next/{f}"] = nxt[k]
+    values.update({"weight": weight, "prob": prob, "done": done, "id": ids,
+                   "uuid": np.array(uuid, np.uint64),  # 0-d arrays: the native encoder
+                   "num_sampleable": np.array(rem.num_sampleable, np.int64),
+                   "total_weight": np.array(rem.total_weight, np.float64)})
+    return codec.encode(Msg.CACHE, values)
+
+
 class ReplayMemoryClient:
     """The client of a :class:`memoire.ReplayMemoryServer`.
 
@@ -212,22 +230,11 @@ class ReplayMemoryClient:
           0 when sent; -1 when nothing is sampleable locally or the server could not take it
           within the timeout.
         """
-        rem = self._rem
         try:
-            prev, nxt, weight, prob, done, ids = rem._sample(int(rem.cache_size))
+            frames = cache_message(self._rem, self.uuid)
         except RuntimeError:
             return -1
-        values: Dict[str, Any] = {}
-        for k, f in enumerate(FIELDS):
-            if prev[k] is not None:
-                values[f"prev/{f}"] = prev[k]
-            if nxt[k] is not None:
-                values[f"next/{f}"] = nxt[k]
-        values.update({"weight": weight, "prob": prob, "done": done, "id": ids,
-                       "uuid": np.array(self.uuid, np.uint64),  # 0-d arrays: the native encoder
-                       "num_sampleable": np.array(rem.num_sampleable, np.int64),
-                       "total_weight": np.array(rem.total_weight, np.float64)})
-        return 0 if self._send(codec.encode(Msg.CACHE, values)) else -1
+        return 0 if self._send(frames) else -1
 
     # ------------------------------------------------------------------ central mode
 

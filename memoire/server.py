@@ -44,12 +44,11 @@ from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               open_socket)
+                               native_libzmq, open_socket)
 
 log = logging.getLogger("memoire.server")
 
 POLL_MS = 100  # worker loops check for close() this often
-DRAIN = 64  # messages a worker takes from one socket per poll
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # Flags of a chunk message.
 CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
@@ -108,17 +107,6 @@ def cache_spec(schema: Sequence[tuple], settings: Dict[str, Any]) -> codec.Spec:
     return codec.Spec(arrays)
 
 
-class _HeldCache:
-    """A cache held by the server: decoded values (views of the received frames)."""
-
-    __slots__ = ("values", "seq", "perm", "used")
-
-    def __init__(self, values: dict, seq: int, perm: np.ndarray):
-        self.values, self.seq, self.perm, self.used = values, seq, perm, 0
-
-    @property
-    def free(self) -> int:
-        return len(self.perm) - self.used
 
 
 class _Hosted:
@@ -210,8 +198,8 @@ class ReplayMemoryServer:
         self._total_steps = 0
         self._stats = collections.Counter()
         self._rejected = collections.Counter()
-        # Cache ring (allocated for the current settings when the first cache comes).
-        self._ring: Optional[list] = None
+        # Cache ring (made for the current settings when first needed).
+        self._ring: Optional[_core.CacheRing] = None
         self._ring_key = None
         self._cache_spec: Optional[codec.Spec] = None
         # Central mode: episode chunks are checked, assembled per actor and committed into
@@ -305,7 +293,7 @@ class ReplayMemoryServer:
             s["rejected_total"] = sum(rejected.values())
             s["total_episodes"] = self._total_episodes
             s["total_steps"] = self._total_steps
-            s["caches_held"] = sum(c is not None for c in self._ring) if self._ring else 0
+            s["caches_held"] = self._ring.held if self._ring is not None else 0
         if central["chunks"]:
             s["chunks"] = central["chunks"]
         s["open_streams"] = central["open_streams"]
@@ -452,23 +440,47 @@ class ReplayMemoryServer:
         poller = zmq.Poller()
         for s in socks:
             poller.register(s, zmq.POLLIN)
+
+        def step():
+            for sock, _ in poller.poll(POLL_MS):
+                frames = sock.recv_multipart(copy=False)
+                self._guarded(handle, name, sock, frames)
+        self._serve(socks, step)
+
+    def _native_pull_loop(self, sock: zmq.Socket) -> None:
+        """The PULL worker's loop in C++: caches go from libzmq into the ring without the GIL;
+        other messages come back here."""
+        address = sock.underlying
+
+        def step():
+            with self._lock:
+                ring = self._ring_for_settings()
+            try:
+                held, frames = ring.receive(address, POLL_MS)
+            except RuntimeError as e:  # a socket error: say so, do not spin on it
+                self._reject("internal", f"pull worker: {e}")
+                time.sleep(POLL_MS / 1000)
+                return
+            if held:
+                self._count("caches", held)
+            if frames is not None:
+                self._guarded(self._handle_pull, "pull worker", sock, frames)
+        self._serve([sock], step)
+
+    def _guarded(self, handle, name, sock, frames) -> None:
+        try:
+            handle(sock, frames)
+        except Exception as e:  # noqa: BLE001 - a worker never dies from input
+            self._reject("internal", f"{name}: {type(e).__name__}: {e}")
+            log.exception("%s: unexpected error", name)
+
+    def _serve(self, socks: Sequence[zmq.Socket], step: Callable[[], None]) -> None:
+        """Runs `step` until close(), then closes `socks`."""
         with self._lock:
             self._active += 1
         try:
             while not self._closing.is_set():
-                for sock, _ in poller.poll(POLL_MS):
-                    # Take what is queued (up to DRAIN messages) before polling again: a poll
-                    # per message costs as much as a small chunk's ingest.
-                    for _ in range(DRAIN):
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        try:
-                            handle(sock, frames)
-                        except Exception as e:  # noqa: BLE001 - a worker never dies from input
-                            self._reject("internal", f"{name}: {type(e).__name__}: {e}")
-                            log.exception("%s: unexpected error", name)
+                step()
         finally:
             for s in socks:
                 s.close(0)
@@ -498,7 +510,10 @@ class ReplayMemoryServer:
     def pull_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Receives caches, episode chunks and log lines until :meth:`close`."""
         sock = self._bind_or_connect(zmq.PULL, endpoint, mode, "pull")
-        self._loop([sock], self._handle_pull, "pull worker")
+        if native_libzmq():
+            self._native_pull_loop(sock)
+        else:
+            self._loop([sock], self._handle_pull, "pull worker")
 
     def _proxy(self, front_kind, front_ep, front_mode, back_kind, back_ep, label) -> None:
         front = self._bind_or_connect(front_kind, front_ep, front_mode, f"{label}_front",
@@ -607,19 +622,15 @@ class ReplayMemoryServer:
         return codec.encode(Msg.COUNTER_REPLY, totals)
 
     def _handle_pull(self, sock: zmq.Socket, frames: list) -> None:
+        if frames and _core.peek_header(frames[0]) == (codec.WIRE_VERSION, Msg.CACHE):
+            self._ingest_cache(frames)
+            return
         got = self._chunks.ingest(frames)  # episode chunks: checked and stored natively
         if got is not None:
             self._chunk_done(*got)
             return
-        with self._lock:
-            _, cache = self._ring_for_settings()
-        specs = {Msg.CACHE: cache}
-        msg = self._decode(frames, (Msg.CACHE, Msg.LOG), specs)  # once, checked
-        if msg is None:
-            return
-        if msg.type == Msg.CACHE:
-            self._ingest_cache(msg, cache)
-        else:
+        msg = self._decode(frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG))  # a log (or a bad message)
+        if msg is not None:
             text, uuid = msg.values.get("message"), msg.values.get("uuid")
             if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
                 self._reject("malformed", "log: expected uuid and message")
@@ -629,32 +640,36 @@ class ReplayMemoryServer:
 
     # ---- cache mode
 
-    def _ring_for_settings(self):
-        """(ring, spec) for the current settings; a settings change drops the held caches.
-
-        The ring is a list of ``n_caches`` slots, each None or a held cache: the decoded
-        values (read-only views of the received frames: no copy on ingest), its arrival
-        sequence, rows used, and a random order of its rows."""
+    def _ring_for_settings(self) -> "_core.CacheRing":
+        """The cache ring, laid out for the current settings (called under the lock); a
+        settings change drops the held caches (they no longer match the batches asked for)."""
         rem = self._rem
-        flags = tuple(bool(x) for x in rem.cache_flags)
-        key = (int(rem.cache_size), int(rem.frame_stack), flags)
+        key = (int(rem.cache_size), int(rem.frame_stack), rem.cache_flags.tobytes())
         if key != self._ring_key:
-            self._ring = [None] * self.n_caches
-            self._ring_key = key
-            self._cache_spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
-                                                         "cache_flags": flags})
-        return self._ring, self._cache_spec
+            flags = tuple(bool(x) for x in rem.cache_flags)
+            spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
+                                             "cache_flags": flags})
+            columns = [(name, np.dtype(dt), list(shape[1:]))
+                       for name, (dt, shape) in spec.arrays.items() if len(shape)]
+            if self._ring is None:
+                self._ring = _core.CacheRing(columns, key[0], self.n_caches,
+                                             int(self._rng.integers(1 << 63)),
+                                             self.max_message_bytes)
+            else:
+                self._ring.relayout(columns, key[0])
+            self._ring_key, self._cache_spec = key, spec
+        return self._ring
 
-    def _ingest_cache(self, msg: codec.Message, spec: codec.Spec) -> None:
-        perm = self._rng.permutation(int(self._ring_key[0]))
+    def _ingest_cache(self, frames: list) -> None:
+        """Holds a received cache (no copy: the ring keeps the frames), checked natively."""
         with self._lock:
-            ring, current = self._ring_for_settings()
-            if current is not spec:
-                self._rejected["settings_changed"] += 1
-                return
-            seq = self._stats["caches"]
-            ring[seq % self.n_caches] = _HeldCache(msg.values, seq, perm)
-            self._stats["caches"] += 1
+            ring = self._ring_for_settings()
+        try:
+            ring.insert(frames)
+        except ProtocolError as e:
+            self._reject("malformed", f"cache: {e}")
+            return
+        self._count("caches")
 
     def get_batch(self, batch_size: int, timeout: float = 0.0,
                   out: Optional[CacheBatch] = None) -> CacheBatch:
@@ -666,7 +681,8 @@ class ReplayMemoryServer:
 
         Args:
           batch_size: rows, >= 1.
-          timeout: seconds to wait for enough unused rows (0: fail at once).
+          timeout: seconds to wait for enough unused rows (0: fail at once); the wait
+            releases the GIL and ends as soon as the rows are there.
           out: a batch an earlier call returned, to fill in place (no allocation; the same
             arrays come back); ignored when its size or layout no longer fits.
 
@@ -683,69 +699,22 @@ class ReplayMemoryServer:
         n = int(batch_size)
         if n < 1:
             raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
-        deadline = time.monotonic() + float(timeout)
-        while True:
-            with self._lock:
-                ring, spec = self._ring_for_settings()
-                parts = self._pick_rows(ring, n)
-                if parts is not None:
-                    self._stats["batches"] += 1
-                    self._stats["rows_sampled"] += n
-                    break
-                held = [c for c in ring if c is not None]
-                have = sum(c.free for c in held)
-            if time.monotonic() >= deadline or self._closing.is_set():
-                raise RuntimeError(
-                    f"get_batch: need {n} rows, the server holds {len(held)} cache(s) with "
-                    f"{have} unused row(s) (reuse_cache={bool(self._rem.reuse_cache)}); wait "
-                    "for clients to push_cache() or lower batch_size")
-            time.sleep(0.005)
-        # Gather outside the lock: the held values are immutable views, safe if evicted now.
-        # One native call per cache (usually one or two per batch) copies every array's rows,
-        # with the GIL released; a cache's 0-d entries (uuid, normalisers) fill their rows.
-        # gather_rows checks each output's dtype, row shape and layout before copying anything,
-        # so an `out` whose arrays no longer fit fails at its first call and is replaced.
-        arrays = _reusable(out, spec, n)
+        with self._lock:
+            ring = self._ring_for_settings()
         try:
-            if arrays is not None:
-                _gather(parts, arrays)
-        except ValueError:
-            arrays = None
-        if arrays is None:
-            arrays = {name: np.empty((n,) + tuple(shape[1:]), dt)
-                      for name, (dt, shape) in spec.arrays.items() if len(shape) and shape[0] > 0}
-            for name in ("uuid", "num_sampleable", "total_weight"):
-                arrays[name] = np.empty(n, spec.arrays[name][0])
-            _gather(parts, arrays)
-        out = arrays
-        prev = tuple(out.get(f"prev/{f}") for f in FIELDS)
-        nxt = tuple(out.get(f"next/{f}") for f in FIELDS)
-        return CacheBatch(prev, nxt, out["weight"], out["prob"], out["done"], out["id"],
-                          out["uuid"], out["num_sampleable"], out["total_weight"])
-
-    def _pick_rows(self, ring, n):
-        """[(cache, rows)] covering n rows, or None when there are too few. Marks rows used
-        (no reuse). Called under the lock; loops over caches, never over rows."""
-        held = [c for c in ring if c is not None]
-        if not held:
-            return None
-        cs = int(self._ring_key[0])
-        if self._rem.reuse_cache:
-            counts = self._rng.multinomial(n, np.full(len(held), 1.0 / len(held)))
-            return [(c, self._rng.integers(0, cs, k)) for c, k in zip(held, counts) if k]
-        held.sort(key=lambda c: c.seq)
-        if sum(c.free for c in held) < n:
-            return None
-        parts, need = [], n
-        for c in held:
-            take = min(c.free, need)
-            if take:
-                parts.append((c, c.perm[c.used:c.used + take]))
-                c.used += take
-                need -= take
-            if need == 0:
-                break
-        return parts
+            got = ring.get_batch(n, bool(self._rem.reuse_cache), float(timeout), _as_outputs(out))
+        except RuntimeError as e:
+            if self._closing.is_set():
+                raise RuntimeError("get_batch: the server is closed") from None
+            raise RuntimeError(
+                f"get_batch: {e} (reuse_cache={bool(self._rem.reuse_cache)}); wait for "
+                "clients to push_cache() or lower batch_size") from None
+        self._count("batches")
+        self._count("rows_sampled", n)
+        prev = tuple(got.get(f"prev/{f}") for f in FIELDS)
+        nxt = tuple(got.get(f"next/{f}") for f in FIELDS)
+        return CacheBatch(prev, nxt, got["weight"], got["prob"], got["done"], got["id"],
+                          got["uuid"], got["num_sampleable"], got["total_weight"])
 
     # ---- central mode
 
@@ -789,6 +758,9 @@ class ReplayMemoryServer:
         if self._closing.is_set() and self._ctx.closed:
             return
         self._closing.set()
+        with self._lock:
+            if self._ring is not None:
+                self._ring.close()
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._active > 0 and time.monotonic() < deadline:
@@ -819,19 +791,8 @@ class ReplayMemoryServer:
                 f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
 
 
-def _gather(parts, out: dict) -> None:
-    """Copies the rows `parts` ([(cache, rows)]) names into `out`'s arrays, in order.
-    Raises ValueError (from _core.gather_rows, before the first copy) when they do not fit."""
-    names, dsts = list(out), list(out.values())
-    off = 0
-    for cache, rows in parts:
-        _core.gather_rows([cache.values[name] for name in names], rows, dsts, off)
-        off += len(rows)
-
-
-def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional[dict]:
-    """The arrays of `batch` by cache entry name when it has every entry of `spec`, each an
-    array of `n` rows, else None. Dtype, row shape and layout are left to _gather's checks."""
+def _as_outputs(batch: Optional[CacheBatch]) -> Optional[dict]:
+    """The arrays of `batch` by cache entry name (to be filled in place), or None."""
     if batch is None:
         return None
     arrays = {"weight": batch.weight, "prob": batch.prob, "done": batch.done, "id": batch.id,
@@ -840,12 +801,6 @@ def _reusable(batch: Optional[CacheBatch], spec: codec.Spec, n: int) -> Optional
     for k, f in enumerate(FIELDS):
         arrays[f"prev/{f}"] = batch.prev[k]
         arrays[f"next/{f}"] = batch.next[k]
-    arrays = {name: a for name, a in arrays.items() if a is not None}
-    if arrays.keys() != spec.arrays.keys():
-        return None
-    for a in arrays.values():
-        if not isinstance(a, np.ndarray) or a.shape[:1] != (n,):
-            return None
     return arrays
 
 

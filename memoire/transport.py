@@ -9,6 +9,7 @@ second thread waits instead of corrupting it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -18,8 +19,9 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from memoire import codec
+from memoire import _core, codec
 
+log = logging.getLogger("memoire.transport")
 DEFAULT_TIMEOUT = 5.0  # seconds a request waits for its reply
 DEFAULT_RETRIES = 3  # resends after the first attempt
 LOOPBACK = "127.0.0.1"
@@ -215,3 +217,38 @@ class RequestChannel:
             if self._sock is not None:
                 self._sock.close(0)
                 self._sock = None
+
+
+_native: Optional[bool] = None
+
+
+def native_libzmq() -> bool:
+    """Whether memoire's native message paths (a server receiving caches, a client sending
+    them: C++ loops without the GIL) can use the libzmq that pyzmq loaded. Found once per
+    process in its memory map; ``MEMOIRE_NATIVE_ZMQ=0`` turns the native paths off (the pure
+    pyzmq paths do the same work, slower)."""
+    global _native
+    if _native is None:
+        _native = False
+        if os.environ.get("MEMOIRE_NATIVE_ZMQ", "1") != "0":
+            path = _loaded_libzmq()
+            why = "pyzmq's libzmq is not a shared library here" if path is None else \
+                _core.attach_libzmq(path)
+            _native = why is None
+            if why is not None:
+                log.info("native message paths off: %s", why)
+    return _native
+
+
+def _loaded_libzmq() -> Optional[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:  # not Linux
+        return None
+    for line in lines:
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if os.path.basename(path).startswith("libzmq") and ".so" in path:
+            return path
+    return None
+

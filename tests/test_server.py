@@ -265,3 +265,86 @@ def test_get_batch_out_is_filled_in_place_or_replaced_when_it_no_longer_fits(ser
         np.testing.assert_array_equal(again.prev[0], kept)
         smaller = srv.get_batch(4, timeout=5, out=fresh)
         assert len(smaller) == 4 and smaller.prev[0] is not fresh.prev[0]
+
+
+def test_a_cache_of_another_layout_is_rejected_and_the_held_caches_stay(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        assert c.push_cache() == 0
+        srv.get_batch(1, timeout=5)  # the first cache is held
+        prev, nxt, w, p, d, i = c.rem._sample(7)  # 7 rows where the server expects 8
+        values = {f"{side}/{f}": x for side, xs in (("prev", prev), ("next", nxt))
+                  for f, x in zip(("s", "a", "r", "p", "v", "q", "i"), xs) if x is not None}
+        values.update({"weight": w, "prob": p, "done": d, "id": i,
+                       "uuid": np.array(1, np.uint64), "num_sampleable": np.array(1, np.int64),
+                       "total_weight": np.array(1.0)})
+        assert c._send(codec.encode(Msg.CACHE, values))
+        deadline = time.monotonic() + 10
+        while srv.stats()["rejected"].get("malformed", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stats = srv.stats()
+        assert stats["rejected"]["malformed"] == 1
+        assert stats["caches"] == 1 and stats["caches_held"] == 1
+        assert len(srv.get_batch(7)) == 7  # the rest of the first cache
+
+
+def test_get_batch_waits_for_a_cache_pushed_meanwhile(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        pusher = threading.Timer(0.2, c.push_cache)
+        pusher.start()
+        try:
+            b = srv.get_batch(8, timeout=30)
+        finally:
+            pusher.join()
+        assert len(b) == 8 and (b.uuid == c.uuid).all()
+
+
+def test_settings_changed_while_the_worker_waits_take_effect_for_the_next_cache(server):
+    srv, ep = server
+    for cache_size in (4, 6, 3):
+        time.sleep(0.15)  # the PULL worker is waiting for a message on the old layout
+        srv.rem.cache_size = cache_size
+        with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+            _fill(c.rem)
+            assert c.push_cache() == 0
+            b = srv.get_batch(cache_size, timeout=10)
+            assert b.weight.shape == (cache_size,) and (b.uuid == c.uuid).all()
+
+
+NATIVE_OFF = """
+import numpy as np
+from memoire import ReplayMemoryClient, ReplayMemoryServer, transport
+T = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
+     np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+     np.zeros([0], np.uint8))
+with ReplayMemoryServer(*T, 100, None, n_caches=2) as srv:
+    srv.rem.cache_size = 8
+    ep = srv.start()
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"]) as c:
+        c.rem.new_episode()
+        c.rem.add_entries(np.ones((10, 4), np.float32), np.zeros(10, np.int64),
+                          np.ones(10, np.float32), np.ones(10, np.float32),
+                          np.zeros(10, np.float32), np.zeros((10, 0), np.uint8),
+                          np.ones(10, np.float32))
+        c.rem.close_episode()
+        assert c.push_cache() == 0
+        b = srv.get_batch(8, timeout=10)
+        assert (b.prev[0] == 1).all() and (b.uuid == c.uuid).all()
+print("native", transport.native_libzmq())
+"""
+
+
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, MEMOIRE_NATIVE_ZMQ=setting)
+    out = subprocess.run([sys.executable, "-c", NATIVE_OFF], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # On Linux with pyzmq's wheel (libzmq as a shared library) the native path is found.
+    assert f"native {setting == '1'}" in out.stdout

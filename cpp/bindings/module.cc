@@ -11,7 +11,7 @@ void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
 void BindCodec(py::module_& m);
-void BindGather(py::module_& m);
+void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 }  // namespace memoire
 
@@ -24,6 +24,6 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindTransitionStore(m);
   memoire::BindCircularBuffer(m);
   memoire::BindCodec(m);
-  memoire::BindGather(m);
+  memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
 }

@@ -2,9 +2,10 @@
 
 memoire: each actor fills a local memory through ReplayMemoryClient and calls push_cache() in
 a loop; the learner's ReplayMemoryServer receives the caches and the learner draws them with
-get_batch(cache_size), counting rows. raw pyzmq: each actor sends the same arrays (one cache's
-frames, copy=False) on a PUSH socket and the learner receives them on PULL, doing nothing
-else: the ceiling of the transport for the same bytes.
+get_batch(cache_size), counting rows. raw pyzmq: each actor sends exactly the frames of one of
+memoire's cache messages (header and arrays, copy=False) on a PUSH socket, again and again,
+and the learner receives them on PULL, doing nothing else: the ceiling of the transport for
+the same bytes.
 
 Both sets of actors start once per actor count and wait on their own event; the timing
 alternates between the two systems (a warm-up, a timed window, a drain), several repetitions,
@@ -64,11 +65,12 @@ def _raw_actor(endpoint, shape, dtype, go, stop, ready):
     import zmq
 
     from memoire import ReplayMemory
+    from memoire.client import cache_message
 
     rem = ReplayMemory(*_templates(shape, dtype), CAPACITY)
+    rem.cache_size = CACHE_SIZE
     _fill(rem, shape, dtype)
-    prev, nxt, w, p, d, i = rem._sample(CACHE_SIZE)  # the arrays one cache carries
-    frames = [b"x" * 32] + [a for a in prev + nxt] + [w, p, d, i]
+    frames = cache_message(rem, 1)  # exactly the frames of one of memoire's caches
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.sndhwm = 64

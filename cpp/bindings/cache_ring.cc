@@ -1,0 +1,308 @@
+// Binds core/cache_ring.h for the server's cache mode (memoire/server.py): a received CACHE
+// message goes in with one call (its header checked natively, its frames held, not copied) and
+// a batch comes out with one call (rows gathered with the GIL released).
+#include "core/cache_ring.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bindings/common.h"
+#include "bindings/libzmq.h"
+#include "core/codec.h"
+
+namespace memoire {
+namespace {
+
+// The 0-d values of a cache message, after its columns in the wire spec.
+constexpr const char* kScalarNames[3] = {"uuid", "num_sampleable", "total_weight"};
+const DType kScalarTypes[3] = {DType::kUInt64, DType::kInt64, DType::kFloat64};
+
+using Columns = std::vector<std::tuple<std::string, py::object, std::vector<int64_t>>>;
+
+class PyCacheRing {
+ public:
+  PyCacheRing(const Columns& columns, int64_t cache_size, int64_t n_caches, uint64_t seed,
+              uint64_t max_payload_bytes)
+      : n_caches_(n_caches), rng_(seed) {
+    if (n_caches < 1) throw py::value_error("n_caches: expected >= 1, got " + std::to_string(n_caches));
+    limits_.max_payload_bytes = max_payload_bytes;
+    Relayout(columns, cache_size);
+  }
+
+  // Starts over with another layout (the settings changed): held caches are dropped, and a
+  // get_batch waiting on the old layout goes on waiting on the new one.
+  void Relayout(const Columns& columns, int64_t cache_size) {
+    if (cache_size < 1) throw py::value_error("cache_size: expected >= 1, got " + std::to_string(cache_size));
+    auto next = std::make_shared<Layout>();
+    std::vector<Field> fields;
+    for (const auto& [name, dtype, shape] : columns)
+      fields.push_back({name, FromNumpy(py::dtype::from_args(dtype), name), shape});
+    for (const Field& f : fields) {
+      std::vector<int64_t> shape{cache_size};
+      shape.insert(shape.end(), f.shape.begin(), f.shape.end());
+      next->spec.push_back({f.name, f.dtype, shape, false});
+    }
+    for (int k = 0; k < 3; ++k) next->spec.push_back({kScalarNames[k], kScalarTypes[k], {}, false});
+    std::shared_ptr<Layout> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      next->ring = std::make_shared<CacheRing>(std::move(fields), cache_size, n_caches_, rng_.Next());
+      old = std::move(current_);
+      current_ = std::move(next);
+    }
+    if (old) old->ring->Close();  // wakes its waiters, who move to the new layout
+  }
+
+  // Checks a CACHE message's frames against the ring's layout and holds them (Python frames).
+  void Insert(const py::list& frames) {
+    const size_t n_frames = frames.size();
+    std::vector<const uint8_t*> data(n_frames);
+    std::vector<uint64_t> sizes(n_frames);
+    for (size_t i = 0; i < n_frames; ++i) {
+      // The bytes stay put while the frame object lives (held below), so the view can go.
+      Py_buffer view;
+      if (PyObject_GetBuffer(frames[i].ptr(), &view, PyBUF_SIMPLE) != 0) {
+        PyErr_Clear();
+        ThrowIfError(Error(Code::kDataLoss, "frame ", i, " is not a contiguous bytes-like object"));
+      }
+      data[i] = static_cast<const uint8_t*>(view.buf);
+      sizes[i] = static_cast<uint64_t>(view.len);
+      PyBuffer_Release(&view);
+    }
+    // The frames stay alive while the ring or a batch being gathered uses them; the last user
+    // may be a thread without the GIL.
+    auto* keep = new py::object(frames);
+    std::shared_ptr<const void> owner(keep, [](const void* p) {
+      py::gil_scoped_acquire gil;
+      delete static_cast<const py::object*>(p);
+    });
+    ThrowIfError(InsertFrames(data.data(), sizes.data(), n_frames, std::move(owner)));
+  }
+
+  // Receives from a PULL socket (pyzmq's `Socket.underlying`) with the GIL released: waits up
+  // to timeout_ms for a message, then takes what is queued, up to max_messages. Caches go into
+  // the ring; the first other message (or a cache that does not fit) stops the call and is
+  // handed back. Returns (caches held, frames of that message or None).
+  py::tuple Receive(uintptr_t socket, int timeout_ms, int max_messages) {
+    if (!libzmq::Attached()) throw std::runtime_error("receive: libzmq is not attached");
+    int64_t held = 0;
+    std::shared_ptr<libzmq::Frames> other;
+    std::string error;
+    {
+      py::gil_scoped_release release;
+      for (int k = 0; k < max_messages; ++k) {
+        auto frames = std::make_shared<libzmq::Frames>();
+        const int rc = libzmq::Receive(reinterpret_cast<void*>(socket), k == 0 ? timeout_ms : 0,
+                                       frames.get());
+        if (rc <= 0) {
+          if (rc < 0) error = libzmq::LastError();
+          break;
+        }
+        uint16_t version = 0;
+        uint8_t type = 0;
+        if (!codec::PeekVersion(frames->data(0), frames->bytes(0), &version, &type) ||
+            version != codec::kWireVersion || type != static_cast<uint8_t>(codec::MsgType::kCache)) {
+          other = std::move(frames);
+          break;
+        }
+        const size_t n = frames->size();
+        std::vector<const uint8_t*> data(n);
+        std::vector<uint64_t> sizes(n);
+        for (size_t i = 0; i < n; ++i) {
+          data[i] = frames->data(i);
+          sizes[i] = frames->bytes(i);
+        }
+        // A cache that does not fit goes back too: the settings may have changed since this
+        // call began, which the Python side applies before it checks the cache again.
+        if (!InsertFrames(data.data(), sizes.data(), n, frames).ok()) {
+          other = std::move(frames);
+          break;
+        }
+        ++held;
+      }
+    }
+    if (!error.empty()) throw std::runtime_error("receive: " + error);
+    py::object got = py::none();
+    if (other) {
+      py::list frames;
+      auto* keep = new std::shared_ptr<libzmq::Frames>(other);
+      py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<libzmq::Frames>*>(p); });
+      for (size_t i = 0; i < other->size(); ++i)  // read-only views of libzmq's messages
+        frames.append(py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(other->bytes(i))},
+                                {}, other->data(i), owner));
+      for (auto item : frames) py::detail::array_proxy(item.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+      got = std::move(frames);
+    }
+    return py::make_tuple(held, got);
+  }
+
+  // {name: array} of n rows: one array per column (dtype[n, *row_shape]) and uuid,
+  // num_sampleable and total_weight per row.
+  py::dict GetBatch(int64_t n, bool reuse, double timeout, const py::object& out) {
+    if (n < 1) throw py::value_error("batch_size: expected >= 1, got " + std::to_string(n));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout));
+    while (true) {
+      std::shared_ptr<Layout> layout = Current();
+      const std::vector<Field>& columns = layout->ring->columns();
+      const size_t k = columns.size();
+      std::vector<py::array> arrays = Outputs(columns, n, out);
+      std::vector<uint8_t*> cols;
+      for (size_t c = 0; c < k; ++c) cols.push_back(static_cast<uint8_t*>(arrays[c].mutable_data()));
+      auto* uuid = static_cast<uint64_t*>(arrays[k].mutable_data());
+      auto* ns = static_cast<int64_t*>(arrays[k + 1].mutable_data());
+      auto* tw = static_cast<double*>(arrays[k + 2].mutable_data());
+      std::vector<CacheRing::Part> parts;
+      bool relaid = false;
+      Status s;
+      {
+        py::gil_scoped_release release;
+        const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        s = layout->ring->Take(n, reuse, std::max(0.0, left), &parts);
+        if (s.ok()) layout->ring->Gather(parts, cols.data(), uuid, ns, tw);
+        parts.clear();  // the last reference to an evicted cache may go here (its owner takes the GIL)
+        relaid = !s.ok() && Current() != layout;
+      }
+      if (relaid && std::chrono::steady_clock::now() < deadline) continue;
+      ThrowIfError(s);
+      py::dict result;
+      for (size_t i = 0; i < k; ++i) result[py::str(columns[i].name)] = arrays[i];
+      for (int j = 0; j < 3; ++j) result[kScalarNames[j]] = arrays[k + j];
+      return result;
+    }
+  }
+
+  void Close() { Current()->ring->Close(); }
+  int64_t held() { return Current()->ring->held(); }
+  int64_t unused_rows() { return Current()->ring->unused_rows(); }
+
+ private:
+  struct Layout {
+    std::shared_ptr<CacheRing> ring;
+    std::vector<codec::ArraySpec> spec;  // of a cache message
+  };
+
+  std::shared_ptr<Layout> Current() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return current_;
+  }
+
+  // Checks a CACHE message (header frame, then data frames) and holds it. No Python.
+  Status InsertFrames(const uint8_t* const* data, const uint64_t* sizes, size_t n_frames,
+                      std::shared_ptr<const void> owner) {
+    if (n_frames == 0) return Error(Code::kDataLoss, "empty message (no header frame)");
+    codec::Message msg;
+    MEMOIRE_RETURN_IF_ERROR(codec::DecodeHeader(data[0], sizes[0], sizes + 1, n_frames - 1, limits_, &msg));
+    if (msg.type != codec::MsgType::kCache)
+      return Error(Code::kDataLoss, "expected a cache message, got ",
+                   codec::MsgTypeName(static_cast<uint8_t>(msg.type)));
+    std::shared_ptr<Layout> layout = Current();
+    const std::vector<Field>& columns = layout->ring->columns();
+    int64_t batch = -1;
+    MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(msg, layout->spec, /*allow_extra=*/false, &batch));
+    auto cache = std::make_shared<CacheRing::Cache>();
+    cache->columns.assign(columns.size(), nullptr);
+    const uint8_t* scalars[3] = {nullptr, nullptr, nullptr};
+    for (const codec::Entry& e : msg.entries) {  // the check proved every spec entry present
+      const uint8_t* p = data[1 + e.frame];
+      for (size_t c = 0; c < columns.size(); ++c)
+        if (e.name == columns[c].name) cache->columns[c] = p;
+      for (int k = 0; k < 3; ++k)
+        if (e.name == kScalarNames[k]) scalars[k] = p;
+    }
+    std::memcpy(&cache->uuid, scalars[0], 8);
+    std::memcpy(&cache->num_sampleable, scalars[1], 8);
+    std::memcpy(&cache->total_weight, scalars[2], 8);
+    cache->owner = std::move(owner);
+    layout->ring->Insert(std::move(cache));
+    return Status::OK();
+  }
+
+  // The arrays of `out` ({name: array}) when every one still fits n rows, else new ones.
+  static std::vector<py::array> Outputs(const std::vector<Field>& columns, int64_t n,
+                                        const py::object& out) {
+    const size_t k = columns.size();
+    auto field = [&](size_t i) -> Field {
+      return i < k ? columns[i] : Field{kScalarNames[i - k], kScalarTypes[i - k], {}};
+    };
+    std::vector<py::array> arrays;
+    if (py::isinstance<py::dict>(out)) {
+      py::dict given = out;
+      for (size_t i = 0; i < k + 3; ++i) {
+        const Field f = field(i);
+        py::object a = given.attr("get")(f.name);
+        if (!py::isinstance<py::array>(a)) break;
+        py::array arr = a;
+        std::vector<int64_t> want{n};
+        want.insert(want.end(), f.shape.begin(), f.shape.end());
+        if (!arr.writeable() || !(arr.flags() & py::array::c_style) || ShapeOf(arr) != want ||
+            !arr.dtype().equal(ToNumpy(f.dtype)))
+          break;
+        arrays.push_back(std::move(arr));
+      }
+      if (arrays.size() == k + 3) return arrays;
+      arrays.clear();
+    }
+    for (size_t i = 0; i < k + 3; ++i) arrays.push_back(NewArray(field(i), {n}));
+    return arrays;
+  }
+
+  const int64_t n_caches_;
+  codec::Limits limits_;
+  std::mutex mu_;
+  std::shared_ptr<Layout> current_;
+  Rng rng_;  // seeds each layout's ring
+};
+
+}  // namespace
+
+void BindCacheRing(py::module_& m) {
+  m.def("attach_libzmq", [](const std::string& path) -> py::object {
+    std::string error;
+    if (libzmq::Attach(path, &error)) return py::none();
+    return py::str(error);
+  }, py::arg("path"), "Binds the libzmq that pyzmq loaded (its file path) for the native paths; "
+                      "returns None, or why it could not.");
+
+  py::class_<PyCacheRing>(m, "CacheRing", R"doc(
+The caches a server holds in cache mode (core/cache_ring.h): the newest n_caches received
+CACHE messages, held without copying, and batches gathered from them.
+
+columns: [(name, dtype, row_shape)] of the per-row arrays of a cache, in wire order; a cache
+message carries each as dtype[cache_size, *row_shape], plus 0-d uuid (uint64),
+num_sampleable (int64) and total_weight (float64).
+)doc")
+      .def(py::init<const Columns&, int64_t, int64_t, uint64_t, uint64_t>(),
+           py::arg("columns"), py::arg("cache_size"), py::arg("n_caches"), py::arg("seed"),
+           py::arg("max_payload_bytes") = uint64_t(1) << 32)
+      .def("insert", &PyCacheRing::Insert, py::arg("frames"), R"doc(
+Checks the frames of a CACHE message (header, then data frames; bytes-like objects such as
+zmq.Frame) against the layout and holds them, evicting the oldest cache when n_caches are
+held. Raises ProtocolError (holding nothing) when they do not match.)doc")
+      .def("receive", &PyCacheRing::Receive, py::arg("socket"), py::arg("timeout_ms"),
+           py::arg("max_messages") = 256, R"doc(
+Receives from a PULL socket (its `underlying` address; requires attach_libzmq) with the GIL
+released: waits up to timeout_ms for a message, then takes what is queued (up to
+max_messages). Caches go into the ring. Returns (caches held, frames of the first message it
+did not hold -- another kind, or a cache that does not fit -- as read-only uint8 arrays, or
+None). Raises RuntimeError on a socket error.)doc")
+      .def("get_batch", &PyCacheRing::GetBatch, py::arg("n"), py::arg("reuse"),
+           py::arg("timeout"), py::arg("out") = py::none(), R"doc(
+{name: array} of n rows: one array per column (dtype[n, *row_shape]) and uuid,
+num_sampleable, total_weight per row. Without reuse each row is used once, oldest cache
+first, in a random order per cache; with reuse rows are drawn uniformly with replacement.
+Waits up to `timeout` seconds (GIL released) for enough rows. `out`: a dict returned
+before, filled in place when every array still fits, else ignored. Raises RuntimeError (taking nothing) when there are too few
+rows, ValueError when n < 1.)doc")
+      .def("relayout", &PyCacheRing::Relayout, py::arg("columns"), py::arg("cache_size"),
+           "Starts over with another layout (settings changed): held caches are dropped; a "
+           "waiting get_batch waits on for the new layout.")
+      .def("close", &PyCacheRing::Close,
+           "Wakes every waiting get_batch, which then raises; later ones raise at once.")
+      .def_property_readonly("held", &PyCacheRing::held)
+      .def_property_readonly("unused_rows", &PyCacheRing::unused_rows);
+}
+
+}  // namespace memoire

@@ -1,0 +1,66 @@
+// pyzmq's own libzmq, reached from C++ so that hot message paths (a cache received by the
+// server, a cache sent by a client) run without the GIL and without a Python object per frame.
+//
+// memoire does not link libzmq: Attach() binds to the copy pyzmq has already loaded (its path
+// comes from Python), so the socket handles pyzmq hands out (`Socket.underlying`) are valid
+// here. Only the stable C API of libzmq 4 is used. When Attach() fails, memoire stays on its
+// pure-pyzmq path.
+//
+// Thread safety: a socket is used by one thread at a time, as libzmq requires; the functions
+// here never take the GIL.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memoire {
+namespace libzmq {
+
+// libzmq's zmq_msg_t: 64 opaque bytes, pointer-aligned.
+struct alignas(sizeof(void*)) Msg {
+  unsigned char opaque[64];
+};
+
+// True once the library at `path` (already loaded by pyzmq) is bound; *error says why not.
+bool Attach(const std::string& path, std::string* error);
+bool Attached();
+
+// A received multipart message; frames are closed on destruction.
+class Frames {
+ public:
+  Frames() = default;
+  Frames(const Frames&) = delete;
+  Frames& operator=(const Frames&) = delete;
+  ~Frames();
+  size_t size() const { return msgs_.size(); }
+  const uint8_t* data(size_t i) const;
+  size_t bytes(size_t i) const;
+
+ private:
+  friend int Receive(void* socket, int timeout_ms, Frames* out);
+  std::vector<Msg*> msgs_;
+};
+
+// Waits up to timeout_ms (0: no wait) for a message on `socket` and receives all of its frames.
+// Returns 1 when one was received, 0 when none came in time, -1 on a socket error (errno text
+// in the log of the caller).
+int Receive(void* socket, int timeout_ms, Frames* out);
+
+// Sends frames as one multipart message, waiting up to timeout_ms for room. Small frames are
+// copied into libzmq's messages; large ones are sent without a copy, `keep` holding their bytes
+// alive until libzmq's I/O thread lets go (so `keep` must not need the GIL to be released).
+// Returns false when the message could not be queued in time (nothing was sent).
+struct OutFrame {
+  const void* data;
+  size_t bytes;
+};
+bool Send(void* socket, const std::vector<OutFrame>& frames, int timeout_ms,
+          const std::shared_ptr<const void>& keep);
+
+std::string LastError();
+
+}  // namespace libzmq
+}  // namespace memoire
