@@ -448,22 +448,32 @@ class ReplayMemoryServer:
         self._serve(socks, step)
 
     def _native_pull_loop(self, sock: zmq.Socket) -> None:
-        """The PULL worker's loop in C++: caches go from libzmq into the ring without the GIL;
-        other messages come back here."""
+        """The PULL worker's loop in C++: caches go from libzmq into the ring, episode chunks
+        into the central ingest, without the GIL; other messages come back here. One of the
+        two receives the socket at a time: the one for the kind of message last seen."""
         address = sock.underlying
+        central = False
 
         def step():
-            with self._lock:
-                ring = self._ring_for_settings()
+            nonlocal central
             try:
-                held, frames = ring.receive(address, POLL_MS)
+                if central:
+                    episodes, rows, rejected, frames = self._chunks.receive(address, POLL_MS)
+                    self._chunks_taken(episodes, rows, rejected)
+                else:
+                    with self._lock:
+                        ring = self._ring_for_settings()
+                    held, frames = ring.receive(address, POLL_MS)
+                    if held:
+                        self._count("caches", held)
             except RuntimeError as e:  # a socket error: say so, do not spin on it
                 self._reject("internal", f"pull worker: {e}")
                 time.sleep(POLL_MS / 1000)
                 return
-            if held:
-                self._count("caches", held)
             if frames is not None:
+                kind = _core.peek_header(frames[0]) if frames else None
+                if kind in ((codec.WIRE_VERSION, Msg.CHUNK), (codec.WIRE_VERSION, Msg.CACHE)):
+                    central = kind[1] == Msg.CHUNK
                 self._guarded(self._handle_pull, "pull worker", sock, frames)
         self._serve([sock], step)
 
@@ -720,16 +730,23 @@ class ReplayMemoryServer:
 
     def _chunk_done(self, outcome: int, rows: int, reason: Optional[str], count: int,
                     detail: Optional[str]) -> None:
-        """Accounts for one chunk _core.ChunkIngest took: a stored episode wakes wait_rows_in;
-        a rejection (counted natively, by reason) is logged, sparsely under a flood."""
+        """Accounts for one chunk _core.ChunkIngest.ingest took."""
         if outcome == _COMMITTED:
-            if rows:
-                with self._cond:
-                    self._stats["episodes_in"] += 1
-                    self._stats["steps_in"] += rows
-                    self._cond.notify_all()
-        elif reason is not None and (count <= 10 or count % 1000 == 0):
-            log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
+            self._chunks_taken(1 if rows else 0, rows, ())
+        elif reason is not None:
+            self._chunks_taken(0, 0, ((reason, count, detail),))
+
+    def _chunks_taken(self, episodes: int, rows: int, rejected) -> None:
+        """Stored episodes wake wait_rows_in; rejections (counted natively, by reason) are
+        logged, sparsely under a flood."""
+        if episodes:
+            with self._cond:
+                self._stats["episodes_in"] += episodes
+                self._stats["steps_in"] += rows
+                self._cond.notify_all()
+        for reason, count, detail in rejected:
+            if count <= 10 or count % 1000 == 0:
+                log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
 
     def sample(self, batch_size: int) -> Batch:
         """A batch from the server's memory (central mode): see

@@ -170,3 +170,72 @@ def test_server_counts_rejected_chunks_and_keeps_serving():
         assert srv.max_streams == 3
         push.close()
         ctx.term()
+
+
+def test_native_receive_takes_chunks_and_hands_back_other_messages():
+    from memoire import transport
+
+    assert transport.native_libzmq()  # Linux, pyzmq's wheel: libzmq is a shared library
+    rng = np.random.default_rng(4)
+    mem, local = ReplayMemory(*TEMPLATES, 100), ReplayMemory(*TEMPLATES, 100)
+    ingest = _core.ChunkIngest(mem)
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.linger = push.linger = 0
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        e1 = rows(rng, 6)
+        a, b = split(e1, 4)
+        push.send_multipart(chunk(1, 1, 0, a))
+        push.send_multipart(chunk(1, 1, 2, b, CLOSE))  # skips index 1: the episode is dropped
+        push.send_multipart(chunk(2, 1, 0, e1, CLOSE))
+        push.send_multipart(codec.encode(Msg.LOG, {"uuid": 2, "message": "hi"}))
+        push.send_multipart(chunk(2, 2, 0, e1, CLOSE))  # after the log: the next call's
+        got, deadline = [], time.monotonic() + 10
+        while sum(g[0] for g in got) < 2 and time.monotonic() < deadline:
+            got.append(ingest.receive(pull.underlying, 100))
+        episodes, stored, rejected, other = (sum(g[0] for g in got), sum(g[1] for g in got),
+                                             [r for g in got for r in g[2]],
+                                             [g[3] for g in got if g[3] is not None])
+        assert (episodes, stored) == (2, 12)
+        assert [r[0] for r in rejected] == ["out_of_order_chunk"] and "episode 1" in rejected[0][2]
+        assert len(other) == 1 and codec.decode(other[0]).values["message"] == "hi"
+        assert not other[0][0].flags.writeable
+        for _ in range(2):
+            local.new_episode()
+            local.add_entries(*e1)
+            local.close_episode()
+        assert_same_memory(mem, local)
+        assert ingest.counters()["frames_held"] == 0
+        assert ingest.receive(pull.underlying, 0) == (0, 0, [], None)  # nothing queued
+    finally:
+        push.close()
+        pull.close()
+        ctx.term()
+
+
+def test_one_server_takes_caches_and_chunks_mixed():
+    rng = np.random.default_rng(5)
+    with ReplayMemoryServer(*TEMPLATES, 200, None, n_caches=8, seed=2) as srv:
+        srv.rem.cache_size = 4
+        ep = srv.start()
+        with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as cache_actor, \
+                ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central", chunk_size=3,
+                                   timeout=5) as central_actor:
+            cache_actor.rem.new_episode()
+            cache_actor.rem.add_entries(*rows(rng, 10))
+            cache_actor.rem.close_episode()
+            for k in range(6):  # the worker's native receive switches with the traffic
+                assert cache_actor.push_cache() == 0
+                central_actor.new_episode()
+                central_actor.add_entries(*rows(rng, 5))
+                central_actor.close_episode()
+            assert srv.wait_rows_in(30, timeout=10)
+            deadline = time.monotonic() + 10
+            while srv.total_caches < 6 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        s = srv.stats()
+        assert s["caches"] == 6 and s["episodes_in"] == 6 and s["memory_size"] == 30
+        assert s["rejected_total"] == 0 and s["open_streams"] == 0
+        assert len(srv.get_batch(4)) == 4 and len(srv.sample(4)) == 4
