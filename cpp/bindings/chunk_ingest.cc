@@ -100,8 +100,9 @@ class PyChunkIngest {
 
   // The PULL worker's loop body with the GIL released: waits up to timeout_ms for a message on
   // `socket` (pyzmq's Socket.underlying; requires attach_libzmq), then takes what is queued,
-  // up to max_messages; chunks go straight from libzmq into the ingest. The first other
-  // message stops the call and comes back as read-only uint8 arrays.
+  // up to max_messages; chunks go straight from libzmq into the ingest. A stored episode stops
+  // the call (so that the server's counters, which a learner may pace itself by, follow at
+  // once), and so does the first other message, which comes back as read-only uint8 arrays.
   // Returns (episodes stored, rows stored, [(reason, reason_count, detail)] of rejected
   // chunks, frames of the other message or None).
   py::tuple Receive(uintptr_t socket, int timeout_ms, int max_messages) {
@@ -132,6 +133,7 @@ class PyChunkIngest {
         if (r.outcome == ChunkIngest::Outcome::kCommitted && r.rows > 0) {
           ++episodes;
           rows += r.rows;
+          break;  // a stored episode is reported at once (wait_rows_in, the learner's pace)
         } else if (r.outcome == ChunkIngest::Outcome::kRejected) {
           rejected.push_back(std::move(r));
         }
@@ -226,9 +228,10 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
         py::arg("max_messages") = 64,
         "Receives from a PULL socket (its `underlying` address; requires attach_libzmq) with "
         "the GIL released: waits up to timeout_ms for a message, then takes what is queued (up "
-        "to max_messages); chunks are ingested as by ingest(). The first other message stops "
-        "the call. Returns (episodes stored, rows stored, [(reason, reason_count, detail)] of "
-        "rejected chunks, frames of the other message as read-only uint8 arrays or None). "
+        "to max_messages); chunks are ingested as by ingest(). A stored episode or the first "
+        "other message stops the call. Returns (episodes stored, rows stored, "
+        "[(reason, reason_count, detail)] of rejected chunks, frames of the other message as "
+        "read-only uint8 arrays or None). "
         "Raises RuntimeError on a socket error.");
   c.def("counters", &PyChunkIngest::Counters,
         "{'chunks', 'open_streams', 'rejected': {reason: count}, 'frames_held'}.");
