@@ -32,9 +32,9 @@ from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, ReplayMemory
 from memoire.remote import request
 from memoire.server import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
-                            SETTINGS)
+                            SETTINGS, cache_spec)
 from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
-                               open_socket)
+                               native_libzmq, open_socket, publication)
 
 _ROW_FIELDS = tuple(f for f in FIELDS if f != "q")  # what an actor adds: s, a, r, p, v, i
 _SNDMORE = int(zmq.SNDMORE)
@@ -132,6 +132,8 @@ class ReplayMemoryClient:
         self._stream_steps = 0
         self._schema = None
         self._small = None  # (schema, whether its chunks are small): see _small_chunks
+        self._header_key = None
+        self._header = b""
         self._max_step = max_step
         self.sync_sizes(max_step)
 
@@ -177,6 +179,7 @@ class ReplayMemoryClient:
         rem.uuid = self.uuid & 0xFFFFFFFFFFFFFFFF
         self._rem = rem
         self._schema = schema
+        self._header_key = None  # the schema may differ (a restarted server)
         self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
 
     # ------------------------------------------------------------------ counters and logs
@@ -230,11 +233,29 @@ class ReplayMemoryClient:
           0 when sent; -1 when nothing is sampleable locally or the server could not take it
           within the timeout.
         """
+        rem = self._rem
         try:
-            frames = cache_message(self._rem, self.uuid)
-        except RuntimeError:
+            if native_libzmq():  # sampled into one block and sent from C++, GIL released
+                with self._push_lock:
+                    sent = rem._push_cache(self._push.underlying, self._cache_header(),
+                                           int(rem.cache_size), self.uuid,
+                                           int(self.timeout * 1000))
+                return 0 if sent else -1
+            frames = cache_message(rem, self.uuid)
+        except RuntimeError:  # nothing sampleable
             return -1
         return 0 if self._send(frames) else -1
+
+    def _cache_header(self) -> bytes:
+        """The header of this memory's cache messages (made again when the settings change)."""
+        rem = self._rem
+        key = (int(rem.cache_size), int(rem.frame_stack), rem.cache_flags.tobytes())
+        if key != self._header_key:
+            settings = {"cache_size": key[0], "frame_stack": key[1],
+                        "cache_flags": [bool(x) for x in rem.cache_flags]}
+            self._header = cache_spec(self._schema, settings).header(Msg.CACHE)
+            self._header_key = key
+        return self._header
 
     # ------------------------------------------------------------------ central mode
 
@@ -452,18 +473,9 @@ class ReplayMemoryClient:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise TimeoutError(f"sub_bytes: nothing under {topic!r} within {timeout:g} s")
                     continue
-                frames = self._sub.recv_multipart(copy=False)
-                if len(frames) < 2:
-                    continue
-                try:
-                    msg = codec.decode(frames[1:], max_bytes=self.max_message_bytes,
-                                       expect=(Msg.PUB,))
-                except ProtocolError:
-                    continue  # not from a memoire server: ignore it
-                got = msg.values.get("topic")
-                if got != frames[0].bytes or got not in self._topics:
-                    continue  # prefix matches of other topics
-                self._topics[got].append(msg.values.get("data"))
+                got = publication(self._sub.recv_multipart(copy=False), self.max_message_bytes)
+                if got is not None and got[0] in self._topics:  # not prefix matches of others
+                    self._topics[got[0]].append(got[1])
 
     # ------------------------------------------------------------------ lifetime
 

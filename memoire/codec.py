@@ -271,3 +271,11 @@ class Spec:
         self._native = _core.WireSpec(
             [(name, dtype_code(dt), [int(d) for d in shape], name in optional)
              for name, (dt, shape) in self.arrays.items()], allow_extra)
+
+    def header(self, msg_type: int, flags: int = 0) -> bytes:
+        """The header frame of a message carrying exactly these arrays, in this order (every
+        dimension known: no -1), for senders that write the data frames themselves."""
+        return _core.encode_header(int(msg_type), int(flags),
+                                   [(name, Kind.ARRAY, dtype_code(dt), [int(d) for d in shape])
+                                    for name, (dt, shape) in self.arrays.items()])
+

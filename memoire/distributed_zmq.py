@@ -154,22 +154,17 @@ class _SubParams:
         sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC.encode())
 
     def latest(self):
-        from memoire import codec
+        from memoire.transport import publication
 
         newest = None
         while True:
             try:
-                frames = self._sub.recv_multipart(flags=self._zmq.NOBLOCK, copy=False)
+                got = publication(self._sub.recv_multipart(flags=self._zmq.NOBLOCK, copy=False))
             except self._zmq.Again:
                 return newest
-            try:
-                msg = codec.decode(frames[1:])
-            except ValueError:
+            if got is None or len(got[1]) < _VERSION.size:
                 continue  # not ours or malformed: ignore, never die
-            data = msg.values.get("data")
-            if data is None or len(data) < _VERSION.size:
-                continue
-            data = bytes(data)
+            data = got[1]
             (version,) = _VERSION.unpack_from(data)
             newest = (version, data[_VERSION.size:])
 

@@ -44,7 +44,7 @@ from memoire import _core, codec
 from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, Batch, ReplayMemory
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               native_libzmq, open_socket)
+                               native_libzmq, open_socket, publication_frames)
 
 log = logging.getLogger("memoire.server")
 
@@ -352,7 +352,7 @@ class ReplayMemoryServer:
         data = message if isinstance(message, (bytes, np.ndarray)) else memoryview(message)
         if isinstance(data, np.ndarray):
             data = memoryview(np.ascontiguousarray(data)).cast("B")
-        frames = [t] + codec.encode(Msg.PUB, {"topic": t, "data": data})
+        frames = publication_frames(t, data)
         with self._pub_lock:
             if self._pub is None:
                 raise RuntimeError("pub_bytes: the server is closed")
@@ -695,6 +695,12 @@ class ReplayMemoryServer:
             releases the GIL and ends as soon as the rows are there.
           out: a batch an earlier call returned, to fill in place (no allocation; the same
             arrays come back); ignored when its size or layout no longer fits.
+
+        A batch that is exactly one whole unused cache (``batch_size == cache_size``, no
+        reuse, no fitting `out`) is lent, not copied: its ``prev``/``next``, ``weight``,
+        ``prob``, ``done`` and ``id`` are read-only views of the received message (a
+        stratified draw of the actor's memory, as the actor made it). Any other batch is
+        gathered into fresh (or `out`'s) writeable arrays.
 
         Returns:
           :class:`CacheBatch`: ``prev``/``next`` tuples of 7 arrays

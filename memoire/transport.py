@@ -219,6 +219,29 @@ class RequestChannel:
                 self._sock = None
 
 
+def publication_frames(topic: bytes, data) -> list:
+    """The frames a server publishes for ``pub_bytes(topic, data)``: the topic (ZeroMQ's
+    subscription prefix), then a PUB message repeating it (so prefix matches of other topics
+    can be told apart) with the data."""
+    return [topic] + codec.encode(codec.Msg.PUB, {"topic": topic, "data": data})
+
+
+def publication(frames: Sequence[Any], max_bytes: int = codec.DEFAULT_MAX_BYTES):
+    """``(topic, data)`` (bytes) of frames made by :func:`publication_frames`, or None for
+    anything else: a subscriber ignores what is not a memoire publication, never dies of it."""
+    if len(frames) < 2:
+        return None
+    try:
+        msg = codec.decode(frames[1:], max_bytes=max_bytes, expect=(codec.Msg.PUB,))
+    except codec.ProtocolError:
+        return None
+    topic, data = msg.values.get("topic"), msg.values.get("data")
+    first = frames[0].bytes if hasattr(frames[0], "bytes") else bytes(frames[0])
+    if not isinstance(topic, bytes) or topic != first or not isinstance(data, bytes):
+        return None
+    return topic, data
+
+
 _native: Optional[bool] = None
 
 

@@ -253,18 +253,37 @@ def test_get_batch_out_is_filled_in_place_or_replaced_when_it_no_longer_fits(ser
         _fill(c.rem)
         for _ in range(4):
             assert c.push_cache() == 0
-        first = srv.get_batch(8, timeout=5)
-        again = srv.get_batch(8, timeout=5, out=first)
+        first = srv.get_batch(6, timeout=5)  # part of a cache: copied rows, writeable
+        again = srv.get_batch(6, timeout=5, out=first)
         assert again.prev[0] is first.prev[0] and again.uuid is first.uuid
         assert (again.uuid == c.uuid).all() and (again.num_sampleable == c.rem.num_sampleable).all()
         # A wrong dtype (checked natively) or a wrong size: fresh arrays, the old ones untouched.
-        again.weight = np.zeros(8, np.float64)
+        again.weight = np.zeros(6, np.float64)
         kept = again.prev[0].copy()
-        fresh = srv.get_batch(8, timeout=5, out=again)
+        fresh = srv.get_batch(6, timeout=5, out=again)
         assert fresh.prev[0] is not again.prev[0] and fresh.weight.dtype == np.float32
         np.testing.assert_array_equal(again.prev[0], kept)
         smaller = srv.get_batch(4, timeout=5, out=fresh)
         assert len(smaller) == 4 and smaller.prev[0] is not fresh.prev[0]
+
+
+def test_a_batch_of_one_whole_cache_is_lent_without_a_copy(server):
+    srv, ep = server
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        for _ in range(3):
+            assert c.push_cache() == 0
+        whole = srv.get_batch(8, timeout=5)  # cache_size rows: the first cache as it came
+        assert not whole.prev[0].flags.writeable and not whole.weight.flags.writeable
+        assert whole.uuid.flags.writeable and (whole.uuid == c.uuid).all()
+        np.testing.assert_allclose(whole.prob, whole.weight / c.rem.total_weight, rtol=1e-5)
+        live = ~whole.done  # rows of the stored episodes, in order: s_t+1 follows s_t
+        assert (whole.next[0][live, 0] == whole.prev[0][live, 0] + 1).all()
+        part = srv.get_batch(4, timeout=5)  # part of a cache: copied (in a random order)
+        assert part.prev[0].flags.writeable
+        own = srv.get_batch(8, timeout=5)  # 4 rows of the second cache and 4 of the third
+        assert len(own) == 8
+        assert own.prev[0].flags.writeable
 
 
 def test_a_cache_of_another_layout_is_rejected_and_the_held_caches_stay(server):
@@ -348,3 +367,15 @@ def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
     assert out.returncode == 0, out.stderr
     # On Linux with pyzmq's wheel (libzmq as a shared library) the native path is found.
     assert f"native {setting == '1'}" in out.stdout
+
+
+def test_native_cache_header_equals_the_encoded_one(server):
+    from memoire.client import cache_message
+    srv, ep = server
+    srv.rem.frame_stack = 2
+    srv.rem.cache_flags = [1, 1, 0, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1]
+    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
+        _fill(c.rem)
+        assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])
+        c.rem.cache_size = 5  # a local change makes a new header
+        assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])

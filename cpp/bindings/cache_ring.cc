@@ -130,30 +130,29 @@ class PyCacheRing {
       py::list frames;
       auto* keep = new std::shared_ptr<libzmq::Frames>(other);
       py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<libzmq::Frames>*>(p); });
-      for (size_t i = 0; i < other->size(); ++i)  // read-only views of libzmq's messages
-        frames.append(py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(other->bytes(i))},
-                                {}, other->data(i), owner));
-      for (auto item : frames) py::detail::array_proxy(item.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+      for (size_t i = 0; i < other->size(); ++i)  // views of libzmq's messages
+        frames.append(ReadOnlyView(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(other->bytes(i))},
+                                   other->data(i), owner));
       got = std::move(frames);
     }
     return py::make_tuple(held, got);
   }
 
   // {name: array} of n rows: one array per column (dtype[n, *row_shape]) and uuid,
-  // num_sampleable and total_weight per row.
+  // num_sampleable and total_weight per row. A batch that is one whole cache, when no `out`
+  // fits, is made of read-only views of the received frames (no copy).
   py::dict GetBatch(int64_t n, bool reuse, double timeout, const py::object& out) {
     if (n < 1) throw py::value_error("batch_size: expected >= 1, got " + std::to_string(n));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout));
     while (true) {
       std::shared_ptr<Layout> layout = Current();
-      const std::vector<Field>& columns = layout->ring->columns();
+      const CacheRing& ring = *layout->ring;
+      const std::vector<Field>& columns = ring.columns();
       const size_t k = columns.size();
-      std::vector<py::array> arrays = Outputs(columns, n, out);
-      std::vector<uint8_t*> cols;
-      for (size_t c = 0; c < k; ++c) cols.push_back(static_cast<uint8_t*>(arrays[c].mutable_data()));
-      auto* uuid = static_cast<uint64_t*>(arrays[k].mutable_data());
-      auto* ns = static_cast<int64_t*>(arrays[k + 1].mutable_data());
-      auto* tw = static_cast<double*>(arrays[k + 2].mutable_data());
+      std::vector<py::array> arrays = Given(columns, n, out);
+      // A stratified cache taken whole is a sample as it is; a part of one is not (its rows
+      // come in memory order), so only whole caches are lent without a copy.
+      const bool may_lend = arrays.empty() && !reuse && n == ring.cache_size();
       std::vector<CacheRing::Part> parts;
       bool relaid = false;
       Status s;
@@ -161,15 +160,43 @@ class PyCacheRing {
         py::gil_scoped_release release;
         const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
         s = layout->ring->Take(n, reuse, std::max(0.0, left), &parts);
-        if (s.ok()) layout->ring->Gather(parts, cols.data(), uuid, ns, tw);
-        parts.clear();  // the last reference to an evicted cache may go here (its owner takes the GIL)
         relaid = !s.ok() && Current() != layout;
       }
       if (relaid && std::chrono::steady_clock::now() < deadline) continue;
       ThrowIfError(s);
       py::dict result;
-      for (size_t i = 0; i < k; ++i) result[py::str(columns[i].name)] = arrays[i];
-      for (int j = 0; j < 3; ++j) result[kScalarNames[j]] = arrays[k + j];
+      if (may_lend && parts.size() == 1) {
+        auto* hold = new std::shared_ptr<const CacheRing::Cache>(parts[0].cache);
+        py::capsule owner(hold, [](void* p) { delete static_cast<std::shared_ptr<const CacheRing::Cache>*>(p); });
+        for (size_t c = 0; c < k; ++c) {
+          std::vector<py::ssize_t> shape{n};
+          shape.insert(shape.end(), columns[c].shape.begin(), columns[c].shape.end());
+          result[py::str(columns[c].name)] =
+              ReadOnlyView(ToNumpy(columns[c].dtype), shape, (*hold)->columns[c], owner);
+        }
+        for (size_t c = k; c < k + 3; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
+        parts[0].rows.clear();  // Gather below fills only the per-row cache values
+      } else if (arrays.empty()) {
+        for (size_t c = 0; c < k + 3; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
+      }
+      std::vector<uint8_t*> cols;
+      for (size_t c = 0; c + 3 < arrays.size(); ++c) cols.push_back(static_cast<uint8_t*>(arrays[c].mutable_data()));
+      auto* uuid = static_cast<uint64_t*>(arrays[arrays.size() - 3].mutable_data());
+      auto* ns = static_cast<int64_t*>(arrays[arrays.size() - 2].mutable_data());
+      auto* tw = static_cast<double*>(arrays[arrays.size() - 1].mutable_data());
+      {
+        py::gil_scoped_release release;
+        if (cols.empty()) {  // lent: the cache values of its n rows
+          std::fill(uuid, uuid + n, parts[0].cache->uuid);
+          std::fill(ns, ns + n, parts[0].cache->num_sampleable);
+          std::fill(tw, tw + n, parts[0].cache->total_weight);
+        } else {
+          ring.Gather(parts, cols.data(), uuid, ns, tw);
+        }
+        parts.clear();  // the last reference to an evicted cache may go here (its owner takes the GIL)
+      }
+      for (size_t c = 0; c + 3 < arrays.size(); ++c) result[py::str(columns[c].name)] = arrays[c];
+      for (int j = 0; j < 3; ++j) result[kScalarNames[j]] = arrays[arrays.size() - 3 + j];
       return result;
     }
   }
@@ -220,32 +247,30 @@ class PyCacheRing {
     return Status::OK();
   }
 
-  // The arrays of `out` ({name: array}) when every one still fits n rows, else new ones.
-  static std::vector<py::array> Outputs(const std::vector<Field>& columns, int64_t n,
-                                        const py::object& out) {
+  // Column c of a batch: a cache column, then uuid, num_sampleable and total_weight.
+  static Field Column(const std::vector<Field>& columns, size_t c) {
     const size_t k = columns.size();
-    auto field = [&](size_t i) -> Field {
-      return i < k ? columns[i] : Field{kScalarNames[i - k], kScalarTypes[i - k], {}};
-    };
+    return c < k ? columns[c] : Field{kScalarNames[c - k], kScalarTypes[c - k], {}};
+  }
+
+  // The arrays of `out` ({name: array}) when every one still fits n rows, else none.
+  static std::vector<py::array> Given(const std::vector<Field>& columns, int64_t n,
+                                      const py::object& out) {
     std::vector<py::array> arrays;
-    if (py::isinstance<py::dict>(out)) {
-      py::dict given = out;
-      for (size_t i = 0; i < k + 3; ++i) {
-        const Field f = field(i);
-        py::object a = given.attr("get")(f.name);
-        if (!py::isinstance<py::array>(a)) break;
-        py::array arr = a;
-        std::vector<int64_t> want{n};
-        want.insert(want.end(), f.shape.begin(), f.shape.end());
-        if (!arr.writeable() || !(arr.flags() & py::array::c_style) || ShapeOf(arr) != want ||
-            !arr.dtype().equal(ToNumpy(f.dtype)))
-          break;
-        arrays.push_back(std::move(arr));
-      }
-      if (arrays.size() == k + 3) return arrays;
-      arrays.clear();
+    if (!py::isinstance<py::dict>(out)) return arrays;
+    py::dict given = out;
+    for (size_t c = 0; c < columns.size() + 3; ++c) {
+      const Field f = Column(columns, c);
+      py::object a = given.attr("get")(f.name);
+      if (!py::isinstance<py::array>(a)) return {};
+      py::array arr = a;
+      std::vector<int64_t> want{n};
+      want.insert(want.end(), f.shape.begin(), f.shape.end());
+      if (!arr.writeable() || !(arr.flags() & py::array::c_style) || ShapeOf(arr) != want ||
+          !arr.dtype().equal(ToNumpy(f.dtype)))
+        return {};
+      arrays.push_back(std::move(arr));
     }
-    for (size_t i = 0; i < k + 3; ++i) arrays.push_back(NewArray(field(i), {n}));
     return arrays;
   }
 

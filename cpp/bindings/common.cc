@@ -265,6 +265,21 @@ struct PooledBlock {
 
 }  // namespace
 
+py::array ReadOnlyView(const py::dtype& dtype, const std::vector<py::ssize_t>& shape,
+                       const void* data, const py::handle& owner) {
+  py::array a(dtype, shape, {}, data, owner);
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+std::shared_ptr<uint8_t> PooledBytes(size_t bytes) {
+  const size_t rounded = BufferPool::RoundUp(std::max<size_t>(bytes, 1));
+  void* data = Pool().Take(rounded);
+  if (data == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(data),
+                                  [rounded](uint8_t* p) { Pool().Give(p, rounded); });
+}
+
 py::array NewArray(const Field& f, std::vector<int64_t> leading,
                    const std::vector<int64_t>& trailing_extra) {
   std::vector<py::ssize_t> shape(leading.begin(), leading.end());

@@ -59,6 +59,14 @@ class RowScratch {
 void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& shape,
                  const std::string& what);
 
+// `bytes` (64-byte aligned) from the recycled buffer pool behind NewArray; the block goes back
+// when the last reference drops, from any thread (no GIL needed).
+std::shared_ptr<uint8_t> PooledBytes(size_t bytes);
+
+// A read-only C-contiguous array over `data`, which `owner` keeps alive.
+py::array ReadOnlyView(const py::dtype& dtype, const std::vector<py::ssize_t>& shape,
+                       const void* data, const py::handle& owner);
+
 // A new C-contiguous array of field's dtype with shape leading + field.shape.
 py::array NewArray(const Field& f, std::vector<int64_t> leading, const std::vector<int64_t>& trailing_extra = {});
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "bindings/common.h"
+#include "bindings/libzmq.h"
 
 namespace memoire {
 namespace {
@@ -79,6 +80,53 @@ void AddRows(RM& m, int64_t n, const std::vector<py::handle>& rows, const py::ha
   const float* wp = static_cast<const float*>(scratch.Row(init_w, wf, "init_w"));
   CallReleased([&] { return m.AddEntries(n, ptrs, wp); });
 }
+
+}  // namespace
+
+namespace {
+
+// Where each output of a sample of n transitions lies in one block: 64-byte aligned parts,
+// disabled cache fields left out.
+struct SampleBlock {
+  static constexpr size_t kNone = ~size_t(0);  // a field the cache flags leave out
+  size_t prev[ReplayMemory::kNumFields], next[ReplayMemory::kNumFields];
+  size_t weight = 0, prob = 0, done = 0, id = 0, total = 0;
+
+  SampleBlock(const ReplayMemory& rm, const ReplayMemory::Options& o, int64_t n) {
+    for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
+      const size_t bytes = static_cast<size_t>(n) * o.frame_stack * rm.schema().field(f).bytes();
+      prev[f] = o.cache_flags[f] ? Place(bytes) : kNone;
+      next[f] = o.cache_flags[ReplayMemory::kNumFields + f] ? Place(bytes) : kNone;
+    }
+    weight = Place(n * sizeof(float));
+    prob = Place(n * sizeof(double));
+    done = Place(static_cast<size_t>(n));
+    id = Place(n * sizeof(int64_t));
+  }
+
+  // SampleOut pointing into `base` (64-byte aligned), for the fields the options enable,
+  // sized for the options' frame_stack.
+  ReplayMemory::SampleOut Outputs(uint8_t* base, int frame_stack) const {
+    ReplayMemory::SampleOut out;
+    out.frame_stack = frame_stack;
+    for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
+      out.prev[f] = prev[f] == kNone ? nullptr : base + prev[f];
+      out.next[f] = next[f] == kNone ? nullptr : base + next[f];
+    }
+    out.weight = reinterpret_cast<float*>(base + weight);
+    out.prob = reinterpret_cast<double*>(base + prob);
+    out.done = base + done;
+    out.id = reinterpret_cast<int64_t*>(base + id);
+    return out;
+  }
+
+ private:
+  size_t Place(size_t bytes) {
+    const size_t at = total;
+    total += (bytes + 63) / 64 * 64;
+    return at;
+  }
+};
 
 }  // namespace
 
@@ -185,27 +233,12 @@ void BindReplayMemory(py::module_& m) {
     // before Sample takes the lock, Sample refuses (writing nothing) and we size again.
     for (int attempt = 0;; ++attempt) {
       const RM::Options o = self.options();
-      RM::SampleOut out;
-      out.frame_stack = o.frame_stack;
+      const SampleBlock L(self, o, n);
       // All outputs are views into one allocation: one malloc per batch instead of 18, and
       // (for Atari-sized stacks) no allocator trimming and re-faulting of fresh pages on every
-      // call, which cost more than the copies themselves.
-      size_t total = 0;
-      auto place = [&](size_t bytes) {
-        const size_t at = total;
-        total += (bytes + 63) / 64 * 64;
-        return at;
-      };
-      size_t at_prev[RM::kNumFields], at_next[RM::kNumFields];
-      for (int f = 0; f < RM::kNumFields; ++f) {
-        const size_t bytes = static_cast<size_t>(n) * o.frame_stack * self.schema().field(f).bytes();
-        at_prev[f] = o.cache_flags[f] ? place(bytes) : 0;
-        at_next[f] = o.cache_flags[RM::kNumFields + f] ? place(bytes) : 0;
-      }
-      const size_t at_weight = place(n * sizeof(float)), at_prob = place(n * sizeof(double));
-      const size_t at_done = place(n), at_id = place(n * sizeof(int64_t));
-      // From the buffer pool: warm pages of batches already dropped, not fresh ones.
-      py::array block = NewArray(Field{"block", DType::kUInt8, {}}, {static_cast<int64_t>(total + 64)});
+      // call, which cost more than the copies themselves. From the buffer pool: warm pages of
+      // batches already dropped, not fresh ones.
+      py::array block = NewArray(Field{"block", DType::kUInt8, {}}, {static_cast<int64_t>(L.total + 64)});
       uint8_t* base = static_cast<uint8_t*>(block.mutable_data());
       base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
       auto view = [&](const py::dtype& dt, std::vector<py::ssize_t> shape, size_t at) {
@@ -216,27 +249,15 @@ void BindReplayMemory(py::module_& m) {
         const Field& fd = self.schema().field(f);
         std::vector<py::ssize_t> shape{n, o.frame_stack};
         shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
-        if (o.cache_flags[f]) {
-          prev[f] = view(ToNumpy(fd.dtype), shape, at_prev[f]);
-          out.prev[f] = base + at_prev[f];
-        } else {
-          prev[f] = py::none();
-        }
-        if (o.cache_flags[RM::kNumFields + f]) {
-          next[f] = view(ToNumpy(fd.dtype), shape, at_next[f]);
-          out.next[f] = base + at_next[f];
-        } else {
-          next[f] = py::none();
-        }
+        prev[f] = o.cache_flags[f] ? py::object(view(ToNumpy(fd.dtype), shape, L.prev[f])) : py::none();
+        next[f] = o.cache_flags[RM::kNumFields + f]
+                      ? py::object(view(ToNumpy(fd.dtype), shape, L.next[f])) : py::none();
       }
-      py::array weight = view(py::dtype::of<float>(), {n}, at_weight);
-      py::array prob = view(py::dtype::of<double>(), {n}, at_prob);
-      py::array done = view(py::dtype::of<bool>(), {n}, at_done);
-      py::array id = view(py::dtype::of<int64_t>(), {n}, at_id);
-      out.weight = reinterpret_cast<float*>(base + at_weight);
-      out.prob = reinterpret_cast<double*>(base + at_prob);
-      out.done = base + at_done;
-      out.id = reinterpret_cast<int64_t*>(base + at_id);
+      py::array weight = view(py::dtype::of<float>(), {n}, L.weight);
+      py::array prob = view(py::dtype::of<double>(), {n}, L.prob);
+      py::array done = view(py::dtype::of<bool>(), {n}, L.done);
+      py::array id = view(py::dtype::of<int64_t>(), {n}, L.id);
+      RM::SampleOut out = L.Outputs(base, o.frame_stack);
       int frame_stack_now = o.frame_stack;
       out.frame_stack_now = &frame_stack_now;
       Status s;
@@ -249,6 +270,45 @@ void BindReplayMemory(py::module_& m) {
       return py::make_tuple(prev, next, weight, prob, done, id);
     }
   }, py::arg("batch_size"));
+
+  // The client's push_cache without Python in the loop: samples a cache straight into one
+  // pooled block and sends it as a CACHE message (frames in the order of `header`, which the
+  // caller builds for the same settings) on a PUSH socket through pyzmq's libzmq, without
+  // copying the large frames and without the GIL.
+  c.def("_push_cache", [](RM& self, uintptr_t socket, const py::bytes& header, int64_t n,
+                          uint64_t uuid, int timeout_ms) {
+    if (!libzmq::Attached()) throw std::runtime_error("_push_cache: libzmq is not attached");
+    if (n < 1) throw py::value_error("cache_size: expected >= 1, got " + std::to_string(n));
+    const std::string head = header;
+    bool sent = false;
+    CallReleased([&] {
+      const RM::Options o = self.options();
+      const SampleBlock L(self, o, n);
+      std::shared_ptr<uint8_t> block = PooledBytes(L.total);
+      RM::SampleOut out = L.Outputs(block.get(), o.frame_stack);
+      MEMOIRE_RETURN_IF_ERROR(self.Sample(n, out));
+      const int64_t num_sampleable = self.num_sampleable();
+      const double total_weight = self.total_weight();
+      std::vector<libzmq::OutFrame> frames{{head.data(), head.size()}};
+      const uint8_t* base = block.get();
+      for (int f = 0; f < RM::kNumFields; ++f) {
+        const size_t bytes = static_cast<size_t>(n) * o.frame_stack * self.schema().field(f).bytes();
+        if (o.cache_flags[f]) frames.push_back({base + L.prev[f], bytes});
+        if (o.cache_flags[RM::kNumFields + f]) frames.push_back({base + L.next[f], bytes});
+      }
+      frames.push_back({base + L.weight, n * sizeof(float)});
+      frames.push_back({base + L.prob, n * sizeof(double)});
+      frames.push_back({base + L.done, static_cast<size_t>(n)});
+      frames.push_back({base + L.id, n * sizeof(int64_t)});
+      frames.push_back({&uuid, 8});  // small frames are copied before Send returns
+      frames.push_back({&num_sampleable, 8});
+      frames.push_back({&total_weight, 8});
+      sent = libzmq::Send(reinterpret_cast<void*>(socket), frames, timeout_ms, block);
+      return Status::OK();
+    });
+    return sent;
+  }, py::arg("socket"), py::arg("header"), py::arg("cache_size"), py::arg("uuid"),
+     py::arg("timeout_ms"));
 
   c.def("update_weights",
         [](RM& self, const py::handle& ids, const py::handle& weights) {

@@ -202,7 +202,38 @@ class _SumTreeProxy:
     return self._owner._remote.call("max_recorded_priority")
 
 
-class RemoteOutOfGraphReplayBuffer:
+class _RemoteBuffer:
+  """What both proxies share: the connection to the hosted buffer, its description, adds kept
+  pending until an episode ends or `flush_rows` accumulate, and closing."""
+
+  def __init__(self, endpoint: str, name: str, flush_rows: int, keys: Optional[CurveKeys],
+               timeout: float, retries: int):
+    if int(flush_rows) < 1:
+      raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
+    self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
+    self._description = self._remote.call("describe")
+    self._prioritized = bool(self._description["prioritized"])
+    self._pending: list = []
+    self._flush_rows = int(flush_rows)
+
+  def flush(self) -> None:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    """Sends pending adds, then closes the connection."""
+    try:
+      self.flush()
+    finally:
+      self._remote.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
   """A Dopamine ``OutOfGraphReplayBuffer`` (or prioritized one, as the server's is) whose data
   lives on a memoire server (see the module docstring).
 
@@ -219,11 +250,8 @@ class RemoteOutOfGraphReplayBuffer:
   def __init__(self, endpoint: str, name: str = "replay", *, flush_rows: int = 256,
                keys: Optional[CurveKeys] = None, timeout: float = DEFAULT_TIMEOUT,
                retries: int = DEFAULT_RETRIES):
-    if int(flush_rows) < 1:
-      raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
-    self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
-    d = self._remote.call("describe")
-    self._prioritized = bool(d["prioritized"])
+    super().__init__(endpoint, name, flush_rows, keys, timeout, retries)
+    d = self._description
     cls = (_prb.OutOfGraphPrioritizedReplayBuffer if self._prioritized
            else _crb.OutOfGraphReplayBuffer)
     extras = [_crb.ReplayElement(n, tuple(s), np.dtype(t)) for n, s, t in d["extra_storage_types"]]
@@ -240,8 +268,6 @@ class RemoteOutOfGraphReplayBuffer:
     self._twin = cls(tuple(d["observation_shape"]), d["stack_size"],
                      d["update_horizon"] + d["stack_size"], d["batch_size"], **kwargs)
     self._storage = self._twin.get_storage_signature()
-    self._pending: list = []
-    self._flush_rows = int(flush_rows)
     self.sum_tree = _SumTreeProxy(self)
     for attr in ("_observation_shape", "_stack_size", "_batch_size", "_update_horizon",
                  "_gamma", "_observation_dtype", "_terminal_dtype", "_action_shape",
@@ -388,21 +414,7 @@ class RemoteOutOfGraphReplayBuffer:
         raise
       raise tf.errors.NotFoundError(None, None, str(e)) from None
 
-  def close(self) -> None:
-    """Sends pending adds, then closes the connection."""
-    try:
-      self.flush()
-    finally:
-      self._remote.close()
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc) -> None:
-    self.close()
-
-
-class RemoteReplayBuffer:
+class RemoteReplayBuffer(_RemoteBuffer):
   """Dopamine's JAX ``ReplayBuffer`` on a memoire server: ``add(TransitionElement,
   priority=...)`` buffered (sent per episode or per ``flush_rows``), ``sample``, ``update``,
   ``add_count``, ``len``, ``max_recorded_priority``. Batches come back as Dopamine's
@@ -412,14 +424,8 @@ class RemoteReplayBuffer:
   def __init__(self, endpoint: str, name: str = "replay", *, flush_rows: int = 256,
                keys: Optional[CurveKeys] = None, timeout: float = DEFAULT_TIMEOUT,
                retries: int = DEFAULT_RETRIES):
-    if int(flush_rows) < 1:
-      raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
-    self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
-    d = self._remote.call("describe")
-    self._batch_size = d["batch_size"]
-    self._prioritized = bool(d["prioritized"])
-    self._pending: list = []
-    self._flush_rows = int(flush_rows)
+    super().__init__(endpoint, name, flush_rows, keys, timeout, retries)
+    self._batch_size = self._description["batch_size"]
     self._sampling_distribution = _remote_distribution(self)
 
   def add(self, transition, **kwargs: Any) -> None:
@@ -492,13 +498,6 @@ class RemoteReplayBuffer:
     """
     self._pending = []
     self._remote.call("load", str(checkpoint_dir), int(iteration_number))
-
-  def close(self) -> None:
-    try:
-      self.flush()
-    finally:
-      self._remote.close()
-
 
 class _RemoteMaxPriority:
   """``_sampling_distribution._sum_tree.max_recorded_priority``, read from the server."""
