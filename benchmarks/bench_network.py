@@ -12,8 +12,15 @@ ratio memoire / raw pyzmq:
   stores them in its memory and the learner (the main process) calls ``server.sample(batch)``
   under a rate limit of `--spi` sampled rows per stored row (1: every stored transition is
   delivered once on average; 0: no sampling, ingest only). A transition counts once it is
-  stored and sampleable. Raw pyzmq: each actor sends the same chunk frames (rows s, a, r, p, v,
-  i, init_w plus a header frame) with copy=False; the learner receives and counts rows.
+  stored and sampled (``min(stored, sampled / spi)``). The learner's batch (`--batch`) defaults
+  to the chunk's rows, so at spi=1 it samples once per chunk stored: raw pyzmq hands its learner
+  one chunk's rows per message, and the ratio measures ingest, not the Python call rate of
+  small-batch sampling (a batch of 32 costs a Python call per 32 rows, 8 per 256-row chunk).
+  Raw pyzmq: each actor resends exactly the frames of one CHUNK message (the header frame built
+  by memoire.codec.encode from the same rows, then s, a, r, p, v, i, init_w, uuid, episode,
+  index, multiplier) with copy=False; the learner receives and counts rows. Where a chunk's
+  frames are large (uint8[84,84,4]: 7 MB), memoire's actors also send one empty closing chunk
+  per episode (close_episode), which raw does not.
 - cache mode (the seed's design): actors fill local memories and push_cache() in a loop; the
   learner calls ``server.get_batch(cache_size, out=...)`` (every row used once). Raw pyzmq:
   exactly the frames of one of memoire's cache messages (header, prev and next stacks of
@@ -116,8 +123,13 @@ def central_actor(ep, state_shape, state_dtype, episode, chunk, stop, ready):
 
 
 def raw_central_actor(endpoint, state_shape, state_dtype, chunk, stop, ready):
+    from memoire import codec
+
     rows = episode_rows(state_shape, state_dtype, chunk)
-    frames = [b"x" * 32] + [np.ascontiguousarray(x) for x in rows]  # one chunk's row frames
+    values = dict(zip(("s", "a", "r", "p", "v", "i", "init_w"), rows))
+    values.update({"uuid": np.array(7, np.uint64), "episode": np.array(1, np.int64),
+                   "index": np.array(0, np.int64), "multiplier": np.array(1.0, np.float32)})
+    frames = codec.encode(codec.Msg.CHUNK, values)  # exactly the frames of a memoire chunk
     _raw_push(endpoint, frames, stop, ready)
 
 
@@ -171,6 +183,7 @@ def run_cache(state_shape, state_dtype, args):
 def run_central(state_shape, state_dtype, args):
     from memoire import ReplayMemoryServer
 
+    batch = args.batch or args.chunk
     with ReplayMemoryServer(*templates(state_shape, state_dtype), args.capacity, None) as srv:
         ep = srv.start()
         stop, procs = _start(central_actor, lambda s, r: (ep, state_shape, state_dtype,
@@ -182,9 +195,9 @@ def run_central(state_shape, state_dtype, args):
                 sampled = 0
                 while time.monotonic() - t0 < seconds:
                     stored = srv.rows_in - base
-                    if args.spi > 0 and stored * args.spi >= sampled + args.batch:
-                        srv.sample(args.batch)
-                        sampled += args.batch
+                    if args.spi > 0 and stored * args.spi >= sampled + batch:
+                        srv.sample(batch)
+                        sampled += batch
                     else:
                         srv.wait_rows_in(srv.rows_in + 1, 0.01)
                 dt = time.monotonic() - t0
@@ -228,7 +241,8 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=256, help="rows per episode chunk (central)")
     ap.add_argument("--episode", type=int, default=1024, help="entries per episode (central)")
     ap.add_argument("--capacity", type=int, default=20000, help="server memory (central)")
-    ap.add_argument("--batch", type=int, default=32, help="learner batch (central)")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="learner batch (central; 0: the chunk's rows, see the docstring)")
     ap.add_argument("--spi", type=float, default=1.0,
                     help="sampled rows per stored row (central; 0: ingest only)")
     ap.add_argument("--states", default="both", choices=("float", "atari", "both"))

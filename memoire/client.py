@@ -37,6 +37,8 @@ from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, Requ
                                native_libzmq, open_socket, publication)
 
 _ROW_FIELDS = tuple(f for f in FIELDS if f != "q")  # what an actor adds: s, a, r, p, v, i
+_SNDMORE = int(zmq.SNDMORE)
+_COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
 
 
 class _CountingMemory(ReplayMemory):
@@ -129,6 +131,7 @@ class ReplayMemoryClient:
         self._staged = 0
         self._stream_steps = 0
         self._schema = None
+        self._small = None  # (schema, whether its chunks are small): see _small_chunks
         self._header_key = None
         self._header = b""
         self._max_step = max_step
@@ -201,9 +204,15 @@ class ReplayMemoryClient:
         return dict(msg.values)
 
     def _send(self, frames) -> bool:
+        """Sends one multipart message (copy=False); False when the server could not take it
+        within the timeout. (send_multipart's per-frame checks and enum flag arithmetic cost
+        more than the sends of a small chunk; ZeroMQ refuses only a message's first frame.)"""
         with self._push_lock:
+            send = self._push.send
             try:
-                self._push.send_multipart(frames, copy=False)
+                for f in frames[:-1]:
+                    send(f, _SNDMORE, copy=False)
+                send(frames[-1], 0, copy=False)
                 return True
             except zmq.Again:
                 return False
@@ -257,7 +266,7 @@ class ReplayMemoryClient:
 
     def _new_stage(self) -> Dict[str, np.ndarray]:
         """Staging arrays of one chunk: a set ZeroMQ has finished sending, or new ones."""
-        while self._in_flight and self._in_flight[0][0].done:
+        while self._in_flight and (self._in_flight[0][0] is None or self._in_flight[0][0].done):
             self._free_stages.append(self._in_flight.popleft()[1])
         if len(self._in_flight) > 128:  # a stuck peer: forget the oldest (ZeroMQ keeps its own)
             self._in_flight.popleft()
@@ -291,6 +300,8 @@ class ReplayMemoryClient:
         self._need_central("add_entry")
         if not self._open:
             raise RuntimeError("add_entry: no open episode (call new_episode() first)")
+        if self._staged == self.chunk_size:  # a full chunk goes once more rows come
+            self._flush(last=False)
         row = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
         k = self._staged
         for name, dtype, shape in self._schema:
@@ -307,8 +318,6 @@ class ReplayMemoryClient:
             self._stage[name][k] = x
         self._stage["init_w"][k] = init_w
         self._staged += 1
-        if self._staged == self.chunk_size:
-            self._flush(last=False)
 
     def add_entries(self, s, a, r, p, v, i, init_w) -> None:
         """Appends n entries at once (central mode): arrays with a leading axis of n."""
@@ -328,9 +337,18 @@ class ReplayMemoryClient:
             arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
         arrays["init_w"] = np.asarray(init_w, np.float32).reshape(-1)
         start, trackers = 0, []
+        # The last chunk of an episode goes out flagged by close_episode, so a full chunk is
+        # held back until more rows come. The caller's last whole chunk is staged for that
+        # when its frames are small (ZeroMQ would copy them anyway), else sent at once (and
+        # close_episode sends an empty closing chunk).
+        defer = self._small_chunks()
         try:
             while start < n:
-                if self._staged == 0 and n - start >= self.chunk_size:
+                if self._staged == self.chunk_size:
+                    self._flush(last=False)
+                left = n - start
+                if self._staged == 0 and (left > self.chunk_size or
+                                          (left == self.chunk_size and not defer)):
                     # A whole chunk of the caller's rows goes out as it is (no staging copy);
                     # the wait below keeps the caller from changing it while ZeroMQ reads it.
                     end = start + self.chunk_size
@@ -343,14 +361,22 @@ class ReplayMemoryClient:
                     self._stage[name][self._staged:self._staged + take] = x[start:start + take]
                 self._staged += take
                 start += take
-                if self._staged == self.chunk_size:
-                    self._flush(last=False)
         finally:
             self._wait_sent(trackers)
+
+    def _small_chunks(self) -> bool:
+        """Whether every frame of a full chunk is under zmq.COPY_THRESHOLD bytes."""
+        if self._small is None or self._small[0] is not self._schema:
+            widest = max(dtype.itemsize * int(np.prod(shape))
+                         for name, dtype, shape in self._schema if name != "q")
+            self._small = (self._schema, self.chunk_size * max(widest, 4) < _COPY_THRESHOLD)
+        return self._small[1]
 
     def _wait_sent(self, trackers) -> None:
         deadline = time.monotonic() + self.timeout
         for t in trackers:
+            if t is None:
+                continue
             try:
                 t.wait(max(0.0, deadline - time.monotonic()))
             except zmq.NotDone:
@@ -391,23 +417,29 @@ class ReplayMemoryClient:
         self._stage = self._new_stage()
 
     def _send_chunk(self, arrays: Dict[str, np.ndarray], n: int, flags: int,
-                    multiplier: float) -> zmq.MessageTracker:
-        """Sends one chunk of `n` rows (arrays sent without copies); returns a tracker that is
-        done once ZeroMQ no longer reads them. Raises TimeoutError (episode abandoned)."""
+                    multiplier: float) -> Optional[zmq.MessageTracker]:
+        """Sends one chunk of `n` rows. Frames of at least zmq.COPY_THRESHOLD bytes go out
+        without copies and the tracker returned is done once ZeroMQ no longer reads them; None
+        when every frame was copied at send (small rows), so the arrays are free at once.
+        Raises TimeoutError (episode abandoned)."""
         values: Dict[str, Any] = dict(arrays)
         values.update({"uuid": np.array(self.uuid, np.uint64),  # 0-d: the native encoder
                        "episode": np.array(self._episode, np.int64),
                        "index": np.array(self._index, np.int64),
                        "multiplier": np.array(multiplier, np.float32)})
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
-        frames = frames[:1] + [zmq.Frame(f, track=True) for f in frames[1:]]
+        tracked = []
+        for k in range(1, len(frames)):
+            if frames[k].nbytes >= _COPY_THRESHOLD:
+                frames[k] = zmq.Frame(frames[k], track=True)
+                tracked.append(frames[k])
         if not self._send(frames):
             self._open = False
             raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
                                "the open episode was abandoned")
         self._stream_steps += n
         self._index += 1
-        return zmq.MessageTracker(*frames[1:])
+        return zmq.MessageTracker(*tracked) if tracked else None
 
     # ------------------------------------------------------------------ pub/sub
 

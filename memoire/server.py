@@ -52,6 +52,7 @@ POLL_MS = 100  # worker loops check for close() this often
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # Flags of a chunk message.
 CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
+_COMMITTED = 2  # _core.ChunkIngest.ingest's outcome for a chunk that closed its episode
 SETTINGS = ("priority_exponent", "priority_epsilon", "mix_lambda", "frame_stack", "multi_step",
             "cache_size", "max_episode", "reuse_cache", "discount_factor", "reward_coeff",
             "cache_flags")
@@ -106,24 +107,6 @@ def cache_spec(schema: Sequence[tuple], settings: Dict[str, Any]) -> codec.Spec:
     return codec.Spec(arrays)
 
 
-def chunk_spec(schema: Sequence[tuple]) -> codec.Spec:
-    """The codec spec of an episode chunk: rows s, a, r, p, v, i and init_w, plus ids."""
-    arrays = {name: (dtype, (-1,) + tuple(shape)) for name, dtype, shape in schema if name != "q"}
-    arrays.update({"init_w": (np.float32, (-1,)), "uuid": (np.uint64, ()),
-                   "episode": (np.int64, ()), "index": (np.int64, ()),
-                   "multiplier": (np.float32, ())})
-    return codec.Spec(arrays)
-
-
-class _Stream:
-    """An episode being received in chunks from one actor (central mode)."""
-
-    def __init__(self, episode: int):
-        self.episode = episode
-        self.next_index = 0
-        self.rows = 0
-        self.chunks: List[dict] = []
-        self.last_seen = time.monotonic()
 
 
 class _Hosted:
@@ -175,6 +158,8 @@ class ReplayMemoryServer:
       max_message_bytes: the largest message accepted.
       seed: seeds the server's generators (memory sampling and cache draws).
       stream_timeout: seconds after which an unfinished episode of a silent actor is dropped.
+      max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
+        the least recently fed (central mode).
 
     Settings (``priority_exponent``, ``frame_stack``, ``cache_size``, ...) are those of
     :attr:`rem`; set them before clients connect (the handshake sends them).
@@ -195,8 +180,6 @@ class ReplayMemoryServer:
         self.n_caches = int(n_caches)
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
-        self.stream_timeout = float(stream_timeout)
-        self.max_streams = int(max_streams)
         self._schema = describe_schema(
             (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
         self._keys = keys
@@ -204,7 +187,6 @@ class ReplayMemoryServer:
         self._auth = Authenticator(self._ctx, keys) if keys is not None else None
         self._closing = threading.Event()
         self._lock = threading.Lock()  # counters, caches, streams, hosted objects
-        self._rem_lock = threading.Lock()  # the memory's open episode (central commits)
         self._log_lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._active = 0  # worker loops running
@@ -220,9 +202,10 @@ class ReplayMemoryServer:
         self._ring: Optional[_core.CacheRing] = None
         self._ring_key = None
         self._cache_spec: Optional[codec.Spec] = None
-        self._chunk_spec = chunk_spec(self._schema)
-        self._streams: Dict[int, _Stream] = {}
-        self._last_reap = time.monotonic()
+        # Central mode: episode chunks are checked, assembled per actor and committed into
+        # self._rem natively (the only writer of that memory's episodes).
+        self._chunks = _core.ChunkIngest(self._rem, self.max_message_bytes, int(max_streams),
+                                         float(stream_timeout))
         self._hosted: Dict[str, _Hosted] = {}
         self._replies: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
         self._logfile = None
@@ -243,6 +226,24 @@ class ReplayMemoryServer:
     rem = property(lambda self: self._rem, doc="The server's ReplayMemory (central mode data; "
                                                "its settings are sent to clients).")
     logfile = property(lambda self: self._logfile_path, doc="Path of the logfile, or None.")
+
+    @property
+    def stream_timeout(self) -> float:
+        """Seconds after which an unfinished episode of a silent actor is dropped (> 0)."""
+        return self._chunks.stream_timeout
+
+    @stream_timeout.setter
+    def stream_timeout(self, seconds: float) -> None:
+        self._chunks.stream_timeout = float(seconds)
+
+    @property
+    def max_streams(self) -> int:
+        """Unfinished episodes held at once (>= 1)."""
+        return self._chunks.max_streams
+
+    @max_streams.setter
+    def max_streams(self, n: int) -> None:
+        self._chunks.max_streams = int(n)
 
     @property
     def total_episodes(self) -> int:
@@ -284,14 +285,18 @@ class ReplayMemoryServer:
     def stats(self) -> dict:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes."""
+        central = self._chunks.counters()
         with self._lock:
             s = dict(self._stats)
-            s["rejected"] = dict(self._rejected)
-            s["rejected_total"] = sum(self._rejected.values())
+            rejected = self._rejected + collections.Counter(central["rejected"])
+            s["rejected"] = dict(rejected)
+            s["rejected_total"] = sum(rejected.values())
             s["total_episodes"] = self._total_episodes
             s["total_steps"] = self._total_steps
             s["caches_held"] = self._ring.held if self._ring is not None else 0
-            s["open_streams"] = len(self._streams)
+        if central["chunks"]:
+            s["chunks"] = central["chunks"]
+        s["open_streams"] = central["open_streams"]
         s["memory_size"] = int(self._rem.size)
         s["memory_episodes"] = int(self._rem.num_episode())
         return s
@@ -443,22 +448,32 @@ class ReplayMemoryServer:
         self._serve(socks, step)
 
     def _native_pull_loop(self, sock: zmq.Socket) -> None:
-        """The PULL worker's loop in C++: caches go from libzmq into the ring without the GIL;
-        other messages come back here."""
+        """The PULL worker's loop in C++: caches go from libzmq into the ring, episode chunks
+        into the central ingest, without the GIL; other messages come back here. One of the
+        two receives the socket at a time: the one for the kind of message last seen."""
         address = sock.underlying
+        central = False
 
         def step():
-            with self._lock:
-                ring = self._ring_for_settings()
+            nonlocal central
             try:
-                held, frames = ring.receive(address, POLL_MS)
+                if central:
+                    episodes, rows, rejected, frames = self._chunks.receive(address, POLL_MS)
+                    self._chunks_taken(episodes, rows, rejected)
+                else:
+                    with self._lock:
+                        ring = self._ring_for_settings()
+                    held, frames = ring.receive(address, POLL_MS)
+                    if held:
+                        self._count("caches", held)
             except RuntimeError as e:  # a socket error: say so, do not spin on it
                 self._reject("internal", f"pull worker: {e}")
                 time.sleep(POLL_MS / 1000)
                 return
-            if held:
-                self._count("caches", held)
             if frames is not None:
+                kind = _core.peek_header(frames[0]) if frames else None
+                if kind in ((codec.WIRE_VERSION, Msg.CHUNK), (codec.WIRE_VERSION, Msg.CACHE)):
+                    central = kind[1] == Msg.CHUNK
                 self._guarded(self._handle_pull, "pull worker", sock, frames)
         self._serve([sock], step)
 
@@ -620,13 +635,12 @@ class ReplayMemoryServer:
         if frames and _core.peek_header(frames[0]) == (codec.WIRE_VERSION, Msg.CACHE):
             self._ingest_cache(frames)
             return
-        specs = {Msg.CHUNK: self._chunk_spec}
-        msg = self._decode(frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG), specs)  # once, checked
-        if msg is None:
+        got = self._chunks.ingest(frames)  # episode chunks: checked and stored natively
+        if got is not None:
+            self._chunk_done(*got)
             return
-        if msg.type == Msg.CHUNK:
-            self._ingest_chunk(msg)
-        else:
+        msg = self._decode(frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG))  # a log (or a bad message)
+        if msg is not None:
             text, uuid = msg.values.get("message"), msg.values.get("uuid")
             if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
                 self._reject("malformed", "log: expected uuid and message")
@@ -720,73 +734,25 @@ class ReplayMemoryServer:
 
     # ---- central mode
 
-    def _ingest_chunk(self, msg: codec.Message) -> None:
-        v = msg.values
-        uuid, episode, index = int(v["uuid"]), int(v["episode"]), int(v["index"])
-        n = msg.batch
-        now = time.monotonic()
-        commit = None
-        with self._lock:
-            self._stats["chunks"] += 1
-            if now - self._last_reap > min(10.0, self.stream_timeout):
-                self._reap(now)
-            st = self._streams.get(uuid)
-            if st is not None and st.episode != episode:
-                self._rejected["abandoned_episode"] += 1  # the actor started another episode
-                st = None
-                del self._streams[uuid]
-            if st is None:
-                if index != 0:
-                    self._rejected["out_of_order_chunk"] += 1
-                    log.warning("dropped chunk %d of episode %d from %08x: its start was lost",
-                                index, episode, uuid)
-                    return
-                if len(self._streams) >= self.max_streams:
-                    oldest = min(self._streams, key=lambda u: self._streams[u].last_seen)
-                    del self._streams[oldest]
-                    self._rejected["stream_limit"] += 1
-                st = self._streams[uuid] = _Stream(episode)
-            if index != st.next_index or st.rows + n > self._rem.max_step:
-                reason = "out_of_order_chunk" if index != st.next_index else "episode_too_long"
-                self._rejected[reason] += 1
-                del self._streams[uuid]
-                log.warning("dropped episode %d from %08x: %s", episode, uuid, reason)
-                return
-            st.chunks.append(v)
-            st.rows += n
-            st.next_index += 1
-            st.last_seen = now
-            if msg.flags & CHUNK_LAST:
-                commit = self._streams.pop(uuid)
-        if commit is not None:
-            self._commit(commit, msg.flags, float(v["multiplier"]))
+    def _chunk_done(self, outcome: int, rows: int, reason: Optional[str], count: int,
+                    detail: Optional[str]) -> None:
+        """Accounts for one chunk _core.ChunkIngest.ingest took."""
+        if outcome == _COMMITTED:
+            self._chunks_taken(1 if rows else 0, rows, ())
+        elif reason is not None:
+            self._chunks_taken(0, 0, ((reason, count, detail),))
 
-    def _reap(self, now: float) -> None:
-        stale = [u for u, s in self._streams.items() if now - s.last_seen > self.stream_timeout]
-        for u in stale:
-            del self._streams[u]
-            self._rejected["stale_episode"] += 1
-
-    def _commit(self, st: _Stream, flags: int, multiplier: float) -> None:
-        if st.rows == 0:
-            return
-        with self._rem_lock:
-            try:
-                self._rem.new_episode()
-                for c in st.chunks:  # straight from the received frames: no concatenation
-                    self._rem.add_entries(c["s"], c["a"], c["r"], c["p"], c["v"], c["i"],
-                                          c["init_w"])
-                self._rem.close_episode(multiplier, bool(flags & CHUNK_UPDATE_VALUE),
-                                        bool(flags & CHUNK_UPDATE_WEIGHT),
-                                        bool(flags & CHUNK_TERMINAL))
-            except ValueError as e:  # e.g. a non-finite init_w: the episode is dropped
-                self._rem.new_episode()
-                self._reject("bad_episode", str(e))
-                return
-        with self._cond:
-            self._stats["episodes_in"] += 1
-            self._stats["steps_in"] += st.rows
-            self._cond.notify_all()
+    def _chunks_taken(self, episodes: int, rows: int, rejected) -> None:
+        """Stored episodes wake wait_rows_in; rejections (counted natively, by reason) are
+        logged, sparsely under a flood."""
+        if episodes:
+            with self._cond:
+                self._stats["episodes_in"] += episodes
+                self._stats["steps_in"] += rows
+                self._cond.notify_all()
+        for reason, count, detail in rejected:
+            if count <= 10 or count % 1000 == 0:
+                log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
 
     def sample(self, batch_size: int) -> Batch:
         """A batch from the server's memory (central mode): see
@@ -796,8 +762,9 @@ class ReplayMemoryServer:
           RuntimeError: nothing is sampleable yet.
         """
         b = self._rem.get_batch(int(batch_size))
-        self._count("batches")
-        self._count("rows_sampled", len(b))
+        with self._lock:
+            self._stats["batches"] += 1
+            self._stats["rows_sampled"] += len(b)
         return b
 
     def update_priorities(self, ids, weights) -> int:

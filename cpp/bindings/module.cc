@@ -12,6 +12,7 @@ void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
 void BindCodec(py::module_& m);
 void BindCacheRing(py::module_& m);
+void BindChunkIngest(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindCircularBuffer(m);
   memoire::BindCodec(m);
   memoire::BindCacheRing(m);
+  memoire::BindChunkIngest(m);
 }

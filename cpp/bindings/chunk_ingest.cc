@@ -1,0 +1,254 @@
+// Binds core/chunk_ingest.h as memoire._core.ChunkIngest for the server's PULL worker: one call
+// per received message takes the frames (zmq.Frame, bytes: anything with the buffer protocol),
+// holds their buffers while the core's streams point into them, and runs the checks, the stream
+// bookkeeping and any commit with the GIL released.
+#include "core/chunk_ingest.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bindings/common.h"
+#include "bindings/libzmq.h"
+#include "bindings/zmq_frames.h"
+#include "core/codec.h"
+
+namespace memoire {
+namespace {
+
+// Buffers of one message's Python frames, held (each with a reference to its frame) until the
+// core releases them. Made with the GIL held; freed under it (see Owner).
+class HeldFrames {
+ public:
+  HeldFrames() = default;
+  HeldFrames(const HeldFrames&) = delete;
+  HeldFrames& operator=(const HeldFrames&) = delete;
+  ~HeldFrames() {
+    for (Py_buffer& v : views_) PyBuffer_Release(&v);
+  }
+  // False (and the Python error cleared) when `obj` does not export a buffer.
+  bool Add(PyObject* obj) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    views_.push_back(v);
+    frames_.push_back({static_cast<const uint8_t*>(v.buf), static_cast<uint64_t>(v.len)});
+    return true;
+  }
+  const std::vector<ChunkIngest::Frame>& frames() const { return frames_; }
+
+ private:
+  std::vector<Py_buffer> views_;
+  std::vector<ChunkIngest::Frame> frames_;
+};
+
+bool IsChunkHeader(const ChunkIngest::Frame& header) {
+  uint16_t version = 0;
+  uint8_t type = 0;
+  return codec::PeekVersion(header.data, header.size, &version, &type) &&
+         version == codec::kWireVersion && type == static_cast<uint8_t>(codec::MsgType::kChunk);
+}
+
+class PyChunkIngest {
+ public:
+  // Whatever keeps a message's bytes alive: Python frames or libzmq's messages.
+  using Owner = std::shared_ptr<const void>;
+
+  PyChunkIngest(std::shared_ptr<ReplayMemory> memory, uint64_t max_message_bytes,
+                int64_t max_streams, double stream_timeout) {
+    ChunkIngest::Options o;
+    o.max_message_bytes = max_message_bytes;
+    o.max_streams = max_streams;
+    o.stream_timeout = stream_timeout;
+    ThrowIfError(ChunkIngest::Make(std::move(memory), o, &core_));
+  }
+
+  // None for a message that is not a current-version chunk (or whose frames export no
+  // buffer); else (outcome, rows, reason, reason_count, detail) with outcome 1 staged,
+  // 2 committed, 3 rejected.
+  py::object Ingest(const py::sequence& frames, const py::object& now_obj) {
+    const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
+    const size_t n = frames.size();
+    auto held = std::make_unique<HeldFrames>();
+    // Other messages (caches, logs) go back at once, without a GIL round trip.
+    if (n == 0 || !held->Add(frames[0].ptr()) || !IsChunkHeader(held->frames()[0]))
+      return py::none();
+    for (size_t k = 1; k < n; ++k)
+      if (!held->Add(frames[k].ptr())) return py::none();
+    const std::vector<ChunkIngest::Frame> fr = held->frames();
+    // The last owner of Python frames may be a thread without the GIL (Receive).
+    Owner owner(held.release(), [](const void* p) {
+      py::gil_scoped_acquire gil;
+      delete static_cast<const HeldFrames*>(p);
+    });
+    ChunkIngest::Result r;
+    {
+      py::gil_scoped_release release;
+      Take(std::move(owner), fr, now, &r);
+    }
+    if (r.outcome == ChunkIngest::Outcome::kRejected)
+      return py::make_tuple(static_cast<int>(r.outcome), r.rows, ChunkIngest::ReasonName(r.reason),
+                            r.reason_count, r.detail);
+    return py::make_tuple(static_cast<int>(r.outcome), r.rows, py::none(), 0, py::none());
+  }
+
+  // The PULL worker's loop body with the GIL released: waits up to timeout_ms for a message on
+  // `socket` (pyzmq's Socket.underlying; requires attach_libzmq), then takes what is queued,
+  // up to max_messages; chunks go straight from libzmq into the ingest. A stored episode stops
+  // the call (so that the server's counters, which a learner may pace itself by, follow at
+  // once), and so does the first other message, which comes back as read-only uint8 arrays.
+  // Returns (episodes stored, rows stored, [(reason, reason_count, detail)] of rejected
+  // chunks, frames of the other message or None).
+  py::tuple Receive(uintptr_t socket, int timeout_ms, int max_messages) {
+    if (!libzmq::Attached()) throw std::runtime_error("receive: libzmq is not attached");
+    int64_t episodes = 0, rows = 0;
+    std::vector<ChunkIngest::Result> rejected;
+    std::shared_ptr<libzmq::Frames> other;
+    std::string error;
+    {
+      py::gil_scoped_release release;
+      ChunkIngest::Result r;
+      std::vector<ChunkIngest::Frame> fr;
+      for (int k = 0; k < max_messages; ++k) {
+        auto frames = std::make_shared<libzmq::Frames>();
+        const int rc = libzmq::Receive(reinterpret_cast<void*>(socket), k == 0 ? timeout_ms : 0,
+                                       frames.get());
+        if (rc <= 0) {
+          if (rc < 0) error = libzmq::LastError();
+          break;
+        }
+        fr.resize(frames->size());
+        for (size_t i = 0; i < fr.size(); ++i) fr[i] = {frames->data(i), frames->bytes(i)};
+        if (fr.empty() || !IsChunkHeader(fr[0])) {
+          other = std::move(frames);
+          break;
+        }
+        Take(std::move(frames), fr, Now(), &r);
+        if (r.outcome == ChunkIngest::Outcome::kCommitted && r.rows > 0) {
+          ++episodes;
+          rows += r.rows;
+          break;  // a stored episode is reported at once (wait_rows_in, the learner's pace)
+        } else if (r.outcome == ChunkIngest::Outcome::kRejected) {
+          rejected.push_back(std::move(r));
+        }
+      }
+    }
+    if (!error.empty()) throw std::runtime_error("receive: " + error);
+    py::list rejections;
+    for (const ChunkIngest::Result& r : rejected)
+      rejections.append(py::make_tuple(ChunkIngest::ReasonName(r.reason), r.reason_count, r.detail));
+    return py::make_tuple(episodes, rows, rejections,
+                          other ? py::object(FramesToArrays(other)) : py::object(py::none()));
+  }
+
+  py::dict Counters() const {
+    const ChunkIngest::Counters c = core_->counters();
+    py::dict rejected;
+    for (int k = 0; k < ChunkIngest::kNumReasons; ++k)
+      if (c.rejected[k]) rejected[ChunkIngest::ReasonName(k)] = c.rejected[k];
+    py::dict out;
+    out["chunks"] = c.chunks;
+    out["open_streams"] = c.open_streams;
+    out["rejected"] = rejected;
+    {
+      std::lock_guard<std::mutex> l(owners_mu_);
+      out["frames_held"] = owners_.size();
+    }
+    return out;
+  }
+
+  ChunkIngest& core() { return *core_; }
+
+ private:
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Ingests one message, keeping `owner` while the core points into its frames, and frees the
+  // owners the core let go of. Called without the GIL.
+  void Take(Owner owner, const std::vector<ChunkIngest::Frame>& frames, double now,
+            ChunkIngest::Result* r) {
+    const uint64_t id = next_owner_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> l(owners_mu_);  // before the call: another thread may release it
+      owners_.emplace(id, std::move(owner));
+    }
+    core_->Ingest(id, frames.data(), frames.size(), now, r);
+    std::vector<Owner> gone;  // freed after the lock: a Python owner takes the GIL to go
+    {
+      std::lock_guard<std::mutex> l(owners_mu_);
+      for (uint64_t o : r->released) {
+        auto it = owners_.find(o);
+        if (it == owners_.end()) continue;
+        gone.push_back(std::move(it->second));
+        owners_.erase(it);
+      }
+    }
+  }
+
+  std::unique_ptr<ChunkIngest> core_;
+  mutable std::mutex owners_mu_;
+  std::unordered_map<uint64_t, Owner> owners_;  // guarded by owners_mu_
+  std::atomic<uint64_t> next_owner_{1};
+};
+
+template <typename T>
+void SetOption(PyChunkIngest& self, T ChunkIngest::Options::*member, T value) {
+  ChunkIngest::Options o = self.core().options();
+  o.*member = value;
+  ThrowIfError(self.core().SetOptions(o));
+}
+
+}  // namespace
+
+void BindChunkIngest(py::module_& m) {
+  py::class_<PyChunkIngest> c(m, "ChunkIngest", R"doc(
+Central mode's receiving end (core/chunk_ingest.h): checks episode-chunk messages against a
+memory's schema, keeps per-actor streams and commits finished episodes into the memory.
+Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_order_chunk",
+"stream_limit", "stale_episode", "episode_too_long", "bad_episode"). Thread-safe.
+)doc");
+  c.def(py::init<std::shared_ptr<ReplayMemory>, uint64_t, int64_t, double>(), py::arg("memory"),
+        py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_streams") = 4096,
+        py::arg("stream_timeout") = 600.0);
+  c.def("ingest", &PyChunkIngest::Ingest, py::arg("frames"), py::arg("now") = py::none(),
+        "Takes one received message ([header, data...]). None when it is not a current-version "
+        "chunk; else (outcome, rows, reason, reason_count, detail): outcome 1 staged (rows of "
+        "the chunk), 2 committed (rows of the stored episode; 0: an empty episode, nothing "
+        "stored), 3 rejected (reason name, how many so far, what was wrong). `now`: monotonic "
+        "seconds (default: the steady clock). Never raises for what a peer sent.");
+  c.def("receive", &PyChunkIngest::Receive, py::arg("socket"), py::arg("timeout_ms"),
+        py::arg("max_messages") = 64,
+        "Receives from a PULL socket (its `underlying` address; requires attach_libzmq) with "
+        "the GIL released: waits up to timeout_ms for a message, then takes what is queued (up "
+        "to max_messages); chunks are ingested as by ingest(). A stored episode or the first "
+        "other message stops the call. Returns (episodes stored, rows stored, "
+        "[(reason, reason_count, detail)] of rejected chunks, frames of the other message as "
+        "read-only uint8 arrays or None). "
+        "Raises RuntimeError on a socket error.");
+  c.def("counters", &PyChunkIngest::Counters,
+        "{'chunks', 'open_streams', 'rejected': {reason: count}, 'frames_held'}.");
+  c.def_property(
+      "max_streams", [](PyChunkIngest& self) { return self.core().options().max_streams; },
+      [](PyChunkIngest& self, int64_t v) { SetOption(self, &ChunkIngest::Options::max_streams, v); });
+  c.def_property(
+      "stream_timeout", [](PyChunkIngest& self) { return self.core().options().stream_timeout; },
+      [](PyChunkIngest& self, double v) {
+        SetOption(self, &ChunkIngest::Options::stream_timeout, v);
+      });
+  c.def_property(
+      "max_message_bytes",
+      [](PyChunkIngest& self) { return self.core().options().max_message_bytes; },
+      [](PyChunkIngest& self, uint64_t v) {
+        SetOption(self, &ChunkIngest::Options::max_message_bytes, v);
+      });
+}
+
+}  // namespace memoire

@@ -1,0 +1,258 @@
+#include "core/chunk_ingest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+namespace memoire {
+
+namespace {
+
+// Reads a value of a 0-d entry. The wire is little-endian and so are the hosts memoire builds
+// for (x86-64, aarch64), as the rest of the codec assumes.
+template <typename T>
+T ReadScalar(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+std::string Hex8(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%08llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+const char* ChunkIngest::ReasonName(int reason) {
+  static const char* kNames[kNumReasons] = {"malformed",      "abandoned_episode",
+                                            "out_of_order_chunk", "stream_limit",
+                                            "stale_episode",  "episode_too_long",
+                                            "bad_episode"};
+  return reason >= 0 && reason < kNumReasons ? kNames[reason] : "invalid";
+}
+
+Status ChunkIngest::Make(std::shared_ptr<ReplayMemory> memory, const Options& options,
+                         std::unique_ptr<ChunkIngest>* out) {
+  if (!memory) return Error(Code::kInvalidArgument, "ChunkIngest: expected a memory, got none");
+  std::unique_ptr<ChunkIngest> c(new ChunkIngest(std::move(memory), Options()));
+  MEMOIRE_RETURN_IF_ERROR(c->SetOptions(options));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+ChunkIngest::ChunkIngest(std::shared_ptr<ReplayMemory> memory, const Options& options)
+    : memory_(std::move(memory)), opt_(options) {
+  const Schema& schema = memory_->schema();
+  for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
+    spec_field_[f] = -1;
+    if (f == ReplayMemory::kQvest) continue;
+    const Field& fd = schema.field(f);
+    std::vector<int64_t> shape{-1};
+    shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
+    spec_field_[f] = static_cast<int>(spec_.size());
+    spec_.push_back({fd.name, fd.dtype, shape, false});
+  }
+  auto add = [&](const char* name, DType dtype, std::vector<int64_t> shape) {
+    spec_.push_back({name, dtype, std::move(shape), false});
+    return static_cast<int>(spec_.size()) - 1;
+  };
+  spec_init_w_ = add("init_w", DType::kFloat32, {-1});
+  spec_uuid_ = add("uuid", DType::kUInt64, {});
+  spec_episode_ = add("episode", DType::kInt64, {});
+  spec_index_ = add("index", DType::kInt64, {});
+  spec_multiplier_ = add("multiplier", DType::kFloat32, {});
+}
+
+ChunkIngest::Options ChunkIngest::options() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return opt_;
+}
+
+Status ChunkIngest::SetOptions(const Options& o) {
+  if (o.max_streams < 1)
+    return Error(Code::kInvalidArgument, "max_streams: expected >= 1, got ", o.max_streams);
+  if (!(o.stream_timeout > 0))
+    return Error(Code::kInvalidArgument, "stream_timeout: expected seconds > 0, got ",
+                 o.stream_timeout);
+  std::lock_guard<std::mutex> l(mu_);
+  opt_ = o;
+  return Status::OK();
+}
+
+ChunkIngest::Counters ChunkIngest::counters() const {
+  std::lock_guard<std::mutex> l(mu_);
+  Counters c = counts_;
+  c.open_streams = static_cast<int64_t>(streams_.size());
+  return c;
+}
+
+Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t* uuid,
+                          int64_t* episode, int64_t* index, float* multiplier,
+                          uint8_t* flags) const {
+  std::vector<uint64_t> sizes(n - 1);
+  for (size_t k = 1; k < n; ++k) sizes[k - 1] = frames[k].size;
+  codec::Limits limits;
+  limits.max_payload_bytes = opt_.max_message_bytes;
+  codec::Message m;
+  MEMOIRE_RETURN_IF_ERROR(
+      codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(), n - 1, limits, &m));
+  int64_t rows = -1;
+  MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(m, spec_, /*allow_extra=*/false, &rows));
+  // CheckArrays proved every entry a top-level array of the spec, each present once.
+  const uint8_t* data[16] = {};
+  for (const codec::Entry& e : m.entries) {
+    size_t s = 0;
+    while (spec_[s].name != e.name) ++s;
+    data[s] = frames[1 + e.frame].data;
+  }
+  chunk->rows = rows;
+  for (int f = 0; f < ReplayMemory::kNumFields; ++f)
+    chunk->fields[f] = spec_field_[f] < 0 ? nullptr : data[spec_field_[f]];
+  chunk->init_w.resize(static_cast<size_t>(rows));
+  if (rows > 0) std::memcpy(chunk->init_w.data(), data[spec_init_w_], rows * sizeof(float));
+  *uuid = ReadScalar<uint64_t>(data[spec_uuid_]);
+  *episode = ReadScalar<int64_t>(data[spec_episode_]);
+  *index = ReadScalar<int64_t>(data[spec_index_]);
+  *multiplier = ReadScalar<float>(data[spec_multiplier_]);
+  *flags = m.flags;
+  return Status::OK();
+}
+
+void ChunkIngest::DropLocked(std::unordered_map<uint64_t, Stream>::iterator it, int reason,
+                             std::vector<uint64_t>* released) {
+  for (const Chunk& c : it->second.chunks) released->push_back(c.owner);
+  streams_.erase(it);
+  ++counts_.rejected[reason];
+}
+
+void ChunkIngest::ReapLocked(double now, std::vector<uint64_t>* released) {
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.last_seen > opt_.stream_timeout) DropLocked(it, kStaleEpisode, released);
+    it = next;
+  }
+}
+
+void ChunkIngest::Reject(int reason, std::string detail, Result* out) {
+  out->outcome = Outcome::kRejected;
+  out->reason = reason;
+  out->reason_count = ++counts_.rejected[reason];
+  out->detail = std::move(detail);
+}
+
+void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double now, Result* out) {
+  out->outcome = Outcome::kNotChunk;
+  out->rows = 0;
+  out->reason = kMalformed;
+  out->reason_count = 0;
+  out->detail.clear();
+  out->released.clear();
+  uint16_t version = 0;
+  uint8_t type = 0;
+  if (n == 0 || !codec::PeekVersion(frames[0].data, frames[0].size, &version, &type) ||
+      version != codec::kWireVersion || type != static_cast<uint8_t>(codec::MsgType::kChunk)) {
+    out->released.push_back(owner);
+    return;
+  }
+  Chunk chunk;
+  chunk.owner = owner;
+  uint64_t uuid = 0;
+  int64_t episode = 0, index = 0;
+  float multiplier = 1.0f;
+  uint8_t flags = 0;
+  Stream done;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Status st = Parse(frames, n, &chunk, &uuid, &episode, &index, &multiplier, &flags);
+    if (!st.ok()) {
+      out->released.push_back(owner);
+      return Reject(kMalformed, st.message(), out);
+    }
+    ++counts_.chunks;
+    if (last_reap_ < 0) last_reap_ = now;
+    if (now - last_reap_ > std::min(10.0, opt_.stream_timeout)) {
+      ReapLocked(now, &out->released);
+      last_reap_ = now;
+    }
+    auto it = streams_.find(uuid);
+    if (it != streams_.end() && it->second.episode != episode) {
+      DropLocked(it, kAbandonedEpisode, &out->released);  // the actor started another episode
+      it = streams_.end();
+    }
+    if (it == streams_.end()) {
+      if (index != 0) {
+        out->released.push_back(owner);
+        return Reject(kOutOfOrderChunk,
+                      "dropped chunk " + std::to_string(index) + " of episode " +
+                          std::to_string(episode) + " from " + Hex8(uuid) + ": its start was lost",
+                      out);
+      }
+      if (static_cast<int64_t>(streams_.size()) >= opt_.max_streams) {
+        auto oldest = std::min_element(streams_.begin(), streams_.end(), [](auto& a, auto& b) {
+          return a.second.last_seen < b.second.last_seen;
+        });
+        DropLocked(oldest, kStreamLimit, &out->released);
+      }
+      it = streams_.emplace(uuid, Stream()).first;
+      it->second.episode = episode;
+    }
+    Stream& s = it->second;
+    if (index != s.next_index || s.rows + chunk.rows > memory_->max_step()) {
+      const int reason = index != s.next_index ? kOutOfOrderChunk : kEpisodeTooLong;
+      for (const Chunk& c : s.chunks) out->released.push_back(c.owner);
+      streams_.erase(it);
+      out->released.push_back(owner);
+      return Reject(reason, "dropped episode " + std::to_string(episode) + " from " + Hex8(uuid) +
+                                ": " + ReasonName(reason), out);
+    }
+    const int64_t rows = chunk.rows;
+    s.chunks.push_back(std::move(chunk));
+    s.rows += rows;
+    s.next_index += 1;
+    s.last_seen = now;
+    if (!(flags & kLast)) {
+      out->outcome = Outcome::kStaged;
+      out->rows = rows;
+      return;
+    }
+    done = std::move(s);
+    streams_.erase(it);
+  }
+  // The last chunk: commit outside mu_, so other actors' chunks are taken meanwhile.
+  Status st = Commit(done, multiplier, flags);
+  for (const Chunk& c : done.chunks) out->released.push_back(c.owner);
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    return Reject(kBadEpisode, "dropped episode " + std::to_string(episode) + " from " +
+                                   Hex8(uuid) + ": " + st.message(), out);
+  }
+  out->outcome = Outcome::kCommitted;
+  out->rows = done.rows;
+}
+
+Status ChunkIngest::Commit(const Stream& st, float multiplier, uint8_t flags) {
+  if (st.rows == 0) return Status::OK();  // nothing to store
+  // Check what the memory would refuse before touching it, so a bad episode evicts nothing.
+  if (!(multiplier >= 0) || !std::isfinite(multiplier))
+    return Error(Code::kInvalidArgument,
+                 "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
+  for (const Chunk& c : st.chunks)
+    for (float w : c.init_w)
+      if (!(w >= 0) || !std::isfinite(w))
+        return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ", w);
+  std::lock_guard<std::mutex> l(commit_mu_);
+  Status s = memory_->NewEpisode();
+  for (size_t k = 0; s.ok() && k < st.chunks.size(); ++k)
+    s = memory_->AddEntries(st.chunks[k].rows, st.chunks[k].fields, st.chunks[k].init_w.data());
+  if (s.ok())
+    s = memory_->CloseEpisode(multiplier, flags & kUpdateValue, flags & kUpdateWeight,
+                              flags & kTerminal);
+  if (!s.ok()) memory_->NewEpisode();  // discards the partial episode
+  return s;
+}
+
+}  // namespace memoire

@@ -1,0 +1,149 @@
+// ChunkIngest: central mode's receiving end. Actors stream each episode in CHUNK messages
+// (core/codec.h) of a header frame plus one data frame per entry:
+//   s, a, r, p, v, i   dtype[n, *shape] rows of the memory's fields (q is computed, not sent)
+//   init_w             float32[n]
+//   uuid               uint64[]  the actor
+//   episode, index     int64[]   the actor's episode number and the chunk's place in it (0, 1, ..)
+//   multiplier         float32[] close_episode's episodic weight multiplier (read on the last)
+// and flags kLast | kTerminal | kUpdateValue | kUpdateWeight (the last chunk closes the episode).
+//
+// Ingest checks a message (header, entry table, dtypes and shapes against the memory's schema),
+// keeps per-actor stream state and, on the last chunk, commits the episode into the memory
+// (NewEpisode, AddEntries per chunk, CloseEpisode). Rows are never copied before the commit:
+// a stream keeps pointers into the received frames, which the caller keeps alive under an
+// opaque `owner` id until a Result lists that owner in `released`.
+//
+// Stream rules (per actor uuid; a rejected chunk never touches the memory):
+//   - a chunk of another episode than the actor's open stream drops that stream
+//     (abandoned_episode), then is treated as a first chunk;
+//   - a first chunk must have index 0 (out_of_order_chunk);
+//   - opening a stream when max_streams are open drops the least recently seen one
+//     (stream_limit);
+//   - a chunk whose index is not the next one drops the stream (out_of_order_chunk);
+//   - a chunk that would make the episode longer than the memory's max_step drops the stream
+//     (episode_too_long);
+//   - streams silent for stream_timeout seconds are dropped (stale_episode), checked every
+//     min(10, stream_timeout) seconds of `now`;
+//   - an episode the memory refuses at commit (a non-finite init_w or multiplier) is dropped
+//     (bad_episode): its entries are discarded and nothing stored is touched;
+//   - a message that is no valid chunk is dropped (malformed).
+//
+// Cost per chunk: the header decode (a few hundred ns) and a hash lookup; a commit copies each
+// row once, into the memory's ring, under the memory's own lock per call, so samplers
+// interleave with a long commit.
+//
+// Thread safety: thread-safe. Stream state is guarded by mu_; commits are serialised by
+// commit_mu_ (the memory has a single open episode). Nothing else may open, fill or close
+// episodes of the same memory while a ChunkIngest commits into it; sampling and priority
+// updates may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/replay_memory.h"
+#include "core/status.h"
+
+namespace memoire {
+
+class ChunkIngest {
+ public:
+  // Flags of a chunk message.
+  static constexpr uint8_t kLast = 1, kTerminal = 2, kUpdateValue = 4, kUpdateWeight = 8;
+
+  enum Reason {
+    kMalformed = 0, kAbandonedEpisode, kOutOfOrderChunk, kStreamLimit, kStaleEpisode,
+    kEpisodeTooLong, kBadEpisode, kNumReasons,
+  };
+  static const char* ReasonName(int reason);  // "malformed", "abandoned_episode", ...
+
+  struct Options {
+    uint64_t max_message_bytes = uint64_t(1) << 30;  // payload bytes of one message
+    int64_t max_streams = 4096;                      // >= 1
+    double stream_timeout = 600.0;                   // seconds, > 0
+  };
+
+  // A received frame: caller-owned bytes.
+  struct Frame {
+    const uint8_t* data = nullptr;
+    uint64_t size = 0;
+  };
+
+  enum class Outcome {
+    kNotChunk = 0,  // not a current-version chunk header: the caller decodes it another way
+    kStaged,        // accepted; the stream is still open
+    kCommitted,     // accepted, and the episode it closed is stored
+    kRejected,      // dropped: `reason`, `detail`
+  };
+  struct Result {
+    Outcome outcome = Outcome::kNotChunk;
+    int64_t rows = 0;          // kStaged: rows of the chunk; kCommitted: rows of the episode
+    int reason = kMalformed;   // kRejected
+    int64_t reason_count = 0;  // kRejected: chunks dropped for this reason so far (log rates)
+    std::string detail;        // kRejected: what was wrong, for the log
+    std::vector<uint64_t> released;  // owners no longer referenced: their frames may go
+  };
+
+  struct Counters {
+    int64_t chunks = 0;        // chunk messages that passed the checks
+    int64_t open_streams = 0;
+    int64_t rejected[kNumReasons] = {};
+  };
+
+  // Fails (kInvalidArgument) on a null memory or options out of range.
+  static Status Make(std::shared_ptr<ReplayMemory> memory, const Options& options,
+                     std::unique_ptr<ChunkIngest>* out);
+
+  // Takes one message: frames[0] is the header, frames[1..n) the data frames. `now` is a
+  // monotonic time in seconds. Every owner in out->released, this one included when it is not
+  // kept, may be freed by the caller; an owner is kept only while its stream is open.
+  void Ingest(uint64_t owner, const Frame* frames, size_t n, double now, Result* out);
+
+  Counters counters() const;
+  Options options() const;
+  Status SetOptions(const Options& options);
+
+ private:
+  struct Chunk {
+    uint64_t owner;
+    int64_t rows;
+    const void* fields[ReplayMemory::kNumFields];  // into the owner's frames (q: null)
+    std::vector<float> init_w;  // copied: frames need not be aligned for float
+  };
+  struct Stream {
+    int64_t episode = 0;
+    int64_t next_index = 0;
+    int64_t rows = 0;
+    double last_seen = 0;
+    std::vector<Chunk> chunks;
+  };
+
+  ChunkIngest(std::shared_ptr<ReplayMemory> memory, const Options& options);
+  // Checks the message against the chunk layout; fills `chunk` (owner set by the caller).
+  Status Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t* uuid, int64_t* episode,
+               int64_t* index, float* multiplier, uint8_t* flags) const;
+  void DropLocked(std::unordered_map<uint64_t, Stream>::iterator it, int reason,
+                  std::vector<uint64_t>* released);
+  void ReapLocked(double now, std::vector<uint64_t>* released);
+  void Reject(int reason, std::string detail, Result* out);
+  Status Commit(const Stream& st, float multiplier, uint8_t flags);
+
+  const std::shared_ptr<ReplayMemory> memory_;
+  std::vector<codec::ArraySpec> spec_;  // the chunk layout of memory_'s schema
+  int spec_field_[ReplayMemory::kNumFields];  // spec index of each field (-1 for q)
+  int spec_init_w_, spec_uuid_, spec_episode_, spec_index_, spec_multiplier_;
+
+  mutable std::mutex mu_;
+  Options opt_;                                  // guarded by mu_
+  std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
+  Counters counts_;                              // guarded by mu_
+  double last_reap_ = -1;                        // guarded by mu_; < 0 before the first chunk
+  std::mutex commit_mu_;  // serialises commits into memory_ (its single open episode)
+};
+
+}  // namespace memoire
