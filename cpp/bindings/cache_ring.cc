@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/frames.h"
 #include "bindings/libzmq.h"
 #include "core/codec.h"
 
@@ -56,30 +57,14 @@ class PyCacheRing {
     if (old) old->ring->Close();  // wakes its waiters, who move to the new layout
   }
 
-  // Checks a CACHE message's frames against the ring's layout and holds them (Python frames).
+  // Checks a CACHE message's frames (Python frames) against the ring's layout and holds them.
   void Insert(const py::list& frames) {
-    const size_t n_frames = frames.size();
-    std::vector<const uint8_t*> data(n_frames);
-    std::vector<uint64_t> sizes(n_frames);
-    for (size_t i = 0; i < n_frames; ++i) {
-      // The bytes stay put while the frame object lives (held below), so the view can go.
-      Py_buffer view;
-      if (PyObject_GetBuffer(frames[i].ptr(), &view, PyBUF_SIMPLE) != 0) {
-        PyErr_Clear();
+    auto held = std::make_unique<HeldFrames>();
+    for (size_t i = 0; i < frames.size(); ++i)
+      if (!held->Add(frames[i].ptr()))
         ThrowIfError(Error(Code::kDataLoss, "frame ", i, " is not a contiguous bytes-like object"));
-      }
-      data[i] = static_cast<const uint8_t*>(view.buf);
-      sizes[i] = static_cast<uint64_t>(view.len);
-      PyBuffer_Release(&view);
-    }
-    // The frames stay alive while the ring or a batch being gathered uses them; the last user
-    // may be a thread without the GIL.
-    auto* keep = new py::object(frames);
-    std::shared_ptr<const void> owner(keep, [](const void* p) {
-      py::gil_scoped_acquire gil;
-      delete static_cast<const py::object*>(p);
-    });
-    ThrowIfError(InsertFrames(data.data(), sizes.data(), n_frames, std::move(owner)));
+    const std::vector<codec::Frame> fr = held->frames();
+    ThrowIfError(InsertFrames(fr, HeldFrames::Owned(std::move(held))));
   }
 
   // Receives from a PULL socket (pyzmq's `Socket.underlying`) with the GIL released: waits up
@@ -108,16 +93,11 @@ class PyCacheRing {
           other = std::move(frames);
           break;
         }
-        const size_t n = frames->size();
-        std::vector<const uint8_t*> data(n);
-        std::vector<uint64_t> sizes(n);
-        for (size_t i = 0; i < n; ++i) {
-          data[i] = frames->data(i);
-          sizes[i] = frames->bytes(i);
-        }
+        std::vector<codec::Frame> fr(frames->size());
+        for (size_t i = 0; i < fr.size(); ++i) fr[i] = {frames->data(i), frames->bytes(i)};
         // A cache that does not fit goes back too: the settings may have changed since this
         // call began, which the Python side applies before it checks the cache again.
-        if (!InsertFrames(data.data(), sizes.data(), n, frames).ok()) {
+        if (!InsertFrames(fr, frames).ok()) {
           other = std::move(frames);
           break;
         }
@@ -125,17 +105,7 @@ class PyCacheRing {
       }
     }
     if (!error.empty()) throw std::runtime_error("receive: " + error);
-    py::object got = py::none();
-    if (other) {
-      py::list frames;
-      auto* keep = new std::shared_ptr<libzmq::Frames>(other);
-      py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<libzmq::Frames>*>(p); });
-      for (size_t i = 0; i < other->size(); ++i)  // views of libzmq's messages
-        frames.append(ReadOnlyView(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(other->bytes(i))},
-                                   other->data(i), owner));
-      got = std::move(frames);
-    }
-    return py::make_tuple(held, got);
+    return py::make_tuple(held, other ? py::object(FramesToArrays(other)) : py::object(py::none()));
   }
 
   // {name: array} of n rows: one array per column (dtype[n, *row_shape]) and uuid,
@@ -217,11 +187,13 @@ class PyCacheRing {
   }
 
   // Checks a CACHE message (header frame, then data frames) and holds it. No Python.
-  Status InsertFrames(const uint8_t* const* data, const uint64_t* sizes, size_t n_frames,
-                      std::shared_ptr<const void> owner) {
-    if (n_frames == 0) return Error(Code::kDataLoss, "empty message (no header frame)");
+  Status InsertFrames(const std::vector<codec::Frame>& frames, std::shared_ptr<const void> owner) {
+    if (frames.empty()) return Error(Code::kDataLoss, "empty message (no header frame)");
+    std::vector<uint64_t> sizes;
+    for (size_t i = 1; i < frames.size(); ++i) sizes.push_back(frames[i].size);
     codec::Message msg;
-    MEMOIRE_RETURN_IF_ERROR(codec::DecodeHeader(data[0], sizes[0], sizes + 1, n_frames - 1, limits_, &msg));
+    MEMOIRE_RETURN_IF_ERROR(codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(),
+                                                sizes.size(), limits_, &msg));
     if (msg.type != codec::MsgType::kCache)
       return Error(Code::kDataLoss, "expected a cache message, got ",
                    codec::MsgTypeName(static_cast<uint8_t>(msg.type)));
@@ -233,7 +205,7 @@ class PyCacheRing {
     cache->columns.assign(columns.size(), nullptr);
     const uint8_t* scalars[3] = {nullptr, nullptr, nullptr};
     for (const codec::Entry& e : msg.entries) {  // the check proved every spec entry present
-      const uint8_t* p = data[1 + e.frame];
+      const uint8_t* p = frames[1 + e.frame].data;
       for (size_t c = 0; c < columns.size(); ++c)
         if (e.name == columns[c].name) cache->columns[c] = p;
       for (int k = 0; k < 3; ++k)

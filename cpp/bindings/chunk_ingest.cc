@@ -14,39 +14,11 @@
 
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
-#include "bindings/zmq_frames.h"
+#include "bindings/frames.h"
 #include "core/codec.h"
 
 namespace memoire {
 namespace {
-
-// Buffers of one message's Python frames, held (each with a reference to its frame) until the
-// core releases them. Made with the GIL held; freed under it (see Owner).
-class HeldFrames {
- public:
-  HeldFrames() = default;
-  HeldFrames(const HeldFrames&) = delete;
-  HeldFrames& operator=(const HeldFrames&) = delete;
-  ~HeldFrames() {
-    for (Py_buffer& v : views_) PyBuffer_Release(&v);
-  }
-  // False (and the Python error cleared) when `obj` does not export a buffer.
-  bool Add(PyObject* obj) {
-    Py_buffer v;
-    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) != 0) {
-      PyErr_Clear();
-      return false;
-    }
-    views_.push_back(v);
-    frames_.push_back({static_cast<const uint8_t*>(v.buf), static_cast<uint64_t>(v.len)});
-    return true;
-  }
-  const std::vector<ChunkIngest::Frame>& frames() const { return frames_; }
-
- private:
-  std::vector<Py_buffer> views_;
-  std::vector<ChunkIngest::Frame> frames_;
-};
 
 bool IsChunkHeader(const ChunkIngest::Frame& header) {
   uint16_t version = 0;
@@ -82,11 +54,7 @@ class PyChunkIngest {
     for (size_t k = 1; k < n; ++k)
       if (!held->Add(frames[k].ptr())) return py::none();
     const std::vector<ChunkIngest::Frame> fr = held->frames();
-    // The last owner of Python frames may be a thread without the GIL (Receive).
-    Owner owner(held.release(), [](const void* p) {
-      py::gil_scoped_acquire gil;
-      delete static_cast<const HeldFrames*>(p);
-    });
+    Owner owner = HeldFrames::Owned(std::move(held));
     ChunkIngest::Result r;
     {
       py::gil_scoped_release release;

@@ -69,10 +69,7 @@ class ChunkIngest {
   };
 
   // A received frame: caller-owned bytes.
-  struct Frame {
-    const uint8_t* data = nullptr;
-    uint64_t size = 0;
-  };
+  using Frame = codec::Frame;
 
   enum class Outcome {
     kNotChunk = 0,  // not a current-version chunk header: the caller decodes it another way

@@ -72,6 +72,12 @@ inline bool IsContainer(Kind k) { return k == Kind::kList || k == Kind::kTuple |
 const char* KindName(Kind k);
 const char* MsgTypeName(uint8_t t);
 
+// The bytes of one received frame (owned elsewhere).
+struct Frame {
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
 struct Entry {
   std::string name;
   Kind kind = Kind::kArray;
