@@ -78,31 +78,18 @@ class PyCacheRing {
     std::string error;
     {
       py::gil_scoped_release release;
-      for (int k = 0; k < max_messages; ++k) {
-        auto frames = std::make_shared<libzmq::Frames>();
-        const int rc = libzmq::Receive(reinterpret_cast<void*>(socket), k == 0 ? timeout_ms : 0,
-                                       frames.get());
-        if (rc <= 0) {
-          if (rc < 0) error = libzmq::LastError();
-          break;
-        }
-        uint16_t version = 0;
-        uint8_t type = 0;
-        if (!codec::PeekVersion(frames->data(0), frames->bytes(0), &version, &type) ||
-            version != codec::kWireVersion || type != static_cast<uint8_t>(codec::MsgType::kCache)) {
-          other = std::move(frames);
-          break;
-        }
-        std::vector<codec::Frame> fr(frames->size());
-        for (size_t i = 0; i < fr.size(); ++i) fr[i] = {frames->data(i), frames->bytes(i)};
-        // A cache that does not fit goes back too: the settings may have changed since this
-        // call began, which the Python side applies before it checks the cache again.
-        if (!InsertFrames(fr, frames).ok()) {
-          other = std::move(frames);
-          break;
-        }
-        ++held;
-      }
+      error = libzmq::ReceiveEach(
+          reinterpret_cast<void*>(socket), timeout_ms, max_messages,
+          [&](std::shared_ptr<libzmq::Frames> frames, const std::vector<codec::Frame>& fr) {
+            // A cache that does not fit goes back too: the settings may have changed since
+            // this call began, which the Python side applies before it checks it again.
+            if (!codec::IsCurrent(fr[0], codec::MsgType::kCache) || !InsertFrames(fr, frames).ok()) {
+              other = std::move(frames);
+              return false;
+            }
+            ++held;
+            return true;
+          });
     }
     if (!error.empty()) throw std::runtime_error("receive: " + error);
     return py::make_tuple(held, other ? py::object(FramesToArrays(other)) : py::object(py::none()));

@@ -20,13 +20,6 @@
 namespace memoire {
 namespace {
 
-bool IsChunkHeader(const ChunkIngest::Frame& header) {
-  uint16_t version = 0;
-  uint8_t type = 0;
-  return codec::PeekVersion(header.data, header.size, &version, &type) &&
-         version == codec::kWireVersion && type == static_cast<uint8_t>(codec::MsgType::kChunk);
-}
-
 class PyChunkIngest {
  public:
   // Whatever keeps a message's bytes alive: Python frames or libzmq's messages.
@@ -49,7 +42,7 @@ class PyChunkIngest {
     const size_t n = frames.size();
     auto held = std::make_unique<HeldFrames>();
     // Other messages (caches, logs) go back at once, without a GIL round trip.
-    if (n == 0 || !held->Add(frames[0].ptr()) || !IsChunkHeader(held->frames()[0]))
+    if (n == 0 || !held->Add(frames[0].ptr()) || !codec::IsCurrent(held->frames()[0], codec::MsgType::kChunk))
       return py::none();
     for (size_t k = 1; k < n; ++k)
       if (!held->Add(frames[k].ptr())) return py::none();
@@ -82,30 +75,22 @@ class PyChunkIngest {
     {
       py::gil_scoped_release release;
       ChunkIngest::Result r;
-      std::vector<ChunkIngest::Frame> fr;
-      for (int k = 0; k < max_messages; ++k) {
-        auto frames = std::make_shared<libzmq::Frames>();
-        const int rc = libzmq::Receive(reinterpret_cast<void*>(socket), k == 0 ? timeout_ms : 0,
-                                       frames.get());
-        if (rc <= 0) {
-          if (rc < 0) error = libzmq::LastError();
-          break;
-        }
-        fr.resize(frames->size());
-        for (size_t i = 0; i < fr.size(); ++i) fr[i] = {frames->data(i), frames->bytes(i)};
-        if (fr.empty() || !IsChunkHeader(fr[0])) {
-          other = std::move(frames);
-          break;
-        }
-        Take(std::move(frames), fr, Now(), &r);
-        if (r.outcome == ChunkIngest::Outcome::kCommitted && r.rows > 0) {
-          ++episodes;
-          rows += r.rows;
-          break;  // a stored episode is reported at once (wait_rows_in, the learner's pace)
-        } else if (r.outcome == ChunkIngest::Outcome::kRejected) {
-          rejected.push_back(std::move(r));
-        }
-      }
+      error = libzmq::ReceiveEach(
+          reinterpret_cast<void*>(socket), timeout_ms, max_messages,
+          [&](std::shared_ptr<libzmq::Frames> frames, const std::vector<codec::Frame>& fr) {
+            if (!codec::IsCurrent(fr[0], codec::MsgType::kChunk)) {
+              other = std::move(frames);
+              return false;
+            }
+            Take(std::move(frames), fr, Now(), &r);
+            if (r.outcome == ChunkIngest::Outcome::kCommitted && r.rows > 0) {
+              ++episodes;
+              rows += r.rows;
+              return false;  // a stored episode is reported at once (wait_rows_in, the learner's pace)
+            }
+            if (r.outcome == ChunkIngest::Outcome::kRejected) rejected.push_back(std::move(r));
+            return true;
+          });
     }
     if (!error.empty()) throw std::runtime_error("receive: " + error);
     py::list rejections;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/codec.h"
+
 namespace memoire {
 namespace libzmq {
 
@@ -61,6 +63,23 @@ bool Send(void* socket, const std::vector<OutFrame>& frames, int timeout_ms,
           const std::shared_ptr<const void>& keep);
 
 std::string LastError();
+
+// Receives messages on `socket`: waits up to timeout_ms for the first, then takes those already
+// queued, up to max_messages, handing each to take(frames, views of their bytes), which
+// returns false to stop. Returns the socket error's text, or "" when there was none.
+template <typename Take>
+std::string ReceiveEach(void* socket, int timeout_ms, int max_messages, Take take) {
+  std::vector<codec::Frame> views;
+  for (int k = 0; k < max_messages; ++k) {
+    auto frames = std::make_shared<Frames>();
+    const int rc = Receive(socket, k == 0 ? timeout_ms : 0, frames.get());
+    if (rc <= 0) return rc < 0 ? LastError() : "";
+    views.resize(frames->size());
+    for (size_t i = 0; i < views.size(); ++i) views[i] = {frames->data(i), frames->bytes(i)};
+    if (!take(std::move(frames), views)) return "";
+  }
+  return "";
+}
 
 }  // namespace libzmq
 }  // namespace memoire

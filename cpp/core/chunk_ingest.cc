@@ -10,15 +10,6 @@ namespace memoire {
 
 namespace {
 
-// Reads a value of a 0-d entry. The wire is little-endian and so are the hosts memoire builds
-// for (x86-64, aarch64), as the rest of the codec assumes.
-template <typename T>
-T ReadScalar(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
 std::string Hex8(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "%08llx", static_cast<unsigned long long>(v));
@@ -114,10 +105,10 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
     chunk->fields[f] = spec_field_[f] < 0 ? nullptr : data[spec_field_[f]];
   chunk->init_w.resize(static_cast<size_t>(rows));
   if (rows > 0) std::memcpy(chunk->init_w.data(), data[spec_init_w_], rows * sizeof(float));
-  *uuid = ReadScalar<uint64_t>(data[spec_uuid_]);
-  *episode = ReadScalar<int64_t>(data[spec_episode_]);
-  *index = ReadScalar<int64_t>(data[spec_index_]);
-  *multiplier = ReadScalar<float>(data[spec_multiplier_]);
+  *uuid = LoadUnaligned<uint64_t>(data[spec_uuid_]);
+  *episode = LoadUnaligned<int64_t>(data[spec_episode_]);
+  *index = LoadUnaligned<int64_t>(data[spec_index_]);
+  *multiplier = LoadUnaligned<float>(data[spec_multiplier_]);
   *flags = m.flags;
   return Status::OK();
 }

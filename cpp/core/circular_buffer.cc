@@ -20,13 +20,6 @@ namespace memoire {
 namespace {
 
 template <typename T>
-T Load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-template <typename T>
 void Store(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(T));
 }
@@ -34,9 +27,9 @@ void Store(uint8_t* p, T v) {
 // numpy's truth value of one element (NaN is true, -0.0 is false).
 bool NonZero(DType t, const uint8_t* p) {
   switch (t) {
-    case DType::kFloat16: return (Load<uint16_t>(p) & 0x7fff) != 0;
-    case DType::kFloat32: return Load<float>(p) != 0.0f || std::isnan(Load<float>(p));
-    case DType::kFloat64: return Load<double>(p) != 0.0 || std::isnan(Load<double>(p));
+    case DType::kFloat16: return (LoadUnaligned<uint16_t>(p) & 0x7fff) != 0;
+    case DType::kFloat32: return LoadUnaligned<float>(p) != 0.0f || std::isnan(LoadUnaligned<float>(p));
+    case DType::kFloat64: return LoadUnaligned<double>(p) != 0.0 || std::isnan(LoadUnaligned<double>(p));
     default: {
       const size_t n = ItemSize(t);
       for (size_t i = 0; i < n; ++i)
@@ -51,16 +44,16 @@ template <typename R>
 R ReadAs(DType t, const uint8_t* p) {
   switch (t) {
     case DType::kBool: return static_cast<R>(p[0] != 0);
-    case DType::kInt8: return static_cast<R>(Load<int8_t>(p));
-    case DType::kUInt8: return static_cast<R>(Load<uint8_t>(p));
-    case DType::kInt16: return static_cast<R>(Load<int16_t>(p));
-    case DType::kUInt16: return static_cast<R>(Load<uint16_t>(p));
-    case DType::kInt32: return static_cast<R>(Load<int32_t>(p));
-    case DType::kUInt32: return static_cast<R>(Load<uint32_t>(p));
-    case DType::kInt64: return static_cast<R>(Load<int64_t>(p));
-    case DType::kUInt64: return static_cast<R>(Load<uint64_t>(p));
-    case DType::kFloat32: return static_cast<R>(Load<float>(p));
-    case DType::kFloat64: return static_cast<R>(Load<double>(p));
+    case DType::kInt8: return static_cast<R>(LoadUnaligned<int8_t>(p));
+    case DType::kUInt8: return static_cast<R>(LoadUnaligned<uint8_t>(p));
+    case DType::kInt16: return static_cast<R>(LoadUnaligned<int16_t>(p));
+    case DType::kUInt16: return static_cast<R>(LoadUnaligned<uint16_t>(p));
+    case DType::kInt32: return static_cast<R>(LoadUnaligned<int32_t>(p));
+    case DType::kUInt32: return static_cast<R>(LoadUnaligned<uint32_t>(p));
+    case DType::kInt64: return static_cast<R>(LoadUnaligned<int64_t>(p));
+    case DType::kUInt64: return static_cast<R>(LoadUnaligned<uint64_t>(p));
+    case DType::kFloat32: return static_cast<R>(LoadUnaligned<float>(p));
+    case DType::kFloat64: return static_cast<R>(LoadUnaligned<double>(p));
     case DType::kFloat16: return 0;  // rejected by Make
   }
   return 0;

@@ -189,6 +189,13 @@ bool PeekVersion(const uint8_t* data, size_t size, uint16_t* version, uint8_t* t
   return true;
 }
 
+bool IsCurrent(const Frame& header, MsgType type) {
+  uint16_t version = 0;
+  uint8_t t = 0;
+  return PeekVersion(header.data, header.size, &version, &t) && version == kWireVersion &&
+         t == static_cast<uint8_t>(type);
+}
+
 Status DecodeHeader(const uint8_t* data, size_t size, const uint64_t* frame_sizes, size_t n_frames,
                     const Limits& limits, Message* out) {
   const Code bad = Code::kDataLoss;

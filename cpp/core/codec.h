@@ -112,6 +112,9 @@ Status EncodeHeader(const Message& m, std::string* out);
 // Reads magic and version only: true when `data` starts like a memoire header (any version).
 bool PeekVersion(const uint8_t* data, size_t size, uint16_t* version, uint8_t* type);
 
+// True when `header` starts like a current-version header of a message of `type`.
+bool IsCurrent(const Frame& header, MsgType type);
+
 // Parses and checks a header frame against the sizes of the `n_frames` data frames that came
 // after it. On success *out holds the table; on failure *out is unspecified and the Status
 // (kDataLoss) says what was wrong.

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace memoire {
@@ -44,5 +45,13 @@ inline bool DTypeFromName(const std::string& name, DType* out) {
 }
 
 inline bool ValidDType(uint8_t code) { return code < kNumDTypes; }
+
+// A T read from bytes at any alignment (received frames, packed rows).
+template <typename T>
+inline T LoadUnaligned(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
 
 }  // namespace memoire
