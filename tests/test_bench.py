@@ -115,10 +115,22 @@ def test_targets_read_ratios_of_the_right_rows():
     assert rows[8].endswith("| 1.05x | yes |")
 
 
-def test_ingest_rows_for_memoire_and_raw_pyzmq():
-    ingest = pytest.importorskip("memoire.bench.ingest")
-    ms = ingest.ingest_workload(actors=(1,), repeats=1, seconds=0.2,
-                                shapes=(((4,), np.float32),))
-    assert [m.system for m in ms] == ["memoire", "raw pyzmq PUSH/PULL"]
-    assert all(len(m.seconds) == 1 and m.median > 0 for m in ms)
+def test_ingest_rows_for_memoire_and_raw_pyzmq_in_both_modes():
+    from memoire.bench import ingest
+
+    ms = ingest.ingest_workload(actors=(1,), repeats=1, seconds=0.2, states=(ingest.FLOAT,))
+    assert [m.system for m in ms] == ["memoire", "raw pyzmq PUSH/PULL"] * 2
+    assert "cache128" in ms[0].workload and "central chunk256 spi0" in ms[2].workload
+    # Both sides received messages in every 0.2 s window (none would read as 0.2 s per row).
+    assert all(len(m.seconds) == 1 and 0 < m.median < 0.1 for m in ms)
     assert report.ratio(ms, ms[0].workload, "raw pyzmq") is not None
+
+
+def test_raw_frames_are_memoires_own_messages():
+    from memoire import codec
+    from memoire.bench import ingest
+
+    for mode, rows in (("cache", 128), ("central", 256)):
+        msg = codec.decode(ingest.raw_frames(ingest.Setup(mode=mode)))
+        assert msg.type == (codec.Msg.CACHE if mode == "cache" else codec.Msg.CHUNK)
+        assert len(msg["weight" if mode == "cache" else "init_w"]) == rows

@@ -1,76 +1,150 @@
-"""Distributed ingest: 1, 2 or 4 actor processes pushing transitions to one learner.
+"""Distributed ingest: actor processes feeding one learner, memoire against raw pyzmq PUSH/PULL
+moving exactly the same frames, in the same run.
 
-memoire: each actor fills a local memory through ReplayMemoryClient and calls push_cache() in
-a loop; the learner's ReplayMemoryServer receives the caches and the learner draws them with
-get_batch(cache_size), counting rows. raw pyzmq: each actor sends exactly the frames of one of
-memoire's cache messages (header and arrays, copy=False) on a PUSH socket, again and again,
-and the learner receives them on PULL, doing nothing else: the ceiling of the transport for
-the same bytes.
+- cache mode (seed 001): memoire's actors fill local memories and ``push_cache()`` in a loop;
+  the learner (this process) draws ``server.get_batch(cache_size)`` (every row used once).
+  Raw pyzmq: each actor resends the frames of one of memoire's cache messages
+  (:func:`memoire.client.cache_message`) and the learner receives them.
+- central mode (Dopamine's path): memoire's actors stream episodes of `episode` entries with
+  ``ReplayMemoryClient(mode="central").add_entries`` in chunks of `chunk` rows; the server
+  stores them and the learner calls ``server.sample(batch)`` at `spi` sampled rows per stored
+  row (0: ingest only). A transition counts once stored and sampled:
+  ``min(stored, sampled / spi)``. The learner's batch defaults to the chunk's rows: raw pyzmq
+  hands its learner one chunk's rows per message, so the ratio measures ingest, not the Python
+  call rate of small batches. Raw pyzmq: each actor resends the frames of one CHUNK message.
 
-Both sets of actors start once per actor count and wait on their own event; the timing
-alternates between the two systems (a warm-up, a timed window, a drain), several repetitions,
-medians. Only loopback addresses and OS-chosen ports; every loop is bounded in time.
+Raw pyzmq's learner does nothing with what it receives, so the ratio is the whole cost of
+memoire's sampling at the actor, codec, checks, storage or cache ring, and batch assembly.
+
+Both sets of actors start once per configuration and wait on their own event; the timing
+alternates between the systems (warm-up, timed window, drain), several repetitions, medians.
+Only loopback addresses and OS-chosen ports; every actor loop ends when told, when its parent
+dies, or after an hour.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
+import os
 import time
-from typing import List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-from memoire.bench.harness import Measurement
-
 import zmq  # noqa: F401  (ImportError here: the suite runs without the ingest rows)
 from memoire import ReplayMemoryClient, ReplayMemoryServer  # noqa: F401  (same)
+from memoire.bench.harness import Measurement
 
 CTX = mp.get_context("spawn")
-CACHE_SIZE = 128
-CAPACITY = 4000
+ACTOR_DEADLINE_S = 3600
+FLOAT, ATARI = ((4,), np.float32), ((84, 84, 4), np.uint8)
 
 
-def _templates(shape, dtype):
+@dataclasses.dataclass
+class Setup:
+    """One configuration: a mode, a state layout and the sizes that shape its messages."""
+
+    mode: str = "cache"  # or "central"
+    shape: tuple = (4,)
+    dtype: type = np.float32
+    actors: int = 2
+    cache_size: int = 128  # rows per cache (cache)
+    chunk: int = 256  # rows per chunk (central)
+    episode: int = 1024  # entries per episode (central)
+    capacity: int = 20000  # the server's memory (central)
+    batch: int = 0  # the learner's batch (central; 0: the chunk's rows)
+    spi: float = 1.0  # sampled rows per stored row (central; 0: ingest only)
+
+    @property
+    def rows_per_message(self) -> int:
+        return self.cache_size if self.mode == "cache" else self.chunk
+
+    @property
+    def label(self) -> str:
+        what = (f"cache{self.cache_size}" if self.mode == "cache"
+                else f"central chunk{self.chunk} spi{self.spi:g}")
+        return (f"ingest {'x'.join(map(str, self.shape))} {np.dtype(self.dtype).name} "
+                f"{self.actors} actor{'s' if self.actors > 1 else ''} {what}")
+
+
+def templates(shape, dtype) -> tuple:
     return (np.zeros(shape, dtype), np.zeros([], np.int64), np.zeros([], np.float32),
             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
             np.zeros([0], np.uint8))
 
 
-def _fill(rem, shape, dtype, steps=2000):
-    rng = np.random.default_rng(0)
+def episode_rows(shape, dtype, steps: int, seed: int = 0) -> tuple:
+    """s, a, r, p, v, i, init_w of one episode of `steps` entries."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 255, (steps,) + tuple(shape)).astype(dtype)
+    return (s, np.zeros(steps, np.int64), np.ones(steps, np.float32),
+            np.full(steps, 0.5, np.float32), np.zeros(steps, np.float32),
+            np.zeros((steps, 0), np.uint8), np.ones(steps, np.float32))
+
+
+def _fill(rem, shape, dtype, steps: int = 2000) -> None:
     rem.new_episode()
-    s = rng.integers(0, 255, (steps, *shape)).astype(dtype)
-    rem.add_entries(s, np.zeros(steps, np.int64), np.ones(steps, np.float32),
-                    np.full(steps, 0.5, np.float32), np.zeros(steps, np.float32),
-                    np.zeros((steps, 0), np.uint8), np.ones(steps, np.float32))
+    rem.add_entries(*episode_rows(shape, dtype, steps))
     rem.close_episode()
 
 
-def _memoire_actor(ep, shape, dtype, go, stop, ready):
+# ---------------------------------------------------------------------------- actors
+
+def _actor_loop(step: Callable[[], None], go, stop, parent: int) -> None:
+    deadline = time.monotonic() + ACTOR_DEADLINE_S
+    while not stop.is_set() and time.monotonic() < deadline and os.getppid() == parent:
+        if go.is_set():
+            step()
+        else:
+            go.wait(0.05)
+
+
+def _memoire_actor(ep: dict, setup: Setup, go, stop, ready, parent: int) -> None:
     from memoire import ReplayMemoryClient
 
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=10) as c:
-        c.rem.cache_size = CACHE_SIZE
-        _fill(c.rem, shape, dtype)
+    if setup.mode == "cache":
+        with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=10) as c:
+            c.rem.cache_size = setup.cache_size
+            _fill(c.rem, setup.shape, setup.dtype)
+            ready.set()
+            _actor_loop(c.push_cache, go, stop, parent)
+        return
+    rows = episode_rows(setup.shape, setup.dtype, setup.episode)
+    with ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central",
+                            chunk_size=setup.chunk, timeout=10) as c:
+        def episode():
+            c.new_episode()
+            try:
+                c.add_entries(*rows)
+                c.close_episode()
+            except TimeoutError:
+                pass
         ready.set()
-        deadline = time.monotonic() + 3600
-        while not stop.is_set() and time.monotonic() < deadline:
-            if go.is_set():
-                c.push_cache()
-            else:
-                go.wait(0.05)
+        _actor_loop(episode, go, stop, parent)
 
 
-def _raw_actor(endpoint, shape, dtype, go, stop, ready):
-    import zmq
-
-    from memoire import ReplayMemory
+def raw_frames(setup: Setup) -> list:
+    """Exactly the frames of one of memoire's messages for `setup` (a cache or a chunk)."""
+    from memoire import ReplayMemory, codec
     from memoire.client import cache_message
 
-    rem = ReplayMemory(*_templates(shape, dtype), CAPACITY)
-    rem.cache_size = CACHE_SIZE
-    _fill(rem, shape, dtype)
-    frames = cache_message(rem, 1)  # exactly the frames of one of memoire's caches
+    if setup.mode == "cache":
+        rem = ReplayMemory(*templates(setup.shape, setup.dtype), 4000)
+        rem.cache_size = setup.cache_size
+        _fill(rem, setup.shape, setup.dtype)
+        return cache_message(rem, 1)
+    values = dict(zip(("s", "a", "r", "p", "v", "i", "init_w"),
+                      episode_rows(setup.shape, setup.dtype, setup.chunk)))
+    values.update({"uuid": np.array(7, np.uint64), "episode": np.array(1, np.int64),
+                   "index": np.array(0, np.int64), "multiplier": np.array(1.0, np.float32)})
+    return codec.encode(codec.Msg.CHUNK, values)
+
+
+def _raw_actor(endpoint: str, setup: Setup, go, stop, ready, parent: int) -> None:
+    import zmq
+
+    frames = raw_frames(setup)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.sndhwm = 64
@@ -78,104 +152,141 @@ def _raw_actor(endpoint, shape, dtype, go, stop, ready):
     push.linger = 0
     push.connect(endpoint)
     ready.set()
-    deadline = time.monotonic() + 3600
-    while not stop.is_set() and time.monotonic() < deadline:
-        if not go.is_set():
-            go.wait(0.05)
-            continue
+
+    def send():
         try:
             push.send_multipart(frames, copy=False)
         except zmq.Again:
             pass
+    _actor_loop(send, go, stop, parent)
     push.close()
     ctx.term()
 
 
-def _start(target, args_of, n):
-    go, stop = CTX.Event(), CTX.Event()
-    readies = [CTX.Event() for _ in range(n)]
-    procs = [CTX.Process(target=target, args=(*args_of, go, stop, r), daemon=True)
-             for r in readies]
-    for p in procs:
-        p.start()
-    for r in readies:
-        if not r.wait(120):
-            raise RuntimeError("an actor process did not start within 120 s")
-    return go, stop, procs
+class _Actors:
+    """`setup.actors` processes of `target`, started once, run while `go` is set."""
+
+    def __init__(self, target, first_arg, setup: Setup):
+        self.go, self.stop = CTX.Event(), CTX.Event()
+        readies = [CTX.Event() for _ in range(setup.actors)]
+        self.procs = [CTX.Process(target=target, daemon=True,
+                                  args=(first_arg, setup, self.go, self.stop, r, os.getpid()))
+                      for r in readies]
+        for p in self.procs:
+            p.start()
+        for r in readies:
+            if not r.wait(120):
+                self.close()
+                raise RuntimeError("an actor process did not start within 120 s")
+
+    def close(self) -> None:
+        self.stop.set()
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
 
 
-def _stop(stop, procs):
-    stop.set()
-    for p in procs:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
+# ---------------------------------------------------------------------------- learners
+
+def _memoire_learner(srv, setup: Setup) -> Callable[[], float]:
+    """A function that receives for a while and returns the transitions it counts."""
+    if setup.mode == "cache":
+        out = [None]
+
+        def receive():
+            try:
+                out[0] = srv.get_batch(setup.cache_size, timeout=0.1, out=out[0])
+                return len(out[0])
+            except RuntimeError:  # no cache within the timeout
+                return 0
+        return receive
+    batch = setup.batch or setup.chunk
+    state = {"stored": srv.rows_in, "sampled": 0.0}
+
+    def receive():
+        stored = srv.rows_in - state["stored"]
+        if setup.spi > 0 and stored * setup.spi >= state["sampled"] + batch:
+            srv.sample(batch)
+            state["sampled"] += batch
+        else:
+            srv.wait_rows_in(srv.rows_in + 1, 0.01)
+        # What counts is stored and sampled: report the growth of min(stored, sampled / spi).
+        now = stored if setup.spi == 0 else min(stored, state["sampled"] / setup.spi)
+        grown, state["counted"] = now - state.get("counted", 0.0), now
+        return grown
+    return receive
 
 
-def _window(go, receive, seconds: float) -> float:
-    """Seconds per transition received during one timed window (after a 0.2 s warm-up)."""
+def _window(go, receive: Callable[[], float], seconds: float) -> float:
+    """Seconds per transition received in a timed window (after a warm-up), then a drain."""
     go.set()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 0.2:
+    while time.monotonic() - t0 < 0.3:
         receive()
-    rows, t0 = 0, time.monotonic()
+    rows, t0 = 0.0, time.monotonic()
     while time.monotonic() - t0 < seconds:
         rows += receive()
     elapsed = time.monotonic() - t0
     go.clear()
     t1 = time.monotonic()
-    while time.monotonic() - t1 < 0.2:  # drain what is in flight
+    while time.monotonic() - t1 < 0.3:  # what is in flight
         receive()
-    return elapsed / max(rows, 1)
+    return elapsed / max(rows, 1.0)
+
+
+def measure(setup: Setup, repeats: int = 3, seconds: float = 1.0) -> Dict[str, List[float]]:
+    """Seconds per transition of memoire and of raw pyzmq for `setup`, one per repetition."""
+    import zmq
+
+    sec: Dict[str, List[float]] = {"memoire": [], "raw pyzmq PUSH/PULL": []}
+    capacity = setup.capacity if setup.mode == "central" else 4000
+    with ReplayMemoryServer(*templates(setup.shape, setup.dtype), capacity, None,
+                            n_caches=64) as srv:
+        srv.rem.cache_size = setup.cache_size
+        ep = srv.start()
+        ctx = zmq.Context()
+        pull = ctx.socket(zmq.PULL)
+        pull.rcvhwm = 64
+        pull.linger = 0
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        mem_actors = raw_actors = None
+        try:
+            mem_actors = _Actors(_memoire_actor, ep, setup)
+            raw_actors = _Actors(_raw_actor, f"tcp://127.0.0.1:{port}", setup)
+
+            def raw_receive():
+                if pull.poll(100):
+                    pull.recv_multipart(copy=False)
+                    return setup.rows_per_message
+                return 0
+            for r in range(repeats):
+                order = [("memoire", mem_actors.go, None),
+                         ("raw pyzmq PUSH/PULL", raw_actors.go, raw_receive)]
+                for name, go, receive in (order if r % 2 == 0 else order[::-1]):
+                    receive = receive or _memoire_learner(srv, setup)
+                    sec[name].append(_window(go, receive, seconds))
+        finally:
+            for actors in (mem_actors, raw_actors):
+                if actors is not None:
+                    actors.close()
+            pull.close()
+            ctx.term()
+    return sec
 
 
 def ingest_workload(actors: Sequence[int] = (1, 2, 4), *, repeats: int = 3,
-                    seconds: float = 1.0,
-                    shapes=(((4,), np.float32), ((84, 84, 4), np.uint8))) -> List[Measurement]:
-    """memoire vs raw pyzmq, transitions per second at the learner, per actor count."""
-    import zmq
-
+                    seconds: float = 1.0, modes: Sequence[str] = ("cache", "central"),
+                    states=(FLOAT, ATARI)) -> List[Measurement]:
+    """memoire vs raw pyzmq, seconds per transition at the learner, for each mode, state
+    layout and actor count (the suite's rows). Central mode counts stored transitions (spi 0:
+    ingest; a learner's own sampling is measured by ``benchmarks/bench_network.py --spi 1``)."""
     out: List[Measurement] = []
-    for shape, dtype in shapes:
-        for n in actors:
-            label = (f"ingest {'x'.join(map(str, shape))} {np.dtype(dtype).name} "
-                     f"{n} actor{'s' if n > 1 else ''} cache{CACHE_SIZE}")
-            with ReplayMemoryServer(*_templates(shape, dtype), CAPACITY, None,
-                                    n_caches=64) as srv:
-                srv.rem.cache_size = CACHE_SIZE
-                ep = srv.start()
-                ctx = zmq.Context()
-                pull = ctx.socket(zmq.PULL)
-                pull.rcvhwm = 64
-                pull.linger = 0
-                port = pull.bind_to_random_port("tcp://127.0.0.1")
-                m_go, m_stop, m_procs = _start(_memoire_actor, (ep, shape, dtype), n)
-                r_go, r_stop, r_procs = _start(
-                    _raw_actor, (f"tcp://127.0.0.1:{port}", shape, dtype), n)
-
-                def recv_memoire():
-                    try:
-                        return len(srv.get_batch(CACHE_SIZE, timeout=0.1))
-                    except RuntimeError:  # no cache within the timeout
-                        return 0
-
-                def recv_raw():
-                    if pull.poll(100):
-                        pull.recv_multipart(copy=False)
-                        return CACHE_SIZE
-                    return 0
-
-                sec = {"memoire": [], "raw pyzmq PUSH/PULL": []}
-                try:
-                    for r in range(repeats):
-                        order = [("memoire", m_go, recv_memoire),
-                                 ("raw pyzmq PUSH/PULL", r_go, recv_raw)]
-                        for name, go, recv in (order if r % 2 == 0 else order[::-1]):
-                            sec[name].append(_window(go, recv, seconds))
-                finally:
-                    _stop(m_stop, m_procs)
-                    _stop(r_stop, r_procs)
-                    pull.close()
-                    ctx.term()
-                out += [Measurement(label, name, s) for name, s in sec.items()]
+    for mode in modes:
+        for shape, dtype in states:
+            for n in actors:
+                setup = Setup(mode=mode, shape=shape, dtype=dtype, actors=n,
+                              spi=1.0 if mode == "cache" else 0.0)
+                for name, s in measure(setup, repeats, seconds).items():
+                    out.append(Measurement(setup.label, name, s))
     return out

@@ -87,12 +87,15 @@ NumPy array by fancy indexing without any bookkeeping; `ceiling: memcpy` copies 
 bytes contiguously. The numpy ring returns channel-first stacks (`[batch, 4, 84, 84]`, no
 transpose) and ignores episode boundaries when stacking."""
 
-INGEST_NOTES = """Actor processes push transitions to one learner process over loopback TCP;
-the learner counts what it receives. memoire: ReplayMemoryClient.push_cache() into a
-ReplayMemoryServer, the learner drawing batches with get_batch. raw pyzmq: the same frames
-(one cache's arrays) sent on PUSH and received on PULL with nothing else done. Throughput is
-transitions received per second; the ratio here is memoire's over raw pyzmq's (the fraction of
-raw pyzmq memoire reaches)."""
+INGEST_NOTES = """Actor processes feed one learner process over loopback TCP
+(`memoire.bench.ingest`). Cache mode (the seed's): memoire's actors `push_cache()` into a
+ReplayMemoryServer and the learner draws `get_batch(cache_size)`. Central mode (Dopamine's
+path): memoire's actors stream episodes in chunks of 256 rows into the server's memory; a
+transition counts once stored and sampleable. raw pyzmq: each actor resends exactly the frames
+of one of memoire's messages (a cache, a chunk) on PUSH and the learner receives them on PULL,
+doing nothing else. The ratio here is memoire's throughput over raw pyzmq's (the fraction of
+raw pyzmq memoire reaches; above 1, memoire's native paths move the same frames with less
+work than pyzmq's Python receive loop)."""
 
 
 def table(measurements: List[Measurement]) -> str:
