@@ -7,7 +7,7 @@ the two constructors of the seeds, docstrings and the :class:`Batch` result.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Tuple
+from typing import Iterator
 
 import numpy as np
 

@@ -5,7 +5,6 @@ mode, which must not leak into other tests).
 """
 
 import json
-import os
 import sys
 import tempfile
 

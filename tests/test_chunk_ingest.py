@@ -33,7 +33,7 @@ def chunk(uuid, episode, index, r, flags=0, multiplier=1.0):
     values.update({"uuid": np.array(uuid, np.uint64), "episode": np.array(episode, np.int64),
                    "index": np.array(index, np.int64),
                    "multiplier": np.array(multiplier, np.float32)})
-    return [bytes(memoryview(f).cast("B")) if not isinstance(f, bytes) else f
+    return [memoryview(f).tobytes() if not isinstance(f, bytes) else f
             for f in codec.encode(Msg.CHUNK, values, flags=flags)]
 
 

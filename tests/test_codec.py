@@ -38,7 +38,7 @@ def write_frames(path, frames):
     with open(path, "wb") as f:
         f.write(struct.pack("<I", len(frames)))
         for fr in frames:
-            b = bytes(memoryview(fr).cast("B"))
+            b = memoryview(fr).tobytes()
             f.write(struct.pack("<I", len(b)) + b)
 
 
@@ -71,7 +71,7 @@ def assert_same(a, b):
 @pytest.mark.parametrize("name", sorted(golden_messages()))
 def test_golden_v1_bytes_are_stable(name):
     msg_type, flags, values = golden_messages()[name]
-    frames = [bytes(memoryview(f).cast("B")) for f in codec.encode(msg_type, values, flags)]
+    frames = [memoryview(f).tobytes() for f in codec.encode(msg_type, values, flags)]
     assert frames == read_frames(GOLDEN / f"{name}.bin")
     decoded = codec.decode(read_frames(GOLDEN / f"{name}.bin"))
     assert decoded.type == msg_type and decoded.flags == flags
@@ -163,3 +163,24 @@ def test_flat_encoder_leaves_other_values_to_the_general_path():
     assert got["n"] == 7
     with pytest.raises(ValueError, match="complex"):
         codec.encode(Msg.CACHE, {"c": np.zeros(2, np.complex64)})
+
+
+def test_flat_frames_of_any_shape_travel_through_pyzmq():
+    import zmq
+
+    values = {"empty": np.zeros((0, 0), np.bool_), "m": np.arange(6, dtype=np.int16).reshape(2, 3),
+              "x": np.array(1.5)}
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://codec-shapes")
+    b.connect("inproc://codec-shapes")
+    try:
+        a.send_multipart(codec.encode(Msg.CALL, values), copy=False)
+        assert b.poll(5000)
+        got = codec.decode(b.recv_multipart(copy=False))
+    finally:
+        a.close(0)
+        b.close(0)
+        ctx.term()
+    assert got["empty"].shape == (0, 0) and got["x"] == 1.5
+    np.testing.assert_array_equal(got["m"], values["m"])

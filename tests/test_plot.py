@@ -4,7 +4,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 from memoire import plot, trackers
 

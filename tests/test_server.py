@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zmq
 
-from memoire import ProtocolError, ReplayMemoryClient, ReplayMemoryServer, codec
+from memoire import ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
 from memoire.remote import RemoteMemory, RemoteObject
 from memoire.transport import CurveKeys, bind_address, generate_keys

@@ -8,7 +8,6 @@ import signal
 import time
 
 import numpy as np
-import pytest
 
 from memoire import ReplayMemoryClient, ReplayMemoryServer
 

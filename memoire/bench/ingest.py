@@ -32,8 +32,8 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-import zmq  # noqa: F401  (ImportError here: the suite runs without the ingest rows)
-from memoire import ReplayMemoryClient, ReplayMemoryServer  # noqa: F401  (same)
+import zmq  # (ImportError here: the suite runs without the ingest rows)
+from memoire import ReplayMemoryClient, ReplayMemoryServer
 from memoire.bench.harness import Measurement
 
 CTX = mp.get_context("spawn")
@@ -101,8 +101,6 @@ def _actor_loop(step: Callable[[], None], go, stop, parent: int) -> None:
 
 
 def _memoire_actor(ep: dict, setup: Setup, go, stop, ready, parent: int) -> None:
-    from memoire import ReplayMemoryClient
-
     if setup.mode == "cache":
         with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=10) as c:
             c.rem.cache_size = setup.cache_size
@@ -142,8 +140,6 @@ def raw_frames(setup: Setup) -> list:
 
 
 def _raw_actor(endpoint: str, setup: Setup, go, stop, ready, parent: int) -> None:
-    import zmq
-
     frames = raw_frames(setup)
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
@@ -237,8 +233,6 @@ def _window(go, receive: Callable[[], float], seconds: float) -> float:
 
 def measure(setup: Setup, repeats: int = 3, seconds: float = 1.0) -> Dict[str, List[float]]:
     """Seconds per transition of memoire and of raw pyzmq for `setup`, one per repetition."""
-    import zmq
-
     sec: Dict[str, List[float]] = {"memoire": [], "raw pyzmq PUSH/PULL": []}
     capacity = setup.capacity if setup.mode == "central" else 4000
     with ReplayMemoryServer(*templates(setup.shape, setup.dtype), capacity, None,

@@ -27,7 +27,6 @@ import collections
 import math
 import operator
 import secrets
-import sys
 
 import numpy as np
 
