@@ -32,7 +32,7 @@ from memoire.codec import Msg, ProtocolError
 from memoire.memory import FIELDS, ReplayMemory
 from memoire.remote import request
 from memoire.server import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
-                            SETTINGS, cache_spec)
+                            SETTINGS, cache_layout, cache_spec)
 from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
                                native_libzmq, open_socket, publication)
 
@@ -132,7 +132,7 @@ class ReplayMemoryClient:
         self._stream_steps = 0
         self._schema = None
         self._small = None  # (schema, whether its chunks are small): see _small_chunks
-        self._header_key = None
+        self._header_layout = None
         self._header = b""
         self._max_step = max_step
         self.sync_sizes(max_step)
@@ -179,7 +179,7 @@ class ReplayMemoryClient:
         rem.uuid = self.uuid & 0xFFFFFFFFFFFFFFFF
         self._rem = rem
         self._schema = schema
-        self._header_key = None  # the schema may differ (a restarted server)
+        self._header_layout = None  # the schema may differ (a restarted server)
         self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
 
     # ------------------------------------------------------------------ counters and logs
@@ -248,13 +248,10 @@ class ReplayMemoryClient:
 
     def _cache_header(self) -> bytes:
         """The header of this memory's cache messages (made again when the settings change)."""
-        rem = self._rem
-        key = (int(rem.cache_size), int(rem.frame_stack), rem.cache_flags.tobytes())
-        if key != self._header_key:
-            settings = {"cache_size": key[0], "frame_stack": key[1],
-                        "cache_flags": [bool(x) for x in rem.cache_flags]}
-            self._header = cache_spec(self._schema, settings).header(Msg.CACHE)
-            self._header_key = key
+        layout = cache_layout(self._rem)
+        if layout != self._header_layout:
+            self._header = cache_spec(self._schema, layout).header(Msg.CACHE)
+            self._header_layout = layout
         return self._header
 
     # ------------------------------------------------------------------ central mode

@@ -92,9 +92,16 @@ def describe_schema(templates: Sequence[Any]) -> List[tuple]:
     return out
 
 
-def cache_spec(schema: Sequence[tuple], settings: Dict[str, Any]) -> codec.Spec:
-    """The codec spec of a cache message for a schema and settings."""
-    cs, fs, flags = int(settings["cache_size"]), int(settings["frame_stack"]), settings["cache_flags"]
+def cache_layout(rem: ReplayMemory) -> tuple:
+    """``(cache_size, frame_stack, cache_flags)`` of a memory: what the layout of its cache
+    messages depends on, besides the schema (comparable, to notice a change)."""
+    return (int(rem.cache_size), int(rem.frame_stack),
+            tuple(np.asarray(rem.cache_flags, np.bool_).tolist()))
+
+
+def cache_spec(schema: Sequence[tuple], layout: tuple) -> codec.Spec:
+    """The codec spec of a cache message for a schema and a :func:`cache_layout`."""
+    cs, fs, flags = layout
     arrays = {}
     for k, (name, dtype, shape) in enumerate(schema):
         if flags[k]:
@@ -200,8 +207,7 @@ class ReplayMemoryServer:
         self._rejected = collections.Counter()
         # Cache ring (made for the current settings when first needed).
         self._ring: Optional[_core.CacheRing] = None
-        self._ring_key = None
-        self._cache_spec: Optional[codec.Spec] = None
+        self._ring_layout = None
         # Central mode: episode chunks are checked, assembled per actor and committed into
         # self._rem natively (the only writer of that memory's episodes).
         self._chunks = _core.ChunkIngest(self._rem, self.max_message_bytes, int(max_streams),
@@ -426,6 +432,11 @@ class ReplayMemoryServer:
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
             self._stats[key] += n
+
+    def _count_batch(self, rows: int) -> None:
+        with self._lock:
+            self._stats["batches"] += 1
+            self._stats["rows_sampled"] += rows
 
     def _reject(self, reason: str, detail: str) -> None:
         with self._lock:
@@ -653,21 +664,18 @@ class ReplayMemoryServer:
     def _ring_for_settings(self) -> "_core.CacheRing":
         """The cache ring, laid out for the current settings (called under the lock); a
         settings change drops the held caches (they no longer match the batches asked for)."""
-        rem = self._rem
-        key = (int(rem.cache_size), int(rem.frame_stack), rem.cache_flags.tobytes())
-        if key != self._ring_key:
-            flags = tuple(bool(x) for x in rem.cache_flags)
-            spec = cache_spec(self._schema, {"cache_size": key[0], "frame_stack": key[1],
-                                             "cache_flags": flags})
+        layout = cache_layout(self._rem)
+        if layout != self._ring_layout:
+            spec = cache_spec(self._schema, layout)
             columns = [(name, np.dtype(dt), list(shape[1:]))
                        for name, (dt, shape) in spec.arrays.items() if len(shape)]
             if self._ring is None:
-                self._ring = _core.CacheRing(columns, key[0], self.n_caches,
+                self._ring = _core.CacheRing(columns, layout[0], self.n_caches,
                                              int(self._rng.integers(1 << 63)),
                                              self.max_message_bytes)
             else:
-                self._ring.relayout(columns, key[0])
-            self._ring_key, self._cache_spec = key, spec
+                self._ring.relayout(columns, layout[0])
+            self._ring_layout = layout
         return self._ring
 
     def _ingest_cache(self, frames: list) -> None:
@@ -725,8 +733,7 @@ class ReplayMemoryServer:
             raise RuntimeError(
                 f"get_batch: {e} (reuse_cache={bool(self._rem.reuse_cache)}); wait for "
                 "clients to push_cache() or lower batch_size") from None
-        self._count("batches")
-        self._count("rows_sampled", n)
+        self._count_batch(n)
         prev = tuple(got.get(f"prev/{f}") for f in FIELDS)
         nxt = tuple(got.get(f"next/{f}") for f in FIELDS)
         return CacheBatch(prev, nxt, got["weight"], got["prob"], got["done"], got["id"],
@@ -762,9 +769,7 @@ class ReplayMemoryServer:
           RuntimeError: nothing is sampleable yet.
         """
         b = self._rem.get_batch(int(batch_size))
-        with self._lock:
-            self._stats["batches"] += 1
-            self._stats["rows_sampled"] += len(b)
+        self._count_batch(len(b))
         return b
 
     def update_priorities(self, ids, weights) -> int:
