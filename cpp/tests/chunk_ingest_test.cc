@@ -10,27 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/small_memory.h"
 #include "tests/testing.h"
 
 using namespace memoire;
 
 namespace {
 
-// s: int64 position; a, p: float32; r, v, q: float32[1]; i: int32.
 std::shared_ptr<ReplayMemory> MakeMemory(int64_t max_step) {
-  Schema schema;
-  CHECK(Schema::Make({{"s", DType::kInt64, {}},
-                      {"a", DType::kFloat32, {}},
-                      {"r", DType::kFloat32, {1}},
-                      {"p", DType::kFloat32, {}},
-                      {"v", DType::kFloat32, {1}},
-                      {"q", DType::kFloat32, {1}},
-                      {"i", DType::kInt32, {}}},
-                     &schema).ok());
-  std::unique_ptr<ReplayMemory> m;
-  CHECK(ReplayMemory::Make(schema, max_step, &m).ok());
-  m->Seed(3);
-  return std::shared_ptr<ReplayMemory>(std::move(m));
+  return memoire_test::MakeSmallMemory(max_step, 3);
 }
 
 // The rows of `n` entries starting at value `start`: every field derived from the position.

@@ -10,29 +10,15 @@
 #include <set>
 #include <vector>
 
+#include "tests/small_memory.h"
 #include "tests/testing.h"
 
 using namespace memoire;
 
 namespace {
 
-// s: int64 position; a, p: float32 scalars; r, v, q: float32[1]; i: int32 episode number.
-std::unique_ptr<ReplayMemory> Make(int64_t max_step) {
-  Schema schema;
-  Status st = Schema::Make({{"s", DType::kInt64, {}},
-                            {"a", DType::kFloat32, {}},
-                            {"r", DType::kFloat32, {1}},
-                            {"p", DType::kFloat32, {}},
-                            {"v", DType::kFloat32, {1}},
-                            {"q", DType::kFloat32, {1}},
-                            {"i", DType::kInt32, {}}},
-                           &schema);
-  CHECK(st.ok());
-  std::unique_ptr<ReplayMemory> m;
-  CHECK(ReplayMemory::Make(schema, max_step, &m).ok());
-  m->Seed(1);
-  return m;
-}
+// The tests here store the episode number in i.
+std::unique_ptr<ReplayMemory> Make(int64_t max_step) { return memoire_test::MakeSmallMemory(max_step, 1); }
 
 struct Model {
   struct Ep { int64_t start, len; bool terminal; };
