@@ -77,6 +77,7 @@ def test_queue_transport_latest_parameters_and_backpressure():
         t.shutdown([])
 
 
+@pytest.mark.dopamine
 def test_params_round_trip_without_pickle():
     params = {"params": {"dense": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}}}
     payload = dist.params_to_bytes(params)
@@ -121,6 +122,7 @@ def test_queue_transport_ends_carry_chunks_and_parameters():
         t.shutdown([])
 
 
+@pytest.mark.dopamine
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
     cmd = [sys.executable, "-m", "memoire.train", "--base_dir", base, "--gin_files",
@@ -186,6 +188,7 @@ def _episodes(rng, n):
                       episode_end=ends, episodes=np.zeros((int(ends.sum()), 3)))
 
 
+@pytest.mark.dopamine
 @pytest.mark.parametrize("kind", ["dqn", "rainbow"])
 def test_bulk_ingest_equals_one_step_at_a_time(kind):
     import gin
@@ -230,6 +233,7 @@ def test_bulk_ingest_equals_one_step_at_a_time(kind):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.dopamine
 def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
     """The roles started separately: a learner that spawns no actor, and `memoire actor`
     processes that join it by its printed endpoints (as they would from other machines)."""

@@ -166,6 +166,7 @@ def test_bad_calls_raise_as_local():
         srv.close()
 
 
+@pytest.mark.dopamine
 def test_serve_rejects_unknown_objects():
     srv, _ = _server()
     try:
@@ -175,6 +176,7 @@ def test_serve_rejects_unknown_objects():
         srv.close()
 
 
+@pytest.mark.dopamine
 def test_jax_buffer_remote_matches_local():
     from dopamine.jax.replay_memory import elements
 

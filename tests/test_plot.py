@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from memoire import plot, trackers
 
@@ -19,6 +20,7 @@ def _fake_run(base, setting, run, slope, episodes=40):
         json.dump({"bindings": [f"A.x = {slope}"]}, f)
 
 
+@pytest.mark.dopamine
 def test_plot_writes_png_with_one_line_per_setting(tmp_path):
     base = str(tmp_path)
     for s, slope in enumerate((1.0, 2.0)):
@@ -50,6 +52,7 @@ def test_binned_curve_groups_train_steps(tmp_path):
     np.testing.assert_allclose(y, [0.5, 2.5])
 
 
+@pytest.mark.dopamine
 def test_plot_main_errors_without_runs(tmp_path, capsys):
     assert plot.main([str(tmp_path)]) == 2
     assert "no setting_" in capsys.readouterr().err

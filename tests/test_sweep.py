@@ -115,6 +115,7 @@ def test_cli_errors_are_clean(tmp_path, capsys):
     assert "non-empty list" in capsys.readouterr().err
 
 
+@pytest.mark.dopamine
 def test_shipped_sweeps_load_and_replay_sweep_selects_each_buffer():
     import gin
 

@@ -44,6 +44,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.dopamine
 def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     base = str(tmp_path)
     run = os.path.join(base, "setting_0", "run_0")
@@ -195,6 +196,7 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
 # --- Which replay memory a run uses. --------------------------------------------------------
 
 
+@pytest.mark.dopamine
 def test_replay_backend_chooses_the_agent_factory():
     import gin
     from dopamine.discrete_domains import run_experiment
@@ -245,6 +247,7 @@ WrappedReplayBuffer.batch_size = 32
 """
 
 
+@pytest.mark.dopamine
 def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
     gin_file = tmp_path / "dqn_tf.gin"
     gin_file.write_text(TF_DQN_GIN)
