@@ -408,8 +408,10 @@ def _read_file(fs, filename, reader):
     with fs.open(filename, "rb") as raw:
       with gzip.GzipFile(fileobj=raw, mode="rb") as f:
         return reader(f)
-  except CheckpointError:
-    raise
+  except CheckpointError as e:
+    if str(e).startswith(str(filename)):
+      raise
+    raise CheckpointError("{}: {}".format(filename, e)) from None  # raised while unpickling
   except (OSError, EOFError, zlib.error, ValueError, pickle.UnpicklingError, TypeError,
           AttributeError, IndexError, KeyError, OverflowError) as e:
     raise CheckpointError("{}: not a readable checkpoint file ({}: {})".format(
