@@ -806,6 +806,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
             raise ValueError(f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
                              f"buffer's has {store.num_nodes} (max_capacity differs)")
         m = len(states)
+        if key_by_index.shape != (m,):
+            raise ValueError(f"replay buffer state dict: sampler key_by_index holds "
+                             f"{key_by_index.size} keys, expected {m} (one per element)")
         store.import_state(
             add_count,
             stacked(states, (*obs_shape, s), obs_dtype),
