@@ -186,8 +186,9 @@ def plain_level_ops(values):
 def sum_tree_levels(leaves):
   """Dopamine's levels (root first) of float64 `leaves` (a power of two long)."""
   levels = [np.asarray(leaves, np.float64)]
-  while len(levels[0]) > 1:
-    levels.insert(0, levels[0][0::2] + levels[0][1::2])
+  with np.errstate(over="ignore"):  # huge leaves make infinite sums: loading ignores them
+    while len(levels[0]) > 1:
+      levels.insert(0, levels[0][0::2] + levels[0][1::2])
   return levels
 
 

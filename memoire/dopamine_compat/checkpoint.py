@@ -28,6 +28,7 @@ import logging
 import os
 import pickle
 import sys
+import tokenize
 import uuid
 import zlib
 
@@ -371,12 +372,15 @@ def _read_npy(f, filename, shape, dtype=None):
   dtype), checking the header before reading data, and that the data is complete. Reads no
   more than the header and shape x itemsize bytes."""
   version = np.lib.format.read_magic(f)
-  if version == (1, 0):
-    header = np.lib.format.read_array_header_1_0(f)
-  elif version == (2, 0):
-    header = np.lib.format.read_array_header_2_0(f)
-  else:
-    raise CheckpointError("{}: unsupported .npy version {}".format(filename, version))
+  try:
+    if version == (1, 0):
+      header = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+      header = np.lib.format.read_array_header_2_0(f)
+    else:
+      raise CheckpointError("{}: unsupported .npy version {}".format(filename, version))
+  except (SyntaxError, tokenize.TokenError) as e:  # numpy parses the header as Python source
+    raise CheckpointError("{}: bad .npy header ({})".format(filename, e)) from None
   got_shape, fortran, got_dtype = header
   _check_plain_dtype(got_dtype, filename)
   if tuple(got_shape) != tuple(shape):
