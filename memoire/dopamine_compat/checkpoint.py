@@ -16,10 +16,15 @@ is composed opcode by opcode, so Dopamine is not imported. ``keep_every``: Dopam
 after the first file when it spares an iteration (so that checkpoint holds one file); memoire
 does the same unless the buffer was built with ``fix_keep_every=True``.
 
-Reading never unpickles arbitrary objects: arrays are read with ``allow_pickle=False`` after
-their header's dtype and shape are checked; the two pickles are read by an unpickler that only
-knows ``set``, numeric numpy arrays and scalars, and Dopamine's SumTree (as plain data). Every
-file is read and checked before the buffer changes; any problem raises and changes nothing.
+Reading treats every file as hostile (see :func:`load`): .npy files must have the exact shape
+the constructor implies and a plain numeric dtype (no fields, offsets, subarrays or objects),
+checked from the header before any data is read; the two pickles are inflated under a size
+budget that the capacity implies and read by an unpickler that only knows ``set``, numpy arrays
+and scalars, and Dopamine's SumTree (as plain data). numpy dtypes and arrays in a pickle are
+kept as inert records and rebuilt only as plain numeric dtypes with exactly their bytes (numpy's
+own ``dtype.__setstate__`` would trust a crafted field offset or subarray). ``add_count`` must
+lie in [0, 2**62] (the native core's bound). Every file is read and checked before the buffer
+changes; any problem raises :class:`CheckpointError` naming the file and changes nothing.
 """
 
 import gzip
