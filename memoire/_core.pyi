@@ -87,6 +87,7 @@ class CircularBuffer:
     def __init__(self, fields: list, capacity: int, stack_size: int, update_horizon: int,
                  gamma: float, max_sample_attempts: int, prioritized: bool,
                  episode_end_breaks_stacks: bool, seed: int) -> None: ...
+    MAX_ADD_COUNT: int  # 2**62: add_count never passes it (setter, restore and adds refuse)
     add_count: int
     max_recorded_priority: float
     next_is_episode_start: bool
@@ -119,6 +120,7 @@ class TransitionStore:
     def __init__(self, max_capacity: int, stack_size: int, update_horizon: int, gamma: float,
                  fix_terminal_duplicates: bool, prioritized: bool, tree_capacity: int,
                  frame_bytes: int, elem_bytes: int, action_bytes: int) -> None: ...
+    MAX_ADD_COUNT: int  # 2**31: keys stay int32 (import_state and adds refuse to pass it)
     @property
     def add_count(self) -> int: ...
     @property

@@ -100,7 +100,7 @@ def _flatten(name: str, value: Any, entries: list, frames: list) -> None:
         entries.append((name, Kind.STR, _CODE[np.dtype(np.uint8)], (len(data),)))
         frames.append(data)
     elif isinstance(value, (bytes, bytearray, memoryview)):
-        data = memoryview(value).cast("B") if not isinstance(value, bytes) else value
+        data = _contiguous(memoryview(value)).cast("B") if not isinstance(value, bytes) else value
         entries.append((name, Kind.BYTES, _CODE[np.dtype(np.uint8)], (len(data),)))
         frames.append(data)
     elif value is None:
@@ -146,10 +146,17 @@ def encode(msg_type: int, values: Mapping[str, Any], flags: int = 0,
     return [header] + frames
 
 
+def _contiguous(buf: memoryview) -> memoryview:
+    """``buf``, or a C-contiguous copy of its bytes (in logical order) when it is strided: the
+    native codec and ``np.frombuffer`` read a buffer's bytes from its start, which for a strided
+    view (a reversed array, say) are not its elements."""
+    return buf if buf.c_contiguous else memoryview(buf.tobytes())
+
+
 def _buffer(frame) -> memoryview:
     if hasattr(frame, "buffer"):  # zmq.Frame received with copy=False
-        return frame.buffer
-    return memoryview(frame)
+        return _contiguous(frame.buffer)
+    return _contiguous(memoryview(frame))
 
 
 @dataclasses.dataclass

@@ -15,7 +15,8 @@ Arguments and results are codec values: numpy arrays, bool/int/float, str, bytes
 lists/tuples/dicts (str keys) of them. Exceptions raised by the hosted method come back as the
 same built-in type (ValueError, IndexError, KeyError, TypeError, RuntimeError, AttributeError,
 NotImplementedError, AssertionError, FileNotFoundError, memoire.ProtocolError,
-memoire.CapacityError) or as :class:`RemoteError`.
+memoire.CapacityError; a checkpoint's CheckpointError as memoire.ProtocolError, its base) or as
+:class:`RemoteError`.
 
 Each call carries a caller id and a sequence number; the server remembers its last reply to
 each caller, so a call retried after a lost reply runs once (safe for non-idempotent methods
@@ -44,6 +45,7 @@ _MAPPED = {e.__name__: e for e in (ValueError, IndexError, KeyError, TypeError, 
                                    AttributeError, NotImplementedError, TimeoutError,
                                    AssertionError, FileNotFoundError)}
 _MAPPED["ProtocolError"] = ProtocolError
+_MAPPED["CheckpointError"] = ProtocolError  # its base class (dopamine_compat.checkpoint's)
 _MAPPED["CapacityError"] = _core.CapacityError
 
 

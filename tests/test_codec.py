@@ -184,3 +184,30 @@ def test_flat_frames_of_any_shape_travel_through_pyzmq():
         ctx.term()
     assert got["empty"].shape == (0, 0) and got["x"] == 1.5
     np.testing.assert_array_equal(got["m"], values["m"])
+
+
+def test_strided_buffers_are_copied_or_refused():
+    """Only C-contiguous bytes are read: codec.decode/encode copy a strided (e.g. reversed)
+    buffer into its logical order; the native header decoder refuses one with a clear
+    ValueError (it used to read from the view's first element onwards, past its memory)."""
+    data = np.arange(6, dtype=np.int64)
+    header, frame = codec.encode(Msg.CHUNK, {"a": data})
+    header = np.frombuffer(bytes(header), np.uint8)
+    every_other = np.repeat(header, 2)[::2]  # stride 2, same logical bytes
+    assert not every_other.flags.c_contiguous
+    spaced = np.zeros(12, np.int64)
+    spaced[::2] = data
+    got = codec.decode([memoryview(every_other), memoryview(spaced[::2])])
+    np.testing.assert_array_equal(got["a"], data)
+    got = codec.decode([header, memoryview(data[::-1])])
+    np.testing.assert_array_equal(got["a"], data[::-1])
+    with pytest.raises(ProtocolError):  # reversed header bytes: a bad magic, read in bounds
+        codec.decode([header[::-1], frame])
+    for native in (lambda h: codec._core.decode_header(h, [data.nbytes], 1 << 20),
+                   codec._core.peek_header):
+        with pytest.raises(ValueError, match="C-contiguous"):
+            native(header[::-1])
+        with pytest.raises(ValueError, match="C-contiguous"):
+            native(memoryview(every_other))
+    sent = codec.encode(Msg.CALL, {"b": memoryview(np.arange(5, dtype=np.uint8)[::-1])})
+    assert codec.decode(sent)["b"] == bytes([4, 3, 2, 1, 0])

@@ -323,8 +323,15 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
         py::arg("columns"), py::arg("episode_end"), py::arg("priorities"),
         "k adds at once: columns[f] is [k, *shape_f]; episode_end uint8[k]; priorities float64[k].");
 
-  c.def_property("add_count", &CB::add_count,
-                 [](CB& self, int64_t v) { ThrowIfError(self.set_add_count(v)); });
+  c.attr("MAX_ADD_COUNT") = CB::kMaxAddCount;
+  c.def_property("add_count", &CB::add_count, [](CB& self, const py::int_& v) {
+    int overflow = 0;
+    const long long count = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow)  // beyond int64: the core's range check would never see it
+      throw py::value_error("add_count: expected 0 <= add_count <= 2**62, got " +
+                            py::str(v).cast<std::string>());
+    ThrowIfError(self.set_add_count(count));
+  });
   c.def_property("next_is_episode_start", &CB::next_is_episode_start,
                  &CB::set_next_is_episode_start);
   c.def_property_readonly("capacity", &CB::capacity);

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/common.h"
+#include "bindings/frames.h"
 
 namespace memoire {
 namespace {
@@ -23,6 +24,16 @@ DType DTypeCode(int code, const char* what) {
 py::tuple EntryTuple(const Entry& e) {
   return py::make_tuple(e.name, static_cast<int>(e.kind), static_cast<int>(e.dtype),
                         py::tuple(py::cast(e.shape)), e.frame, e.depth);
+}
+
+// The bytes of a header frame, exported until `held` goes: only a C-contiguous buffer is
+// accepted (a strided view, e.g. a reversed array, starts its first element elsewhere than its
+// bytes, so reading its length from that pointer would run off its end).
+codec::Frame HeaderBytes(const py::buffer& header, HeldFrames* held) {
+  if (!held->Add(header.ptr()))
+    throw py::value_error("header: expected a C-contiguous bytes-like object (bytes, a "
+                          "zmq.Frame, a contiguous array); got a strided view: copy it first");
+  return held->frames()[0];
 }
 
 struct PySpec {
@@ -141,13 +152,13 @@ dimension of -1 matches any size, the same for all -1 dimensions (the batch size
   m.def("decode_header",
         [](py::buffer header, const std::vector<uint64_t>& frame_sizes, uint64_t max_payload_bytes,
            uint32_t max_entries) {
-          py::buffer_info info = header.request();
+          HeldFrames held;
+          const codec::Frame bytes = HeaderBytes(header, &held);
           codec::Limits limits;
           limits.max_payload_bytes = max_payload_bytes;
           limits.max_entries = max_entries;
           Message msg;
-          ThrowIfError(codec::DecodeHeader(static_cast<const uint8_t*>(info.ptr),
-                                           static_cast<size_t>(info.size * info.itemsize),
+          ThrowIfError(codec::DecodeHeader(bytes.data, static_cast<size_t>(bytes.size),
                                            frame_sizes.data(), frame_sizes.size(), limits, &msg));
           return msg;
         },
@@ -158,11 +169,11 @@ dimension of -1 matches any size, the same for all -1 dimensions (the batch size
 
   m.def("peek_header",
         [](py::buffer header) -> py::object {
-          py::buffer_info info = header.request();
+          HeldFrames held;
+          const codec::Frame bytes = HeaderBytes(header, &held);
           uint16_t version = 0;
           uint8_t type = 0;
-          if (!codec::PeekVersion(static_cast<const uint8_t*>(info.ptr),
-                                  static_cast<size_t>(info.size * info.itemsize), &version, &type))
+          if (!codec::PeekVersion(bytes.data, static_cast<size_t>(bytes.size), &version, &type))
             return py::none();
           return py::make_tuple(version, type);
         },

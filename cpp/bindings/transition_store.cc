@@ -68,6 +68,7 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            py::arg("tree_capacity"), py::arg("frame_bytes"), py::arg("elem_bytes"),
            py::arg("action_bytes"))
       .def_property_readonly("add_count", &TS::add_count)
+      .def_property_readonly_static("MAX_ADD_COUNT", [](py::object) { return TS::kMaxAddCount; })
       .def_property_readonly("size", &TS::size)
       .def_property_readonly("tree_root", &TS::tree_root)
       .def_property_readonly("num_nodes", &TS::num_nodes)

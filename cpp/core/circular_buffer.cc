@@ -235,8 +235,17 @@ void CircularBuffer::WriteRow(const void* const* rows, int64_t row_index, bool e
   ++add_count_;
 }
 
+Status CircularBuffer::CheckRoomLocked(int64_t k) const {
+  // Division, not k * stack_size: that product may itself overflow for an absurd k.
+  if (k > (kMaxAddCount - add_count_) / options_.stack_size)
+    return Error(Code::kResourceExhausted, "add_count: ", k, " more add(s) from ", add_count_,
+                 " would pass the limit 2**62 (was add_count set to a huge value?)");
+  return Status::OK();
+}
+
 Status CircularBuffer::Add(const void* const* rows, bool episode_end, double priority) {
   std::lock_guard<std::mutex> lock(mu_);
+  MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(1));
   if (options_.prioritized) MEMOIRE_RETURN_IF_ERROR(CheckPriority(priority));
   WriteRow(rows, 0, episode_end, priority);
   return Status::OK();
@@ -246,6 +255,7 @@ Status CircularBuffer::AddBatch(int64_t k, const void* const* columns, const uin
                                 const double* priorities) {
   if (k < 0) return Error(Code::kInvalidArgument, "batch: expected >= 0 rows, got ", k);
   std::lock_guard<std::mutex> lock(mu_);
+  MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(k));
   if (options_.prioritized) {
     if (priorities == nullptr && k > 0)
       return Error(Code::kInvalidArgument, "priorities: required by a prioritized buffer");
@@ -262,7 +272,9 @@ int64_t CircularBuffer::add_count() const {
 }
 
 Status CircularBuffer::set_add_count(int64_t count) {
-  if (count < 0) return Error(Code::kInvalidArgument, "add_count: expected >= 0, got ", count);
+  if (count < 0 || count > kMaxAddCount)
+    return Error(Code::kInvalidArgument, "add_count: expected 0 <= add_count <= 2**62, got ",
+                 count);
   std::lock_guard<std::mutex> lock(mu_);
   add_count_ = count;
   return Status::OK();
@@ -597,8 +609,9 @@ Status CircularBuffer::SetEpisodeEnds(const std::vector<int64_t>& slots) {
 Status CircularBuffer::Restore(const void* const* columns, int64_t add_count,
                                const std::vector<int64_t>& ends, const double* leaves,
                                double max_recorded) {
-  if (add_count < 0)
-    return Error(Code::kInvalidArgument, "add_count: expected >= 0, got ", add_count);
+  if (add_count < 0 || add_count > kMaxAddCount)
+    return Error(Code::kInvalidArgument, "add_count: expected 0 <= add_count <= 2**62, got ",
+                 add_count);
   for (int64_t s : ends)
     if (s < 0 || s >= options_.capacity)
       return Error(Code::kInvalidArgument, "episode_end_indices: expected slots in [0, ",

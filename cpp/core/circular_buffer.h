@@ -90,8 +90,12 @@ class CircularBuffer {
   Status AddBatch(int64_t k, const void* const* columns, const uint8_t* episode_end,
                   const double* priorities);
 
+  // add_count never exceeds kMaxAddCount (2**62), whatever sets it (set_add_count, Restore, or
+  // adds, which fail with kResourceExhausted rather than pass it), so add_count + a batch's
+  // slots cannot overflow int64 and the cursor is never negative. No real run gets near it.
+  static constexpr int64_t kMaxAddCount = int64_t{1} << 62;
   int64_t add_count() const;
-  // Sets the counter alone (Dopamine allows assigning add_count); count >= 0.
+  // Sets the counter alone (Dopamine allows assigning add_count); 0 <= count <= kMaxAddCount.
   Status set_add_count(int64_t count);
   bool next_is_episode_start() const;
   void set_next_is_episode_start(bool v);
@@ -150,6 +154,9 @@ class CircularBuffer {
   Status SampleLocked(int64_t n, int64_t* out);
   Status GatherLocked(const int64_t* indices, int64_t n, const Outputs& out) const;
   Status CheckPriority(double p) const;
+  // OK when `k` more adds (each up to stack_size slots, padding included) keep add_count_ within
+  // kMaxAddCount; mu_ held.
+  Status CheckRoomLocked(int64_t k) const;
 
   mutable std::mutex mu_;
   Options options_;

@@ -232,6 +232,7 @@ Status TransitionStore::Add(const uint8_t* frame, const uint8_t* action, double 
   if (opt_.prioritized && !(priority >= 0.0) )
     return Error(Code::kInvalidArgument, "priority: expected a value >= 0, got ", priority);
   std::lock_guard<std::mutex> l(mu_);
+  MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(1));
   *emitted = AddLocked(frame, action, reward, terminal, episode_end, priority);
   return Status::OK();
 }
@@ -250,11 +251,20 @@ Status TransitionStore::AddBatch(int64_t k, const uint8_t* frames, const uint8_t
                      priorities[b]);
   }
   std::lock_guard<std::mutex> l(mu_);
+  MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(k));
   for (int64_t b = 0; b < k; ++b) {
     emitted[b] = AddLocked(frames + b * opt_.frame_bytes, actions + b * opt_.action_bytes,
                            rewards[b], terminals[b] != 0, episode_ends[b] != 0,
                            priorities == nullptr ? 0.0 : priorities[b]);
   }
+  return Status::OK();
+}
+
+Status TransitionStore::CheckRoomLocked(int64_t k) const {
+  const int64_t per_step = opt_.update_horizon + opt_.stack_size;
+  if (k > (kMaxAddCount - add_count_) / per_step)
+    return Error(Code::kResourceExhausted, "add_count: ", k, " more step(s) from ", add_count_,
+                 " could pass the limit 2**31 (keys are int32, as Dopamine's)");
   return Status::OK();
 }
 
@@ -440,8 +450,9 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
   const int64_t c = opt_.max_capacity;
   if (m < 0 || m > c)
     return Error(Code::kDataLoss, "checkpoint holds ", m, " elements; max_capacity is ", c);
-  if (add_count < m)
-    return Error(Code::kDataLoss, "checkpoint add_count ", add_count, " < its ", m, " elements");
+  if (add_count < m || add_count > kMaxAddCount)
+    return Error(Code::kDataLoss, "checkpoint add_count ", add_count, ": expected ", m,
+                 " (its elements) <= add_count <= 2**31");
   if (w < 0 || w > opt_.update_horizon + s)
     return Error(Code::kDataLoss, "checkpoint accumulator holds ", w, " steps; expected <= ",
                  opt_.update_horizon + s);

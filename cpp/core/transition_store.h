@@ -73,6 +73,10 @@ class TransitionStore {
                   const double* rewards, const uint8_t* terminals, const uint8_t* episode_ends,
                   const double* priorities, int64_t* emitted);
 
+  // add_count (the next key) never exceeds kMaxAddCount = 2**31, so every key fits the int32
+  // keys that Dopamine's samplers hand out: Import refuses more and adds that would pass it fail
+  // with kResourceExhausted (changing nothing). No real run gets near it.
+  static constexpr int64_t kMaxAddCount = int64_t{1} << 31;
   int64_t add_count() const;
   int64_t size() const;  // live elements (== sampler size)
   double tree_root() const;
@@ -130,6 +134,9 @@ class TransitionStore {
   };
 
   // All below: mu_ held.
+  // OK when `k` more steps (each yields at most update_horizon + stack_size elements) keep
+  // add_count_ within kMaxAddCount.
+  Status CheckRoomLocked(int64_t k) const;
   int64_t AddLocked(const uint8_t* frame, const uint8_t* action, double reward, bool terminal,
                     bool episode_end, double priority);  // returns elements yielded
   uint8_t* frame_at(int64_t pos) { return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes; }

@@ -16,10 +16,15 @@ is composed opcode by opcode, so Dopamine is not imported. ``keep_every``: Dopam
 after the first file when it spares an iteration (so that checkpoint holds one file); memoire
 does the same unless the buffer was built with ``fix_keep_every=True``.
 
-Reading never unpickles arbitrary objects: arrays are read with ``allow_pickle=False`` after
-their header's dtype and shape are checked; the two pickles are read by an unpickler that only
-knows ``set``, numeric numpy arrays and scalars, and Dopamine's SumTree (as plain data). Every
-file is read and checked before the buffer changes; any problem raises and changes nothing.
+Reading treats every file as hostile (see :func:`load`): .npy files must have the exact shape
+the constructor implies and a plain numeric dtype (no fields, offsets, subarrays or objects),
+checked from the header before any data is read; the two pickles are inflated under a size
+budget that the capacity implies and read by an unpickler that only knows ``set``, numpy arrays
+and scalars, and Dopamine's SumTree (as plain data). numpy dtypes and arrays in a pickle are
+kept as inert records and rebuilt only as plain numeric dtypes with exactly their bytes (numpy's
+own ``dtype.__setstate__`` would trust a crafted field offset or subarray). ``add_count`` must
+lie in [0, 2**62] (the native core's bound). Every file is read and checked before the buffer
+changes; any problem raises :class:`CheckpointError` naming the file and changes nothing.
 """
 
 import gzip
@@ -28,6 +33,7 @@ import logging
 import os
 import pickle
 import sys
+import tokenize
 import uuid
 import zlib
 
@@ -187,52 +193,152 @@ def save(buffer, checkpoint_dir, iteration_number):
 # ---- reading ---------------------------------------------------------------------------------
 
 
+class CheckpointError(ProtocolError):
+  """A checkpoint file that is unreadable, malformed, or does not fit the buffer loading it
+  (a ValueError; memoire.ProtocolError). The message names the file and what was expected."""
+
+
+_PLAIN_KINDS = "biuf"  # bool, signed and unsigned integers, floats
+_BUDGET_SLACK = 1 << 16  # bytes of pickle framing allowed on top of a payload's own size
+
+
+def _check_plain_dtype(dtype, filename):
+  """Raises unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays, objects."""
+  if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+    raise CheckpointError("{}: expected a plain numeric dtype (bool, int, uint or float), got "
+                          "{}".format(filename, dtype))
+
+
 class PickledSumTree(object):
   """What a pickled Dopamine SumTree becomes: plain data, no methods run."""
 
 
-def _checked_dtype(*args):
-  dtype = np.dtype(*args)
-  if dtype.hasobject:
-    raise ProtocolError("checkpoint pickle holds an object array; refusing to load it")
+class _PickledDType(object):
+  """A dtype as a pickle spells it: ``numpy.dtype``'s arguments, then (BUILD) its state.
+
+  Never a numpy dtype: numpy's ``dtype.__setstate__`` trusts its state (field offsets, item
+  size, subarrays), so a crafted one makes arrays that read outside their memory. Only
+  :func:`_resolve_dtype` turns this into a dtype, and only into a plain numeric one.
+  """
+
+  __slots__ = ("args", "state")
+
+  def __init__(self, args):
+    self.args = args
+    self.state = None
+
+  def __setstate__(self, state):
+    self.state = state
+
+
+class _PickledArray(object):
+  """An ndarray as a pickle spells it (``_reconstruct`` then BUILD with numpy's array state);
+  made into an array only by :func:`_resolve_array`, after checking dtype, shape and size."""
+
+  __slots__ = ("state",)
+
+  def __init__(self):
+    self.state = None
+
+  def __setstate__(self, state):
+    self.state = state
+
+
+_NDARRAY = object()  # what the global numpy.ndarray resolves to: valid only inside _reconstruct
+
+
+def _pickled_dtype(*args):
+  return _PickledDType(args)
+
+
+def _pickled_reconstruct(subtype, shape, dtype):
+  del shape, dtype  # numpy's placeholder; the real ones arrive in the state (BUILD)
+  if subtype is not _NDARRAY:
+    raise CheckpointError("checkpoint pickle reconstructs something other than numpy.ndarray")
+  return _PickledArray()
+
+
+def _resolve_dtype(spelled):
+  """The plain numeric numpy dtype a :class:`_PickledDType` spells, else CheckpointError."""
+  if not isinstance(spelled, _PickledDType):
+    raise CheckpointError("checkpoint pickle: expected a numpy dtype, got {}".format(
+        type(spelled).__name__))
+  args, state = spelled.args, spelled.state
+  if not 1 <= len(args) <= 3 or not isinstance(args[0], str) or len(args[0]) > 8:
+    raise CheckpointError("checkpoint pickle: expected a numeric dtype code such as 'f8', got "
+                          "dtype{!r}".format(args[:1]))
+  try:
+    dtype = np.dtype(args[0])
+  except TypeError:
+    raise CheckpointError("checkpoint pickle: unknown dtype {!r}".format(args[0])) from None
+  _check_plain_dtype(dtype, "checkpoint pickle")
+  if state is not None:
+    # numpy's dtype state: (version, byte order, subarray, names, fields, item size, alignment,
+    # flags[, metadata]); for a plain dtype only the byte order may vary.
+    if (not isinstance(state, tuple) or len(state) not in (8, 9) or
+        state[1] not in ("<", ">", "|", "=") or any(s is not None for s in state[2:5]) or
+        state[5] not in (-1, dtype.itemsize)):
+      raise CheckpointError("checkpoint pickle: dtype {} with a state other than a plain "
+                            "numeric dtype's (fields, offsets or subarrays)".format(dtype))
+    if state[1] in "<>":
+      dtype = dtype.newbyteorder(state[1])
   return dtype
 
 
-try:
-  from numpy.core.multiarray import _reconstruct as _np_reconstruct  # pylint: disable=g-import-not-at-top
-except ImportError:  # numpy 2
-  from numpy._core.multiarray import _reconstruct as _np_reconstruct  # pylint: disable=g-import-not-at-top
+def _resolve_array(spelled, what):
+  """The native-order C-contiguous array a :class:`_PickledArray` spells, after checking its
+  dtype (plain numeric), shape and that its data holds exactly shape x itemsize bytes."""
+  if not isinstance(spelled, _PickledArray) or not isinstance(spelled.state, tuple):
+    raise CheckpointError("{}: expected a numpy array".format(what))
+  state = spelled.state
+  if len(state) == 4:
+    state = (1,) + state
+  if len(state) != 5 or state[0] != 1:
+    raise CheckpointError("{}: expected numpy's array state (1, shape, dtype, fortran, "
+                          "data)".format(what))
+  _, shape, dtype, fortran, data = state
+  dtype = _resolve_dtype(dtype)
+  if (not isinstance(shape, tuple) or len(shape) > 32 or
+      not all(type(d) is int and d >= 0 for d in shape)):  # pylint: disable=unidiomatic-typecheck
+    raise CheckpointError("{}: bad array shape {!r}".format(what, shape))
+  if not isinstance(fortran, bool) or not isinstance(data, (bytes, bytearray)):
+    raise CheckpointError("{}: expected an array's raw bytes".format(what))
+  size = 1
+  for d in shape:
+    size *= d
+  if len(data) != size * dtype.itemsize:
+    raise CheckpointError("{}: array {}{} needs {} data bytes, the pickle holds {}".format(
+        what, dtype, list(shape), size * dtype.itemsize, len(data)))
+  array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+  return np.ascontiguousarray(array, dtype=dtype.newbyteorder("="))
 
 
-def _checked_reconstruct(subtype, shape, dtype):
-  # The element dtype arrives later, in __setstate__, through _checked_dtype.
-  if subtype is not np.ndarray:
-    raise ProtocolError("checkpoint pickle holds an ndarray subclass; refusing to load it")
-  return _np_reconstruct(np.ndarray, shape, dtype)
+def _pickled_scalar(dtype, data=None):
+  dtype = _resolve_dtype(dtype)
+  if not isinstance(data, bytes) or len(data) != dtype.itemsize:
+    raise CheckpointError("checkpoint pickle: a numpy {} scalar needs {} bytes".format(
+        dtype, dtype.itemsize))
+  return np.frombuffer(data, dtype=dtype)[0]
 
 
-def _checked_scalar(dtype, data=None):
-  if not isinstance(dtype, np.dtype) or dtype.hasobject or data is None:
-    raise ProtocolError("checkpoint pickle holds a non-numeric numpy scalar")
-  return np.frombuffer(data, dtype=dtype, count=1)[0]
-
-
-def _checked_reconstructor(cls, base, state):
-  if cls is not PickledSumTree or base is not object:
-    raise ProtocolError("checkpoint pickle builds an unexpected object")
+def _pickled_reconstructor(cls, base, state):
+  if cls is not PickledSumTree or base is not object or state is not None:
+    raise CheckpointError("checkpoint pickle builds an unexpected object")
   return object.__new__(PickledSumTree)
 
 
+# Every global a Dopamine replay checkpoint's pickles name, and what each becomes here: numpy's
+# are spelled out as inert records (see _PickledDType) and checked when read.
 _ALLOWED_GLOBALS = {
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): _checked_dtype,
-    ("numpy.core.multiarray", "_reconstruct"): _checked_reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _checked_reconstruct,
-    ("numpy.core.multiarray", "scalar"): _checked_scalar,
-    ("numpy._core.multiarray", "scalar"): _checked_scalar,
-    ("copyreg", "_reconstructor"): _checked_reconstructor,
+    ("numpy", "ndarray"): _NDARRAY,
+    ("numpy", "dtype"): _pickled_dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _pickled_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _pickled_reconstruct,
+    ("numpy.core.multiarray", "scalar"): _pickled_scalar,
+    ("numpy._core.multiarray", "scalar"): _pickled_scalar,
+    ("copyreg", "_reconstructor"): _pickled_reconstructor,
     ("dopamine.tf.replay_memory.sum_tree", "SumTree"): PickledSumTree,
     ("dopamine.replay_memory.sum_tree", "SumTree"): PickledSumTree,
 }
@@ -245,42 +351,58 @@ class _SafeUnpickler(pickle.Unpickler):
     try:
       return _ALLOWED_GLOBALS[(module, name)]
     except KeyError:
-      raise ProtocolError("checkpoint pickle refers to {}.{}, which memoire does not load".format(
-          module, name)) from None
+      raise CheckpointError("checkpoint pickle refers to {}.{}, which memoire does not "
+                            "load".format(module, name)) from None
 
 
 def safe_unpickle(data):
+  """Unpickles ``data`` with only the globals above: sets, ints, floats, lists, dicts, numpy
+  scalars of plain dtypes, :class:`PickledSumTree` and inert array records (resolve those with
+  :func:`_resolve_array`)."""
   return _SafeUnpickler(io.BytesIO(data)).load()
 
 
-def _read_npy(f, filename, shape=None, dtype=None):
-  """Reads one .npy stream; checks its header (no object dtypes, and ``shape``/``dtype`` if
-  given) before reading data, and that the data is complete."""
+def _read_limited(f, budget, filename):
+  """All the (inflated) bytes of ``f``; CheckpointError when there are more than ``budget``,
+  having inflated at most budget + 1 of them (a gzip bomb stops there)."""
+  data = f.read(budget + 1)
+  if len(data) > budget:
+    raise CheckpointError("{}: inflates to more than {} bytes, more than a checkpoint of this "
+                          "buffer can hold".format(filename, budget))
+  return data
+
+
+def _read_npy(f, filename, shape, dtype=None):
+  """Reads one .npy stream of exactly ``shape`` (and ``dtype`` if given; else any plain numeric
+  dtype), checking the header before reading data, and that the data is complete. Reads no
+  more than the header and shape x itemsize bytes."""
   version = np.lib.format.read_magic(f)
-  if version == (1, 0):
-    header = np.lib.format.read_array_header_1_0(f)
-  elif version == (2, 0):
-    header = np.lib.format.read_array_header_2_0(f)
-  else:
-    raise ProtocolError("{}: unsupported .npy version {}".format(filename, version))
+  try:
+    if version == (1, 0):
+      header = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+      header = np.lib.format.read_array_header_2_0(f)
+    else:
+      raise CheckpointError("{}: unsupported .npy version {}".format(filename, version))
+  except (SyntaxError, tokenize.TokenError) as e:  # numpy parses the header as Python source
+    raise CheckpointError("{}: bad .npy header ({})".format(filename, e)) from None
   got_shape, fortran, got_dtype = header
-  if got_dtype.hasobject:
-    raise ProtocolError("{}: holds an object array; refusing to load it".format(filename))
-  if shape is not None and tuple(got_shape) != tuple(shape):
-    raise ProtocolError("{}: expected shape {}, got {}".format(filename, tuple(shape),
-                                                             tuple(got_shape)))
+  _check_plain_dtype(got_dtype, filename)
+  if tuple(got_shape) != tuple(shape):
+    raise CheckpointError("{}: expected shape {}, got {}".format(filename, tuple(shape),
+                                                               tuple(got_shape)))
   if dtype is not None:
     dtype = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))  # TF DTypes from gin constants
     if got_dtype.newbyteorder("=") != dtype.newbyteorder("="):
-      raise ProtocolError("{}: expected dtype {}, got {}".format(filename, dtype, got_dtype))
+      raise CheckpointError("{}: expected dtype {}, got {}".format(filename, dtype, got_dtype))
   array = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
   view = memoryview(array.reshape(-1).view(np.uint8)) if array.nbytes else memoryview(b"")
   filled = 0
   while filled < array.nbytes:
     n = f.readinto(view[filled:])
     if not n:
-      raise ProtocolError("{}: truncated ({} of {} data bytes)".format(filename, filled,
-                                                                    array.nbytes))
+      raise CheckpointError("{}: truncated ({} of {} data bytes)".format(filename, filled,
+                                                                      array.nbytes))
     filled += n
   if fortran:
     array = array.T
@@ -290,20 +412,35 @@ def _read_npy(f, filename, shape=None, dtype=None):
 
 
 def _read_file(fs, filename, reader):
+  """``reader(inflating stream)``, with every failure turned into CheckpointError."""
   try:
     with fs.open(filename, "rb") as raw:
       with gzip.GzipFile(fileobj=raw, mode="rb") as f:
         return reader(f)
-  except ProtocolError:
-    raise
+  except CheckpointError as e:
+    if str(e).startswith(str(filename)):
+      raise
+    raise CheckpointError("{}: {}".format(filename, e)) from None  # raised while unpickling
   except (OSError, EOFError, zlib.error, ValueError, pickle.UnpicklingError, TypeError,
-          AttributeError, IndexError, KeyError) as e:
-    raise ProtocolError("{}: not a readable checkpoint file ({}: {})".format(
+          AttributeError, IndexError, KeyError, OverflowError) as e:
+    raise CheckpointError("{}: not a readable checkpoint file ({}: {})".format(
         filename, type(e).__name__, e)) from e
 
 
 def load(buffer, checkpoint_dir, suffix):
-  """Restores ``buffer`` from the checkpoint ``suffix`` in ``checkpoint_dir`` (see module doc)."""
+  """Restores ``buffer`` from the checkpoint ``suffix`` in ``checkpoint_dir`` (see module doc).
+
+  Every file is read and checked against what this buffer's constructor implies before the
+  buffer changes: columns of exactly [capacity, *shape] and the element's dtype, add_count a
+  0-d integer in [0, 2**62], invalid_range what add_count implies, episode ends a set of slots
+  in [0, capacity), the SumTree's levels float[1], float[2], ... float[P]. Pickles inflate to
+  at most a budget that the capacity implies (plus 64 KiB), .npy files to their header and
+  the shape's bytes; nothing inflates past that.
+
+  Raises:
+    tensorflow.errors.NotFoundError (FileNotFoundError without TensorFlow): a file is missing.
+    CheckpointError (a ValueError): anything else wrong; the buffer is unchanged.
+  """
   fs = _fs(checkpoint_dir)
   names = attribute_names(buffer)
   skip_episode_ends = False
@@ -327,37 +464,45 @@ def load(buffer, checkpoint_dir, suffix):
                               lambda f, fn=filename, s=shape, d=element.type: _read_npy(f, fn, s, d)))
 
   filename = generate_filename(checkpoint_dir, "add_count", suffix)
-  add_count = _read_file(fs, filename, lambda f: _read_npy(f, filename))
-  if add_count.shape != () or add_count.dtype.kind not in "iu" or int(add_count) < 0:
-    raise ProtocolError("{}: expected a 0-d integer >= 0, got {} {}".format(
-        filename, add_count.dtype, add_count.shape))
+  add_count = _read_file(fs, filename, lambda f: _read_npy(f, filename, ()))
+  limit = core.MAX_ADD_COUNT
+  if add_count.dtype.kind not in "iu" or not 0 <= int(add_count) <= limit:
+    raise CheckpointError("{}: expected a 0-d integer in [0, 2**62], got {} {}".format(
+        filename, add_count.dtype, add_count.tolist()))
   add_count = int(add_count)
 
   filename = generate_filename(checkpoint_dir, "invalid_range", suffix)
-  loaded_range = _read_file(fs, filename, lambda f: _read_npy(f, filename))
   if add_count == 0:
     expected = np.zeros((buffer._stack_size))  # pylint: disable=protected-access
   else:
     expected = buffer_invalid_range(buffer, add_count)
-  if loaded_range.shape != expected.shape or not np.array_equal(loaded_range, expected):
-    raise ProtocolError("{}: does not match add_count {} (expected {}, got {})".format(
+  loaded_range = _read_file(fs, filename, lambda f: _read_npy(f, filename, expected.shape))
+  if not np.array_equal(loaded_range, expected):
+    raise CheckpointError("{}: does not match add_count {} (expected {}, got {})".format(
         filename, add_count, expected.tolist(), loaded_range.tolist()))
 
   if skip_episode_ends:
     ends = sorted(buffer.episode_end_indices)
   else:
     filename = generate_filename(checkpoint_dir, "episode_end_indices", suffix)
-    ends = _read_file(fs, filename, lambda f: safe_unpickle(f.read()))
+    # Dopamine pickles a set of numpy int64 scalars: about 20 bytes each.
+    budget = 64 * capacity + _BUDGET_SLACK
+    ends = _read_file(fs, filename,
+                      lambda f: safe_unpickle(_read_limited(f, budget, filename)))
     if not isinstance(ends, (set, frozenset)) or not all(
-        isinstance(i, (int, np.integer)) and 0 <= i < capacity for i in ends):
-      raise ProtocolError("{}: expected a set of slots in [0, {})".format(filename, capacity))
+        isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) and
+        0 <= i < capacity for i in ends):
+      raise CheckpointError("{}: expected a set of slots in [0, {})".format(filename, capacity))
     ends = sorted(int(i) for i in ends)
 
   leaves, max_recorded = None, 1.0
   if buffer._PRIORITIZED:  # pylint: disable=protected-access
     filename = generate_filename(checkpoint_dir, "sum_tree", suffix)
-    tree = _read_file(fs, filename, lambda f: safe_unpickle(f.read()))
-    leaves, max_recorded = _check_sum_tree(tree, filename, capacity, core.padded_leaves)
+    padded = core.padded_leaves
+    budget = 2 * 8 * padded + _BUDGET_SLACK  # 2P - 1 float64 nodes, and some framing per level
+    leaves, max_recorded = _read_file(
+        fs, filename, lambda f: _check_sum_tree(
+            safe_unpickle(_read_limited(f, budget, filename)), filename, capacity, padded))
 
   # Everything was read and checked: commit in one native call (which checks once more).
   core.restore(columns, add_count, ends, leaves, max_recorded)
@@ -370,28 +515,32 @@ def buffer_invalid_range(buffer, add_count):
 
 
 def _check_sum_tree(tree, filename, capacity, padded):
+  """(leaves float64[capacity], max_recorded_priority) of an unpickled Dopamine SumTree whose
+  levels are float[1], float[2], ..., float[padded]."""
   if not isinstance(tree, PickledSumTree):
-    raise ProtocolError("{}: expected a Dopamine SumTree".format(filename))
+    raise CheckpointError("{}: expected a Dopamine SumTree".format(filename))
   nodes = getattr(tree, "nodes", None)
   max_recorded = getattr(tree, "max_recorded_priority", None)
   if not isinstance(nodes, list) or not nodes:
-    raise ProtocolError("{}: SumTree.nodes is not a list of levels".format(filename))
-  for depth, level in enumerate(nodes):
-    if not isinstance(level, np.ndarray) or level.shape != (2**depth,) or level.dtype.kind != "f":
-      raise ProtocolError("{}: SumTree level {} is not float[{}]".format(filename, depth,
-                                                                       2**depth))
-  leaves = np.asarray(nodes[-1], np.float64)
-  if leaves.shape != (padded,):
-    raise ProtocolError("{}: expected {} leaves for capacity {}, got {}".format(
-        filename, padded, capacity, leaves.shape[0]))
+    raise CheckpointError("{}: SumTree.nodes is not a list of levels".format(filename))
+  if 2**(len(nodes) - 1) != padded:
+    raise CheckpointError("{}: expected {} levels ({} leaves for capacity {}), got {}".format(
+        filename, padded.bit_length(), padded, capacity, len(nodes)))
+  levels = [_resolve_array(level, "{}: SumTree level {}".format(filename, depth))
+            for depth, level in enumerate(nodes)]
+  for depth, level in enumerate(levels):
+    if level.shape != (2**depth,) or level.dtype.kind != "f":
+      raise CheckpointError("{}: SumTree level {} is not float[{}]".format(filename, depth,
+                                                                         2**depth))
+  leaves = levels[-1].astype(np.float64)
   if not np.all(np.isfinite(leaves)) or np.any(leaves < 0):
-    raise ProtocolError("{}: priorities must be finite and >= 0".format(filename))
+    raise CheckpointError("{}: priorities must be finite and >= 0".format(filename))
   if np.any(leaves[capacity:] != 0):
     logging.warning("%s: ignoring priorities set past the capacity (%d)", filename, capacity)
-  try:
-    max_recorded = float(max_recorded)
-  except (TypeError, ValueError):
-    raise ProtocolError("{}: max_recorded_priority is not a number".format(filename)) from None
+  if isinstance(max_recorded, (bool, np.bool_)) or not isinstance(
+      max_recorded, (int, float, np.integer, np.floating)):
+    raise CheckpointError("{}: max_recorded_priority is not a number".format(filename))
+  max_recorded = float(max_recorded)
   if not np.isfinite(max_recorded):
-    raise ProtocolError("{}: max_recorded_priority is not finite".format(filename))
+    raise CheckpointError("{}: max_recorded_priority is not finite".format(filename))
   return np.ascontiguousarray(leaves[:capacity]), max_recorded

@@ -52,11 +52,16 @@ concurrent ``add``/``sample``/``update`` from several threads with your own lock
 
 from __future__ import annotations
 
+import ast
+import copy
 import functools
+import os
 import pickle
 from typing import Any, Optional
 
+import msgpack
 import numpy as np
+import snappy
 
 from dopamine.jax import checkpointers
 from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
@@ -66,6 +71,7 @@ import jax
 from orbax import checkpoint as orbax
 
 from memoire import _core
+from memoire.dopamine_compat.checkpoint import CheckpointError
 
 ReplayElement = elements.ReplayElement
 TransitionElement = elements.TransitionElement
@@ -411,21 +417,28 @@ class ReplayBuffer(checkpointers.Checkpointable):
     # ---- adding ----
 
     def _build_store(self, obs: np.ndarray, action: np.ndarray) -> None:
+        self._commit_store(self._make_store(obs, action), obs, action)
+
+    def _commit_store(self, store, obs: np.ndarray, action: np.ndarray) -> None:
+        self._store = store
+        self._obs_shape, self._obs_dtype = obs.shape, obs.dtype
+        self._action_shape, self._action_dtype = action.shape, action.dtype
+
+    def _make_store(self, obs: np.ndarray, action: np.ndarray):
+        """A new C++ store for observations like ``obs`` and actions like ``action``."""
         if obs.dtype.kind not in "biuf" or obs.size == 0:
             raise ValueError(f"observation: expected a non-empty numeric array, got {obs.dtype}"
                              f"{list(obs.shape)}")
         if action.dtype.kind not in "biuf":
             raise ValueError(f"action: expected a number or numeric array, got {action.dtype}")
         dist = self._sampling_distribution
-        self._store = _core.TransitionStore(
+        return _core.TransitionStore(
             max_capacity=self._max_capacity, stack_size=self._stack_size,
             update_horizon=self._update_horizon, gamma=self._gamma,
             fix_terminal_duplicates=self._fix_terminal_duplicates,
             prioritized=self._prioritized,
             tree_capacity=dist._max_capacity if self._prioritized else 0,
             frame_bytes=obs.nbytes, elem_bytes=obs.dtype.itemsize, action_bytes=action.nbytes)
-        self._obs_shape, self._obs_dtype = obs.shape, obs.dtype
-        self._action_shape, self._action_dtype = action.shape, action.dtype
 
     def _coerce(self, value, dtype, shape, what: str) -> np.ndarray:
         a = np.asarray(value)
@@ -688,7 +701,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             (nothing is changed then).
         """
         try:
-            add_count = int(state_dict["add_count"])
+            add_count = state_dict["add_count"]
             memory = state_dict["memory"]
             mkeys = [int(k) for k in memory["keys"]]
             values = memory["values"]
@@ -696,6 +709,15 @@ class ReplayBuffer(checkpointers.Checkpointable):
             trajectory = state_dict["transition_accumulator"]["trajectory"]
         except (KeyError, TypeError) as e:
             raise ValueError(f"replay buffer state dict: missing or malformed entry {e}") from None
+        if (isinstance(add_count, (bool, np.bool_)) or not isinstance(add_count, (int, np.integer))
+                or not 0 <= add_count <= _core.TransitionStore.MAX_ADD_COUNT):
+            raise ValueError("replay buffer state dict: expected add_count an integer in "
+                             f"[0, 2**31] (keys are int32), got {add_count!r}")
+        add_count = int(add_count)
+        if not isinstance(values, list) or not isinstance(trajectory, list) \
+                or not isinstance(dist_state, dict):
+            raise ValueError("replay buffer state dict: expected lists of elements and steps and "
+                             "a sampling_distribution dict")
         if len(values) != len(mkeys) or mkeys != list(range(add_count - len(mkeys), add_count)):
             raise ValueError("replay buffer state dict: expected consecutive keys ending at "
                              f"add_count - 1 = {add_count - 1}, one element each")
@@ -717,7 +739,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
 
         def unpack(x):
             x = np.asarray(x)
-            return elements.uncompress(x) if x.dtype.names is not None else x
+            return _uncompress_checked(x) if x.dtype.names is not None else x
 
         s = self._stack_size
         states = [unpack(x) for x in cols[0]]
@@ -753,40 +775,63 @@ class ReplayBuffer(checkpointers.Checkpointable):
             except (KeyError, TypeError):
                 raise ValueError("replay buffer state dict: prioritized sampler without "
                                  "sum_tree.nodes") from None
-        key_by_index = np.asarray(dist_state.get("key_by_index", []), dtype=np.int64)
+        try:
+            key_by_index = np.asarray(dist_state.get("key_by_index", []), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("replay buffer state dict: sampler key_by_index is not a list of "
+                             "keys") from None
+        # The generator state is checked on a scratch generator first: applying it is the last
+        # step, which must not fail once the store has changed.
+        try:
+            type(self._sampling_distribution._rng.bit_generator)().state = dist_state["rng_state"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"replay buffer state dict: bad sampler rng_state ({e})") from None
         if obs_shape is None:  # an empty checkpoint
             if len(key_by_index):
                 raise ValueError("replay buffer state dict: sampler keys without elements")
             self._sampling_distribution.from_state_dict(dist_state)
             self._store_clear()
             return
-        if self._store is None:
-            self._build_store(np.zeros(obs_shape, obs_dtype), action_tmpl)
-        if self._prioritized and nodes.size != self._store.num_nodes:
+        store, obs_tmpl = self._store, None
+        if store is None:  # built here, kept only if the import succeeds
+            obs_tmpl = np.zeros(obs_shape, obs_dtype)
+            action_tmpl = np.asarray(action_tmpl)
+            store = self._make_store(obs_tmpl, action_tmpl)
+            obs_shape, obs_dtype = obs_tmpl.shape, obs_tmpl.dtype
+            action_shape, action_dtype = action_tmpl.shape, action_tmpl.dtype
+        else:
+            obs_shape, obs_dtype = self._obs_shape, self._obs_dtype
+            action_shape, action_dtype = self._action_shape, self._action_dtype
+        if self._prioritized and nodes.size != store.num_nodes:
             raise ValueError(f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
-                             f"buffer's has {self._store.num_nodes} (max_capacity differs)")
+                             f"buffer's has {store.num_nodes} (max_capacity differs)")
         m = len(states)
-        self._store.import_state(
+        if key_by_index.shape != (m,):
+            raise ValueError(f"replay buffer state dict: sampler key_by_index holds "
+                             f"{key_by_index.size} keys, expected {m} (one per element)")
+        store.import_state(
             add_count,
-            stacked(states, (*self._obs_shape, s), self._obs_dtype),
-            stacked([np.asarray(a) for a in cols[1]], self._action_shape, self._action_dtype),
+            stacked(states, (*obs_shape, s), obs_dtype),
+            stacked([np.asarray(a) for a in cols[1]], action_shape, action_dtype),
             np.asarray(cols[2], dtype=np.float64).reshape(m),
-            stacked(next_states, (*self._obs_shape, s), self._obs_dtype),
+            stacked(next_states, (*obs_shape, s), obs_dtype),
             np.asarray(cols[4], dtype=np.bool_).reshape(m),
             np.asarray(cols[5], dtype=np.bool_).reshape(m),
             key_by_index, nodes,
-            stacked([np.asarray(o) for o in steps[0]], self._obs_shape, self._obs_dtype),
-            stacked([np.asarray(a) for a in steps[1]], self._action_shape, self._action_dtype),
+            stacked([np.asarray(o) for o in steps[0]], obs_shape, obs_dtype),
+            stacked([np.asarray(a) for a in steps[1]], action_shape, action_dtype),
             np.asarray(steps[2], dtype=np.float64).reshape(len(steps[2])),
             np.asarray(steps[3], dtype=np.bool_).reshape(len(steps[3])),
             np.asarray(steps[4], dtype=np.bool_).reshape(len(steps[4])))
+        if obs_tmpl is not None:
+            self._commit_store(store, obs_tmpl, action_tmpl)
         self._sampling_distribution.from_state_dict(dist_state)
 
     @functools.lru_cache
     def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:
         return orbax.CheckpointManager(
             checkpoint_dir,
-            checkpointers={"replay": orbax.Checkpointer(checkpointers.CheckpointHandler())},
+            checkpointers={"replay": orbax.Checkpointer(_CheckedCheckpointHandler())},
             options=orbax.CheckpointManagerOptions(max_to_keep=self._checkpoint_duration,
                                                    create=True))
 
@@ -808,8 +853,153 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
 
+        The file is decoded strictly (see :class:`_CheckedCheckpointHandler`) and the state
+        checked against this buffer (shapes, dtypes, keys, ``add_count`` in ``[0, 2**31]``)
+        before anything changes.
+
         Raises:
-          FileNotFoundError: no such checkpoint. ValueError: a malformed one.
+          FileNotFoundError: no such checkpoint. CheckpointError (a ValueError): a malformed
+            one, or one that does not fit this buffer; the buffer is unchanged.
         """
         state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(iteration_number)
-        self.from_state_dict(state_dict["replay"])
+        try:
+            self.from_state_dict(state_dict["replay"])
+        except CheckpointError:
+            raise
+        except (ValueError, TypeError, KeyError, OverflowError) as e:
+            path = os.path.join(str(checkpoint_dir), str(iteration_number), "replay",
+                                "checkpoint.msgpack")
+            raise CheckpointError(f"{path}: {e}") from e
+
+
+# ---- strict checkpoint decoding ----
+
+_COMPRESSED_FIELDS = ("data", "shape", "dtype")
+_MAX_NDIM = 32
+
+
+def _plain_dtype(spelled, what: str) -> np.dtype:
+    """The numpy dtype ``spelled`` names when it is a plain numeric one, else ValueError."""
+    try:
+        dtype = np.dtype(spelled)
+    except TypeError:
+        raise ValueError(f"{what}: unknown dtype {spelled!r}") from None
+    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+        raise ValueError(f"{what}: expected a plain numeric dtype, got {dtype}")
+    return dtype
+
+
+def _checked_shape(shape, what: str) -> tuple:
+    if (not isinstance(shape, (list, tuple)) or len(shape) > _MAX_NDIM
+            or not all(type(d) is int and d >= 0 for d in shape)):  # noqa: E721 (no bools)
+        raise ValueError(f"{what}: bad shape {shape!r}")
+    return tuple(shape)
+
+
+def _nbytes(shape: tuple, dtype: np.dtype) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length a raw snappy stream declares (its leading varint)."""
+    n = 0
+    for i, b in enumerate(data[:5]):
+        n |= (b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return n
+    raise ValueError("compressed stack: not a snappy stream")
+
+
+def _uncompress_checked(record: np.ndarray) -> np.ndarray:
+    """Dopamine's ``elements.uncompress`` after checking the record: a 0-d structured array
+    (data uint8[n], shape int32[k], dtype bytes) naming a plain numeric dtype, whose snappy
+    stream declares exactly that shape's bytes (checked before inflating: nothing inflates to
+    more than the record says, and the record says no more than the stack holds)."""
+    if record.shape != () or record.dtype.names != _COMPRESSED_FIELDS:
+        raise ValueError("compressed stack: expected Dopamine's record (data, shape, dtype), got "
+                         f"{record.dtype}{list(record.shape)}")
+    try:
+        spelled = record["dtype"].item().decode("ascii")
+    except (AttributeError, UnicodeDecodeError):
+        raise ValueError("compressed stack: dtype is not a dtype code") from None
+    dtype = _plain_dtype(spelled, "compressed stack")
+    shape = _checked_shape([int(d) for d in np.asarray(record["shape"]).reshape(-1)],
+                           "compressed stack")
+    data = np.ascontiguousarray(record["data"]).reshape(-1).view(np.uint8).tobytes()
+    nbytes = _nbytes(shape, dtype)
+    if _snappy_length(data) != nbytes:
+        raise ValueError(f"compressed stack: {dtype}{list(shape)} is {nbytes} bytes, the snappy "
+                         f"stream declares {_snappy_length(data)}")
+    return np.frombuffer(snappy.uncompress(data), dtype=dtype).reshape(shape)
+
+
+def _compressed_descr_ok(descr) -> bool:
+    """Whether ``descr`` is the layout of Dopamine's ``elements.compress`` records."""
+    if not isinstance(descr, list) or len(descr) != 3:
+        return False
+    names = tuple(f[0] if isinstance(f, tuple) and f else None for f in descr)
+    if names != _COMPRESSED_FIELDS:
+        return False
+    (_, data_t, data_shape), (_, shape_t, shape_shape), dtype_field = descr
+    return (data_t == "|u1" and shape_t == "<i4" and len(dtype_field) == 2 and
+            isinstance(dtype_field[1], str) and dtype_field[1].startswith("|S") and
+            dtype_field[1][2:].isdigit() and int(dtype_field[1][2:]) <= 16 and
+            isinstance(data_shape, tuple) and len(data_shape) == 1 and
+            isinstance(shape_shape, tuple) and len(shape_shape) == 1 and
+            0 <= shape_shape[0] <= _MAX_NDIM)
+
+
+def _decode_checked(obj: Any) -> Any:
+    """msgpack object hook: Dopamine's ``serialization.decode`` for what a replay checkpoint
+    holds, refusing anything else (ValueError): arrays of a plain numeric dtype, or of the
+    compressed-stack record layout, whose data is exactly shape x itemsize bytes; long ints."""
+    if isinstance(obj, dict) and "dtype" in obj and "shape" in obj and "data" in obj:
+        spelled = obj["dtype"]
+        if not isinstance(spelled, str) or len(spelled) > 512:
+            raise ValueError("array: dtype is not a dtype literal")
+        try:
+            descr = ast.literal_eval(spelled)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise ValueError(f"array: dtype {spelled[:64]!r} is not a literal") from None
+        if isinstance(descr, str):
+            dtype = _plain_dtype(descr, "array")
+        elif _compressed_descr_ok(descr):
+            dtype = np.dtype(descr)
+        else:
+            raise ValueError(f"array: expected a plain numeric dtype, got {spelled[:64]!r}")
+        shape = _checked_shape(obj["shape"], "array")
+        data = obj["data"]
+        order = obj.get("order")
+        if not isinstance(data, bytes) or len(data) != _nbytes(shape, dtype) \
+                or order not in (None, "C", "F"):
+            raise ValueError(f"array {dtype}{list(shape)}: expected {_nbytes(shape, dtype)} data "
+                             f"bytes and order C or F")
+        return np.ndarray(shape=shape, dtype=dtype, buffer=data, order=order)
+    if isinstance(obj, dict) and "integer" in obj:
+        text = obj["integer"]
+        if not isinstance(text, str) or len(text) > 40:
+            raise ValueError("long integer: expected at most 40 digits")
+        return int(text)
+    return obj
+
+
+class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
+    """Dopamine's msgpack checkpoint handler (same files, same save) whose restore decodes
+    strictly (:func:`_decode_checked`) and raises CheckpointError naming the file."""
+
+    def restore(self, directory, item=None):
+        filename = directory / self._filename
+        try:
+            state_dict = msgpack.unpackb(filename.read_bytes(), object_hook=_decode_checked,
+                                         raw=False, strict_map_key=False)
+        except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
+            raise CheckpointError(f"{filename}: not a readable replay checkpoint "
+                                  f"({type(e).__name__}: {e})") from None
+        if item is None:
+            return state_dict
+        item = copy.deepcopy(item)
+        item.from_state_dict(state_dict)
+        return item
