@@ -54,6 +54,7 @@ class ReplayMemory:
     cache_size: int
     max_episode: int
     reuse_cache: bool
+    allow_nonfinite: bool
     discount_factor: np.ndarray
     reward_coeff: np.ndarray
     cache_flags: np.ndarray
@@ -194,10 +195,14 @@ def peek_header(header: Any) -> Optional[Tuple[int, int]]: ...
 
 class ChunkIngest:
     def __init__(self, memory: ReplayMemory, max_message_bytes: int = ..., max_streams: int = 4096,
-                 stream_timeout: float = 600.0) -> None: ...
+                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
+                 max_open_bytes: int = ...) -> None: ...
+    def reap(self, now: Optional[float] = None) -> None: ...
     def ingest(self, frames: Any, now: Optional[float] = None) -> Optional[Tuple[int, int, Optional[str], int, Optional[str]]]: ...
     def receive(self, socket: int, timeout_ms: int, max_messages: int = 64) -> Tuple[int, int, list, Optional[list]]: ...
     def counters(self) -> dict: ...
     max_streams: int
     stream_timeout: float
     max_message_bytes: int
+    max_stream_bytes: int
+    max_open_bytes: int

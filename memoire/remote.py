@@ -14,7 +14,7 @@ Client side::
 Arguments and results are codec values: numpy arrays, bool/int/float, str, bytes, None, and
 lists/tuples/dicts (str keys) of them. Exceptions raised by the hosted method come back as the
 same built-in type (ValueError, IndexError, KeyError, TypeError, RuntimeError, AttributeError,
-NotImplementedError, AssertionError, FileNotFoundError, memoire.ProtocolError,
+NotImplementedError, AssertionError, FileNotFoundError, PermissionError, memoire.ProtocolError,
 memoire.CapacityError) or as :class:`RemoteError`.
 
 Each call carries a caller id and a sequence number; the server remembers its last reply to
@@ -42,7 +42,7 @@ class RemoteError(RuntimeError):
 
 _MAPPED = {e.__name__: e for e in (ValueError, IndexError, KeyError, TypeError, RuntimeError,
                                    AttributeError, NotImplementedError, TimeoutError,
-                                   AssertionError, FileNotFoundError)}
+                                   AssertionError, FileNotFoundError, PermissionError)}
 _MAPPED["ProtocolError"] = ProtocolError
 _MAPPED["CapacityError"] = _core.CapacityError
 
