@@ -92,14 +92,14 @@ class CacheBatch(Batch):
 def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
     """``(max_stream_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
     `schema` (see :class:`ReplayMemoryServer`): one stream may hold a full-length episode as
-    sent plus 16 MiB of chunk overhead (at most 256 MiB of rows); all streams together as much
+    sent plus 32 MiB of chunk overhead (8192 chunks) (at most 256 MiB of rows); all streams together as much
     as the memory itself, at least 64 MiB and at most 4 GiB."""
     row = 4  # init_w
     for name, dtype, shape in schema:
         if name != "q":  # computed by the server, not sent
             row += np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
     episode = row * int(max_step)
-    return min(episode, 256 << 20) + (16 << 20), max(64 << 20, min(episode, 4 << 30))
+    return min(episode, 256 << 20) + (32 << 20), max(64 << 20, min(episode, 4 << 30))
 
 
 def describe_schema(templates: Sequence[Any]) -> List[tuple]:
@@ -187,8 +187,8 @@ class ReplayMemoryServer:
       max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
         the least recently fed (central mode).
       max_stream_bytes: bytes one unfinished episode may hold (its chunks' frames plus
-        256 bytes each); beyond it the episode is dropped (``stream_bytes``). None:
-        ``min(max_step * row_bytes, 256 MiB) + 16 MiB`` (row_bytes: one entry as sent).
+        4 KiB each); beyond it the episode is dropped (``stream_bytes``). None:
+        ``min(max_step * row_bytes, 256 MiB) + 32 MiB`` (row_bytes: one entry as sent).
       max_open_bytes: bytes all unfinished episodes may hold; beyond it the largest are
         dropped (``open_bytes``). None: ``max(64 MiB, min(max_step * row_bytes, 4 GiB))``.
       reply_cache_bytes: bytes of remote-call replies kept for retries (oldest go first; a

@@ -184,9 +184,9 @@ def test_unfinished_streams_are_reaped_without_further_chunks():
 def test_default_stream_budgets_follow_the_memory_size():
     with ReplayMemoryServer(*TEMPLATES, 10_000, None) as srv:
         row = 16 + 8 + 4 + 4 + 4 + 0 + 4  # s, a, r, p, v, i, init_w
-        assert srv.max_stream_bytes == 10_000 * row + (16 << 20)
+        assert srv.max_stream_bytes == 10_000 * row + (32 << 20)
         assert srv.max_open_bytes == 64 << 20
-        assert default_stream_budgets(srv._schema, 10 ** 9) == ((256 << 20) + (16 << 20),
+        assert default_stream_budgets(srv._schema, 10 ** 9) == ((256 << 20) + (32 << 20),
                                                                4 << 30)
         with pytest.raises(ValueError, match="max_open_bytes"):
             srv.max_open_bytes = 0
