@@ -799,6 +799,7 @@ class ReplayMemoryServer:
             else:
                 self._ring.relayout(columns, layout[0])
             self._ring_layout = layout
+        self._ring.allow_nonfinite = bool(self._rem.allow_nonfinite)
         return self._ring
 
     def _ingest_cache(self, frames: list) -> None:
@@ -807,8 +808,9 @@ class ReplayMemoryServer:
             ring = self._ring_for_settings()
         try:
             ring.insert(frames)
-        except ProtocolError as e:
-            self._reject("malformed", f"cache: {e}")
+        except ValueError as e:  # ProtocolError: malformed; else a non-finite value
+            self._reject("malformed" if isinstance(e, ProtocolError) else "nonfinite",
+                         f"cache: {e}")
             return
         self._count("caches")
 

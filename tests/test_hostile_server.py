@@ -271,6 +271,30 @@ def test_nonfinite_rewards_from_an_actor_are_refused_and_counted(central):
     _honest_episode_is_stored(srv, ep)
 
 
+def test_nonfinite_caches_are_refused_and_counted():
+    with ReplayMemoryServer(*TEMPLATES, 100, None, n_caches=4) as srv:
+        srv.rem.cache_size = 8
+        ep = srv.start()
+        with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as c:
+            c.rem.allow_nonfinite = True  # a peer that breaks the rule on its side
+            for _ in range(2):
+                c.rem.new_episode()
+                for k in range(10):
+                    c.rem.add_entry(np.zeros(4, np.float32), k, np.nan, 0.5, 0.0)
+                c.rem.close_episode()
+            assert c.push_cache() == 0
+            assert _wait(lambda: srv.stats()["rejected"].get("nonfinite", 0) == 1)
+        assert srv.stats()["caches_held"] == 0
+        with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as c:
+            for _ in range(2):
+                c.rem.new_episode()
+                for k in range(10):
+                    c.rem.add_entry(np.zeros(4, np.float32), k, 1.0, 0.5, 0.0)
+                c.rem.close_episode()
+            assert c.push_cache() == 0
+            assert np.isfinite(srv.get_batch(8, timeout=10).prev[2]).all()
+
+
 def test_allow_nonfinite_stores_them():
     with ReplayMemoryServer(*TEMPLATES, 100, None, allow_nonfinite=True) as srv:
         ep = srv.start()

@@ -250,15 +250,13 @@ Status ReplayMemory::CheckFinite(int64_t n, const void* const* fields,
   // r, p and v are float32 (Make checks it); rows may be unaligned (frames off the wire).
   for (int f : {kReward, kProb, kValue}) {
     if (fields[f] == nullptr) continue;
-    const int64_t count = n * schema_.field(f).num_elements();
-    const uint8_t* p = static_cast<const uint8_t*>(fields[f]);
-    for (int64_t j = 0; j < count; ++j) {
-      const float x = LoadUnaligned<float>(p + j * sizeof(float));
-      if (!std::isfinite(x))
-        return Error(Code::kInvalidArgument, kFieldNames[f], ": expected finite values, got ", x,
-                     " (row ", j / schema_.field(f).num_elements(),
-                     "; set allow_nonfinite to store such values)");
-    }
+    const int64_t per_row = schema_.field(f).num_elements();
+    double x = 0;
+    const int64_t j = FirstNonFinite(DType::kFloat32, static_cast<const uint8_t*>(fields[f]),
+                                     n * per_row, &x);
+    if (j >= 0)
+      return Error(Code::kInvalidArgument, kFieldNames[f], ": expected finite values, got ", x,
+                   " (row ", j / per_row, "; set allow_nonfinite to store such values)");
   }
   return Status::OK();
 }

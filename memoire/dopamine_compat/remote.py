@@ -84,10 +84,12 @@ def checkpoint_dir(root: Optional[str], name) -> str:
     raise ValueError(f"checkpoint: expected a folder name under the server's checkpoint root, "
                      f"got {name!r}")
   target = os.path.normpath(os.path.join(root, name))
-  rel = os.path.relpath(target, root)
-  if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+  if not _inside(target, root) and os.path.isabs(name):
+    target = os.path.realpath(name)  # a caller's spelling of the root through a symlink
+  if not _inside(target, root):
     raise PermissionError(f"checkpoint {name!r}: outside the server's checkpoint root {root}; "
                           "name a folder under it")
+  rel = os.path.relpath(target, root)
   path = root
   for part in ([] if rel == os.curdir else rel.split(os.sep)):
     path = os.path.join(path, part)
@@ -100,6 +102,10 @@ def checkpoint_dir(root: Optional[str], name) -> str:
   else:
     _check_tree(name, target)
   return target
+
+
+def _inside(path: str, root: str) -> bool:
+  return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _check_tree(name: str, top: str) -> None:
