@@ -161,7 +161,11 @@ class _MemoryService:
                          else getattr(b, f.name)) for f in dataclasses.fields(b)}
 
     def update_priorities(self, ids, weights) -> int:
-        return int(self._server.update_priorities(ids, weights))
+        try:
+            return int(self._server.update_priorities(ids, weights))
+        except ValueError as e:  # NaN, infinite or negative weights, or mismatched lengths
+            self._server._reject("bad_priorities", f"update_priorities: {e}")
+            raise
 
     def stats(self) -> dict:
         return self._server.stats()

@@ -268,6 +268,13 @@ def test_nonfinite_rewards_from_an_actor_are_refused_and_counted(central):
         assert srv.stats()["memory_size"] == 10 and srv.rem.num_episode() == 1
         b = srv.sample(64)
         assert np.isfinite(b.prev[2]).all() and np.isfinite(b.prev[5]).all()
+    with RemoteMemory(ep["rep"], timeout=5, retries=0) as rm:  # a learner's priorities
+        weights = np.ones(len(b.id), np.float32)
+        weights[3] = np.nan
+        with pytest.raises(ValueError, match="finite"):
+            rm.update_priorities(b.id, weights)
+        assert srv.stats()["rejected"]["bad_priorities"] == 1
+        assert np.isfinite(srv.rem.total_weight)
     _honest_episode_is_stored(srv, ep)
 
 
