@@ -92,8 +92,8 @@ class CacheBatch(Batch):
 def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
     """``(max_stream_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
     `schema` (see :class:`ReplayMemoryServer`): one stream may hold a full-length episode as
-    sent plus 32 MiB of chunk overhead (8192 chunks) (at most 256 MiB of rows); all streams together as much
-    as the memory itself, at least 64 MiB and at most 4 GiB."""
+    sent (at most 256 MiB of it) plus 32 MiB of chunk overhead (8192 chunks); all streams
+    together as much as the memory itself, at least 64 MiB and at most 4 GiB."""
     row = 4  # init_w
     for name, dtype, shape in schema:
         if name != "q":  # computed by the server, not sent
@@ -224,11 +224,11 @@ class ReplayMemoryServer:
                  allow_nonfinite: bool = False):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
-        for name, value in (("reply_cache_bytes", reply_cache_bytes), ("max_batch", max_batch),
-                            ("max_counter_clients", max_counter_clients)):
-            if int(value) < (0 if name == "reply_cache_bytes" else 1):
-                raise ValueError(f"{name}: expected >= {0 if name == 'reply_cache_bytes' else 1}"
-                                 f", got {value}")
+        for name, value, least in (("reply_cache_bytes", reply_cache_bytes, 0),
+                                   ("max_batch", max_batch, 1),
+                                   ("max_counter_clients", max_counter_clients, 1)):
+            if int(value) < least:
+                raise ValueError(f"{name}: expected >= {least}, got {value}")
         self._rem = ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf,
                                  qvest_buf, info_buf, int(max_step))
         self._rng = np.random.default_rng(seed)
@@ -750,11 +750,9 @@ class ReplayMemoryServer:
             return _error("ValueError", f"counter: episodes and steps must be in [0, "
                           f"{COUNTER_MAX}], got episodes={episodes}, steps={steps}")
         with self._lock:
-            known = uuid in self._per_client
-            if not known and len(self._per_client) >= self.max_counter_clients:
-                full = True
-            else:
-                full = False
+            full = (uuid not in self._per_client
+                    and len(self._per_client) >= self.max_counter_clients)
+            if not full:
                 prev_e, prev_s = self._per_client.get(uuid, (0, 0))
                 # Totals saturate instead of outgrowing the wire's int64.
                 self._total_episodes = min(_INT64_MAX,

@@ -232,6 +232,21 @@ def test_batch_size_of_a_remote_call_is_bounded(central):
     assert srv.stats()["memory_size"] == size
 
 
+def test_memoire_serve_takes_the_limits():
+    from memoire import serve
+
+    srv = serve.build_server(serve.serve_config(
+        pub="tcp://127.0.0.1:*", max_step=100, max_batch=7, reply_cache_bytes=1000,
+        max_stream_bytes=5000, max_open_bytes=9000, max_counter_clients=3,
+        allow_nonfinite="1"))
+    try:
+        assert (srv.max_batch, srv.reply_cache_bytes, srv.max_counter_clients) == (7, 1000, 3)
+        assert (srv.max_stream_bytes, srv.max_open_bytes) == (5000, 9000)
+        assert srv.rem.allow_nonfinite
+    finally:
+        srv.close()
+
+
 # ---- non-finite values -------------------------------------------------------------------------
 
 def test_nonfinite_local_adds_are_refused_unless_allowed():
