@@ -103,7 +103,11 @@ class ReplayMemory(_core.ReplayMemory):
     ``priority_epsilon=1e-6``, ``mix_lambda=0.95``, ``frame_stack=1``, ``multi_step=1``,
     ``cache_size=128``, ``max_episode=0`` (no limit beyond ``max_step``),
     ``reuse_cache=False``, ``discount_factor=0.99`` and ``reward_coeff=1.0`` per reward
-    element, ``cache_flags`` all True (14 flags: prev s,a,r,p,v,q,i then next s,a,r,p,v,q,i).
+    element, ``cache_flags`` all True (14 flags: prev s,a,r,p,v,q,i then next s,a,r,p,v,q,i),
+    ``allow_nonfinite=False``: an add whose reward, prob or value holds a NaN or an infinity
+    raises ValueError and stores nothing (the same rule for a server's episodes from actors,
+    which are dropped and counted as ``nonfinite``); True stores them. ``init_w`` must be
+    finite whatever the setting.
 
     Thread safety: every method may be called from any thread; calls are serialised by the
     memory's own lock and copy with the GIL released, so one thread can add while another

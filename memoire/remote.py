@@ -14,7 +14,7 @@ Client side::
 Arguments and results are codec values: numpy arrays, bool/int/float, str, bytes, None, and
 lists/tuples/dicts (str keys) of them. Exceptions raised by the hosted method come back as the
 same built-in type (ValueError, IndexError, KeyError, TypeError, RuntimeError, AttributeError,
-NotImplementedError, AssertionError, FileNotFoundError, memoire.ProtocolError,
+NotImplementedError, AssertionError, FileNotFoundError, PermissionError, memoire.ProtocolError,
 memoire.CapacityError; a checkpoint's CheckpointError as memoire.ProtocolError, its base) or as
 :class:`RemoteError`.
 
@@ -43,7 +43,7 @@ class RemoteError(RuntimeError):
 
 _MAPPED = {e.__name__: e for e in (ValueError, IndexError, KeyError, TypeError, RuntimeError,
                                    AttributeError, NotImplementedError, TimeoutError,
-                                   AssertionError, FileNotFoundError)}
+                                   AssertionError, FileNotFoundError, PermissionError)}
 _MAPPED["ProtocolError"] = ProtocolError
 _MAPPED["CheckpointError"] = ProtocolError  # its base class (dopamine_compat.checkpoint's)
 _MAPPED["CapacityError"] = _core.CapacityError

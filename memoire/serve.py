@@ -16,6 +16,14 @@ Flags (each also a gin parameter of ``serve_config``):
                                                settings sent to clients
   --logfile PATH [--logmode a]                 actors' log lines
   --curve_secret F --curve_authorized DIR      CURVE keys (see memoire.transport.CurveKeys)
+  --max_stream_bytes B --max_open_bytes B      bytes unfinished episodes may hold, per actor
+                                               and in all (default: from the memory's size)
+  --reply_cache_bytes B                        bytes of replies kept for retried calls (64 MiB)
+  --max_batch N                                rows one remote sample may ask for (16384)
+  --max_counter_clients N                      client uuids whose counters are kept (65536)
+  --allow_nonfinite 1                          store NaN/inf rewards, probs and values (0:
+                                               refuse them, counted as 'nonfinite')
+                                               (limits: docs/LIMITS.md)
   --interval S                                 seconds between counter lines (2)
   --duration S                                 stop after S seconds (default: run until Ctrl-C)
 
@@ -40,7 +48,11 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 n_caches=64, pub="tcp://*:*", rep="tcp://*:*", pull="tcp://*:*",
                 bind_host="127.0.0.1", cache_size=None, frame_stack=None, multi_step=None,
                 priority_exponent=None, discount_factor=None, logfile=None, logmode="a",
-                curve_secret=None, curve_authorized=None, interval=2.0, duration=None)
+                curve_secret=None, curve_authorized=None, interval=2.0, duration=None,
+                max_stream_bytes=None, max_open_bytes=None, reply_cache_bytes=None,
+                max_batch=None, max_counter_clients=None, allow_nonfinite=None)
+LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
+          "max_counter_clients", "allow_nonfinite")
 
 
 def _shape(text: str):
@@ -70,8 +82,11 @@ def build_server(cfg: dict):
                  np.zeros(r, np.float32), np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]))
     keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
             if cfg["curve_secret"] else None)
+    limits = {k: cfg[k] for k in LIMITS if cfg[k] is not None}
+    if "allow_nonfinite" in limits:
+        limits["allow_nonfinite"] = str(limits["allow_nonfinite"]).lower() in ("1", "true", "yes")
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
-                             bind_host=cfg["bind_host"], keys=keys)
+                             bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
         if cfg[name] is not None:
             setattr(srv.rem, name, cfg[name])
@@ -87,7 +102,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--gin_binding", action="append", default=[])
     types = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
              "multi_step": int, "priority_exponent": float, "discount_factor": float,
-             "interval": float, "duration": float}
+             "interval": float, "duration": float, "max_stream_bytes": int,
+             "max_open_bytes": int, "reply_cache_bytes": int, "max_batch": int,
+             "max_counter_clients": int}
     for name in DEFAULTS:
         p.add_argument(f"--{name}", type=types.get(name, str), default=None)
     args = p.parse_args(argv)

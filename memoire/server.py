@@ -50,6 +50,12 @@ log = logging.getLogger("memoire.server")
 
 POLL_MS = 100  # worker loops check for close() this often
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+# Bounds on what peers can make a server hold (docs/LIMITS.md).
+DEFAULT_REPLY_CACHE_BYTES = 64 << 20
+DEFAULT_MAX_BATCH = 16384
+DEFAULT_MAX_COUNTER_CLIENTS = 65536
+COUNTER_MAX = 2 ** 53 - 1  # largest count a client may report (exact in a float64)
+_INT64_MAX = 2 ** 63 - 1  # totals saturate here (the wire's integers are int64)
 # Flags of a chunk message.
 CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT = 1, 2, 4, 8
 _COMMITTED = 2  # _core.ChunkIngest.ingest's outcome for a chunk that closed its episode
@@ -81,6 +87,19 @@ class CacheBatch(Batch):
         n = self.num_sampleable if num_sampleable is None else num_sampleable
         w = (np.asarray(n, np.float64) * self.prob) ** (-float(beta))
         return (w / w.max()).astype(np.float32)
+
+
+def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
+    """``(max_stream_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
+    `schema` (see :class:`ReplayMemoryServer`): one stream may hold a full-length episode as
+    sent (at most 256 MiB of it) plus 32 MiB of chunk overhead (8192 chunks); all streams
+    together as much as the memory itself, at least 64 MiB and at most 4 GiB."""
+    row = 4  # init_w
+    for name, dtype, shape in schema:
+        if name != "q":  # computed by the server, not sent
+            row += np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
+    episode = row * int(max_step)
+    return min(episode, 256 << 20) + (32 << 20), max(64 << 20, min(episode, 4 << 30))
 
 
 def describe_schema(templates: Sequence[Any]) -> List[tuple]:
@@ -130,19 +149,23 @@ class _MemoryService:
         self._server = server
 
     def sample(self, batch_size: int) -> dict:
-        b = self._server.sample(int(batch_size))
+        b = self._server.sample(self._server.check_batch(batch_size, "sample"))
         rem = self._server.rem
         return {"prev": tuple(b.prev), "next": tuple(b.next), "weight": b.weight, "prob": b.prob,
                 "done": b.done, "id": b.id, "num_sampleable": int(rem.num_sampleable),
                 "total_weight": float(rem.total_weight)}
 
     def get_batch(self, batch_size: int) -> dict:
-        b = self._server.get_batch(int(batch_size))
+        b = self._server.get_batch(self._server.check_batch(batch_size, "get_batch"))
         return {f.name: (tuple(getattr(b, f.name)) if f.name in ("prev", "next")
                          else getattr(b, f.name)) for f in dataclasses.fields(b)}
 
     def update_priorities(self, ids, weights) -> int:
-        return int(self._server.update_priorities(ids, weights))
+        try:
+            return int(self._server.update_priorities(ids, weights))
+        except ValueError as e:  # NaN, infinite or negative weights, or mismatched lengths
+            self._server._reject("bad_priorities", f"update_priorities: {e}")
+            raise
 
     def stats(self) -> dict:
         return self._server.stats()
@@ -167,6 +190,23 @@ class ReplayMemoryServer:
       stream_timeout: seconds after which an unfinished episode of a silent actor is dropped.
       max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
         the least recently fed (central mode).
+      max_stream_bytes: bytes one unfinished episode may hold (its chunks' frames plus
+        4 KiB each); beyond it the episode is dropped (``stream_bytes``). None:
+        ``min(max_step * row_bytes, 256 MiB) + 32 MiB`` (row_bytes: one entry as sent).
+      max_open_bytes: bytes all unfinished episodes may hold; beyond it the largest are
+        dropped (``open_bytes``). None: ``max(64 MiB, min(max_step * row_bytes, 4 GiB))``.
+      reply_cache_bytes: bytes of remote-call replies kept for retries (oldest go first; a
+        larger reply is not kept).
+      max_batch: rows one remote ``sample``/``get_batch`` call may ask for (larger asks are
+        refused, ``batch_too_large``; hosted buffers get the same bound via
+        :meth:`check_batch`).
+      max_counter_clients: distinct client uuids whose counters are kept; counters from
+        further clients are refused (``counter_clients``).
+      allow_nonfinite: store NaN/infinite rewards, probs and values from actors (default:
+        their episodes are dropped, ``nonfinite``); sets :attr:`rem`'s ``allow_nonfinite``.
+
+    Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
+    it; the server keeps serving the other peers (docs/LIMITS.md).
 
     Settings (``priority_exponent``, ``frame_stack``, ``cache_size``, ...) are those of
     :attr:`rem`; set them before clients connect (the handshake sends them).
@@ -176,15 +216,29 @@ class ReplayMemoryServer:
                  info_buf, max_step, pub_endpoint="tcp://127.0.0.1:*", n_caches=16, *,
                  bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, seed: Optional[int] = None,
-                 stream_timeout: float = 600.0, max_streams: int = 4096):
+                 stream_timeout: float = 600.0, max_streams: int = 4096,
+                 max_stream_bytes: Optional[int] = None, max_open_bytes: Optional[int] = None,
+                 reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
+                 max_batch: int = DEFAULT_MAX_BATCH,
+                 max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
+                 allow_nonfinite: bool = False):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
+        for name, value, least in (("reply_cache_bytes", reply_cache_bytes, 0),
+                                   ("max_batch", max_batch, 1),
+                                   ("max_counter_clients", max_counter_clients, 1)):
+            if int(value) < least:
+                raise ValueError(f"{name}: expected >= {least}, got {value}")
         self._rem = ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf,
                                  qvest_buf, info_buf, int(max_step))
         self._rng = np.random.default_rng(seed)
         if seed is not None:
             self._rem.seed(int(seed))
+        self._rem.allow_nonfinite = bool(allow_nonfinite)
         self.n_caches = int(n_caches)
+        self.reply_cache_bytes = int(reply_cache_bytes)
+        self.max_batch = int(max_batch)
+        self.max_counter_clients = int(max_counter_clients)
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
         self._schema = describe_schema(
@@ -210,10 +264,15 @@ class ReplayMemoryServer:
         self._ring_layout = None
         # Central mode: episode chunks are checked, assembled per actor and committed into
         # self._rem natively (the only writer of that memory's episodes).
-        self._chunks = _core.ChunkIngest(self._rem, self.max_message_bytes, int(max_streams),
-                                         float(stream_timeout))
+        stream_bytes, open_bytes = default_stream_budgets(self._schema, int(max_step))
+        self._chunks = _core.ChunkIngest(
+            self._rem, self.max_message_bytes, int(max_streams), float(stream_timeout),
+            int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
+            int(open_bytes if max_open_bytes is None else max_open_bytes))
         self._hosted: Dict[str, _Hosted] = {}
+        # caller -> (seq, reply frames, bytes); the oldest go first past reply_cache_bytes.
         self._replies: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
+        self._reply_bytes = 0
         self._logfile = None
         self._logfile_path: Optional[str] = None
         self.host("memory", _MemoryService(self),
@@ -241,6 +300,24 @@ class ReplayMemoryServer:
     @stream_timeout.setter
     def stream_timeout(self, seconds: float) -> None:
         self._chunks.stream_timeout = float(seconds)
+
+    @property
+    def max_stream_bytes(self) -> int:
+        """Bytes one unfinished episode may hold (>= 1)."""
+        return self._chunks.max_stream_bytes
+
+    @max_stream_bytes.setter
+    def max_stream_bytes(self, n: int) -> None:
+        self._chunks.max_stream_bytes = int(n)
+
+    @property
+    def max_open_bytes(self) -> int:
+        """Bytes all unfinished episodes may hold together (>= 1)."""
+        return self._chunks.max_open_bytes
+
+    @max_open_bytes.setter
+    def max_open_bytes(self, n: int) -> None:
+        self._chunks.max_open_bytes = int(n)
 
     @property
     def max_streams(self) -> int:
@@ -290,7 +367,9 @@ class ReplayMemoryServer:
 
     def stats(self) -> dict:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
-        batches and rows sampled, logs, calls, ``rejected`` by reason, sizes."""
+        batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
+        and ``open_stream_bytes`` held for unfinished episodes, ``reply_cache_bytes``,
+        ``counter_clients``)."""
         central = self._chunks.counters()
         with self._lock:
             s = dict(self._stats)
@@ -300,9 +379,12 @@ class ReplayMemoryServer:
             s["total_episodes"] = self._total_episodes
             s["total_steps"] = self._total_steps
             s["caches_held"] = self._ring.held if self._ring is not None else 0
+            s["reply_cache_bytes"] = self._reply_bytes
+            s["counter_clients"] = len(self._per_client)
         if central["chunks"]:
             s["chunks"] = central["chunks"]
         s["open_streams"] = central["open_streams"]
+        s["open_stream_bytes"] = central["open_bytes"]
         s["memory_size"] = int(self._rem.size)
         s["memory_episodes"] = int(self._rem.num_episode())
         return s
@@ -394,12 +476,34 @@ class ReplayMemoryServer:
                     return cached[1]
         reply = self._run_call(v)
         if keyed:
+            size = sum(memoryview(f).nbytes for f in reply)
             with self._lock:
-                self._replies[caller] = (seq, reply)
-                self._replies.move_to_end(caller)
-                while len(self._replies) > 1024:
-                    self._replies.popitem(last=False)
+                old = self._replies.pop(caller, None)
+                if old is not None:
+                    self._reply_bytes -= old[2]
+                if size <= self.reply_cache_bytes:  # a larger reply is not kept: a retry reruns
+                    self._replies[caller] = (seq, reply, size)
+                    self._reply_bytes += size
+                while self._replies and (self._reply_bytes > self.reply_cache_bytes
+                                         or len(self._replies) > 1024):
+                    self._reply_bytes -= self._replies.popitem(last=False)[1][2]
         return reply
+
+    def check_batch(self, batch_size, what: str = "batch_size") -> int:
+        """`batch_size` as an int when a remote call may ask for it (1..:attr:`max_batch`).
+
+        Raises:
+          ValueError: outside those bounds (counted in :meth:`stats` as ``batch_too_large``
+            when too large).
+        """
+        n = int(batch_size)
+        if n > self.max_batch:
+            self._reject("batch_too_large", f"{what}({n}): more than max_batch={self.max_batch}")
+            raise ValueError(f"{what}: batch_size {n} is more than this server's max_batch "
+                             f"({self.max_batch}); ask for smaller batches")
+        if n < 1:
+            raise ValueError(f"{what}: expected batch_size >= 1, got {n}")
+        return n
 
     def _run_call(self, v: dict) -> list:
         name, method = v.get("object"), v.get("method")
@@ -446,16 +550,20 @@ class ReplayMemoryServer:
             log.warning("dropped a message (%s, %d so far): %s", reason, n, detail)
 
     def _loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
-              name: str) -> None:
-        """Polls `socks` until close(); every handler error is counted and survived."""
+              name: str, idle: Optional[Callable[[], None]] = None) -> None:
+        """Polls `socks` until close(); every handler error is counted and survived. `idle`
+        runs after a poll that found nothing."""
         poller = zmq.Poller()
         for s in socks:
             poller.register(s, zmq.POLLIN)
 
         def step():
-            for sock, _ in poller.poll(POLL_MS):
+            ready = poller.poll(POLL_MS)
+            for sock, _ in ready:
                 frames = sock.recv_multipart(copy=False)
                 self._guarded(handle, name, sock, frames)
+            if not ready and idle is not None:
+                idle()
         self._serve(socks, step)
 
     def _native_pull_loop(self, sock: zmq.Socket) -> None:
@@ -471,6 +579,8 @@ class ReplayMemoryServer:
                 if central:
                     episodes, rows, rejected, frames = self._chunks.receive(address, POLL_MS)
                     self._chunks_taken(episodes, rows, rejected)
+                    if frames is None and not episodes and not rejected:
+                        self._chunks.reap()  # no chunk came: stale streams go all the same
                 else:
                     with self._lock:
                         ring = self._ring_for_settings()
@@ -534,7 +644,7 @@ class ReplayMemoryServer:
         if native_libzmq():
             self._native_pull_loop(sock)
         else:
-            self._loop([sock], self._handle_pull, "pull worker")
+            self._loop([sock], self._handle_pull, "pull worker", idle=self._chunks.reap)
 
     def _proxy(self, front_kind, front_ep, front_mode, back_kind, back_ep, label) -> None:
         front = self._bind_or_connect(front_kind, front_ep, front_mode, f"{label}_front",
@@ -634,12 +744,27 @@ class ReplayMemoryServer:
         except (KeyError, TypeError, ValueError):
             self._reject("malformed", "counter: expected uuid, episodes and steps")
             return _error("ProtocolError", "counter: expected uuid, episodes and steps")
+        if not (0 <= episodes <= COUNTER_MAX and 0 <= steps <= COUNTER_MAX):
+            self._reject("counter_range", f"counter from {uuid:08x}: "
+                         f"episodes={episodes}, steps={steps} outside [0, 2**53-1]")
+            return _error("ValueError", f"counter: episodes and steps must be in [0, "
+                          f"{COUNTER_MAX}], got episodes={episodes}, steps={steps}")
         with self._lock:
-            prev_e, prev_s = self._per_client.get(uuid, (0, 0))
-            self._total_episodes += max(0, episodes - prev_e)
-            self._total_steps += max(0, steps - prev_s)
-            self._per_client[uuid] = (max(prev_e, episodes), max(prev_s, steps))
+            full = (uuid not in self._per_client
+                    and len(self._per_client) >= self.max_counter_clients)
+            if not full:
+                prev_e, prev_s = self._per_client.get(uuid, (0, 0))
+                # Totals saturate instead of outgrowing the wire's int64.
+                self._total_episodes = min(_INT64_MAX,
+                                           self._total_episodes + max(0, episodes - prev_e))
+                self._total_steps = min(_INT64_MAX, self._total_steps + max(0, steps - prev_s))
+                self._per_client[uuid] = (max(prev_e, episodes), max(prev_s, steps))
             totals = {"total_episodes": self._total_episodes, "total_steps": self._total_steps}
+        if full:
+            self._reject("counter_clients", f"counter from a new client {uuid:08x}: "
+                         f"max_counter_clients={self.max_counter_clients} already counted")
+            return _error("RuntimeError", f"counter: this server counts at most "
+                          f"{self.max_counter_clients} clients (max_counter_clients)")
         return codec.encode(Msg.COUNTER_REPLY, totals)
 
     def _handle_pull(self, sock: zmq.Socket, frames: list) -> None:
@@ -676,6 +801,7 @@ class ReplayMemoryServer:
             else:
                 self._ring.relayout(columns, layout[0])
             self._ring_layout = layout
+        self._ring.allow_nonfinite = bool(self._rem.allow_nonfinite)
         return self._ring
 
     def _ingest_cache(self, frames: list) -> None:
@@ -684,8 +810,9 @@ class ReplayMemoryServer:
             ring = self._ring_for_settings()
         try:
             ring.insert(frames)
-        except ProtocolError as e:
-            self._reject("malformed", f"cache: {e}")
+        except ValueError as e:  # ProtocolError: malformed; else a non-finite value
+            self._reject("malformed" if isinstance(e, ProtocolError) else "nonfinite",
+                         f"cache: {e}")
             return
         self._count("caches")
 

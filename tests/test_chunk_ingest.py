@@ -115,7 +115,8 @@ def test_malformed_and_bad_chunks_change_nothing():
         "malformed": [good[:1] + good[2:], [good[0][:40]] + good[1:], good[:-1] + [b"\0" * 3],
                       [good[0]] + [b""] * (len(good) - 1),
                       chunk(1, 1, 0, rows(rng, 2000), CLOSE)],  # over max_message_bytes
-        "bad_episode": [chunk(1, 2, 0, nan, CLOSE), chunk(1, 3, 0, rows(rng, 3), CLOSE, np.inf)],
+        "nonfinite": [chunk(1, 2, 0, nan, CLOSE), chunk(1, 3, 0, rows(rng, 3), CLOSE, np.inf)],
+        "bad_episode": [chunk(1, 4, 0, rows(rng, 3), CLOSE, -1.0)],
     }
     for reason, messages in cases.items():
         for frames in messages:
@@ -123,7 +124,7 @@ def test_malformed_and_bad_chunks_change_nothing():
             assert out[0] == REJECTED and out[2] == reason, out
     assert ingest.ingest([b"not a header"]) is None  # not a chunk: the caller's business
     assert ingest.ingest(codec.encode(Msg.LOG, {"uuid": 1, "message": "hi"})) is None
-    assert ingest.counters()["rejected"] == {"malformed": 5, "bad_episode": 2}
+    assert ingest.counters()["rejected"] == {"malformed": 5, "nonfinite": 2, "bad_episode": 1}
     assert_same_memory(mem, local)
     assert not mem.episode_open and ingest.counters()["frames_held"] == 0
     assert ingest.ingest(good)[0] == COMMITTED

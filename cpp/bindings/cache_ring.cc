@@ -5,6 +5,9 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,6 +35,9 @@ class PyCacheRing {
     limits_.max_payload_bytes = max_payload_bytes;
     Relayout(columns, cache_size);
   }
+
+  bool allow_nonfinite() const { return allow_nonfinite_.load(); }
+  void set_allow_nonfinite(bool v) { allow_nonfinite_.store(v); }
 
   // Starts over with another layout (the settings changed): held caches are dropped, and a
   // get_batch waiting on the old layout goes on waiting on the new one.
@@ -201,8 +207,34 @@ class PyCacheRing {
     std::memcpy(&cache->uuid, scalars[0], 8);
     std::memcpy(&cache->num_sampleable, scalars[1], 8);
     std::memcpy(&cache->total_weight, scalars[2], 8);
+    MEMOIRE_RETURN_IF_ERROR(CheckFinite(columns, cache->columns, layout->ring->cache_size(),
+                                        cache->total_weight));
     cache->owner = std::move(owner);
     layout->ring->Insert(std::move(cache));
+    return Status::OK();
+  }
+
+  // The memory's rule (ReplayMemory::CheckFinite) for a cache: weight, prob and total_weight
+  // finite, and the r, p, v, q stacks unless allow_nonfinite. kInvalidArgument names the first.
+  Status CheckFinite(const std::vector<Field>& columns, const std::vector<const uint8_t*>& data,
+                     int64_t rows, double total_weight) const {
+    if (!std::isfinite(total_weight))
+      return Error(Code::kInvalidArgument, "total_weight: expected a finite value, got ",
+                   total_weight);
+    const bool allow = allow_nonfinite_.load();
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const std::string& name = columns[c].name;
+      const bool weight = name == "weight" || name == "prob";
+      const std::string tail = name.size() > 2 ? name.substr(name.size() - 2) : "";
+      if (!weight && (allow || (tail != "/r" && tail != "/p" && tail != "/v" && tail != "/q")))
+        continue;
+      double x = 0;
+      const int64_t per_row = columns[c].num_elements();
+      const int64_t j = FirstNonFinite(columns[c].dtype, data[c], rows * per_row, &x);
+      if (j >= 0)
+        return Error(Code::kInvalidArgument, name, ": expected finite values, got ", x, " (row ",
+                     j / std::max<int64_t>(per_row, 1), ")");
+    }
     return Status::OK();
   }
 
@@ -235,6 +267,7 @@ class PyCacheRing {
 
   const int64_t n_caches_;
   codec::Limits limits_;
+  std::atomic<bool> allow_nonfinite_{false};
   std::mutex mu_;
   std::shared_ptr<Layout> current_;
   Rng rng_;  // seeds each layout's ring
@@ -264,7 +297,9 @@ num_sampleable (int64) and total_weight (float64).
       .def("insert", &PyCacheRing::Insert, py::arg("frames"), R"doc(
 Checks the frames of a CACHE message (header, then data frames; bytes-like objects such as
 zmq.Frame) against the layout and holds them, evicting the oldest cache when n_caches are
-held. Raises ProtocolError (holding nothing) when they do not match.)doc")
+held. Raises ProtocolError (holding nothing) when they do not match, ValueError when a
+weight, prob or total_weight, or (unless allow_nonfinite) an r, p, v or q value is NaN or
+infinite.)doc")
       .def("receive", &PyCacheRing::Receive, py::arg("socket"), py::arg("timeout_ms"),
            py::arg("max_messages") = 256, R"doc(
 Receives from a PULL socket (its `underlying` address; requires attach_libzmq) with the GIL
@@ -285,6 +320,9 @@ rows, ValueError when n < 1.)doc")
            "waiting get_batch waits on for the new layout.")
       .def("close", &PyCacheRing::Close,
            "Wakes every waiting get_batch, which then raises; later ones raise at once.")
+      .def_property(
+          "allow_nonfinite", &PyCacheRing::allow_nonfinite, &PyCacheRing::set_allow_nonfinite,
+          "Hold caches whose r, p, v, q stacks hold NaN or infinities (default False).")
       .def_property_readonly("held", &PyCacheRing::held)
       .def_property_readonly("unused_rows", &PyCacheRing::unused_rows);
 }

@@ -26,11 +26,14 @@ class PyChunkIngest {
   using Owner = std::shared_ptr<const void>;
 
   PyChunkIngest(std::shared_ptr<ReplayMemory> memory, uint64_t max_message_bytes,
-                int64_t max_streams, double stream_timeout) {
+                int64_t max_streams, double stream_timeout, int64_t max_stream_bytes,
+                int64_t max_open_bytes) {
     ChunkIngest::Options o;
     o.max_message_bytes = max_message_bytes;
     o.max_streams = max_streams;
     o.stream_timeout = stream_timeout;
+    o.max_stream_bytes = max_stream_bytes;
+    o.max_open_bytes = max_open_bytes;
     ThrowIfError(ChunkIngest::Make(std::move(memory), o, &core_));
   }
 
@@ -100,6 +103,15 @@ class PyChunkIngest {
                           other ? py::object(FramesToArrays(other)) : py::object(py::none()));
   }
 
+  // Drops stale streams (see ChunkIngest::Reap) and frees their frames.
+  void Reap(const py::object& now_obj) {
+    const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
+    py::gil_scoped_release release;
+    std::vector<uint64_t> released;
+    core_->Reap(now, &released);
+    Release(released);
+  }
+
   py::dict Counters() const {
     const ChunkIngest::Counters c = core_->counters();
     py::dict rejected;
@@ -108,6 +120,7 @@ class PyChunkIngest {
     py::dict out;
     out["chunks"] = c.chunks;
     out["open_streams"] = c.open_streams;
+    out["open_bytes"] = c.open_bytes;
     out["rejected"] = rejected;
     {
       std::lock_guard<std::mutex> l(owners_mu_);
@@ -134,15 +147,18 @@ class PyChunkIngest {
       owners_.emplace(id, std::move(owner));
     }
     core_->Ingest(id, frames.data(), frames.size(), now, r);
+    Release(r->released);
+  }
+
+  // Frees the owners the core let go of. Called without the GIL.
+  void Release(const std::vector<uint64_t>& released) {
     std::vector<Owner> gone;  // freed after the lock: a Python owner takes the GIL to go
-    {
-      std::lock_guard<std::mutex> l(owners_mu_);
-      for (uint64_t o : r->released) {
-        auto it = owners_.find(o);
-        if (it == owners_.end()) continue;
-        gone.push_back(std::move(it->second));
-        owners_.erase(it);
-      }
+    std::lock_guard<std::mutex> l(owners_mu_);
+    for (uint64_t o : released) {
+      auto it = owners_.find(o);
+      if (it == owners_.end()) continue;
+      gone.push_back(std::move(it->second));
+      owners_.erase(it);
     }
   }
 
@@ -166,11 +182,14 @@ void BindChunkIngest(py::module_& m) {
 Central mode's receiving end (core/chunk_ingest.h): checks episode-chunk messages against a
 memory's schema, keeps per-actor streams and commits finished episodes into the memory.
 Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_order_chunk",
-"stream_limit", "stale_episode", "episode_too_long", "bad_episode"). Thread-safe.
+"stream_limit", "stale_episode", "episode_too_long", "bad_episode", "stream_bytes",
+"open_bytes", "nonfinite"). Thread-safe.
 )doc");
-  c.def(py::init<std::shared_ptr<ReplayMemory>, uint64_t, int64_t, double>(), py::arg("memory"),
-        py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_streams") = 4096,
-        py::arg("stream_timeout") = 600.0);
+  c.def(py::init<std::shared_ptr<ReplayMemory>, uint64_t, int64_t, double, int64_t, int64_t>(),
+        py::arg("memory"), py::arg("max_message_bytes") = uint64_t(1) << 30,
+        py::arg("max_streams") = 4096, py::arg("stream_timeout") = 600.0,
+        py::arg("max_stream_bytes") = int64_t(256) << 20,
+        py::arg("max_open_bytes") = int64_t(1) << 30);
   c.def("ingest", &PyChunkIngest::Ingest, py::arg("frames"), py::arg("now") = py::none(),
         "Takes one received message ([header, data...]). None when it is not a current-version "
         "chunk; else (outcome, rows, reason, reason_count, detail): outcome 1 staged (rows of "
@@ -186,8 +205,23 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
         "[(reason, reason_count, detail)] of rejected chunks, frames of the other message as "
         "read-only uint8 arrays or None). "
         "Raises RuntimeError on a socket error.");
+  c.def("reap", &PyChunkIngest::Reap, py::arg("now") = py::none(),
+        "Drops streams silent for stream_timeout seconds (counted as stale_episode), as "
+        "ingest does when a chunk comes; call it when none come. Looks at most every "
+        "min(10, stream_timeout) seconds, so it is cheap to call often.");
   c.def("counters", &PyChunkIngest::Counters,
-        "{'chunks', 'open_streams', 'rejected': {reason: count}, 'frames_held'}.");
+        "{'chunks', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
+        "'frames_held'}.");
+  c.def_property(
+      "max_stream_bytes", [](PyChunkIngest& self) { return self.core().options().max_stream_bytes; },
+      [](PyChunkIngest& self, int64_t v) {
+        SetOption(self, &ChunkIngest::Options::max_stream_bytes, v);
+      });
+  c.def_property(
+      "max_open_bytes", [](PyChunkIngest& self) { return self.core().options().max_open_bytes; },
+      [](PyChunkIngest& self, int64_t v) {
+        SetOption(self, &ChunkIngest::Options::max_open_bytes, v);
+      });
   c.def_property(
       "max_streams", [](PyChunkIngest& self) { return self.core().options().max_streams; },
       [](PyChunkIngest& self, int64_t v) { SetOption(self, &ChunkIngest::Options::max_streams, v); });

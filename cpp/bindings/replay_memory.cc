@@ -163,6 +163,7 @@ void BindReplayMemory(py::module_& m) {
   MEMOIRE_OPTION(cache_size, int64_t)
   MEMOIRE_OPTION(max_episode, int64_t)
   MEMOIRE_OPTION(reuse_cache, bool)
+  MEMOIRE_OPTION(allow_nonfinite, bool)
 #undef MEMOIRE_OPTION
   c.def_property(
       "discount_factor",

@@ -22,7 +22,8 @@ const char* ChunkIngest::ReasonName(int reason) {
   static const char* kNames[kNumReasons] = {"malformed",      "abandoned_episode",
                                             "out_of_order_chunk", "stream_limit",
                                             "stale_episode",  "episode_too_long",
-                                            "bad_episode"};
+                                            "bad_episode",    "stream_bytes",
+                                            "open_bytes",     "nonfinite"};
   return reason >= 0 && reason < kNumReasons ? kNames[reason] : "invalid";
 }
 
@@ -69,6 +70,11 @@ Status ChunkIngest::SetOptions(const Options& o) {
   if (!(o.stream_timeout > 0))
     return Error(Code::kInvalidArgument, "stream_timeout: expected seconds > 0, got ",
                  o.stream_timeout);
+  if (o.max_stream_bytes < 1)
+    return Error(Code::kInvalidArgument, "max_stream_bytes: expected >= 1, got ",
+                 o.max_stream_bytes);
+  if (o.max_open_bytes < 1)
+    return Error(Code::kInvalidArgument, "max_open_bytes: expected >= 1, got ", o.max_open_bytes);
   std::lock_guard<std::mutex> l(mu_);
   opt_ = o;
   return Status::OK();
@@ -101,6 +107,8 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
     data[s] = frames[1 + e.frame].data;
   }
   chunk->rows = rows;
+  chunk->bytes = kChunkOverhead + static_cast<int64_t>(frames[0].size);
+  for (size_t k = 1; k < n; ++k) chunk->bytes += static_cast<int64_t>(frames[k].size);
   for (int f = 0; f < ReplayMemory::kNumFields; ++f)
     chunk->fields[f] = spec_field_[f] < 0 ? nullptr : data[spec_field_[f]];
   chunk->init_w.resize(static_cast<size_t>(rows));
@@ -116,8 +124,29 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
 void ChunkIngest::DropLocked(std::unordered_map<uint64_t, Stream>::iterator it, int reason,
                              std::vector<uint64_t>* released) {
   for (const Chunk& c : it->second.chunks) released->push_back(c.owner);
+  counts_.open_bytes -= it->second.bytes;
   streams_.erase(it);
   ++counts_.rejected[reason];
+}
+
+bool ChunkIngest::MakeRoomLocked(std::unordered_map<uint64_t, Stream>::iterator it,
+                                 int64_t bytes, std::vector<uint64_t>* released) {
+  while (counts_.open_bytes + bytes > opt_.max_open_bytes) {
+    auto largest = it;
+    int64_t most = it->second.bytes + bytes;
+    for (auto o = streams_.begin(); o != streams_.end(); ++o)
+      if (o != it && o->second.bytes > most) largest = o, most = o->second.bytes;
+    if (largest == it) return false;
+    DropLocked(largest, kOpenBytes, released);
+  }
+  return true;
+}
+
+void ChunkIngest::Reap(double now, std::vector<uint64_t>* released) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (last_reap_ < 0 || now - last_reap_ <= std::min(10.0, opt_.stream_timeout)) return;
+  ReapLocked(now, released);
+  last_reap_ = now;
 }
 
 void ChunkIngest::ReapLocked(double now, std::vector<uint64_t>* released) {
@@ -192,15 +221,27 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
       it->second.episode = episode;
     }
     Stream& s = it->second;
-    if (index != s.next_index || s.rows + chunk.rows > memory_->max_step()) {
-      const int reason = index != s.next_index ? kOutOfOrderChunk : kEpisodeTooLong;
+    int reason = -1;
+    if (index != s.next_index) {
+      reason = kOutOfOrderChunk;
+    } else if (s.rows + chunk.rows > memory_->max_step()) {
+      reason = kEpisodeTooLong;
+    } else if (s.bytes + chunk.bytes > opt_.max_stream_bytes) {
+      reason = kStreamBytes;
+    } else if (!MakeRoomLocked(it, chunk.bytes, &out->released)) {
+      reason = kOpenBytes;
+    }
+    if (reason >= 0) {
       for (const Chunk& c : s.chunks) out->released.push_back(c.owner);
+      counts_.open_bytes -= s.bytes;
       streams_.erase(it);
       out->released.push_back(owner);
       return Reject(reason, "dropped episode " + std::to_string(episode) + " from " + Hex8(uuid) +
                                 ": " + ReasonName(reason), out);
     }
     const int64_t rows = chunk.rows;
+    s.bytes += chunk.bytes;
+    counts_.open_bytes += chunk.bytes;
     s.chunks.push_back(std::move(chunk));
     s.rows += rows;
     s.next_index += 1;
@@ -211,29 +252,38 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
       return;
     }
     done = std::move(s);
+    counts_.open_bytes -= done.bytes;
     streams_.erase(it);
   }
   // The last chunk: commit outside mu_, so other actors' chunks are taken meanwhile.
-  Status st = Commit(done, multiplier, flags);
+  int reason = kBadEpisode;
+  Status st = Commit(done, multiplier, flags, &reason);
   for (const Chunk& c : done.chunks) out->released.push_back(c.owner);
   if (!st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
-    return Reject(kBadEpisode, "dropped episode " + std::to_string(episode) + " from " +
-                                   Hex8(uuid) + ": " + st.message(), out);
+    return Reject(reason, "dropped episode " + std::to_string(episode) + " from " +
+                              Hex8(uuid) + ": " + st.message(), out);
   }
   out->outcome = Outcome::kCommitted;
   out->rows = done.rows;
 }
 
-Status ChunkIngest::Commit(const Stream& st, float multiplier, uint8_t flags) {
+Status ChunkIngest::Commit(const Stream& st, float multiplier, uint8_t flags, int* reason) {
   if (st.rows == 0) return Status::OK();  // nothing to store
   // Check what the memory would refuse before touching it, so a bad episode evicts nothing.
-  if (!(multiplier >= 0) || !std::isfinite(multiplier))
+  *reason = kNonFinite;
+  if (!std::isfinite(multiplier))
+    return Error(Code::kInvalidArgument,
+                 "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
+  for (const Chunk& c : st.chunks)
+    MEMOIRE_RETURN_IF_ERROR(memory_->CheckFinite(c.rows, c.fields, c.init_w.data()));
+  *reason = kBadEpisode;
+  if (!(multiplier >= 0))
     return Error(Code::kInvalidArgument,
                  "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
   for (const Chunk& c : st.chunks)
     for (float w : c.init_w)
-      if (!(w >= 0) || !std::isfinite(w))
+      if (!(w >= 0))
         return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ", w);
   std::lock_guard<std::mutex> l(commit_mu_);
   Status s = memory_->NewEpisode();

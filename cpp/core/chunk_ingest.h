@@ -22,10 +22,17 @@
 //   - a chunk whose index is not the next one drops the stream (out_of_order_chunk);
 //   - a chunk that would make the episode longer than the memory's max_step drops the stream
 //     (episode_too_long);
+//   - a chunk that would make its stream hold more than max_stream_bytes drops the stream
+//     (stream_bytes); a chunk is charged its frames' bytes plus kChunkOverhead, so a flood of
+//     empty chunks is bounded too;
+//   - a chunk that would make all open streams hold more than max_open_bytes drops the
+//     largest stream (its own included) until it fits (open_bytes): a hog goes first;
 //   - streams silent for stream_timeout seconds are dropped (stale_episode), checked every
-//     min(10, stream_timeout) seconds of `now`;
-//   - an episode the memory refuses at commit (a non-finite init_w or multiplier) is dropped
-//     (bad_episode): its entries are discarded and nothing stored is touched;
+//     min(10, stream_timeout) seconds of `now` (by Ingest, and by Reap when no chunk comes);
+//   - an episode with a NaN or infinite reward, prob or value (unless the memory's
+//     allow_nonfinite), init_w or multiplier is dropped (nonfinite; ReplayMemory::CheckFinite,
+//     the rule of every add), and one with a negative init_w or multiplier (bad_episode):
+//     nothing stored is touched;
 //   - a message that is no valid chunk is dropped (malformed).
 //
 // Cost per chunk: the header decode (a few hundred ns) and a hash lookup; a commit copies each
@@ -58,7 +65,7 @@ class ChunkIngest {
 
   enum Reason {
     kMalformed = 0, kAbandonedEpisode, kOutOfOrderChunk, kStreamLimit, kStaleEpisode,
-    kEpisodeTooLong, kBadEpisode, kNumReasons,
+    kEpisodeTooLong, kBadEpisode, kStreamBytes, kOpenBytes, kNonFinite, kNumReasons,
   };
   static const char* ReasonName(int reason);  // "malformed", "abandoned_episode", ...
 
@@ -66,7 +73,13 @@ class ChunkIngest {
     uint64_t max_message_bytes = uint64_t(1) << 30;  // payload bytes of one message
     int64_t max_streams = 4096;                      // >= 1
     double stream_timeout = 600.0;                   // seconds, > 0
+    int64_t max_stream_bytes = int64_t(256) << 20;   // bytes one open stream holds, >= 1
+    int64_t max_open_bytes = int64_t(1) << 30;       // bytes all open streams hold, >= 1
   };
+  // Bytes a chunk is charged besides its frames: its bookkeeping, the message's, and the
+  // receive buffer a held message keeps alive (libzmq's messages point into 8 KiB batches);
+  // measured at up to ~4 KiB per held empty chunk (benchmarks/hostile_rss.py).
+  static constexpr int64_t kChunkOverhead = 4096;
 
   // A received frame: caller-owned bytes.
   using Frame = codec::Frame;
@@ -89,6 +102,7 @@ class ChunkIngest {
   struct Counters {
     int64_t chunks = 0;        // chunk messages that passed the checks
     int64_t open_streams = 0;
+    int64_t open_bytes = 0;    // charged to open streams (frames + kChunkOverhead per chunk)
     int64_t rejected[kNumReasons] = {};
   };
 
@@ -101,6 +115,10 @@ class ChunkIngest {
   // kept, may be freed by the caller; an owner is kept only while its stream is open.
   void Ingest(uint64_t owner, const Frame* frames, size_t n, double now, Result* out);
 
+  // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
+  // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
+  void Reap(double now, std::vector<uint64_t>* released);
+
   Counters counters() const;
   Options options() const;
   Status SetOptions(const Options& options);
@@ -109,6 +127,7 @@ class ChunkIngest {
   struct Chunk {
     uint64_t owner;
     int64_t rows;
+    int64_t bytes;  // charged against the budgets
     const void* fields[ReplayMemory::kNumFields];  // into the owner's frames (q: null)
     std::vector<float> init_w;  // copied: frames need not be aligned for float
   };
@@ -116,6 +135,7 @@ class ChunkIngest {
     int64_t episode = 0;
     int64_t next_index = 0;
     int64_t rows = 0;
+    int64_t bytes = 0;
     double last_seen = 0;
     std::vector<Chunk> chunks;
   };
@@ -128,7 +148,12 @@ class ChunkIngest {
                   std::vector<uint64_t>* released);
   void ReapLocked(double now, std::vector<uint64_t>* released);
   void Reject(int reason, std::string detail, Result* out);
-  Status Commit(const Stream& st, float multiplier, uint8_t flags);
+  // Drops the largest streams until `it` may take `bytes` more within max_open_bytes; false
+  // (and `it` dropped too) when `it` is the largest. Under mu_.
+  bool MakeRoomLocked(std::unordered_map<uint64_t, Stream>::iterator it, int64_t bytes,
+                      std::vector<uint64_t>* released);
+  // Stores a finished stream; on failure *reason says why (kNonFinite or kBadEpisode).
+  Status Commit(const Stream& st, float multiplier, uint8_t flags, int* reason);
 
   const std::shared_ptr<ReplayMemory> memory_;
   std::vector<codec::ArraySpec> spec_;  // the chunk layout of memory_'s schema
@@ -138,7 +163,7 @@ class ChunkIngest {
   mutable std::mutex mu_;
   Options opt_;                                  // guarded by mu_
   std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
-  Counters counts_;                              // guarded by mu_
+  Counters counts_;                              // guarded by mu_ (open_bytes: the total)
   double last_reap_ = -1;                        // guarded by mu_; < 0 before the first chunk
   std::mutex commit_mu_;  // serialises commits into memory_ (its single open episode)
 };

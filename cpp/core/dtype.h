@@ -2,6 +2,7 @@
 // only interprets float32/float64 (returns, priorities) and bool/uint8 (flags).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +53,17 @@ inline T LoadUnaligned(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
+}
+
+// Index of the first NaN or infinity among `count` values of `dtype` at p (any alignment), or
+// -1; always -1 for a dtype that is not float32/float64. Sets *value to that element.
+inline int64_t FirstNonFinite(DType dtype, const uint8_t* p, int64_t count, double* value) {
+  for (int64_t j = 0; j < count; ++j) {
+    const double x = dtype == DType::kFloat32 ? LoadUnaligned<float>(p + 4 * j)
+                     : dtype == DType::kFloat64 ? LoadUnaligned<double>(p + 8 * j) : 0.0;
+    if (!std::isfinite(x)) return *value = x, j;
+  }
+  return -1;
 }
 
 }  // namespace memoire

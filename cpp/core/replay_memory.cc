@@ -201,8 +201,9 @@ Status ReplayMemory::AddEntry(const void* const* fields, float init_w) {
 
 Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const float* init_w) {
   if (n < 0) return Error(Code::kInvalidArgument, "add_entries: expected n >= 0, got ", n);
+  MEMOIRE_RETURN_IF_ERROR(CheckFinite(n, fields, init_w));
   for (int64_t k = 0; k < n; ++k)
-    if (!(init_w[k] >= 0) || !Finite(init_w[k]))
+    if (!(init_w[k] >= 0))
       return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ",
                    init_w[k]);
   std::lock_guard<std::mutex> l(mu_);
@@ -231,6 +232,32 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
     done += run;
   }
   total_added_ += static_cast<uint64_t>(n);
+  return Status::OK();
+}
+
+Status ReplayMemory::CheckFinite(int64_t n, const void* const* fields,
+                                 const float* init_w) const {
+  for (int64_t k = 0; k < n; ++k)
+    if (!Finite(init_w[k]))
+      return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ", init_w[k],
+                   " (row ", k, ")");
+  bool allow;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    allow = opt_.allow_nonfinite;
+  }
+  if (allow) return Status::OK();
+  // r, p and v are float32 (Make checks it); rows may be unaligned (frames off the wire).
+  for (int f : {kReward, kProb, kValue}) {
+    if (fields[f] == nullptr) continue;
+    const int64_t per_row = schema_.field(f).num_elements();
+    double x = 0;
+    const int64_t j = FirstNonFinite(DType::kFloat32, static_cast<const uint8_t*>(fields[f]),
+                                     n * per_row, &x);
+    if (j >= 0)
+      return Error(Code::kInvalidArgument, kFieldNames[f], ": expected finite values, got ", x,
+                   " (row ", j / per_row, "; set allow_nonfinite to store such values)");
+  }
   return Status::OK();
 }
 

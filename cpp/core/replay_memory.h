@@ -65,6 +65,7 @@ class ReplayMemory {
     std::vector<float> discount_factor;  // one per reward element, each in [0, 1]; default 0.99
     std::vector<float> reward_coeff;     // one per reward element, finite; default 1.0
     std::vector<uint8_t> cache_flags;    // 14 flags: prev s,a,r,p,v,q,i then next; default all 1
+    bool allow_nonfinite = false;        // store NaN/inf in r, p, v (refused by default)
   };
   Options options() const;
   // Replaces all settings at once; frame_stack/multi_step changes re-derive which stored
@@ -88,6 +89,10 @@ class ReplayMemory {
   Status AddEntry(const void* const* fields, float init_w);
   // Appends n entries: fields[f] points at n consecutive rows of field f.
   Status AddEntries(int64_t n, const void* const* fields, const float* init_w);
+  // The rule every add follows (AddEntries calls it; ChunkIngest calls it before a commit):
+  // init_w finite, and r, p, v finite unless allow_nonfinite. The error (kInvalidArgument)
+  // names the first offending field and row. Reads n rows of those fields.
+  Status CheckFinite(int64_t n, const void* const* fields, const float* init_w) const;
   Status CloseEpisode(float multiplier, bool update_value, bool update_weight, bool terminal);
 
   // ---- counts ----

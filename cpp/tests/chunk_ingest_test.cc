@@ -4,6 +4,7 @@
 #include "core/chunk_ingest.h"
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -243,15 +244,23 @@ TEST(BadEpisodesAndMalformedMessagesChangeNothing) {
     CHECK(reference->CloseEpisode(1.0f, true, true, true).ok());
   }
   CHECK(SameContents(*mem, *reference, 32));
-  // A non-finite init_w or multiplier: bad_episode, nothing evicted.
+  // A non-finite init_w, or a NaN reward in a later chunk: nonfinite; a negative multiplier:
+  // bad_episode; nothing evicted either way.
   Rows nan_rows(0, 6);
   nan_rows.w[3] = std::nanf("");
   auto r = f.Feed(Chunk(1, 1, 0, nan_rows, kClose));
-  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kBadEpisode);
+  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kNonFinite);
   CHECK(r.detail.find("init_w") != std::string::npos);
+  Rows nan_reward(0, 6);
+  nan_reward.r[5] = std::numeric_limits<float>::infinity();
+  CHECK(f.Feed(Chunk(1, 5, 0, Rows(0, 6), 0)).outcome == ChunkIngest::Outcome::kStaged);
+  r = f.Feed(Chunk(1, 5, 1, nan_reward, kClose));
+  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kNonFinite);
+  CHECK(r.detail.find("r: expected finite") != std::string::npos);
   r = f.Feed(Chunk(1, 2, 0, Rows(0, 6), kClose, -1.0f));
   CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kBadEpisode);
   CHECK(SameContents(*mem, *reference, 32) && !mem->episode_open());
+  CHECK(ingest->counters().open_bytes == 0);
   // Malformed: wrong dtype, truncated header, a missing frame, a short frame.
   const Msg good = Chunk(1, 3, 0, Rows(0, 4), kClose);
   std::vector<Msg> bad;
@@ -278,6 +287,51 @@ TEST(BadEpisodesAndMalformedMessagesChangeNothing) {
   for (auto& [owner, times] : f.released) CHECK(times == 1);
 }
 
+TEST(ByteBudgetsBoundOpenStreams) {
+  auto mem = MakeMemory(1000);
+  std::unique_ptr<ChunkIngest> ingest;
+  ChunkIngest::Options o;
+  const int64_t chunk_bytes = [] {
+    int64_t b = ChunkIngest::kChunkOverhead;
+    for (const std::string& fr : Chunk(1, 1, 0, Rows(0, 0), 0).frames) b += fr.size();
+    return b;
+  }();
+  o.max_stream_bytes = 10 * chunk_bytes;  // ten empty chunks per stream
+  o.max_open_bytes = 25 * chunk_bytes;
+  CHECK(ChunkIngest::Make(mem, o, &ingest).ok());
+  Feeder f{ingest.get()};
+  // A flood of empty chunks under one sender: the eleventh drops its stream.
+  ChunkIngest::Result r;
+  for (int k = 0; k < 11; ++k) r = f.Feed(Chunk(7, 1, k, Rows(0, 0), 0));
+  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kStreamBytes);
+  CHECK(ingest->counters().open_bytes == 0 && f.alive.empty());
+  // Three senders of 9, 8 and 5 chunks fit 25; a fourth's fourth chunk drops the largest
+  // (the nine), not the newcomer.
+  for (int k = 0; k < 9; ++k) f.Feed(Chunk(1, 1, k, Rows(0, 0), 0));
+  for (int k = 0; k < 8; ++k) f.Feed(Chunk(2, 1, k, Rows(0, 0), 0));
+  for (int k = 0; k < 5; ++k) f.Feed(Chunk(3, 1, k, Rows(0, 0), 0));
+  CHECK(ingest->counters().open_bytes == 22 * chunk_bytes);
+  for (int k = 0; k < 4; ++k)
+    CHECK(f.Feed(Chunk(4, 1, k, Rows(0, 0), 0)).outcome == ChunkIngest::Outcome::kStaged);
+  auto c = ingest->counters();
+  CHECK(c.rejected[ChunkIngest::kOpenBytes] == 1 && c.open_streams == 3);
+  CHECK(c.open_bytes == 17 * chunk_bytes);
+  // A stream that is itself the largest is dropped with its chunk.
+  o.max_open_bytes = 17 * chunk_bytes;
+  CHECK(ingest->SetOptions(o).ok());
+  r = f.Feed(Chunk(2, 1, 8, Rows(0, 0), 0));
+  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kOpenBytes);
+  CHECK(ingest->counters().open_bytes == 9 * chunk_bytes);
+  // Still serving: a real episode is stored.
+  CHECK(f.Feed(Chunk(5, 1, 0, Rows(0, 4), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  // Reap drops silent streams without a chunk coming.
+  f.now = 1000;
+  std::vector<uint64_t> released;
+  ingest->Reap(f.now, &released);
+  CHECK(ingest->counters().open_streams == 0 && ingest->counters().open_bytes == 0);
+  CHECK(released.size() == 9);
+}
+
 TEST(OptionsAreValidated) {
   std::unique_ptr<ChunkIngest> ingest;
   ChunkIngest::Options o;
@@ -285,6 +339,12 @@ TEST(OptionsAreValidated) {
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
   o.max_streams = 1;
   o.stream_timeout = 0;
+  CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
+  o.stream_timeout = 1;
+  o.max_stream_bytes = 0;
+  CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
+  o.max_stream_bytes = 1;
+  o.max_open_bytes = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
   CHECK(!ChunkIngest::Make(nullptr, {}, &ingest).ok());
 }

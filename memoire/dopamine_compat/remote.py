@@ -19,7 +19,12 @@ pending, and before any call that reads the buffer, so one process always sees i
 Each bulk add is atomic on the server; episodes from several actors interleave only when an
 episode outgrows ``flush_rows`` (Dopamine's buffer is one stream: use whole episodes).
 
-``save``/``load`` run on the server, with the server's paths.
+``save``/``load`` run on the server, confined to the checkpoint root it was given
+(``--checkpoint_root``, default: the folder it was started in): the caller names a checkpoint
+folder under that root (a relative name, or an absolute path that lies inside the root). A
+name that leaves the root, crosses a symlink, or a folder holding anything but regular files
+and folders (a FIFO, a device) is refused before any file is opened (:func:`checkpoint_dir`).
+Batch sizes are bounded by the server's ``max_batch`` (docs/LIMITS.md).
 
 Thread safety: a proxy is used by one thread at a time (its RPC channel serialises calls);
 the hosted buffer serves calls one at a time.
@@ -30,10 +35,12 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import os
 import signal
+import stat
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -52,12 +59,87 @@ def _dtype_name(t) -> str:
   return _crb._np_dtype(t).name
 
 
+MAX_CHECKPOINT_ENTRIES = 100_000  # files and folders a checkpoint folder may hold (checked)
+
+
+def checkpoint_dir(root: Optional[str], name) -> str:
+  """The folder a remote ``save``/``load`` of checkpoint `name` uses under `root`.
+
+  `name` is a relative folder name (``"run1"``, ``"run1/checkpoints"``) or an absolute path
+  that lies inside `root`. Checked without opening a file: every existing component is
+  ``lstat``-ed (no symlinks; folders only), and the folder's existing tree may hold only
+  regular files and folders (no FIFO, device or socket, whose open would block or worse),
+  at most :data:`MAX_CHECKPOINT_ENTRIES` entries.
+
+  Raises:
+    PermissionError: no `root` (remote checkpoints are off), or `name` leaves it.
+    ValueError: `name` is no non-empty str, crosses a symlink or a non-folder, or the folder
+      holds a special file.
+  """
+  if root is None:
+    raise PermissionError("remote save/load: this buffer server has no checkpoint root; "
+                          "start it with --checkpoint_root DIR (serve_buffer(..., "
+                          "checkpoint_root=DIR))")
+  if not isinstance(name, str) or not name or "\0" in name or len(name) > 4096:
+    raise ValueError(f"checkpoint: expected a folder name under the server's checkpoint root, "
+                     f"got {name!r}")
+  target = os.path.normpath(os.path.join(root, name))
+  if not _inside(target, root) and os.path.isabs(name):
+    target = os.path.realpath(name)  # a caller's spelling of the root through a symlink
+  if not _inside(target, root):
+    raise PermissionError(f"checkpoint {name!r}: outside the server's checkpoint root {root}; "
+                          "name a folder under it")
+  rel = os.path.relpath(target, root)
+  path = root
+  for part in ([] if rel == os.curdir else rel.split(os.sep)):
+    path = os.path.join(path, part)
+    try:
+      st = os.lstat(path)
+    except FileNotFoundError:
+      break  # the rest does not exist yet (save creates it)
+    if not stat.S_ISDIR(st.st_mode):
+      raise ValueError(f"checkpoint {name!r}: {path} is not a folder (a symlink or a file)")
+  else:
+    _check_tree(name, target)
+  return target
+
+
+def _inside(path: str, root: str) -> bool:
+  return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _check_tree(name: str, top: str) -> None:
+  """Refuses a checkpoint folder holding anything but regular files and folders."""
+  seen = 0
+  stack = [top]
+  while stack:
+    folder = stack.pop()
+    with os.scandir(folder) as entries:
+      for e in entries:
+        seen += 1
+        if seen > MAX_CHECKPOINT_ENTRIES:
+          raise ValueError(f"checkpoint {name!r}: more than {MAX_CHECKPOINT_ENTRIES} entries")
+        mode = e.stat(follow_symlinks=False).st_mode
+        if stat.S_ISDIR(mode):
+          stack.append(e.path)
+        elif not stat.S_ISREG(mode):
+          raise ValueError(f"checkpoint {name!r}: {e.path} is not a regular file (a FIFO, "
+                           "device, socket or symlink); refused")
+
+
+def _no_limit(batch_size, what: str = "batch_size") -> int:
+  return int(batch_size)
+
+
 class _CircularService:
   """The hosted face of an OutOfGraph(Prioritized)ReplayBuffer: codec-friendly arguments and
   results only."""
 
-  def __init__(self, buffer: _crb.OutOfGraphReplayBuffer):
+  def __init__(self, buffer: _crb.OutOfGraphReplayBuffer, checkpoint_root: Optional[str] = None,
+               check_batch: Callable = _no_limit):
     self._b = buffer
+    self._root = checkpoint_root
+    self._check_batch = check_batch
 
   def describe(self) -> dict:
     b = self._b
@@ -81,9 +163,14 @@ class _CircularService:
     b._core.add_batch(list(columns), np.ascontiguousarray(ends, dtype=np.uint8), priorities)
 
   def sample_transition_batch(self, batch_size, indices):
+    if batch_size is not None:
+      self._check_batch(batch_size, "sample_transition_batch")
+    if indices is not None:
+      self._check_batch(np.size(indices), "sample_transition_batch")
     return tuple(self._b.sample_transition_batch(batch_size, indices))
 
   def sample_index_batch(self, batch_size):
+    self._check_batch(batch_size, "sample_index_batch")
     return np.asarray(self._b.sample_index_batch(batch_size), np.int64)
 
   def state(self) -> dict:
@@ -105,11 +192,11 @@ class _CircularService:
     return float(self._b.sum_tree.max_recorded_priority)
 
   def save(self, checkpoint_dir, iteration_number):
-    self._b.save(checkpoint_dir, iteration_number)
+    self._b.save(_checkpoint_dir(self._root, checkpoint_dir, True), iteration_number)
 
   def load(self, checkpoint_dir, suffix):
     try:
-      self._b.load(checkpoint_dir, suffix)
+      self._b.load(_checkpoint_dir(self._root, checkpoint_dir, False), suffix)
     except Exception as e:  # tf.errors.NotFoundError has no wire mapping: send its meaning
       if type(e).__name__ == "NotFoundError":
         raise FileNotFoundError(str(e)) from None
@@ -119,8 +206,11 @@ class _CircularService:
 class _JaxService:
   """The hosted face of a JAX ``ReplayBuffer``."""
 
-  def __init__(self, buffer):
+  def __init__(self, buffer, checkpoint_root: Optional[str] = None,
+               check_batch: Callable = _no_limit):
     self._b = buffer
+    self._root = checkpoint_root
+    self._check_batch = check_batch
 
   def describe(self) -> dict:
     return {"batch_size": int(self._b._batch_size), "prioritized": bool(self._b._prioritized)}
@@ -144,6 +234,8 @@ class _JaxService:
                                        bool(terminals[k]), bool(episode_ends[k])), **kwargs)
 
   def sample(self, size, with_sample_metadata):
+    if size is not None:
+      self._check_batch(size, "sample")
     out = self._b.sample(size, with_sample_metadata=with_sample_metadata)
     batch, meta = out if with_sample_metadata else (out, None)
     fields = {f.name: np.asarray(getattr(batch, f.name)) for f in dataclasses.fields(batch)}
@@ -162,26 +254,45 @@ class _JaxService:
     return float(self._b.max_recorded_priority)
 
   def save(self, checkpoint_dir, iteration_number):
-    self._b.save(checkpoint_dir, iteration_number)
+    self._b.save(_checkpoint_dir(self._root, checkpoint_dir, True), iteration_number)
 
   def load(self, checkpoint_dir, iteration_number):
-    self._b.load(checkpoint_dir, iteration_number)
+    self._b.load(_checkpoint_dir(self._root, checkpoint_dir, False), iteration_number)
 
 
-def serve_buffer(server, buffer, name: str = "replay") -> None:
+def _checkpoint_dir(root, name, create: bool) -> str:
+  """:func:`checkpoint_dir`, the folder made for a save (a missing one fails a load as the
+  buffer's own load does)."""
+  path = checkpoint_dir(root, name)
+  if create:
+    os.makedirs(path, exist_ok=True)
+    checkpoint_dir(root, name)  # what makedirs made is checked like the rest
+  return path
+
+
+def serve_buffer(server, buffer, name: str = "replay", *,
+                 checkpoint_root: Optional[str] = None) -> None:
   """Hosts `buffer` (an OutOfGraph(Prioritized)ReplayBuffer or a JAX ReplayBuffer) on
-  `server` under `name`, for the proxies of this module.
+  `server` under `name`, for the proxies of this module. Remote ``save``/``load`` are confined
+  to `checkpoint_root` (an existing folder; None: refused, PermissionError), see
+  :func:`checkpoint_dir`; sampled batches are bounded by ``server.max_batch``.
 
   Raises:
-    TypeError: `buffer` is none of those classes.
+    TypeError: `buffer` is none of those classes. ValueError: `checkpoint_root` is no folder.
   """
+  root = None
+  if checkpoint_root is not None:
+    root = os.path.realpath(str(checkpoint_root))
+    if not os.path.isdir(root):
+      raise ValueError(f"checkpoint_root: expected an existing folder, got {checkpoint_root!r}")
   if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
-    server.host(name, _CircularService(buffer), methods=_CIRCULAR_METHODS)
+    server.host(name, _CircularService(buffer, root, server.check_batch),
+                methods=_CIRCULAR_METHODS)
     return
   from memoire.dopamine_compat import jax_replay_buffer as _jrb
 
   if isinstance(buffer, _jrb.ReplayBuffer):
-    server.host(name, _JaxService(buffer),
+    server.host(name, _JaxService(buffer, root, server.check_batch),
                 methods=("describe", "add_many", "sample", "update", "state",
                          "max_recorded_priority", "save", "load"))
     return
@@ -540,15 +651,15 @@ class _UniformView:
 BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
 
 
-def _small_server(seed: Optional[int]):
+def _small_server(seed: Optional[int], **server_kwargs):
   """A ReplayMemoryServer whose own (unused) memory is one tiny row: only its typed RPC
-  hosts the Dopamine buffer."""
+  hosts the Dopamine buffer. `server_kwargs`: keys, bind_host, limits (max_batch, ...)."""
   from memoire import ReplayMemoryServer
 
   t = [np.zeros([1], np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
        np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
        np.zeros([0], np.uint8)]
-  return ReplayMemoryServer(*t, 2, None, seed=seed)
+  return ReplayMemoryServer(*t, 2, None, seed=seed, **server_kwargs)
 
 
 def build_buffer(kind: str, **kwargs):
@@ -591,10 +702,14 @@ def build_buffer(kind: str, **kwargs):
 
 
 def start_buffer_server(kind: str, name: str = "replay", *, rep_endpoint: str = "tcp://127.0.0.1:*",
-                        seed: Optional[int] = None, **buffer_kwargs):
+                        seed: Optional[int] = None, checkpoint_root: Optional[str] = None,
+                        keys: Optional[CurveKeys] = None, server_kwargs: Optional[dict] = None,
+                        **buffer_kwargs):
   """Builds a buffer (:func:`build_buffer`) and serves it under `name` on a new
   :class:`memoire.ReplayMemoryServer` bound to `rep_endpoint` (loopback, OS-chosen port by
-  default).
+  default), with CURVE `keys` (server side: :class:`memoire.transport.CurveKeys`) if given,
+  remote checkpoints under `checkpoint_root` (None: refused) and `server_kwargs` (the server's
+  limits: ``max_batch``, ``reply_cache_bytes``, ...).
 
   Returns:
     (server, endpoint): the running server (``server.close()`` stops it) and the REP endpoint
@@ -604,10 +719,10 @@ def start_buffer_server(kind: str, name: str = "replay", *, rep_endpoint: str = 
     ValueError, TypeError: as :func:`build_buffer`. TimeoutError: the server did not bind.
   """
   buffer = build_buffer(kind, **buffer_kwargs)
-  server = _small_server(seed)
+  server = _small_server(seed, keys=keys, **(server_kwargs or {}))
   try:
     endpoints = server.start(rep_endpoint=rep_endpoint)
-    serve_buffer(server, buffer, name)
+    serve_buffer(server, buffer, name, checkpoint_root=checkpoint_root)
   except BaseException:
     server.close()
     raise
@@ -619,6 +734,14 @@ def _literal(text: str):
     return ast.literal_eval(text)
   except (ValueError, SyntaxError):
     return text  # a bare word is a string
+
+
+def _server_default(name: str):
+  import inspect
+
+  from memoire.server import ReplayMemoryServer
+
+  return inspect.signature(ReplayMemoryServer.__init__).parameters[name].default
 
 
 def main(argv=None) -> int:
@@ -641,6 +764,22 @@ def main(argv=None) -> int:
   parser.add_argument("--gin_bindings", action="append", default=[])
   parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
   parser.add_argument("--seed", type=int, default=None)
+  parser.add_argument("--checkpoint_root", default=".", metavar="DIR",
+                      help="folder that remote save/load are confined to: callers name a "
+                           "checkpoint folder under it (default: the folder the server is "
+                           "started in); 'none' refuses remote checkpoints")
+  parser.add_argument("--curve_secret", default=None, metavar="FILE",
+                      help="the server's CURVE keypair (a .key_secret file): encrypt and "
+                           "authenticate the endpoint (see memoire.transport.CurveKeys)")
+  parser.add_argument("--curve_authorized", default=None, metavar="DIR",
+                      help="folder of the public keys of clients let in (with --curve_secret; "
+                           "default: any client that knows the server's public key)")
+  parser.add_argument("--max_batch", type=int, default=None, metavar="ROWS",
+                      help="largest batch one remote sample call may ask for (default "
+                           f"{_server_default('max_batch')}; docs/LIMITS.md)")
+  parser.add_argument("--reply_cache_bytes", type=int, default=None, metavar="BYTES",
+                      help="bytes of replies kept to answer retried calls (default "
+                           f"{_server_default('reply_cache_bytes')}; docs/LIMITS.md)")
   args = parser.parse_args(argv)
   kwargs = {}
   for item in args.arg:
@@ -654,8 +793,16 @@ def main(argv=None) -> int:
     # Gin files written for an agent bind its classes too: skip what the server never calls.
     gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings,
                                         skip_unknown=True)
+  if args.curve_authorized and not args.curve_secret:
+    parser.error("--curve_authorized needs --curve_secret")
+  keys = (CurveKeys(args.curve_secret, authorized_dir=args.curve_authorized)
+          if args.curve_secret else None)
+  limits = {k: getattr(args, k) for k in ("max_batch", "reply_cache_bytes")
+            if getattr(args, k) is not None}
+  root = None if args.checkpoint_root.lower() == "none" else os.path.abspath(args.checkpoint_root)
   server, endpoint = start_buffer_server(args.serve, args.name, rep_endpoint=args.endpoint,
-                                         seed=args.seed, **kwargs)
+                                         seed=args.seed, checkpoint_root=root, keys=keys,
+                                         server_kwargs=limits, **kwargs)
   stop = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *_: stop.set())
