@@ -161,21 +161,27 @@ class OutOfGraphReplayBuffer(object):
     self._keep_every = keep_every
     self._fix_keep_every = bool(fix_keep_every)
     self._episode_end_breaks_stacks = bool(episode_end_breaks_stacks)
-    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
-              for e in self.get_storage_signature()]
-    self._core = _core.CircularBuffer(
-        fields, capacity=int(replay_capacity), stack_size=int(stack_size),
-        update_horizon=int(update_horizon), gamma=float(gamma),
-        max_sample_attempts=int(max_sample_attempts), prioritized=self._PRIORITIZED,
-        episode_end_breaks_stacks=self._episode_end_breaks_stacks,
-        seed=secrets.randbits(64) if seed is None else int(seed) & (2**64 - 1))
+    self._core = self._make_core(secrets.randbits(64) if seed is None else seed)
     # Views of the native storage, under Dopamine's names (read them; do not resize them).
-    self._store = {name: self._core.column(i) for i, (name, _, _) in enumerate(fields)}
+    self._store = {e.name: self._core.column(i)
+                   for i, e in enumerate(self.get_storage_signature())}
     self._batch_arrays_spec = {}
     self._sample_count = 0
     self._fast_sampling = (
         type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
                                           _prioritized_sample_index_batch()))
+
+  def _make_core(self, seed):
+    """A new, empty native buffer with this buffer's fields and settings (its storage is
+    reserved, not committed: pages are taken as slots are written)."""
+    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
+              for e in self.get_storage_signature()]
+    return _core.CircularBuffer(
+        fields, capacity=int(self._replay_capacity), stack_size=int(self._stack_size),
+        update_horizon=int(self._update_horizon), gamma=float(self._gamma),
+        max_sample_attempts=int(self._max_sample_attempts), prioritized=self._PRIORITIZED,
+        episode_end_breaks_stacks=self._episode_end_breaks_stacks,
+        seed=int(seed) & (2**64 - 1))
 
   # ---- state mirrored from the native object -------------------------------------------------
 
@@ -189,11 +195,21 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def invalid_range(self):
+    assigned = self.__dict__.get("_assigned_invalid_range")
     count = self._core.add_count
+    if assigned is not None and assigned[0] == count:
+      return assigned[1]
     if count == 0:
       return np.zeros((self._stack_size))
     return invalid_range(count % self._replay_capacity, self._replay_capacity,
                          self._stack_size, self._update_horizon)
+
+  @invalid_range.setter
+  def invalid_range(self, value):
+    # Dopamine keeps a plain attribute that the next add overwrites; so here: the assigned
+    # array is what reads back (and what save writes) until add_count changes. Validity keeps
+    # following the cursor, as Dopamine's does after any add.
+    self._assigned_invalid_range = (self._core.add_count, np.asarray(value))
 
   @property
   def episode_end_indices(self):
