@@ -478,6 +478,7 @@ class OutOfGraphReplayBuffer(object):
         unchanged on any error.
     """
     _checkpoint.load(self, checkpoint_dir, suffix)
+    self.__dict__.pop("_assigned_invalid_range", None)  # the checkpoint's add_count rules
 
 
 _REQUIRED = ("observation_shape", "stack_size", "replay_capacity", "batch_size")
