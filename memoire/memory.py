@@ -58,13 +58,19 @@ class Batch:
 
 
 def _legacy_templates(state_size, action_size, reward_size, prob_size, value_size):
-    if prob_size != 1:
-        raise ValueError(f"prob_size: expected 1 (prob is a scalar), got {prob_size}")
+    """Seed 000's sizes as buffer templates: prob is a scalar for prob_size 1 (seed 001's
+    layout), else float32[prob_size] (0 included)."""
+    for name, size in (("state_size", state_size), ("action_size", action_size),
+                       ("reward_size", reward_size), ("prob_size", prob_size),
+                       ("value_size", value_size)):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"{name}: expected an int >= 0, got {size!r}")
     if value_size != reward_size:
         raise ValueError(
             f"value_size: expected reward_size={reward_size} (one value per reward), got {value_size}")
     return (np.zeros([state_size], np.uint8), np.zeros([action_size], np.float32),
-            np.zeros([reward_size], np.float32), np.zeros([], np.float32),
+            np.zeros([reward_size], np.float32),
+            np.zeros([] if prob_size == 1 else [prob_size], np.float32),
             np.zeros([value_size], np.float32), np.zeros([reward_size], np.float32),
             np.zeros([0], np.uint8))
 
@@ -81,7 +87,8 @@ class ReplayMemory(_core.ReplayMemory):
     Buffer templates are numpy arrays whose dtype and shape define each field (values are
     ignored): state, action and info any dtype and shape; reward, value and qvest float32 of
     one shape; prob float32 of shape ``[]``. The older form stores uint8 states of
-    ``[state_size]`` and float32 others, with an empty info field.
+    ``[state_size]`` and float32 others (prob a scalar when ``prob_size`` is 1, else
+    ``float32[prob_size]``, 0 allowed), with an empty info field.
 
     Entries live in a ring of ``max_step`` slots. An episode is opened by :meth:`new_episode`,
     filled by :meth:`add_entry` and closed by :meth:`close_episode`, which computes
@@ -117,10 +124,10 @@ class ReplayMemory(_core.ReplayMemory):
     def __init__(self, *args, **kwargs):
         if len(args) == 6 and not kwargs and all(isinstance(a, (int, np.integer)) for a in args):
             *sizes, capacity = args
-            super().__init__(*_legacy_templates(*sizes), int(capacity))
+            super().__init__(*_legacy_templates(*sizes), int(capacity), vector_prob=True)
         elif not args and "capacity" in kwargs:
             capacity = kwargs.pop("capacity")
-            super().__init__(*_legacy_templates(**kwargs), int(capacity))
+            super().__init__(*_legacy_templates(**kwargs), int(capacity), vector_prob=True)
         else:
             super().__init__(*args, **kwargs)
         self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")
@@ -132,7 +139,8 @@ class ReplayMemory(_core.ReplayMemory):
     state_size = property(lambda self: int(self.state_buf.size), doc="Elements per state.")
     action_size = property(lambda self: int(self.action_buf.size), doc="Elements per action.")
     reward_size = property(lambda self: int(self.reward_buf.size), doc="Elements per reward.")
-    prob_size = property(lambda self: 1, doc="Elements per prob (always 1).")
+    prob_size = property(lambda self: int(self.prob_buf.size),
+                         doc="Elements per prob (1 for a scalar prob).")
     value_size = property(lambda self: int(self.value_buf.size), doc="Elements per value.")
     capacity = property(lambda self: self.max_step, doc="Alias of max_step.")
     td_lambda = property(lambda self: self.mix_lambda,

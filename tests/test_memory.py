@@ -139,6 +139,28 @@ def test_seed000_constructor_positional_and_keyword():
         np.testing.assert_array_equal(b.prev[3][:, 0], [0.5] * 3)
 
 
+@pytest.mark.parametrize("prob_size", [0, 1, 3])
+def test_seed000_constructor_any_prob_size(prob_size):
+    # Seed 000 leaves prob_size free: 0 (no prob), 1 (a scalar, seed 001's layout) or a vector.
+    rem = memoire.ReplayMemory(4, 2, 1, prob_size, 1, 20)
+    assert rem.prob_size == prob_size
+    assert rem.prob_buf.shape == (() if prob_size == 1 else (prob_size,))
+    assert rem.entry_size == 4 + 8 + 4 + 4 * prob_size + 4 + 4
+    p = np.arange(prob_size, dtype=FLOAT) if prob_size != 1 else 0.25
+    rem.new_episode()
+    for k in range(3):
+        rem.add_entry(np.full(4, k, np.uint8), np.zeros(2, FLOAT), np.ones(1, FLOAT), p,
+                      np.zeros(1, FLOAT), 1.0)
+    rem.close_episode()
+    b = rem.get_batch(4)
+    assert b.prev[3].shape == (4, 1) + rem.prob_buf.shape
+    np.testing.assert_array_equal(b.prev[3], np.broadcast_to(np.asarray(p, FLOAT), b.prev[3].shape))
+    with pytest.raises(ValueError):  # a prob of another size is rejected
+        rem.new_episode()
+        rem.add_entry(np.zeros(4, np.uint8), np.zeros(2, FLOAT), np.ones(1, FLOAT),
+                      np.zeros(prob_size + 2, FLOAT), np.zeros(1, FLOAT), 1.0)
+
+
 def test_uuids_differ():
     assert len({make(10).uuid for _ in range(8)}) == 8
 
@@ -164,7 +186,7 @@ def test_bad_sizes_raise():
     with pytest.raises(ValueError, match="max_step"):
         make(0)
     with pytest.raises(ValueError, match="prob_size"):
-        memoire.ReplayMemory(4, 1, 1, 2, 1, 10)
+        memoire.ReplayMemory(4, 1, 1, -1, 1, 10)
     with pytest.raises(ValueError, match="value_size"):
         memoire.ReplayMemory(4, 1, 2, 1, 1, 10)
 

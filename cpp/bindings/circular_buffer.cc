@@ -470,6 +470,25 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
         py::arg("columns"), py::arg("add_count"), py::arg("episode_ends"), py::arg("priorities"),
         py::arg("max_recorded_priority"),
         "Replaces the whole state (checked first; a failed call changes nothing).");
+  c.def("restore_from",
+        [](CB& self, CB& staging, int64_t add_count, const std::vector<int64_t>& ends,
+           const py::handle& leaves, double max_recorded) {
+          py::array_t<double, py::array::c_style | py::array::forcecast> lv;
+          const double* lp = nullptr;
+          if (!leaves.is_none()) {
+            lv = InArray<double>::ensure(leaves);
+            if (!lv || lv.size() != self.capacity())
+              throw py::value_error("restore_from: expected float64[capacity] priorities");
+            lp = lv.data();
+          }
+          CallReleased(
+              [&] { return self.RestoreFrom(&staging, add_count, ends, lp, max_recorded); });
+        },
+        py::arg("staging"), py::arg("add_count"), py::arg("episode_ends"), py::arg("priorities"),
+        py::arg("max_recorded_priority"),
+        "Replaces the whole state, taking the columns of `staging` (a buffer of the same fields "
+        "and capacity, filled through its column() views) without copying them; `staging` is "
+        "left reading zeros. Checked first; a failed call changes nothing.");
   c.def("column",
         [](py::object self_obj, int f) {
           CB& self = self_obj.cast<CB&>();

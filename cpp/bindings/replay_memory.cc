@@ -16,7 +16,8 @@ namespace {
 
 using RM = ReplayMemory;
 
-std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t max_step) {
+std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t max_step,
+                               bool vector_prob) {
   std::vector<Field> fields;
   for (int f = 0; f < RM::kNumFields; ++f) {
     static const char* kBufNames[RM::kNumFields] = {"state_buf", "action_buf", "reward_buf",
@@ -29,7 +30,7 @@ std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t
   Schema schema;
   ThrowIfError(Schema::Make(fields, &schema));
   std::unique_ptr<RM> m;
-  ThrowIfError(RM::Make(schema, max_step, &m));
+  ThrowIfError(RM::Make(schema, max_step, &m, vector_prob));
   return std::shared_ptr<RM>(std::move(m));
 }
 
@@ -133,11 +134,12 @@ struct SampleBlock {
 void BindReplayMemory(py::module_& m) {
   py::class_<RM, std::shared_ptr<RM>> c(m, "ReplayMemory");
   c.def(py::init([](py::object s, py::object a, py::object r, py::object p, py::object v,
-                    py::object q, py::object i, int64_t max_step) {
-          return MakeMemory({s, a, r, p, v, q, i}, max_step);
+                    py::object q, py::object i, int64_t max_step, bool vector_prob) {
+          return MakeMemory({s, a, r, p, v, q, i}, max_step, vector_prob);
         }),
         py::arg("state_buf"), py::arg("action_buf"), py::arg("reward_buf"), py::arg("prob_buf"),
-        py::arg("value_buf"), py::arg("qvest_buf"), py::arg("info_buf"), py::arg("max_step"));
+        py::arg("value_buf"), py::arg("qvest_buf"), py::arg("info_buf"), py::arg("max_step"),
+        py::kw_only(), py::arg("vector_prob") = false);
 
   // Read-only.
   static const char* kBufProps[RM::kNumFields] = {"state_buf", "action_buf", "reward_buf",

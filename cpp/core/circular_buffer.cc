@@ -606,9 +606,8 @@ Status CircularBuffer::SetEpisodeEnds(const std::vector<int64_t>& slots) {
   return Status::OK();
 }
 
-Status CircularBuffer::Restore(const void* const* columns, int64_t add_count,
-                               const std::vector<int64_t>& ends, const double* leaves,
-                               double max_recorded) {
+Status CircularBuffer::CheckRestore(int64_t add_count, const std::vector<int64_t>& ends,
+                                    const double* leaves, double max_recorded) const {
   if (add_count < 0 || add_count > kMaxAddCount)
     return Error(Code::kInvalidArgument, "add_count: expected 0 <= add_count <= 2**62, got ",
                  add_count);
@@ -625,11 +624,11 @@ Status CircularBuffer::Restore(const void* const* columns, int64_t add_count,
     if (std::isnan(max_recorded))
       return Error(Code::kInvalidArgument, "max_recorded_priority: expected a number, got nan");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t f = 0; f < schema().size(); ++f)
-    if (columns[f])
-      std::memcpy(columns_.data(static_cast<int>(f)), columns[f],
-                  columns_.row_bytes(static_cast<int>(f)) * static_cast<size_t>(options_.capacity));
+  return Status::OK();
+}
+
+void CircularBuffer::RestoreStateLocked(int64_t add_count, const std::vector<int64_t>& ends,
+                                        const double* leaves, double max_recorded) {
   add_count_ = add_count;
   std::fill(episode_end_.begin(), episode_end_.end(), 0);
   for (int64_t s : ends) episode_end_[s] = 1;
@@ -639,6 +638,33 @@ Status CircularBuffer::Restore(const void* const* columns, int64_t add_count,
       if (leaves[i] != 0.0) tree_.Set(i, leaves[i]);
     tree_.set_max_recorded(max_recorded);
   }
+}
+
+Status CircularBuffer::Restore(const void* const* columns, int64_t add_count,
+                               const std::vector<int64_t>& ends, const double* leaves,
+                               double max_recorded) {
+  MEMOIRE_RETURN_IF_ERROR(CheckRestore(add_count, ends, leaves, max_recorded));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t f = 0; f < schema().size(); ++f)
+    if (columns[f])
+      std::memcpy(columns_.data(static_cast<int>(f)), columns[f],
+                  columns_.row_bytes(static_cast<int>(f)) * static_cast<size_t>(options_.capacity));
+  RestoreStateLocked(add_count, ends, leaves, max_recorded);
+  return Status::OK();
+}
+
+Status CircularBuffer::RestoreFrom(CircularBuffer* staging, int64_t add_count,
+                                   const std::vector<int64_t>& ends, const double* leaves,
+                                   double max_recorded) {
+  if (staging == this)
+    return Error(Code::kInvalidArgument, "restore_from: staging must be another buffer");
+  if (staging->schema() != schema() || staging->capacity() != capacity())
+    return Error(Code::kInvalidArgument,
+                 "restore_from: staging must have this buffer's fields and capacity");
+  MEMOIRE_RETURN_IF_ERROR(CheckRestore(add_count, ends, leaves, max_recorded));
+  std::scoped_lock lock(mu_, staging->mu_);
+  columns_.TakeContents(staging->columns_);
+  RestoreStateLocked(add_count, ends, leaves, max_recorded);
   return Status::OK();
 }
 

@@ -134,6 +134,12 @@ class CircularBuffer {
   // f; leaves[capacity] the priorities (prioritized only, finite >= 0). Checks, then commits.
   Status Restore(const void* const* columns, int64_t add_count, const std::vector<int64_t>& ends,
                  const double* leaves, double max_recorded);
+  // The same, taking the columns of `staging` (a buffer of the same schema and capacity whose
+  // columns the caller filled, e.g. streamed from a checkpoint): its pages move here without a
+  // second resident copy (see Columns::TakeContents) and it is left empty. kInvalidArgument
+  // when the schemas or capacities differ.
+  Status RestoreFrom(CircularBuffer* staging, int64_t add_count, const std::vector<int64_t>& ends,
+                     const double* leaves, double max_recorded);
 
   void Seed(uint64_t seed);
   // Raw storage of field f (capacity rows), for read-only numpy views.
@@ -157,6 +163,10 @@ class CircularBuffer {
   // OK when `k` more adds (each up to stack_size slots, padding included) keep add_count_ within
   // kMaxAddCount; mu_ held.
   Status CheckRoomLocked(int64_t k) const;
+  Status CheckRestore(int64_t add_count, const std::vector<int64_t>& ends, const double* leaves,
+                      double max_recorded) const;
+  void RestoreStateLocked(int64_t add_count, const std::vector<int64_t>& ends,
+                          const double* leaves, double max_recorded);
 
   mutable std::mutex mu_;
   Options options_;

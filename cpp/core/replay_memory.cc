@@ -36,7 +36,7 @@ ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step)
 }
 
 Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
-                          std::unique_ptr<ReplayMemory>* out) {
+                          std::unique_ptr<ReplayMemory>* out, bool vector_prob) {
   if (schema.size() != kNumFields)
     return Error(Code::kInvalidArgument, "ReplayMemory: expected 7 fields (s,a,r,p,v,q,i), got ",
                  schema.size());
@@ -56,9 +56,14 @@ Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
   if (q.dtype != DType::kFloat32 || q.shape != r.shape)
     return Error(Code::kInvalidArgument, "qvest_buf: expected ", Field{"", DType::kFloat32, r.shape}.Describe(),
                  " (float32, the shape of reward_buf), got ", q.Describe());
-  if (p.dtype != DType::kFloat32 || !p.shape.empty())
+  if (vector_prob) {
+    if (p.dtype != DType::kFloat32 || p.shape.size() > 1)
+      return Error(Code::kInvalidArgument, "prob_buf: expected float32[] or float32[n], got ",
+                   p.Describe());
+  } else if (p.dtype != DType::kFloat32 || !p.shape.empty()) {
     return Error(Code::kInvalidArgument, "prob_buf: expected float32[] (a scalar), got ",
                  p.Describe());
+  }
   if (r.num_elements() < 1)
     return Error(Code::kInvalidArgument, "reward_buf: expected at least one element");
   if (max_step < 1)

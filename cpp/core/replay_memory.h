@@ -49,8 +49,10 @@ class ReplayMemory {
   static const char* const kFieldNames[kNumFields];  // "s", "a", "r", "p", "v", "q", "i"
   static constexpr int kNumCacheFlags = 2 * kNumFields;
 
-  // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [].
-  static Status Make(const Schema& schema, int64_t max_step, std::unique_ptr<ReplayMemory>* out);
+  // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [] (seed 001),
+  // or of shape [] or [n], n >= 0, with `vector_prob` (seed 000's prob_size).
+  static Status Make(const Schema& schema, int64_t max_step, std::unique_ptr<ReplayMemory>* out,
+                     bool vector_prob = false);
 
   // ---- settings (validated; a rejected value changes nothing) ----
   struct Options {

@@ -42,6 +42,7 @@ import numpy as np
 from memoire._core import ProtocolError
 
 STORE_FILENAME_PREFIX = "$store$_"
+_SLICE_BYTES = 1 << 20  # save and load pass a store column through slices of this size
 _COMPRESSLEVEL = 6  # zlib's default: Dopamine's level 9 costs much time for little space
 
 
@@ -137,12 +138,32 @@ def _sum_tree_pickle(leaves, max_recorded_priority):
           state[2:-1] + b"b.")
 
 
-def _payload(buffer, name):
-  """The bytes (before gzip) Dopamine writes for attribute ``name``."""
-  out = io.BytesIO()
+def _write_payload(gz, buffer, name):
+  """Writes to ``gz`` the bytes (before gzip) Dopamine writes for attribute ``name``.
+
+  A store column goes straight from the native storage into the gzip stream, in slices of
+  _SLICE_BYTES, so saving holds no copy of the column.
+  """
   if name.startswith(STORE_FILENAME_PREFIX):
-    np.save(out, buffer._store[name[len(STORE_FILENAME_PREFIX):]], allow_pickle=False)  # pylint: disable=protected-access
-  elif name in ("add_count", "invalid_range"):
+    _write_npy(gz, buffer._store[name[len(STORE_FILENAME_PREFIX):]])  # pylint: disable=protected-access
+    return
+  gz.write(_payload(buffer, name))
+
+
+def _write_npy(f, array):
+  """Writes what ``np.save(f, array)`` writes (a version 1.0 header, then the C-order data)
+  for a C-contiguous ``array``, passing the data by views of at most _SLICE_BYTES."""
+  assert array.flags.c_contiguous
+  np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+  data = memoryview(array.reshape(-1).view(np.uint8)) if array.nbytes else memoryview(b"")
+  for start in range(0, len(data), _SLICE_BYTES):
+    f.write(data[start:start + _SLICE_BYTES])
+
+
+def _payload(buffer, name):
+  """The bytes (before gzip) Dopamine writes for attribute ``name`` (not a store column)."""
+  out = io.BytesIO()
+  if name in ("add_count", "invalid_range"):
     np.save(out, getattr(buffer, name), allow_pickle=False)
   elif name == "episode_end_indices":
     pickle.dump(buffer.episode_end_indices, out)
@@ -176,7 +197,7 @@ def save(buffer, checkpoint_dir, iteration_number):
         written.append((temp, final))
         with gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=_COMPRESSLEVEL,
                            mtime=0) as gz:
-          gz.write(_payload(buffer, name))
+          _write_payload(gz, buffer, name)
         fs.sync(f)
     for temp, final in written:
       fs.replace(temp, final)
@@ -372,10 +393,9 @@ def _read_limited(f, budget, filename):
   return data
 
 
-def _read_npy(f, filename, shape, dtype=None):
-  """Reads one .npy stream of exactly ``shape`` (and ``dtype`` if given; else any plain numeric
-  dtype), checking the header before reading data, and that the data is complete. Reads no
-  more than the header and shape x itemsize bytes."""
+def _read_npy_header(f, filename, shape, dtype=None):
+  """Reads and checks one .npy header: a plain numeric dtype, exactly ``shape``, and ``dtype``
+  if given. Returns (shape, fortran_order, dtype)."""
   version = np.lib.format.read_magic(f)
   try:
     if version == (1, 0):
@@ -395,20 +415,55 @@ def _read_npy(f, filename, shape, dtype=None):
     dtype = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))  # TF DTypes from gin constants
     if got_dtype.newbyteorder("=") != dtype.newbyteorder("="):
       raise CheckpointError("{}: expected dtype {}, got {}".format(filename, dtype, got_dtype))
-  array = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
-  view = memoryview(array.reshape(-1).view(np.uint8)) if array.nbytes else memoryview(b"")
+  return got_shape, fortran, got_dtype
+
+
+def _read_exactly(f, view, filename, filled_before=0, total=None):
+  """Fills memoryview ``view`` from ``f``; CheckpointError when the stream ends first."""
   filled = 0
-  while filled < array.nbytes:
+  while filled < len(view):
     n = f.readinto(view[filled:])
     if not n:
-      raise CheckpointError("{}: truncated ({} of {} data bytes)".format(filename, filled,
-                                                                      array.nbytes))
+      raise CheckpointError("{}: truncated ({} of {} data bytes)".format(
+          filename, filled_before + filled, len(view) if total is None else total))
     filled += n
+
+
+def _read_npy(f, filename, shape, dtype=None):
+  """Reads one .npy stream; checks its header before reading data, and that the data is
+  complete."""
+  got_shape, fortran, got_dtype = _read_npy_header(f, filename, shape, dtype)
+  array = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
+  if array.nbytes:
+    _read_exactly(f, memoryview(array.reshape(-1).view(np.uint8)), filename)
   if fortran:
     array = array.T
   if not got_dtype.isnative:
     array = array.astype(got_dtype.newbyteorder("="))
   return array if array.flags.c_contiguous else array.copy(order="C")  # keeps 0-d arrays 0-d
+
+
+def _read_npy_into(f, filename, out):
+  """Reads one .npy stream into ``out`` (a C-contiguous array of the expected shape and dtype,
+  reading zeros), checking it as _read_npy does.
+
+  Data arrives in bounded slices; all-zero slices are skipped, so the pages of ``out`` they
+  cover are never touched (an unfilled ring's zeros cost no memory).
+  """
+  got_shape, fortran, got_dtype = _read_npy_header(f, filename, out.shape, out.dtype)
+  if fortran or not got_dtype.isnative:  # never written by Dopamine or memoire: read whole
+    whole = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
+    if whole.nbytes:
+      _read_exactly(f, memoryview(whole.reshape(-1).view(np.uint8)), filename)
+    out[...] = whole.T if fortran else whole
+    return
+  dst = memoryview(out.reshape(-1).view(np.uint8)) if out.nbytes else memoryview(b"")
+  scratch = memoryview(bytearray(min(_SLICE_BYTES, out.nbytes)))
+  for start in range(0, out.nbytes, _SLICE_BYTES):
+    piece = scratch[:min(_SLICE_BYTES, out.nbytes - start)]
+    _read_exactly(f, piece, filename, start, out.nbytes)
+    if np.frombuffer(piece, np.uint8).any():
+      dst[start:start + len(piece)] = piece
 
 
 def _read_file(fs, filename, reader):
@@ -456,12 +511,13 @@ def load(buffer, checkpoint_dir, suffix):
 
   capacity = buffer._replay_capacity  # pylint: disable=protected-access
   core = buffer._core  # pylint: disable=protected-access
-  columns = []
-  for element in buffer.get_storage_signature():
+  # Columns stream into a staging buffer (no page taken for zeros); its pages move into the
+  # buffer only once everything was read and checked.
+  staging = buffer._make_core(seed=0)  # pylint: disable=protected-access
+  for i, element in enumerate(buffer.get_storage_signature()):
     filename = generate_filename(checkpoint_dir, STORE_FILENAME_PREFIX + element.name, suffix)
-    shape = (capacity,) + tuple(element.shape)
-    columns.append(_read_file(fs, filename,
-                              lambda f, fn=filename, s=shape, d=element.type: _read_npy(f, fn, s, d)))
+    column = staging.column(i)
+    _read_file(fs, filename, lambda f, fn=filename, c=column: _read_npy_into(f, fn, c))
 
   filename = generate_filename(checkpoint_dir, "add_count", suffix)
   add_count = _read_file(fs, filename, lambda f: _read_npy(f, filename, ()))
@@ -505,7 +561,7 @@ def load(buffer, checkpoint_dir, suffix):
             safe_unpickle(_read_limited(f, budget, filename)), filename, capacity, padded))
 
   # Everything was read and checked: commit in one native call (which checks once more).
-  core.restore(columns, add_count, ends, leaves, max_recorded)
+  core.restore_from(staging, add_count, ends, leaves, max_recorded)
 
 
 def buffer_invalid_range(buffer, add_count):

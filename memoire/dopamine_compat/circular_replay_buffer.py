@@ -24,6 +24,7 @@ locks); save/load and the ``_store`` views must not run concurrently with add.
 """
 
 import collections
+import inspect
 import math
 import operator
 import secrets
@@ -31,6 +32,7 @@ import secrets
 import numpy as np
 
 from memoire import _core
+from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import checkpoint as _checkpoint
 
 # Dopamine's record type: equal (as a tuple) to Dopamine's own ReplayElement.
@@ -83,10 +85,10 @@ class OutOfGraphReplayBuffer(object):
   _PRIORITIZED = False
 
   def __init__(self,
-               observation_shape,
-               stack_size,
-               replay_capacity,
-               batch_size,
+               observation_shape=None,
+               stack_size=None,
+               replay_capacity=None,
+               batch_size=None,
                update_horizon=1,
                gamma=0.99,
                max_sample_attempts=1000,
@@ -126,11 +128,19 @@ class OutOfGraphReplayBuffer(object):
         (Dopamine writes only the first file). False by default.
       seed: int or None, seeds this buffer's sampling generator (None: from the OS).
 
+    Unbound buffers. Without observation_shape, stack_size, replay_capacity or batch_size
+    (as gin's ``WrappedReplayBuffer.wrapped_memory = @MemoireOutOfGraphReplayBuffer()`` builds
+    it) the buffer is unbound: on first use it takes the missing arguments, and those left at
+    their defaults, from the WrappedReplayBuffer (Dopamine's or memoire's) that holds it; see
+    :mod:`memoire.dopamine_compat._dropin`. Using it outside a wrapper raises AttributeError.
+
     Raises:
       AssertionError: observation_shape is not a tuple (as Dopamine).
       ValueError: replay_capacity < update_horizon + stack_size (Dopamine's message), or an
         unsupported dtype / reserved extra name.
     """
+    if _defer(self, OutOfGraphReplayBuffer, locals()):
+      return
     assert isinstance(observation_shape, tuple)
     if replay_capacity < update_horizon + stack_size:
       raise ValueError(
@@ -161,21 +171,35 @@ class OutOfGraphReplayBuffer(object):
     self._keep_every = keep_every
     self._fix_keep_every = bool(fix_keep_every)
     self._episode_end_breaks_stacks = bool(episode_end_breaks_stacks)
-    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
-              for e in self.get_storage_signature()]
-    self._core = _core.CircularBuffer(
-        fields, capacity=int(replay_capacity), stack_size=int(stack_size),
-        update_horizon=int(update_horizon), gamma=float(gamma),
-        max_sample_attempts=int(max_sample_attempts), prioritized=self._PRIORITIZED,
-        episode_end_breaks_stacks=self._episode_end_breaks_stacks,
-        seed=secrets.randbits(64) if seed is None else int(seed) & (2**64 - 1))
+    self._core = self._make_core(secrets.randbits(64) if seed is None else seed)
     # Views of the native storage, under Dopamine's names (read them; do not resize them).
-    self._store = {name: self._core.column(i) for i, (name, _, _) in enumerate(fields)}
+    self._store = {e.name: self._core.column(i)
+                   for i, e in enumerate(self.get_storage_signature())}
     self._batch_arrays_spec = {}
     self._sample_count = 0
     self._fast_sampling = (
         type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
                                           _prioritized_sample_index_batch()))
+
+  def __getattr__(self, name):
+    # Only reached for attributes not found: an unbound buffer binds itself, then retries.
+    unbound = self.__dict__.get("_unbound")
+    if unbound is None or name.startswith("__"):
+      raise AttributeError("{!r} object has no attribute {!r}".format(type(self).__name__, name))
+    _bind(self, _dropin.enclosing_wrapper_args(self))
+    return getattr(self, name)
+
+  def _make_core(self, seed):
+    """A new, empty native buffer with this buffer's fields and settings (its storage is
+    reserved, not committed: pages are taken as slots are written)."""
+    fields = [(e.name, _np_dtype(e.type), tuple(int(d) for d in e.shape))
+              for e in self.get_storage_signature()]
+    return _core.CircularBuffer(
+        fields, capacity=int(self._replay_capacity), stack_size=int(self._stack_size),
+        update_horizon=int(self._update_horizon), gamma=float(self._gamma),
+        max_sample_attempts=int(self._max_sample_attempts), prioritized=self._PRIORITIZED,
+        episode_end_breaks_stacks=self._episode_end_breaks_stacks,
+        seed=int(seed) & (2**64 - 1))
 
   # ---- state mirrored from the native object -------------------------------------------------
 
@@ -189,11 +213,21 @@ class OutOfGraphReplayBuffer(object):
 
   @property
   def invalid_range(self):
+    assigned = self.__dict__.get("_assigned_invalid_range")
     count = self._core.add_count
+    if assigned is not None and assigned[0] == count:
+      return assigned[1]
     if count == 0:
       return np.zeros((self._stack_size))
     return invalid_range(count % self._replay_capacity, self._replay_capacity,
                          self._stack_size, self._update_horizon)
+
+  @invalid_range.setter
+  def invalid_range(self, value):
+    # Dopamine keeps a plain attribute that the next add overwrites; so here: the assigned
+    # array is what reads back (and what save writes) until add_count changes. Validity keeps
+    # following the cursor, as Dopamine's does after any add.
+    self._assigned_invalid_range = (self._core.add_count, np.asarray(value))
 
   @property
   def episode_end_indices(self):
@@ -444,6 +478,49 @@ class OutOfGraphReplayBuffer(object):
         unchanged on any error.
     """
     _checkpoint.load(self, checkpoint_dir, suffix)
+    self.__dict__.pop("_assigned_invalid_range", None)  # the checkpoint's add_count rules
+
+
+_REQUIRED = ("observation_shape", "stack_size", "replay_capacity", "batch_size")
+
+
+def _defer(buffer, cls, args):
+  """At the top of ``cls.__init__`` (``args`` its locals()): when a required argument is
+  missing, records the arguments and returns True (the buffer is unbound)."""
+  if all(args[name] is not None for name in _REQUIRED):
+    return False
+  params = inspect.signature(cls.__init__).parameters
+  buffer.__dict__["_unbound"] = (cls, {k: args[k] for k in params if k != "self"})
+  return True
+
+
+def _bind(buffer, given):
+  """Completes an unbound buffer's construction: arguments it lacks or left at their default
+  come from ``given`` (a wrapper's arguments); the others are kept.
+
+  Raises:
+    AttributeError: a required argument is still missing (naming it).
+  """
+  cls, args = buffer.__dict__["_unbound"]
+  params = inspect.signature(cls.__init__).parameters
+  merged = {}
+  for name, value in args.items():
+    unset = value is None if name in _REQUIRED else _dropin.same_value(value, params[name].default)
+    merged[name] = given[name] if unset and name in given else value
+  missing = [name for name in _REQUIRED if merged[name] is None]
+  if missing:
+    raise AttributeError(
+        "{} was built without {}: pass them, or give the buffer as wrapped_memory to a "
+        "WrappedReplayBuffer, which supplies its own".format(cls.__name__, ", ".join(missing)))
+  del buffer.__dict__["_unbound"]
+  cls.__init__(buffer, **merged)
+
+
+def bind_memory(memory, wrapper_args):
+  """Binds ``memory`` (memoire's buffer, possibly unbound) with a wrapper's arguments; a no-op
+  for a bound buffer or another object."""
+  if isinstance(memory, OutOfGraphReplayBuffer) and "_unbound" in memory.__dict__:
+    _bind(memory, wrapper_args)
 
 
 def _prioritized_sample_index_batch():
@@ -456,49 +533,44 @@ def _make_wrapped_replay_buffer():
   """Builds WrappedReplayBuffer on first use (it needs TensorFlow and Dopamine)."""
   from dopamine.tf.replay_memory import circular_replay_buffer as dopamine_crb  # pylint: disable=g-import-not-at-top
 
-  class WrappedReplayBuffer(dopamine_crb.WrappedReplayBuffer):
+  dopamine_wrapper = dopamine_crb.WrappedReplayBuffer
+  signature = inspect.signature(dopamine_wrapper.__init__)
+
+  class WrappedReplayBuffer(dopamine_wrapper):
     """Dopamine's WrappedReplayBuffer (in-graph sampling tensors) over memoire's buffer.
 
     Same arguments, tensors (``states``, ``actions``, ``rewards``, ``next_states``,
     ``next_actions``, ``next_rewards``, ``terminals``, ``indices``, ``transition``) and methods
-    as Dopamine's; the default ``wrapped_memory`` is memoire's OutOfGraphReplayBuffer.
+    as Dopamine's: this class is Dopamine's, with another default ``wrapped_memory``.
+
+    ``wrapped_memory``: None (memoire's OutOfGraphReplayBuffer), a buffer, or a buffer class
+    (e.g. gin's ``@MemoireOutOfGraphReplayBuffer``); memoire's buffers given unbound or as a
+    class take this wrapper's arguments. Arguments not passed take the gin bindings of
+    Dopamine's ``WrappedReplayBuffer`` (Dopamine's ``__init__`` runs), so assigning this class
+    to ``dopamine.tf.replay_memory.circular_replay_buffer.WrappedReplayBuffer`` keeps every
+    Dopamine gin file working.
     """
 
-    def __init__(self, observation_shape, stack_size, use_staging=False,
-                 replay_capacity=1000000, batch_size=32, update_horizon=1, gamma=0.99,
-                 wrapped_memory=None, max_sample_attempts=1000, extra_storage_types=None,
-                 observation_dtype=np.uint8, terminal_dtype=np.uint8, action_shape=(),
-                 action_dtype=np.int32, reward_shape=(), reward_dtype=np.float32):
-      _check_wrapped_args(replay_capacity, update_horizon, gamma)
-      if wrapped_memory is None:
-        wrapped_memory = OutOfGraphReplayBuffer(
-            observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma,
-            max_sample_attempts, observation_dtype=observation_dtype,
-            terminal_dtype=terminal_dtype, extra_storage_types=extra_storage_types,
-            action_shape=action_shape, action_dtype=action_dtype, reward_shape=reward_shape,
-            reward_dtype=reward_dtype)
-      super().__init__(
-          observation_shape, stack_size, use_staging=use_staging,
-          replay_capacity=replay_capacity, batch_size=batch_size,
-          update_horizon=update_horizon, gamma=gamma, wrapped_memory=wrapped_memory,
-          max_sample_attempts=max_sample_attempts, extra_storage_types=extra_storage_types,
-          observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
-          action_shape=action_shape, action_dtype=action_dtype, reward_shape=reward_shape,
-          reward_dtype=reward_dtype)
+    def __init__(self, *args, **kwargs):
+      bound = signature.bind_partial(self, *args, **kwargs)
+      bound.arguments["wrapped_memory"] = _wrapped_memory_of(
+          bound.arguments.get("wrapped_memory"), OutOfGraphReplayBuffer)
+      super().__init__(*bound.args[1:], **bound.kwargs)
 
+  WrappedReplayBuffer.__init__.__signature__ = signature
   WrappedReplayBuffer.__module__ = __name__
   return WrappedReplayBuffer
 
 
-def _check_wrapped_args(replay_capacity, update_horizon, gamma):
-  """Dopamine's WrappedReplayBuffer checks, made before the memory is built."""
-  if replay_capacity < update_horizon + 1:
-    raise ValueError("Update horizon ({}) should be significantly smaller "
-                     "than replay capacity ({}).".format(update_horizon, replay_capacity))
-  if not update_horizon >= 1:
-    raise ValueError("Update horizon must be positive.")
-  if not 0.0 <= gamma <= 1.0:
-    raise ValueError("Discount factor (gamma) must be in [0, 1].")
+def _wrapped_memory_of(memory, default_cls):
+  """The memory a memoire wrapper hands to Dopamine's ``__init__``: an unbound ``default_cls``
+  for None, an instance for a class (unbound when it is memoire's), else ``memory``. Unbound
+  buffers bind to the wrapper's final arguments (gin's included) on first use."""
+  if memory is None:
+    return default_cls()
+  if isinstance(memory, type):
+    return memory()
+  return memory
 
 
 _LAZY = {"WrappedReplayBuffer": _make_wrapped_replay_buffer}

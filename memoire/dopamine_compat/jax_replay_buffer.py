@@ -66,17 +66,22 @@ import snappy
 from dopamine.jax import checkpointers
 from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
 from dopamine.jax.replay_memory import elements
+from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
 from dopamine.jax.replay_memory import samplers as dopamine_samplers
 import jax
 from orbax import checkpoint as orbax
 
 from memoire import _core
+from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat.checkpoint import CheckpointError
 
 ReplayElement = elements.ReplayElement
 TransitionElement = elements.TransitionElement
 SampleMetadata = dopamine_samplers.SampleMetadata
 PrioritizedSampleMetadata = dopamine_samplers.PrioritizedSampleMetadata
+
+# Dopamine's class, kept before anyone assigns memoire's to its module attribute.
+_DOPAMINE_REPLAY_BUFFER = dopamine_replay_buffer.ReplayBuffer
 
 _ELEMENT_FIELDS = ("state", "action", "reward", "next_state", "is_terminal", "episode_end")
 
@@ -333,6 +338,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
         Dopamine's; a Dopamine one is replaced by memoire's shim sharing its Generator).
       batch_size: int, the default ``sample`` size.
       max_capacity: int >= 1, elements kept; the oldest is evicted beyond it.
+      (batch_size and max_capacity not passed, and checkpoint_duration and compress left at
+      their defaults, take the gin bindings of Dopamine's ``ReplayBuffer``, so this class can
+      be assigned to ``dopamine.jax.replay_memory.replay_buffer.ReplayBuffer``.)
       checkpoint_duration: int >= 1, checkpoints kept by ``save``.
       compress: bool, whether checkpoints hold snappy-compressed stacks (Dopamine's format for
         ``compress=True``). Memory never holds stacks.
@@ -345,8 +353,25 @@ class ReplayBuffer(checkpointers.Checkpointable):
       TypeError: an unsupported accumulator or sampling distribution.
     """
 
-    def __init__(self, transition_accumulator, sampling_distribution, *, batch_size: int,
-                 max_capacity: int, checkpoint_duration: int = 4, compress: bool = True):
+    def __init__(self, transition_accumulator, sampling_distribution, *,
+                 batch_size: Optional[int] = None, max_capacity: Optional[int] = None,
+                 checkpoint_duration: int = 4, compress: bool = True):
+        # Assigned to dopamine.jax.replay_memory.replay_buffer.ReplayBuffer, this class is what
+        # Dopamine's agents build, with batch_size and max_capacity left to the gin bindings of
+        # Dopamine's ReplayBuffer: take them (and the other two, when left at their defaults).
+        given = dict(batch_size=batch_size, max_capacity=max_capacity,
+                     checkpoint_duration=checkpoint_duration, compress=compress)
+        defaults = dict(batch_size=None, max_capacity=None, checkpoint_duration=4, compress=True)
+        bindings = _dropin.dopamine_gin_bindings(_DOPAMINE_REPLAY_BUFFER)
+        for name, default in defaults.items():
+            if _dropin.same_value(given[name], default) and name in bindings:
+                given[name] = bindings[name]
+        batch_size, max_capacity = given["batch_size"], given["max_capacity"]
+        checkpoint_duration, compress = given["checkpoint_duration"], given["compress"]
+        for name in ("batch_size", "max_capacity"):
+            if given[name] is None:
+                raise TypeError(f"ReplayBuffer: missing argument {name!r} (pass it, or bind "
+                                f"ReplayBuffer.{name} in gin)")
         (self._stack_size, self._update_horizon, self._gamma,
          self._fix_terminal_duplicates) = _accumulator_settings(transition_accumulator)
         if checkpoint_duration < 1:

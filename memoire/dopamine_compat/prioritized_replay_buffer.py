@@ -12,8 +12,11 @@ raise; Dopamine would corrupt its tree, accept NaN or silently truncate), and th
 sums are exact rather than accumulated deltas.
 """
 
+import inspect
+
 import numpy as np
 
+from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import circular_replay_buffer
 from memoire.dopamine_compat.circular_replay_buffer import ReplayElement
 
@@ -81,10 +84,10 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
   _PRIORITIZED = True
 
   def __init__(self,
-               observation_shape,
-               stack_size,
-               replay_capacity,
-               batch_size,
+               observation_shape=None,
+               stack_size=None,
+               replay_capacity=None,
+               batch_size=None,
                update_horizon=1,
                gamma=0.99,
                max_sample_attempts=1000,
@@ -99,7 +102,10 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
                episode_end_breaks_stacks=False,
                fix_keep_every=False,
                seed=None):
-    """Same arguments as Dopamine's class; see OutOfGraphReplayBuffer for memoire's options."""
+    """Same arguments as Dopamine's class; see OutOfGraphReplayBuffer for memoire's options
+    (and for unbound buffers, built without the first four arguments)."""
+    if circular_replay_buffer._defer(self, OutOfGraphPrioritizedReplayBuffer, locals()):  # pylint: disable=protected-access
+      return
     super().__init__(
         observation_shape=observation_shape, stack_size=stack_size,
         replay_capacity=replay_capacity, batch_size=batch_size, update_horizon=update_horizon,
@@ -165,35 +171,35 @@ def _make_wrapped_prioritized_replay_buffer():
   """Builds WrappedPrioritizedReplayBuffer on first use (it needs TensorFlow and Dopamine)."""
   from dopamine.tf.replay_memory import prioritized_replay_buffer as dopamine_prb  # pylint: disable=g-import-not-at-top
 
-  class WrappedPrioritizedReplayBuffer(dopamine_prb.WrappedPrioritizedReplayBuffer):
+  dopamine_wrapper = dopamine_prb.WrappedPrioritizedReplayBuffer
+  signature = inspect.signature(dopamine_wrapper.__init__)
+
+  class WrappedPrioritizedReplayBuffer(dopamine_wrapper):
     """Dopamine's WrappedPrioritizedReplayBuffer over memoire's prioritized buffer.
 
     Adds to the wrapped tensors ``tf_set_priority(indices, priorities)`` and
-    ``tf_get_priority(indices)`` (tf.numpy_function ops, as Dopamine). The default
-    ``wrapped_memory`` is memoire's OutOfGraphPrioritizedReplayBuffer, built from the same
-    arguments Dopamine passes to its own (Dopamine forwards only observation_dtype of the dtype
-    and shape arguments; so does this class).
+    ``tf_get_priority(indices)`` (tf.numpy_function ops, as Dopamine). ``wrapped_memory``:
+    None (memoire's OutOfGraphPrioritizedReplayBuffer), a buffer, or a buffer class; memoire's
+    buffers given unbound or as a class take this wrapper's arguments (all of them: Dopamine
+    forwards only observation_dtype of the dtypes and shapes to its default memory).
+
+    Arguments not passed take the gin bindings of Dopamine's ``WrappedPrioritizedReplayBuffer``,
+    then its defaults, so this class can be assigned to
+    ``dopamine.tf.replay_memory.prioritized_replay_buffer.WrappedPrioritizedReplayBuffer``.
+    Dopamine's own ``__init__`` is skipped (its parent's runs): it calls ``super()`` through the
+    module attribute, which would then be this class, and recurse.
     """
 
-    def __init__(self, observation_shape, stack_size, use_staging=False,
-                 replay_capacity=1000000, batch_size=32, update_horizon=1, gamma=0.99,
-                 wrapped_memory=None, max_sample_attempts=1000, extra_storage_types=None,
-                 observation_dtype=np.uint8, terminal_dtype=np.uint8, action_shape=(),
-                 action_dtype=np.int32, reward_shape=(), reward_dtype=np.float32):
-      if wrapped_memory is None:
-        wrapped_memory = OutOfGraphPrioritizedReplayBuffer(
-            observation_shape, stack_size, replay_capacity, batch_size, update_horizon, gamma,
-            max_sample_attempts, extra_storage_types=extra_storage_types,
-            observation_dtype=observation_dtype)
-      super().__init__(
-          observation_shape, stack_size, use_staging=use_staging,
-          replay_capacity=replay_capacity, batch_size=batch_size,
-          update_horizon=update_horizon, gamma=gamma, wrapped_memory=wrapped_memory,
-          max_sample_attempts=max_sample_attempts, extra_storage_types=extra_storage_types,
-          observation_dtype=observation_dtype, terminal_dtype=terminal_dtype,
-          action_shape=action_shape, action_dtype=action_dtype, reward_shape=reward_shape,
-          reward_dtype=reward_dtype)
+    def __init__(self, *args, **kwargs):
+      bound = signature.bind_partial(self, *args, **kwargs)
+      for name, value in _dropin.dopamine_gin_bindings(dopamine_wrapper).items():
+        bound.arguments.setdefault(name, value)
+      bound.apply_defaults()
+      bound.arguments["wrapped_memory"] = circular_replay_buffer._wrapped_memory_of(  # pylint: disable=protected-access
+          bound.arguments["wrapped_memory"], OutOfGraphPrioritizedReplayBuffer)
+      super(dopamine_wrapper, self).__init__(*bound.args[1:], **bound.kwargs)  # pylint: disable=bad-super-call
 
+  WrappedPrioritizedReplayBuffer.__init__.__signature__ = signature
   WrappedPrioritizedReplayBuffer.__module__ = __name__
   return WrappedPrioritizedReplayBuffer
 
