@@ -62,18 +62,46 @@ _AGENT_CLASSES = {
 # Environment end recording.
 
 
-def _install_end_recorder(environment: Any):
-    """Wraps the gymnasium env inside Dopamine's GymPreprocessing to see its end flags.
+class _AleEnds:
+    """The end flags of Dopamine's Atari environment, read from the emulator.
 
-    Dopamine's wrapper folds gymnasium's ``(terminated, truncated)`` into one ``game_over``
-    that is False whenever ``truncated`` is True, and never reports truncation. This records
-    both flags of the last step. Returns the recorder, or None for other environments (Atari),
-    whose only truncation is the runner's ``max_steps_per_episode``.
+    Dopamine's ``AtariPreprocessing`` folds the ALE's ``(terminated, truncated)`` into one
+    ``game_over`` and reads ``environment.env.ale`` directly, so no wrapper may sit between
+    it and the ALE; the ALE itself still knows why the game stopped (its frame cap,
+    ``max_num_frames_per_episode``, truncates).
+    """
+
+    def __init__(self, ale: Any):
+        self._ale = ale
+
+    @property
+    def terminated(self) -> bool:
+        return bool(self._ale.game_over(with_truncation=False))
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self._ale.game_truncated())
+
+
+def _install_end_recorder(environment: Any):
+    """Something whose ``terminated`` / ``truncated`` say how the environment's last step ended.
+
+    Dopamine's wrappers fold gymnasium's ``(terminated, truncated)`` into one ``game_over``
+    that does not tell a time limit from a true end. For ``GymPreprocessing`` (gym_lib) this
+    wraps the gymnasium env inside it to record both flags of the last step; for Atari
+    (``AtariPreprocessing``) it reads the ALE's own flags. Returns None for other
+    environments, whose only truncation is the runner's ``max_steps_per_episode``.
     """
     import gymnasium
 
+    # By the wrapper's class name: importing gym_lib here would register gin configurables
+    # after the config is locked (the gin files import what they use).
+    kind = type(environment).__name__
     inner = getattr(environment, "environment", None)
-    if not isinstance(inner, gymnasium.Env):
+    if kind == "AtariPreprocessing":
+        ale = getattr(getattr(inner, "unwrapped", None), "ale", None)
+        return None if ale is None else _AleEnds(ale)
+    if kind != "GymPreprocessing" or not isinstance(inner, gymnasium.Env):
         return None
 
     class EndRecorder(gymnasium.Wrapper):
