@@ -317,8 +317,23 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
         if d not in _search_paths:
             gin.add_config_file_search_path(d)
             _search_paths.add(d)
-    gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
-                                        skip_unknown=False)
+    try:
+        gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
+                                            skip_unknown=False)
+    except AttributeError as e:
+        if "estimator" not in str(e):
+            raise
+        raise ValueError(_NO_GIN_TF) from None
+
+
+# One line: the import fails deep inside gin.tf with "module 'tensorflow' has no attribute
+# 'estimator'", which says nothing about the gin file.
+_NO_GIN_TF = (
+    "`import gin.tf.external_configurables` needs tf.estimator, which this TensorFlow "
+    "(2.16+) no longer has, so Dopamine's stock TF gin files cannot load (under Dopamine's own "
+    "runner either); use the equivalent in configs/atari/ (tf_dqn.gin, tf_rainbow.gin, "
+    "tf_c51.gin, tf_implicit_quantile.gin), or replace that line with "
+    "`import memoire.dopamine_compat.tf_configurables`")
 
 
 def write_operative_config(directory: str) -> str:
