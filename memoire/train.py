@@ -260,21 +260,49 @@ def _runner_classes():
     return {"continuous_train_and_eval": TrackedRunner, "continuous_train": TrackedTrainRunner}
 
 
-def create_runner(base_dir: str, seed: int | None = None, create_agent=None):
-    """Builds the tracked runner that ``create_runner.schedule`` (Dopamine's binding) names,
-    with :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is
-    given.
+def runner_class(schedule: str | None = None):
+    """The tracked runner class for ``schedule``, default: what ``create_runner.schedule``
+    (Dopamine's binding) names, else 'continuous_train_and_eval'.
 
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
     """
-    schedule = query("create_runner.schedule", "continuous_train_and_eval")
+    if schedule is None:
+        schedule = query("create_runner.schedule", "continuous_train_and_eval")
     classes = _runner_classes()
     if schedule not in classes:
         raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
                          f"got {schedule!r}")
-    return classes[schedule](base_dir, create_agent or replay_routing.create_agent_fn(),
-                             seed=seed)
+    return classes[schedule]
+
+
+def environment_fn():
+    """The function Dopamine's runner for the bound schedule builds its environment with.
+
+    That is the runner class's ``create_environment_fn`` binding, else Dopamine's default,
+    ``atari_lib.create_atari_environment`` (configured by its own bindings, e.g. ``game_name``).
+    ``TrainRunner`` passes its own argument on to ``Runner``, so under 'continuous_train' only
+    ``TrainRunner.create_environment_fn`` counts, as in Dopamine.
+    """
+    from dopamine.discrete_domains import atari_lib
+
+    name = runner_class().__bases__[-1].__name__  # Tracked<X>(TrackingMixin, X): Dopamine's X
+    ref = query(f"{name}.create_environment_fn", None)
+    if ref is None:
+        return atari_lib.create_atari_environment
+    return getattr(ref, "scoped_configurable_fn", ref)
+
+
+def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
+                  schedule: str | None = None):
+    """Builds the tracked runner for ``schedule`` (see :func:`runner_class`), with
+    :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given.
+
+    Raises:
+      ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
+    """
+    return runner_class(schedule)(base_dir, create_agent or replay_routing.create_agent_fn(),
+                                  seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
