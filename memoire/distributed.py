@@ -467,15 +467,12 @@ def ingest(agent, chunk: Chunk, after_step=lambda: None) -> None:
 
 
 def environment_from_gin():
-    """Builds the environment Dopamine's Runner would (``Runner.create_environment_fn``)."""
-    from memoire.train import query
+    """Builds the environment Dopamine's Runner would for the loaded gin configuration (see
+    :func:`memoire.train.environment_fn`: the runner's ``create_environment_fn``, else Atari
+    with the gin-bound game)."""
+    from memoire.train import environment_fn
 
-    ref = query("Runner.create_environment_fn", None)
-    if ref is None:
-        raise ValueError("Runner.create_environment_fn is not bound; bind it in the gin file "
-                         "(e.g. @gym_lib.create_gym_environment)")
-    fn = getattr(ref, "scoped_configurable_fn", ref)
-    return fn()
+    return environment_fn()()
 
 
 def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
@@ -572,9 +569,9 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
 
 
 def _learner_class():
-    from memoire.train import _runner_classes
+    from memoire.train import runner_class
 
-    base = _runner_classes()["continuous_train_and_eval"]
+    base = runner_class()  # the schedule's: TrainRunner ('continuous_train') has no eval phase
 
     class LearnerRunner(base):
         """Dopamine's Runner whose training phase ingests actors' experience."""

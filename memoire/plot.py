@@ -26,7 +26,11 @@ _RUN_RE = re.compile(r"setting_(\d+)[/\\]run_(\d+)$")
 
 
 def find_runs(base_dir: str) -> dict[int, list[str]]:
-    """``{setting: [run directories]}`` for runs under ``base_dir`` that have episodes."""
+    """``{setting: [run directories]}`` for runs under ``base_dir`` that have episodes;
+    ``{0: [base_dir]}`` when ``base_dir`` is itself a run (a runner built in code, such as
+    ``jax_agents.create_memoire_runner(base_dir)``, writes its trackers there)."""
+    if os.path.exists(os.path.join(base_dir, trackers.EPISODES_FILE)):
+        return {0: [base_dir]}
     out: dict[int, list[str]] = {}
     for d in sorted(glob.glob(os.path.join(base_dir, "setting_*", "run_*"))):
         m = _RUN_RE.search(d)

@@ -62,18 +62,46 @@ _AGENT_CLASSES = {
 # Environment end recording.
 
 
-def _install_end_recorder(environment: Any):
-    """Wraps the gymnasium env inside Dopamine's GymPreprocessing to see its end flags.
+class _AleEnds:
+    """The end flags of Dopamine's Atari environment, read from the emulator.
 
-    Dopamine's wrapper folds gymnasium's ``(terminated, truncated)`` into one ``game_over``
-    that is False whenever ``truncated`` is True, and never reports truncation. This records
-    both flags of the last step. Returns the recorder, or None for other environments (Atari),
-    whose only truncation is the runner's ``max_steps_per_episode``.
+    Dopamine's ``AtariPreprocessing`` folds the ALE's ``(terminated, truncated)`` into one
+    ``game_over`` and reads ``environment.env.ale`` directly, so no wrapper may sit between
+    it and the ALE; the ALE itself still knows why the game stopped (its frame cap,
+    ``max_num_frames_per_episode``, truncates).
+    """
+
+    def __init__(self, ale: Any):
+        self._ale = ale
+
+    @property
+    def terminated(self) -> bool:
+        return bool(self._ale.game_over(with_truncation=False))
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self._ale.game_truncated())
+
+
+def _install_end_recorder(environment: Any):
+    """Something whose ``terminated`` / ``truncated`` say how the environment's last step ended.
+
+    Dopamine's wrappers fold gymnasium's ``(terminated, truncated)`` into one ``game_over``
+    that does not tell a time limit from a true end. For ``GymPreprocessing`` (gym_lib) this
+    wraps the gymnasium env inside it to record both flags of the last step; for Atari
+    (``AtariPreprocessing``) it reads the ALE's own flags. Returns None for other
+    environments, whose only truncation is the runner's ``max_steps_per_episode``.
     """
     import gymnasium
 
+    # By the wrapper's class name: importing gym_lib here would register gin configurables
+    # after the config is locked (the gin files import what they use).
+    kind = type(environment).__name__
     inner = getattr(environment, "environment", None)
-    if not isinstance(inner, gymnasium.Env):
+    if kind == "AtariPreprocessing":
+        ale = getattr(getattr(inner, "unwrapped", None), "ale", None)
+        return None if ale is None else _AleEnds(ale)
+    if kind != "GymPreprocessing" or not isinstance(inner, gymnasium.Env):
         return None
 
     class EndRecorder(gymnasium.Wrapper):
@@ -232,21 +260,49 @@ def _runner_classes():
     return {"continuous_train_and_eval": TrackedRunner, "continuous_train": TrackedTrainRunner}
 
 
-def create_runner(base_dir: str, seed: int | None = None, create_agent=None):
-    """Builds the tracked runner that ``create_runner.schedule`` (Dopamine's binding) names,
-    with :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is
-    given.
+def runner_class(schedule: str | None = None):
+    """The tracked runner class for ``schedule``, default: what ``create_runner.schedule``
+    (Dopamine's binding) names, else 'continuous_train_and_eval'.
 
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
     """
-    schedule = query("create_runner.schedule", "continuous_train_and_eval")
+    if schedule is None:
+        schedule = query("create_runner.schedule", "continuous_train_and_eval")
     classes = _runner_classes()
     if schedule not in classes:
         raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
                          f"got {schedule!r}")
-    return classes[schedule](base_dir, create_agent or replay_routing.create_agent_fn(),
-                             seed=seed)
+    return classes[schedule]
+
+
+def environment_fn():
+    """The function Dopamine's runner for the bound schedule builds its environment with.
+
+    That is the runner class's ``create_environment_fn`` binding, else Dopamine's default,
+    ``atari_lib.create_atari_environment`` (configured by its own bindings, e.g. ``game_name``).
+    ``TrainRunner`` passes its own argument on to ``Runner``, so under 'continuous_train' only
+    ``TrainRunner.create_environment_fn`` counts, as in Dopamine.
+    """
+    from dopamine.discrete_domains import atari_lib
+
+    name = runner_class().__bases__[-1].__name__  # Tracked<X>(TrackingMixin, X): Dopamine's X
+    ref = query(f"{name}.create_environment_fn", None)
+    if ref is None:
+        return atari_lib.create_atari_environment
+    return getattr(ref, "scoped_configurable_fn", ref)
+
+
+def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
+                  schedule: str | None = None):
+    """Builds the tracked runner for ``schedule`` (see :func:`runner_class`), with
+    :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given.
+
+    Raises:
+      ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
+    """
+    return runner_class(schedule)(base_dir, create_agent or replay_routing.create_agent_fn(),
+                                  seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,8 +345,23 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
         if d not in _search_paths:
             gin.add_config_file_search_path(d)
             _search_paths.add(d)
-    gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
-                                        skip_unknown=False)
+    try:
+        gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
+                                            skip_unknown=False)
+    except AttributeError as e:
+        if "estimator" not in str(e):
+            raise
+        raise ValueError(_NO_GIN_TF) from None
+
+
+# One line: the import fails deep inside gin.tf with "module 'tensorflow' has no attribute
+# 'estimator'", which says nothing about the gin file.
+_NO_GIN_TF = (
+    "`import gin.tf.external_configurables` needs tf.estimator, which this TensorFlow "
+    "(2.16+) no longer has, so Dopamine's stock TF gin files cannot load (under Dopamine's own "
+    "runner either); use the equivalent in configs/atari/ (tf_dqn.gin, tf_rainbow.gin, "
+    "tf_c51.gin, tf_implicit_quantile.gin), or replace that line with "
+    "`import memoire.dopamine_compat.tf_configurables`")
 
 
 def write_operative_config(directory: str) -> str:

@@ -44,7 +44,7 @@ or in code ``create_memoire_runner(base_dir).run_experiment()``, or pass
 
 from __future__ import annotations
 
-from dopamine.discrete_domains import run_experiment
+from dopamine.discrete_domains import run_experiment  # noqa: F401  registers create_agent, Runner
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.jax.agents.full_rainbow import full_rainbow_agent
 from dopamine.jax.agents.implicit_quantile import implicit_quantile_agent
@@ -52,6 +52,7 @@ from dopamine.jax.agents.quantile import quantile_agent
 from dopamine.jax.agents.rainbow import rainbow_agent
 import gin
 
+from memoire import train
 from memoire.dopamine_compat import jax_replay_buffer
 
 _MODULE = "memoire.dopamine_compat.jax_agents"
@@ -153,46 +154,23 @@ def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None
 
 @gin.configurable("create_memoire_runner", module=_MODULE)
 def create_memoire_runner(base_dir, schedule=None):
-    """Dopamine's ``create_runner`` building agents with :func:`create_memoire_agent`.
+    """Dopamine's ``create_runner`` building agents with :func:`create_memoire_agent`, with
+    memoire's trackers: ``base_dir/episodes.csv`` and ``replay.csv`` (``memoire plot base_dir``
+    reads them) besides Dopamine's checkpoints and logs.
 
     Args:
-      base_dir: str, the experiment directory (checkpoints, logs).
+      base_dir: str, the experiment directory (checkpoints, logs, trackers).
       schedule: ``continuous_train_and_eval`` (Runner) or ``continuous_train`` (TrainRunner);
         default: Dopamine's ``create_runner.schedule`` binding, else the former.
 
     Raises:
       ValueError: an unknown schedule.
     """
-    if schedule is None:
-        try:
-            schedule = gin.query_parameter(
-                "dopamine.discrete_domains.run_experiment.create_runner.schedule")
-        except ValueError:
-            schedule = "continuous_train_and_eval"
-    if schedule == "continuous_train_and_eval":
-        return run_experiment.Runner(base_dir, create_memoire_agent)
-    if schedule == "continuous_train":
-        return run_experiment.TrainRunner(base_dir, create_memoire_agent)
-    raise ValueError(f"schedule: expected 'continuous_train_and_eval' or 'continuous_train', "
-                     f"got {schedule!r}")
+    return train.create_runner(base_dir, create_agent=create_memoire_agent, schedule=schedule)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     """``python -m memoire.dopamine_compat.jax_agents --base_dir=DIR --gin_files=F
-    [--gin_bindings=B]``: Dopamine's train.py with memoire's buffer."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--base_dir", required=True)
-    parser.add_argument("--gin_files", action="append", default=[])
-    parser.add_argument("--gin_bindings", action="append", default=[])
-    args = parser.parse_args(argv)
-    from absl import logging  # as Dopamine's train.py: the Runner reports progress at INFO
-
-    logging.set_verbosity(logging.INFO)
-    run_experiment.load_gin_configs(args.gin_files, args.gin_bindings)
-    create_memoire_runner(args.base_dir).run_experiment()
-
-
-if __name__ == "__main__":
-    main()
+    [--gin_bindings=B]``: the same as ``memoire train`` (same flags, same run layout
+    ``DIR/setting_0/run_0/``, records that ``memoire plot DIR`` reads)."""
+    return train.main(argv)
