@@ -52,6 +52,7 @@ from dopamine.jax.agents.quantile import quantile_agent
 from dopamine.jax.agents.rainbow import rainbow_agent
 import gin
 
+from memoire import cli
 from memoire.dopamine_compat import jax_replay_buffer
 
 _MODULE = "memoire.dopamine_compat.jax_agents"
@@ -177,21 +178,36 @@ def create_memoire_runner(base_dir, schedule=None):
                      f"got {schedule!r}")
 
 
-def main(argv=None) -> None:
+@cli.entry_point("python -m memoire.dopamine_compat.jax_agents")
+def main(argv=None) -> int:
     """``python -m memoire.dopamine_compat.jax_agents --base_dir=DIR --gin_files=F
-    [--gin_bindings=B]``: Dopamine's train.py with memoire's buffer."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--base_dir", required=True)
-    parser.add_argument("--gin_files", action="append", default=[])
-    parser.add_argument("--gin_bindings", action="append", default=[])
+    [--gin_bindings=B]``: Dopamine's train.py with memoire's buffer, for Dopamine's JAX
+    agents (``create_agent.agent_name`` one of jax_dqn, jax_rainbow, jax_quantile,
+    jax_implicit_quantile, full_rainbow)."""
+    parser = cli.ArgumentParser(prog="python -m memoire.dopamine_compat.jax_agents",
+                                description=main.__doc__)
+    parser.add_argument("--base_dir", required=True,
+                        help="experiment directory (Dopamine's checkpoints/, logs/ go there)")
+    parser.add_argument("--gin_files", action="append", default=[],
+                        help="gin file (repeatable), as Dopamine's train.py takes it")
+    parser.add_argument("--gin_bindings", action="append", default=[],
+                        help="gin binding (repeatable), as Dopamine's train.py takes it")
     args = parser.parse_args(argv)
     from absl import logging  # as Dopamine's train.py: the Runner reports progress at INFO
 
+    cli.check_files(args.gin_files, "--gin_files")
+    cli.check_output_dir(args.base_dir, "--base_dir")
+    try:
+        run_experiment.load_gin_configs(args.gin_files, args.gin_bindings)
+    except (OSError, ValueError, SyntaxError, ImportError) as e:
+        raise cli.UsageError(f"gin: {e}") from None
+    agent_name = _dopamine_binding("agent_name", None)
+    if agent_name not in AGENTS:
+        raise cli.UsageError(f"create_agent.agent_name: expected one of "
+                             f"{', '.join(AGENTS)}, got {agent_name!r}")
     logging.set_verbosity(logging.INFO)
-    run_experiment.load_gin_configs(args.gin_files, args.gin_bindings)
     create_memoire_runner(args.base_dir).run_experiment()
+    return 0
 
 
 if __name__ == "__main__":
