@@ -7,12 +7,122 @@
     memoire serve ...                                       a standalone replay server
     memoire bench ...                                       benchmarks against the alternatives
     memoire version                                         print the version
+
+Every entry point (these commands, ``python -m memoire.dopamine_compat.remote`` and
+``python -m memoire.dopamine_compat.jax_agents``) shares one convention, kept here: a mistake
+in what the user typed is one line on stderr, ``<prog>: error: <what was expected>``, with no
+traceback, exit status 2, and nothing written (commands check before they write). Parsers are
+:class:`ArgumentParser` (argparse with that ``error``), mains are wrapped by
+:func:`entry_point` (a :class:`UsageError` raised inside becomes that line).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib
+import os
 import sys
+from typing import Callable, Sequence
+
+EXIT_USAGE = 2  # the status of every user mistake (argparse's own)
+
+
+class UsageError(Exception):
+    """A mistake in the command a user typed: a missing file, an unknown name, a bad value.
+
+    An :func:`entry_point` reports it as one line on stderr and returns :data:`EXIT_USAGE`.
+    Raise it before anything is written, so a mistake leaves nothing behind.
+    """
+
+
+def one_line(text: object) -> str:
+    """``text`` on one line: gin's multi-line errors ("msg\n  In file F, line 3\n    text")
+    become "msg (In file F, line 3: text)"."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    return f"{lines[0]} ({': '.join(lines[1:])})"
+
+
+def report(prog: str, message: object) -> int:
+    """Prints ``prog: error: message`` (one line) to stderr; returns :data:`EXIT_USAGE`."""
+    print(f"{prog}: error: {one_line(message)}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and appends ``(default: X)`` to an option's help when the
+    default says something (not None, False or an empty list)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or default in (None, False, [], argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for every memoire entry point: a parse error is one line on stderr (argparse
+    prints the whole usage block first) and exit status 2; help keeps the description's layout
+    and shows defaults. Sub-parsers made by ``add_subparsers`` are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
+                              f"(see {self.prog} --help)\n")
+
+
+def entry_point(prog: str) -> Callable:
+    """Decorates a ``main(argv) -> int`` so that a :class:`UsageError` raised in it is reported
+    as one line (``prog: error: ...``) and returns :data:`EXIT_USAGE`; ``None`` returns 0."""
+
+    def wrap(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def run(argv: Sequence[str] | None = None) -> int:
+            try:
+                return int(main(argv) or 0)
+            except UsageError as e:
+                return report(prog, e)
+
+        return run
+
+    return wrap
+
+
+def check_output_dir(path: str, flag: str) -> None:
+    """Checks, writing nothing, that directory ``path`` exists or can be made: the path and
+    every existing parent on the way are directories, the nearest existing one writable.
+
+    Raises:
+      UsageError: naming ``flag`` (e.g. ``--base_dir``) and what is in the way.
+    """
+    if not path:
+        raise UsageError(f"{flag}: expected a directory, got an empty path")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise UsageError(f"{flag}: {probe!r} is a file; expected a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag}: cannot write in {probe!r} (permission denied)")
+
+
+def check_files(paths: Sequence[str], flag: str) -> None:
+    """Raises :class:`UsageError` naming ``flag`` for the first of ``paths`` that is not a
+    readable file."""
+    for path in paths:
+        if not os.path.isfile(path):
+            why = "is a directory" if os.path.isdir(path) else "no such file"
+            raise UsageError(f"{flag} {path!r}: {why}")
 
 # subcommand -> (module, one-line help). Modules are imported only when used, so `memoire serve`
 # does not pay for TensorFlow.
@@ -45,8 +155,8 @@ def main(argv=None) -> int:
         print(__version__)
         return 0
     if command not in COMMANDS:
-        print(f"memoire: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return report("memoire", f"unknown command {command!r}; expected one of "
+                                 f"{', '.join([*COMMANDS, 'version'])} (see memoire --help)")
     module = importlib.import_module(COMMANDS[command][0])
     entry = module.actor_cli if command == "actor" else module.main
     return int(entry(rest) or 0)

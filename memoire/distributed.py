@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import gin
 import numpy as np
 
+from memoire import cli
 from memoire import trackers
 
 
@@ -692,6 +693,27 @@ def run(facts: dict, config: DistributedConfig) -> int:
     return 0
 
 
+def build_actor_parser():
+    """The parser of ``memoire actor``."""
+    parser = cli.ArgumentParser(prog="memoire actor", description=actor_cli.__doc__)
+    parser.add_argument("--gin_files", action="append", default=[], required=True,
+                        help="the learner's gin file (repeatable): same agent and environment")
+    parser.add_argument("--gin_bindings", action="append", default=[],
+                        help="gin binding (repeatable), as the learner's")
+    parser.add_argument("--rep", required=True, help="the learner server's REP endpoint")
+    parser.add_argument("--pub", required=True, help="the learner server's PUB endpoint")
+    parser.add_argument("--actor_id", type=int, default=0,
+                        help="this actor's number among the learner's actors")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of this actor's environment and exploration")
+    parser.add_argument("--max_steps", type=int, default=None,
+                        help="stop after this many environment steps (default: no limit)")
+    parser.add_argument("--chunk_size", type=int, default=64,
+                        help="steps per episode chunk streamed to the learner")
+    return parser
+
+
+@cli.entry_point("memoire actor")
 def actor_cli(argv=None) -> int:
     """``memoire actor``: one actor joining a learner by endpoint (another machine, or a learner
     started with ``DistributedConfig.spawn_actors = False``).
@@ -702,20 +724,13 @@ def actor_cli(argv=None) -> int:
     The gin files are the learner's (same agent and environment). It runs until ``--max_steps``
     environment steps, Ctrl-C, or the learner stops answering.
     """
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="memoire actor", description=actor_cli.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gin_files", action="append", default=[], required=True)
-    parser.add_argument("--gin_bindings", action="append", default=[])
-    parser.add_argument("--rep", required=True, help="the learner server's REP endpoint")
-    parser.add_argument("--pub", required=True, help="the learner server's PUB endpoint")
-    parser.add_argument("--actor_id", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max_steps", type=int, default=None)
-    parser.add_argument("--chunk_size", type=int, default=64)
-    args = parser.parse_args(argv)
     from memoire import distributed_zmq
+
+    parser = build_actor_parser()
+    args = parser.parse_args(argv)
+    if args.chunk_size < 1:
+        parser.error(f"--chunk_size must be >= 1, got {args.chunk_size}")
+    cli.check_files(args.gin_files, "--gin_files")
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
     config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}

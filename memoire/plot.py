@@ -10,7 +10,6 @@ line up. The legend names each setting by its bindings (from
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -20,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from memoire import cli
 from memoire import trackers
 
 _RUN_RE = re.compile(r"setting_(\d+)[/\\]run_(\d+)$")
@@ -100,7 +100,8 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
 
     Raises:
       FileNotFoundError: if no run under ``base_dir`` has an episodes.csv.
-      ValueError: if ``phase`` is unknown or ``bin_steps`` < 1.
+      ValueError: if ``phase`` is unknown or ``bin_steps`` < 1, or if no run has an episode
+        of ``phase`` (runs that failed or have not finished an episode): nothing is written.
     """
     import matplotlib
 
@@ -120,12 +121,19 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
             for ds in runs.values() for d in ds)
         phase = "eval" if has_eval else "train"
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    drawn = {}
     for setting, dirs in runs.items():
         curves = [binned_curve(d, phase, bin_steps) for d in dirs]
         curves = [c for c in curves if len(c[0])]
-        if not curves:
-            continue
+        if curves:
+            drawn[setting] = (dirs, curves)
+    if not drawn:
+        raise ValueError(f"nothing to draw: no {phase} episode in the "
+                         f"{sum(map(len, runs.values()))} run(s) under {base_dir} "
+                         "(did they fail before finishing an episode?)")
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for setting, (dirs, curves) in drawn.items():
         x, mean, std, count = aggregate(curves)
         label = f"{setting_label(dirs, setting)} ({len(curves)} run{'s' * (len(curves) > 1)})"
         line, = ax.plot(x, mean, label=label[:90])
@@ -143,20 +151,30 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``memoire plot D``. Returns the process exit code."""
-    p = argparse.ArgumentParser(prog="memoire plot", description=__doc__.split("\n")[0])
-    p.add_argument("base_dir")
+def build_parser() -> cli.ArgumentParser:
+    """The parser of ``memoire plot``."""
+    p = cli.ArgumentParser(prog="memoire plot", description=__doc__.split("\n")[0])
+    p.add_argument("base_dir", help="an experiment directory (memoire train's --base_dir)")
     p.add_argument("--out", default=None, help="PNG path (default D/learning_curves.png)")
-    p.add_argument("--phase", default="auto", choices=("auto", "train", "eval"))
+    p.add_argument("--phase", default="auto", choices=("auto", "train", "eval"),
+                   help="which episodes to draw; auto: eval if any run evaluated, else train")
     p.add_argument("--bin", type=int, default=1000, dest="bin_steps",
                    help="env steps per bin (use the runner's training_steps for eval curves)")
-    args = p.parse_args(argv)
+    return p
+
+
+@cli.entry_point("memoire plot")
+def main(argv: Sequence[str] | None = None) -> int:
+    """``memoire plot D``. Returns the process exit code (2 when there is nothing to draw)."""
+    args = build_parser().parse_args(argv)
+    if not os.path.isdir(args.base_dir):
+        raise cli.UsageError(f"base_dir {args.base_dir!r}: no such directory")
+    if args.out is not None:
+        cli.check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     try:
         path = plot(args.base_dir, args.out, args.phase, args.bin_steps)
     except (FileNotFoundError, ValueError) as e:
-        print(f"memoire plot: {e}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(e) from None
     print(path)
     return 0
 

@@ -39,6 +39,28 @@ _TF_AGENTS = {
 }
 
 
+# The names Dopamine 4.1.2's run_experiment.create_agent builds (it also takes any name that
+# starts with 'dqn' as the TF DQN agent).
+DOPAMINE_AGENTS = ("dqn", "rainbow", "implicit_quantile", "jax_dqn", "jax_quantile",
+                   "jax_rainbow", "full_rainbow", "jax_implicit_quantile", "ppo")
+
+
+def check_agent_name() -> str:
+    """The bound ``create_agent.agent_name``, checked before anything is built.
+
+    Raises:
+      ValueError: nothing bound, or a name Dopamine's ``create_agent`` does not know.
+    """
+    name = query("create_agent.agent_name", None)
+    if name is None:
+        raise ValueError("create_agent.agent_name is not bound; expected one of "
+                         f"{', '.join(DOPAMINE_AGENTS)} (bind it in a gin file)")
+    if not isinstance(name, str) or not (name in DOPAMINE_AGENTS or name.startswith("dqn")):
+        raise ValueError(f"create_agent.agent_name: expected one of "
+                         f"{', '.join(DOPAMINE_AGENTS)}, got {name!r}")
+    return name
+
+
 @gin.configurable(module="memoire.replay_routing")
 def replay_backend(name: str = "memoire") -> str:
     """Whose replay buffer the agent uses: 'memoire' (default) or 'dopamine'.

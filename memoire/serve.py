@@ -34,7 +34,6 @@ held). Ctrl-C (or SIGTERM) stops it and flushes the logfile.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -42,6 +41,9 @@ import time
 from typing import Optional, Sequence
 
 import numpy as np
+import zmq
+
+from memoire import cli
 
 DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_dtype="int64",
                 reward_shape="", info_shape="0", info_dtype="uint8", max_step=1_000_000,
@@ -53,6 +55,47 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 max_batch=None, max_counter_clients=None, allow_nonfinite=None)
 LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
           "max_counter_clients", "allow_nonfinite")
+
+
+# --NAME help texts (each NAME is also the gin parameter serve_config.NAME).
+HELP = dict(
+    state_shape="state shape, comma-separated ints ('84,84'; '' for a scalar)",
+    state_dtype="state dtype (a numpy name: uint8, float32, ...)",
+    action_shape="action shape, comma-separated ints ('' for a scalar)",
+    action_dtype="action dtype (a numpy name)",
+    reward_shape="shape of reward, value and qvest (float32), comma-separated ints",
+    info_shape="info shape, comma-separated ints ('0': no info)",
+    info_dtype="info dtype (a numpy name)",
+    max_step="entries the server memory holds",
+    n_caches="caches kept for get_batch (cache mode)",
+    pub="PUB endpoint the server publishes settings on (port * or 0: chosen by the OS)",
+    rep="REP endpoint for requests (get_batch, priorities, ...)",
+    pull="PULL endpoint actors push caches and episode chunks to",
+    bind_host="interface that '*' hosts bind to",
+    cache_size="transitions per cache, sent to clients (default: the memory's)",
+    frame_stack="frames stacked per state, sent to clients (default: the memory's)",
+    multi_step="steps between prev and next, sent to clients (default: the memory's)",
+    priority_exponent="priority exponent, sent to clients (default: the memory's)",
+    discount_factor="discount factor, sent to clients (default: the memory's)",
+    logfile="append actors' log lines to this file",
+    logmode="open mode of --logfile: 'a' appends, 'w' truncates",
+    curve_secret="CURVE secret key file of the server (see memoire.transport.CurveKeys)",
+    curve_authorized="directory of the CURVE public keys of the clients allowed in",
+    interval="seconds between counter lines",
+    duration="stop after this many seconds (default: run until Ctrl-C or SIGTERM)",
+    max_stream_bytes="bytes one actor's unfinished episodes may hold (default: from the "
+                     "memory's size; docs/LIMITS.md)",
+    max_open_bytes="bytes all unfinished episodes may hold (default: from the memory's size)",
+    reply_cache_bytes="bytes of replies kept to answer retried calls (default 64 MiB)",
+    max_batch="rows one remote sample call may ask for (default 16384)",
+    max_counter_clients="client ids whose counters are kept (default 65536)",
+    allow_nonfinite="1 stores NaN/inf rewards, probabilities and values; 0 refuses them, "
+                    "counted as 'nonfinite' (default 0)",
+)
+_TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
+          "multi_step": int, "priority_exponent": float, "discount_factor": float,
+          "interval": float, "duration": float, "max_stream_bytes": int, "max_open_bytes": int,
+          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int}
 
 
 def _shape(text: str):
@@ -95,35 +138,64 @@ def build_server(cfg: dict):
     return srv
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="memoire serve", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gin_file", action="append", default=[])
-    p.add_argument("--gin_binding", action="append", default=[])
-    types = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
-             "multi_step": int, "priority_exponent": float, "discount_factor": float,
-             "interval": float, "duration": float, "max_stream_bytes": int,
-             "max_open_bytes": int, "reply_cache_bytes": int, "max_batch": int,
-             "max_counter_clients": int}
-    for name in DEFAULTS:
-        p.add_argument(f"--{name}", type=types.get(name, str), default=None)
-    args = p.parse_args(argv)
+def build_parser() -> cli.ArgumentParser:
+    """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
+    setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`)."""
+    p = cli.ArgumentParser(prog="memoire serve", description=__doc__.split("\n")[0])
+    p.add_argument("--gin_file", action="append", default=[],
+                   help="gin file binding serve_config.NAME (repeatable); flags win over it")
+    p.add_argument("--gin_binding", action="append", default=[],
+                   help="gin binding such as \"serve_config.max_step = 1000\" (repeatable)")
+    for name, default in DEFAULTS.items():
+        shown = ("" if default is None or "(default" in HELP[name]
+                 else f" (default: {default!r})")
+        p.add_argument(f"--{name}", type=_TYPES.get(name, str), default=None,
+                       help=HELP[name] + shown)
+    return p
+
+
+def _config(args) -> dict:
+    """The settings from gin and flags, checked by building nothing yet.
+
+    Raises:
+      cli.UsageError: a missing gin file, a bad binding or setting.
+    """
     overrides = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}
-    if args.gin_file or args.gin_binding:
-        import gin
+    try:
+        if args.gin_file or args.gin_binding:
+            import gin
 
-        configurable = gin.external_configurable(serve_config, module="memoire")
-        gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding)
-        cfg = configurable(**overrides)
-    else:
-        cfg = serve_config(**overrides)
+            cli.check_files(args.gin_file, "--gin_file")
+            configurable = gin.external_configurable(serve_config, module="memoire")
+            gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding)
+            cfg = configurable(**overrides)
+        else:
+            cfg = serve_config(**overrides)
+        for name in ("state_shape", "action_shape", "reward_shape", "info_shape"):
+            _shape(cfg[name])
+        for name in ("state_dtype", "action_dtype", "info_dtype"):
+            np.dtype(cfg[name])
+    except (OSError, ValueError, TypeError, SyntaxError, ImportError) as e:
+        raise cli.UsageError(e) from None
+    return cfg
 
-    srv = build_server(cfg)
+
+@cli.entry_point("memoire serve")
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    cfg = _config(build_parser().parse_args(argv))
+    try:
+        srv = build_server(cfg)
+    except (ValueError, TypeError, OSError) as e:  # settings the memory or the keys refuse
+        raise cli.UsageError(e) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        ep = srv.start(cfg["rep"], cfg["pull"])
+        try:
+            ep = srv.start(cfg["rep"], cfg["pull"])
+        except (zmq.ZMQError, TimeoutError) as e:  # an endpoint in use or malformed
+            raise cli.UsageError(f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: "
+                                 f"{e}") from None
         print(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}", flush=True)
         t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
         last, t_last = srv.stats(), time.monotonic()

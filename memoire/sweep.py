@@ -31,7 +31,6 @@ Command line (``memoire sweep ...`` or ``python -m memoire.sweep ...``):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import itertools
@@ -44,6 +43,8 @@ import tokenize
 from typing import Any, Sequence
 
 from gin import config_parser
+
+from memoire import cli
 
 ZIP_KEY = "sweep.zip"
 SETTING_FILE = "setting.json"
@@ -398,21 +399,32 @@ def run_indices(args) -> int:
     return failed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``memoire sweep list|run``. Returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="memoire sweep", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> cli.ArgumentParser:
+    """The parser of ``memoire sweep`` (sub-commands ``list`` and ``run``)."""
+    parser = cli.ArgumentParser(prog="memoire sweep", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,run}",
+                                help="list: print the table of indices; run: run indices")
     p_list = sub.add_parser("list", help="print the table of indices and settings")
     p_list.add_argument("sweep", help="sweep gin file")
     p_list.add_argument("--runs", type=int, default=1, help="runs per setting to list")
     p_run = sub.add_parser("run", help="run several indices locally")
     p_run.add_argument("sweep", help="sweep gin file")
-    p_run.add_argument("--base_dir", required=True)
+    p_run.add_argument("--base_dir", required=True,
+                       help="experiment directory; each index's log is run_dir/train.log")
     p_run.add_argument("--indices", required=True, help="e.g. 0-7 or 0,3,5-6")
-    p_run.add_argument("--parallel", type=int, default=1)
+    p_run.add_argument("--parallel", type=int, default=1,
+                       help="memoire train processes at once")
     p_run.add_argument("--gin_files", action="append", default=[],
                        help="extra gin files, parsed before the sweep's own includes")
-    p_run.add_argument("--gin_bindings", action="append", default=[])
+    p_run.add_argument("--gin_bindings", action="append", default=[],
+                       help="gin binding passed to every run (repeatable); wins over the sweep")
+    return parser
+
+
+@cli.entry_point("memoire sweep")
+def main(argv: Sequence[str] | None = None) -> int:
+    """``memoire sweep list|run``. Returns the process exit code."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
@@ -422,10 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.parallel < 1:
             parser.error(f"--parallel must be >= 1, got {args.parallel}")
+        cli.check_files(args.gin_files, "--gin_files")
+        cli.check_output_dir(args.base_dir, "--base_dir")
         return 1 if run_indices(args) else 0
-    except (SweepError, FileNotFoundError) as e:
-        print(f"memoire sweep: {e}", file=sys.stderr)
-        return 2
+    except FileNotFoundError as e:
+        raise cli.UsageError(f"{e.filename or args.sweep!r}: no such file") from None
+    except SweepError as e:
+        raise cli.UsageError(e) from None
 
 
 if __name__ == "__main__":

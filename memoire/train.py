@@ -30,8 +30,8 @@ a learner and that many actor processes (see :mod:`memoire.distributed`) instead
 
 from __future__ import annotations
 
-import argparse
 import functools
+import logging
 import os
 import random
 import sys
@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import gin
 import numpy as np
 
+from memoire import cli
 from memoire import replay_routing
 from memoire import sweep as sweep_lib
 from memoire import trackers
@@ -331,6 +332,19 @@ def agent_seed_bindings(seed: int) -> list[str]:
 _search_paths: set[str] = set()
 
 
+class _GinSearchMissFilter(logging.Filter):
+    """Drops gin's ``ERROR:root:Path not found: x.gin``. Gin looks for an included file under
+    each search path in turn and logs that error for every path the file is not under, on its
+    way to the one it is under; a file under none raises (which :func:`prepare` reports)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.module == "resource_reader"
+                    and str(record.msg).startswith("Path not found"))
+
+
+_gin_search_miss_filter = _GinSearchMissFilter()
+
+
 def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     """Parses gin as Dopamine's ``run_experiment.load_gin_configs`` does (unknown names are
     errors), after importing the modules Dopamine's train.py imports. Includes are also
@@ -340,6 +354,7 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
 
     # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
+    logging.getLogger().addFilter(_gin_search_miss_filter)  # adding it twice keeps one
     for f in gin_files:
         d = os.path.dirname(os.path.abspath(f))
         if d not in _search_paths:
@@ -378,13 +393,18 @@ def write_operative_config(directory: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None):
-    p = argparse.ArgumentParser(prog="memoire train", description=__doc__.split("\n")[0])
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The parser of ``memoire train``."""
+    p = cli.ArgumentParser(prog="memoire train", description=__doc__.split("\n")[0])
     p.add_argument("--base_dir", required=True,
                    help="experiment directory; runs go to setting_<s>/run_<k>/ under it")
     p.add_argument("--gin_files", action="append", default=[],
-                   help="gin file (repeatable), as in Dopamine")
+                   help="gin file (repeatable), as in Dopamine; Dopamine's stock files work")
     p.add_argument("--gin_bindings", action="append", default=[],
-                   help="gin binding (repeatable), as in Dopamine")
+                   help="gin binding (repeatable), as in Dopamine; wins over the files")
     p.add_argument("--index", type=int, default=0,
                    help="sweep index N: setting N mod S, run N div S (seed = run)")
     p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.sweep)")
@@ -392,34 +412,54 @@ def parse_args(argv: Sequence[str] | None):
                    help="whose replay buffer the agent uses (default: gin's "
                         "replay_backend.name, else memoire)")
     p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
-    return p.parse_args(argv)
+    return p
 
 
 def prepare(args) -> dict:
-    """Resolves sweep, setting, run, seed and directory, writes ``setting.json`` and loads
-    gin. Returns those facts as a dict (keys: sweep, setting, run, seed, dir, gin_files,
-    bindings)."""
-    sweep = sweep_lib.load_sweep(args.sweep) if args.sweep else sweep_lib.Sweep()
-    setting, run = sweep.locate(args.index)
+    """Resolves sweep, setting, run, seed and directory, loads gin, checks the agent and the
+    directory, then writes ``setting.json``. Returns those facts as a dict (keys: sweep,
+    setting, run, seed, dir, gin_files, bindings).
+
+    Raises:
+      cli.UsageError: a missing or unparsable file, a bad binding, an unknown agent or replay
+        backend, a ``base_dir`` that cannot be a directory. Nothing has been written then.
+    """
+    try:
+        sweep = sweep_lib.load_sweep(args.sweep) if args.sweep else sweep_lib.Sweep()
+        setting, run = sweep.locate(args.index)
+        setting_bindings = sweep.bindings(setting)
+    except FileNotFoundError:
+        raise cli.UsageError(f"--sweep {args.sweep!r}: no such file") from None
+    except sweep_lib.SweepError as e:
+        raise cli.UsageError(e) from None
     seed = sweep_lib.seed_for_run(run)
     directory = sweep_lib.run_dir(args.base_dir, setting, run)
-    setting_bindings = sweep.bindings(setting)
+    cli.check_output_dir(directory, "--base_dir")
+    cli.check_files(args.gin_files, "--gin_files")
     gin_files = list(sweep.gin_files) + list(args.gin_files)
     extra = list(args.gin_bindings)
     if getattr(args, "replay", None):
         extra.append(f"replay_backend.name = '{args.replay}'")
     bindings = setting_bindings + extra
+    gin.clear_config()
+    try:
+        load_gin(gin_files, bindings)
+    except (OSError, ValueError, SyntaxError, ImportError) as e:
+        # Gin's own errors name the file and line; ImportError: a gin `import` line.
+        raise cli.UsageError(f"gin: {e}") from None
+    seed_bindings = agent_seed_bindings(seed)
+    try:
+        replay_routing.check_agent_name()
+        with gin.unlock_config():
+            if seed_bindings:
+                gin.parse_config(seed_bindings)
+            replay_routing.replay_backend()  # a bad name fails here, before anything runs
+            replay_routing.tf_replay_bindings(seed)
+    except ValueError as e:
+        raise cli.UsageError(e) from None
     sweep_lib.write_setting_record(directory, index=args.index, setting=setting, run=run,
                                    seed=seed, bindings=setting_bindings, gin_files=gin_files,
                                    sweep_file=args.sweep, extra_bindings=extra)
-    gin.clear_config()
-    load_gin(gin_files, bindings)
-    seed_bindings = agent_seed_bindings(seed)
-    with gin.unlock_config():
-        if seed_bindings:
-            gin.parse_config(seed_bindings)
-        replay_routing.replay_backend()  # a bad name fails here, before anything runs
-        replay_routing.tf_replay_bindings(seed)
     return dict(sweep=sweep, setting=setting, run=run, seed=seed, dir=directory,
                 gin_files=gin_files, bindings=bindings + seed_bindings)
 
@@ -439,17 +479,14 @@ def run_local(facts: dict) -> int:
     return 0
 
 
+@cli.entry_point("memoire train")
 def main(argv: Sequence[str] | None = None) -> int:
     """``memoire train``. Returns the process exit code."""
     args = parse_args(argv)
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.INFO if args.verbose else absl_logging.WARNING)
-    try:
-        facts = prepare(args)
-    except (sweep_lib.SweepError, FileNotFoundError, ValueError) as e:
-        print(f"memoire train: {e}", file=sys.stderr)
-        return 2
+    facts = prepare(args)
     seed_everything(facts["seed"])
     import tensorflow as tf
 

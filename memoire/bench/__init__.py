@@ -21,7 +21,6 @@ resident memory per transition; time per batch against capacity (1e4 to 1e6).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import multiprocessing as mp
@@ -31,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from memoire import cli
 from memoire.bench import report, systems
 from memoire.bench.harness import Measurement, compare
 from memoire.bench.systems import Config, Unavailable
@@ -264,18 +264,30 @@ def _loadavg() -> str:
         return "unknown"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="memoire bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> cli.ArgumentParser:
+    """The parser of ``memoire bench``."""
+    parser = cli.ArgumentParser(prog="memoire bench", description=__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="small capacities and fewer workloads, 3 repetitions (about 3 min)")
     parser.add_argument("--large", action="store_true",
                         help="fill the 84x84 capacity-1,000,000 buffers completely (about 7 GB "
                              "per system) instead of with 100,000 transitions")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="alternating repetitions per workload; medians are reported "
+                             "(default: 3 with --quick, else 5)")
     parser.add_argument("--out", default=None, help="write the report (markdown) here, and "
                         "scaling.png next to it")
+    return parser
+
+
+@cli.entry_point("memoire bench")
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.out is not None:
+        cli.check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     _load_optional_adapters()
     repeats = args.repeats or (3 if args.quick else 5)
     atari_cap = 20_000 if args.quick else 100_000

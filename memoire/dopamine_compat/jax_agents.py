@@ -44,6 +44,8 @@ or in code ``create_memoire_runner(base_dir).run_experiment()``, or pass
 
 from __future__ import annotations
 
+import sys
+
 from dopamine.discrete_domains import run_experiment  # noqa: F401  registers create_agent, Runner
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.jax.agents.full_rainbow import full_rainbow_agent
@@ -174,3 +176,7 @@ def main(argv=None) -> int:
     [--gin_bindings=B]``: the same as ``memoire train`` (same flags, same run layout
     ``DIR/setting_0/run_0/``, records that ``memoire plot DIR`` reads)."""
     return train.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

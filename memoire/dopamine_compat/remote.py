@@ -32,7 +32,6 @@ the hosted buffer serves calls one at a time.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import os
@@ -44,6 +43,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from memoire import cli
 from memoire.remote import RemoteObject
 from memoire.transport import DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys
 
@@ -744,6 +744,7 @@ def _server_default(name: str):
   return inspect.signature(ReplayMemoryServer.__init__).parameters[name].default
 
 
+@cli.entry_point("python -m memoire.dopamine_compat.remote")
 def main(argv=None) -> int:
   """``python -m memoire.dopamine_compat.remote --serve KIND [--name N] [--gin_files F]
   [--gin_bindings B] [--arg KEY=VALUE] [--endpoint tcp://127.0.0.1:*]``
@@ -754,16 +755,23 @@ def main(argv=None) -> int:
   ``MemoireOutOfGraph[Prioritized]ReplayBuffer`` / ``ReplayBuffer`` bindings) and from ``--arg``
   (Python literals, e.g. ``--arg observation_shape=(4,1)``), the latter winning.
   """
-  parser = argparse.ArgumentParser(prog="python -m memoire.dopamine_compat.remote",
-                                   description=main.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--serve", required=True, choices=BUFFER_KINDS)
-  parser.add_argument("--name", default="replay")
-  parser.add_argument("--endpoint", default="tcp://127.0.0.1:*")
-  parser.add_argument("--gin_files", action="append", default=[])
-  parser.add_argument("--gin_bindings", action="append", default=[])
-  parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE")
-  parser.add_argument("--seed", type=int, default=None)
+  parser = cli.ArgumentParser(prog="python -m memoire.dopamine_compat.remote",
+                              description=main.__doc__)
+  parser.add_argument("--serve", required=True, choices=BUFFER_KINDS,
+                      help="the kind of buffer to serve")
+  parser.add_argument("--name", default="replay",
+                      help="the name clients ask for (an agent's replay_name)")
+  parser.add_argument("--endpoint", default="tcp://127.0.0.1:*",
+                      help="REP endpoint to bind (port *: chosen by the OS; printed)")
+  parser.add_argument("--gin_files", action="append", default=[],
+                      help="gin file with the buffer's bindings, e.g. the agent's (repeatable)")
+  parser.add_argument("--gin_bindings", action="append", default=[],
+                      help="gin binding (repeatable)")
+  parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                      help="a buffer argument as a Python literal, wins over gin "
+                           "(repeatable), e.g. observation_shape=(4,1)")
+  parser.add_argument("--seed", type=int, default=None,
+                      help="seed of the server memory's sampling generator")
   parser.add_argument("--checkpoint_root", default=".", metavar="DIR",
                       help="folder that remote save/load are confined to: callers name a "
                            "checkpoint folder under it (default: the folder the server is "
@@ -787,22 +795,28 @@ def main(argv=None) -> int:
     if not sep or not key:
       parser.error(f"--arg: expected KEY=VALUE, got {item!r}")
     kwargs[key.strip()] = _literal(value.strip())
-  if args.gin_files or args.gin_bindings:
-    import gin
+  try:
+    if args.gin_files or args.gin_bindings:
+      import gin
 
-    # Gin files written for an agent bind its classes too: skip what the server never calls.
-    gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings,
-                                        skip_unknown=True)
-  if args.curve_authorized and not args.curve_secret:
-    parser.error("--curve_authorized needs --curve_secret")
-  keys = (CurveKeys(args.curve_secret, authorized_dir=args.curve_authorized)
-          if args.curve_secret else None)
-  limits = {k: getattr(args, k) for k in ("max_batch", "reply_cache_bytes")
-            if getattr(args, k) is not None}
-  root = None if args.checkpoint_root.lower() == "none" else os.path.abspath(args.checkpoint_root)
-  server, endpoint = start_buffer_server(args.serve, args.name, rep_endpoint=args.endpoint,
-                                         seed=args.seed, checkpoint_root=root, keys=keys,
-                                         server_kwargs=limits, **kwargs)
+      cli.check_files(args.gin_files, "--gin_files")
+      # Gin files written for an agent bind its classes too: skip what the server never
+      # calls.
+      gin.parse_config_files_and_bindings(args.gin_files, args.gin_bindings,
+                                          skip_unknown=True)
+    if args.curve_authorized and not args.curve_secret:
+      raise cli.UsageError("--curve_authorized needs --curve_secret")
+    keys = (CurveKeys(args.curve_secret, authorized_dir=args.curve_authorized)
+            if args.curve_secret else None)
+    limits = {k: getattr(args, k) for k in ("max_batch", "reply_cache_bytes")
+              if getattr(args, k) is not None}
+    root = (None if args.checkpoint_root.lower() == "none"
+            else os.path.abspath(args.checkpoint_root))
+    server, endpoint = start_buffer_server(args.serve, args.name, rep_endpoint=args.endpoint,
+                                           seed=args.seed, checkpoint_root=root, keys=keys,
+                                           server_kwargs=limits, **kwargs)
+  except (OSError, ValueError, TypeError, SyntaxError, ImportError) as e:
+    raise cli.UsageError(e) from None
   stop = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *_: stop.set())

@@ -1,0 +1,311 @@
+"""The command line's contract with its users (memoire.cli).
+
+A mistake a user makes is one line on stderr (``<prog>: error: ...``), no traceback, exit
+status 2, and nothing left behind; every option of every entry point has a help text; a
+successful run logs no error; ``memoire plot`` with nothing to draw says so and fails.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from memoire import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
+EPISODE_HEADER = "iteration,phase,episode,env_steps,return,length,terminated,truncated\n"
+
+
+def _run(args, cwd, timeout=180):
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def _error_line(out, prog, *, alone=True):
+    """The one error line of ``out`` (asserting exit 2, no traceback). ``alone``: stderr
+    holds nothing else; otherwise it may start with third-party import noise (TensorFlow's,
+    gym's) printed before the mistake was found, and the error line must be the last."""
+    assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    ours = [line for line in lines if line.startswith(f"{prog}: error: ")]
+    assert len(ours) == 1 and lines[-1] == ours[0], out.stderr[-3000:]
+    if alone:
+        assert lines == ours, out.stderr
+    return ours[0]
+
+
+def _tree(path):
+    """Every file and folder under ``path``, relative to it."""
+    return sorted(os.path.relpath(os.path.join(d, name), path)
+                  for d, ds, fs in os.walk(path) for name in ds + fs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes: one line, exit 2, nothing written.
+
+TRAIN = ["-m", "memoire.cli", "train"]
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("case", ["gin path", "base_dir is a file", "base_dir under a file",
+                                  "sweep path", "no base_dir"])
+def test_train_mistakes_before_gin_are_one_line_and_write_nothing(tmp_path, case):
+    (tmp_path / "afile").write_text("x")
+    args, expect = {
+        "gin path": (["--gin_files", "nope.gin", "--base_dir", "runs"], "'nope.gin': no such"),
+        "base_dir is a file": (["--gin_files", LOCAL_GIN, "--base_dir", "afile"],
+                               "is a file; expected a directory"),
+        "base_dir under a file": (["--gin_files", LOCAL_GIN, "--base_dir", "afile/runs"],
+                                  "is a file; expected a directory"),
+        "sweep path": (["--sweep", "nope.gin", "--base_dir", "runs"], "'nope.gin': no such"),
+        "no base_dir": (["--gin_files", LOCAL_GIN], "required: --base_dir"),
+    }[case]
+    before = _tree(tmp_path)
+    line = _error_line(_run(TRAIN + args, tmp_path), "memoire train")
+    assert expect in line
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("case", ["unknown agent", "unknown configurable", "missing include",
+                                  "no agent bound"])
+def test_train_gin_mistakes_are_one_line_and_write_nothing(tmp_path, case):
+    (tmp_path / "inc.gin").write_text("include 'not_there.gin'\n")
+    args, expect = {
+        # Before the fix: a misleading "has no memoire replay variant" line, then a traceback
+        # from Dopamine's create_agent after the run folder was made.
+        "unknown agent": (["--gin_files", LOCAL_GIN, "--gin_bindings",
+                           "create_agent.agent_name = 'foo'"],
+                          "create_agent.agent_name: expected one of dqn"),
+        "unknown configurable": (["--gin_files", LOCAL_GIN, "--gin_bindings", "Foo.bar = 1"],
+                                 "No configurable matching 'Foo'"),
+        "missing include": (["--gin_files", "inc.gin"], "not_there.gin"),
+        "no agent bound": (["--gin_bindings", "Runner.num_iterations = 1"],
+                           "create_agent.agent_name is not bound"),
+    }[case]
+    before = _tree(tmp_path)
+    out = _run(TRAIN + args + ["--base_dir", "runs"], tmp_path)
+    line = _error_line(out, "memoire train", alone=False)
+    assert expect in line
+    assert "no memoire replay variant" not in out.stderr + out.stdout
+    assert _tree(tmp_path) == before  # no runs/ folder
+
+
+def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
+    # A run that failed before finishing an episode: the tracker's header only.
+    run = tmp_path / "setting_0" / "run_0"
+    run.mkdir(parents=True)
+    (run / "episodes.csv").write_text(EPISODE_HEADER)
+    line = _error_line(_run(["-m", "memoire.cli", "plot", str(tmp_path)], tmp_path),
+                       "memoire plot")
+    assert "nothing to draw" in line and "1 run(s)" in line
+    assert not (tmp_path / "learning_curves.png").exists()
+    # No run at all, and no such directory.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no setting_*/run_*/episodes.csv" in _error_line(
+        _run(["-m", "memoire.cli", "plot", str(empty)], tmp_path), "memoire plot")
+    assert "no such directory" in _error_line(
+        _run(["-m", "memoire.cli", "plot", str(tmp_path / "nope")], tmp_path), "memoire plot")
+
+
+@pytest.mark.parametrize("args,prog,expect", [
+    (["-m", "memoire.cli", "nosuch"], "memoire", "unknown command 'nosuch'"),
+    (["-m", "memoire.cli", "serve", "--state_dtype", "foo"], "memoire serve",
+     "data type 'foo' not understood"),
+    (["-m", "memoire.cli", "serve", "--max_step", "many"], "memoire serve",
+     "argument --max_step: invalid int value"),
+    (["-m", "memoire.cli", "serve", "--gin_file", "nope.gin"], "memoire serve",
+     "'nope.gin': no such file"),
+    (["-m", "memoire.cli", "sweep", "list", "nope.gin"], "memoire sweep", "no such file"),
+    (["-m", "memoire.cli", "sweep", "run", os.path.join(ROOT, "configs", "sweep_dqn_cartpole.gin"),
+      "--base_dir", "afile", "--indices", "0"], "memoire sweep", "is a file"),
+    (["-m", "memoire.cli", "sweep", "run", "x.gin", "--base_dir", "r", "--indices", "7-3"],
+     "memoire sweep", "empty or negative"),
+    (["-m", "memoire.cli", "bench", "--repeats", "0"], "memoire bench", "--repeats must be >= 1"),
+    (["-m", "memoire.cli", "actor", "--gin_files", "nope.gin", "--rep", "tcp://127.0.0.1:1",
+      "--pub", "tcp://127.0.0.1:2"], "memoire actor", "'nope.gin': no such file"),
+    (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--arg", "nokey"],
+     "python -m memoire.dopamine_compat.remote", "--arg: expected KEY=VALUE"),
+    (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--gin_files", "no.gin"],
+     "python -m memoire.dopamine_compat.remote", "'no.gin': no such file"),
+])
+def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
+    (tmp_path / "afile").write_text("x")
+    if args[-1] == "7-3":
+        (tmp_path / "x.gin").write_text("")
+    before = _tree(tmp_path)
+    assert expect in _error_line(_run(args, tmp_path, timeout=60), prog)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.dopamine
+def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
+    prog = "python -m memoire.dopamine_compat.jax_agents"
+    out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
+                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'dqn'"],
+               tmp_path)
+    assert "expected one of jax_dqn" in _error_line(out, prog, alone=False)
+    out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
+                "--gin_files", "nope.gin"], tmp_path)
+    assert "'nope.gin': no such file" in _error_line(out, prog, alone=False)
+    assert _tree(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Help: every option of every entry point says what it is.
+
+
+def _entry_points():
+    from memoire import bench, distributed, plot, serve, sweep, train
+    from memoire.dopamine_compat import remote
+
+    eps = [("memoire train", train.main), ("memoire plot", plot.main),
+           ("memoire serve", serve.main), ("memoire sweep", sweep.main),
+           ("memoire bench", bench.main), ("memoire actor", distributed.actor_cli),
+           ("python -m memoire.dopamine_compat.remote", remote.main)]
+    return eps
+
+
+class _Captured(Exception):
+    pass
+
+
+def _parser_of(main, monkeypatch):
+    """The parser ``main`` builds: its parse_args is stopped before anything runs."""
+    seen = []
+
+    def capture(self, args=None, namespace=None):
+        seen.append(self)
+        raise _Captured
+
+    monkeypatch.setattr(cli.ArgumentParser, "parse_args", capture)
+    with pytest.raises(_Captured):
+        main([])
+    monkeypatch.undo()
+    return seen[0]
+
+
+def _actions(parser, where=""):
+    """(where, action) for every action of ``parser`` and of its sub-parsers."""
+    for action in parser._actions:
+        yield where, action
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, f"{where} {name}")
+
+
+def _check_help(prog, main, monkeypatch, capsys):
+    parser = _parser_of(main, monkeypatch)
+    assert isinstance(parser, cli.ArgumentParser) and parser.prog == prog
+    actions = list(_actions(parser))
+    assert len(actions) > 1
+    for where, action in actions:
+        name = "/".join(action.option_strings) or action.dest
+        assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, \
+            f"{prog}{where}: {name} has no help text"
+    # And the help a user sees lists each option with its text.
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for where, action in actions:
+        if not where:
+            for option in action.option_strings:
+                assert option in text
+            assert " ".join(action.help.split()[:3]) in text, action.help
+    return actions
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_every_option_has_a_help_text(index, monkeypatch, capsys):
+    prog, main = _entry_points()[index]
+    actions = _check_help(prog, main, monkeypatch, capsys)
+    if prog == "memoire serve":  # the issue's count: 26 options, none described before
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 26
+
+
+@pytest.mark.dopamine
+def test_jax_agents_options_have_help_texts(monkeypatch, capsys):
+    from memoire.dopamine_compat import jax_agents
+
+    _check_help("python -m memoire.dopamine_compat.jax_agents", jax_agents.main, monkeypatch,
+                capsys)
+
+
+def test_memoire_help_lists_every_command():
+    out = _run(["-m", "memoire.cli", "--help"], ROOT, timeout=60)
+    assert out.returncode == 0
+    for name in cli.COMMANDS:
+        assert f"  {name} " in out.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared pieces.
+
+
+def test_one_line_folds_gin_errors():
+    assert cli.one_line("No configurable matching 'Foo'.\n  In bindings string line 1\n"
+                        "    Foo.x = 1") == \
+        "No configurable matching 'Foo'. (In bindings string line 1: Foo.x = 1)"
+    assert cli.one_line("plain") == "plain" and cli.one_line("") == ""
+
+
+def test_check_output_dir_writes_nothing(tmp_path):
+    (tmp_path / "f").write_text("")
+    cli.check_output_dir(str(tmp_path / "a" / "b"), "--x")  # may be made: fine
+    for bad in ("f", "f/a/b"):
+        with pytest.raises(cli.UsageError, match=r"--x: .*'.*/f' is a file"):
+            cli.check_output_dir(str(tmp_path / bad), "--x")
+    with pytest.raises(cli.UsageError, match="empty path"):
+        cli.check_output_dir("", "--x")
+    assert sorted(os.listdir(tmp_path)) == ["f"]
+
+
+def test_entry_point_turns_usage_errors_into_one_line(capsys):
+    @cli.entry_point("prog")
+    def main(argv):
+        if argv:
+            raise cli.UsageError("bad\n  detail")
+        return None
+
+    assert main([]) == 0
+    assert main(["x"]) == 2
+    assert capsys.readouterr().err == "prog: error: bad (detail)\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# A successful run logs no error.
+
+
+@pytest.mark.dopamine
+def test_successful_tiny_run_logs_no_error(tmp_path):
+    # The config includes a file beside it and runs from another directory: gin searches the
+    # working directory first and used to log "ERROR:root:Path not found" for it.
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "base.gin").write_text(open(LOCAL_GIN).read())
+    (cfg / "tiny.gin").write_text("\n".join([
+        "include 'base.gin'",
+        "Runner.num_iterations = 1",
+        "Runner.training_steps = 120",
+        "Runner.evaluation_steps = 30",
+        "Runner.max_steps_per_episode = 12",
+        "Runner.fine_grained_print_to_console = False",
+        "JaxDQNAgent.min_replay_history = 40",
+        "ClassicControlDQNNetwork.hidden_units = 16",
+    ]) + "\n")
+    out = subprocess.run([sys.executable, "-m", "memoire.cli", "train", "--gin_files",
+                          os.path.join("cfg", "tiny.gin"), "--base_dir", "runs"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "iteration 1/1" in out.stdout
+    assert [line for line in log.splitlines() if "ERROR" in line] == []
+    episodes = tmp_path / "runs" / "setting_0" / "run_0" / "episodes.csv"
+    assert len(episodes.read_text().splitlines()) > 1
