@@ -145,11 +145,11 @@ def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
 
 @pytest.mark.dopamine
 def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
-    prog = "python -m memoire.dopamine_compat.jax_agents"
+    prog = "memoire train"  # the entry point is memoire train under Dopamine's module name
     out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
-                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'dqn'"],
+                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'no_such_agent'"],
                tmp_path)
-    assert "expected one of jax_dqn" in _error_line(out, prog, alone=False)
+    assert "'no_such_agent'" in _error_line(out, prog, alone=False)
     out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
                 "--gin_files", "nope.gin"], tmp_path)
     assert "'nope.gin': no such file" in _error_line(out, prog, alone=False)
@@ -233,8 +233,8 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
 def test_jax_agents_options_have_help_texts(monkeypatch, capsys):
     from memoire.dopamine_compat import jax_agents
 
-    _check_help("python -m memoire.dopamine_compat.jax_agents", jax_agents.main, monkeypatch,
-                capsys)
+    # Dopamine's JAX entry point under memoire is memoire train: same parser, same help.
+    _check_help("memoire train", jax_agents.main, monkeypatch, capsys)
 
 
 def test_memoire_help_lists_every_command():
