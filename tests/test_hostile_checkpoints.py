@@ -404,7 +404,7 @@ def test_remote_load_of_tampered_folder_then_add_batch_keeps_the_server_alive(tm
     prioritized = kind == "prioritized"
     server, endpoint = remote.start_buffer_server(
         kind, observation_shape=h.OBS_SHAPE, stack_size=h.STACK, replay_capacity=h.CAPACITY,
-        batch_size=4, update_horizon=h.HORIZON)
+        batch_size=4, update_horizon=h.HORIZON, checkpoint_root=directory)
     try:
       proxy = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=20.0)
       def fill(n, start):
