@@ -82,9 +82,9 @@ def build_server(cfg: dict):
                  np.zeros(r, np.float32), np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]))
     keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
             if cfg["curve_secret"] else None)
-    limits = {k: cfg[k] for k in LIMITS if cfg[k] is not None}
-    if "allow_nonfinite" in limits:
-        limits["allow_nonfinite"] = str(limits["allow_nonfinite"]).lower() in ("1", "true", "yes")
+    limits = {k: int(cfg[k]) for k in LIMITS[:-1] if cfg[k] is not None}  # flags come as str
+    if cfg["allow_nonfinite"] is not None:
+        limits["allow_nonfinite"] = str(cfg["allow_nonfinite"]).lower() in ("1", "true", "yes")
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
                              bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
@@ -102,9 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--gin_binding", action="append", default=[])
     types = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
              "multi_step": int, "priority_exponent": float, "discount_factor": float,
-             "interval": float, "duration": float, "max_stream_bytes": int,
-             "max_open_bytes": int, "reply_cache_bytes": int, "max_batch": int,
-             "max_counter_clients": int}
+             "interval": float, "duration": float}
     for name in DEFAULTS:
         p.add_argument(f"--{name}", type=types.get(name, str), default=None)
     args = p.parse_args(argv)
