@@ -62,6 +62,8 @@ def _chunk(uuid, episode, index, n, flags=0, reward=0.0):
 
 
 class _Push:
+    """A PUSH socket to `endpoint` (a peer that only sends), closed on exit."""
+
     def __init__(self, endpoint):
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
