@@ -125,9 +125,9 @@ def build_server(cfg: dict):
                  np.zeros(r, np.float32), np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]))
     keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
             if cfg["curve_secret"] else None)
-    limits = {k: cfg[k] for k in LIMITS if cfg[k] is not None}
-    if "allow_nonfinite" in limits:
-        limits["allow_nonfinite"] = str(limits["allow_nonfinite"]).lower() in ("1", "true", "yes")
+    limits = {k: int(cfg[k]) for k in LIMITS[:-1] if cfg[k] is not None}  # flags come as str
+    if cfg["allow_nonfinite"] is not None:
+        limits["allow_nonfinite"] = str(cfg["allow_nonfinite"]).lower() in ("1", "true", "yes")
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
                              bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):

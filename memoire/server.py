@@ -575,12 +575,11 @@ class ReplayMemoryServer:
 
         def step():
             nonlocal central
+            self._chunks.reap()  # stale streams go even when no chunk comes (rate-limited)
             try:
                 if central:
                     episodes, rows, rejected, frames = self._chunks.receive(address, POLL_MS)
                     self._chunks_taken(episodes, rows, rejected)
-                    if frames is None and not episodes and not rejected:
-                        self._chunks.reap()  # no chunk came: stale streams go all the same
                 else:
                     with self._lock:
                         ring = self._ring_for_settings()

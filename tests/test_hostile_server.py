@@ -62,6 +62,8 @@ def _chunk(uuid, episode, index, n, flags=0, reward=0.0):
 
 
 class _Push:
+    """A PUSH socket to `endpoint` (a peer that only sends), closed on exit."""
+
     def __init__(self, endpoint):
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUSH)
@@ -179,6 +181,26 @@ def test_unfinished_streams_are_reaped_without_further_chunks():
         assert _wait(lambda: srv.stats()["open_streams"] == 0, timeout=15)
         assert srv.stats()["rejected"]["stale_episode"] == 1
         assert srv.stats()["open_stream_bytes"] == 0
+
+
+def test_unfinished_streams_are_reaped_on_the_pyzmq_path_too():
+    script = (
+        "import sys, time\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from tests.test_hostile_server import _Push, _chunk, _wait, TEMPLATES\n"
+        "from memoire import ReplayMemoryServer, transport\n"
+        "assert not transport.native_libzmq()\n"
+        "with ReplayMemoryServer(*TEMPLATES, 100, None, stream_timeout=0.3) as srv:\n"
+        "    ep = srv.start()\n"
+        "    with _Push(ep['pull']) as push:\n"
+        "        push.send_multipart(_chunk(7, 1, 0, 5))\n"
+        "        assert _wait(lambda: srv.stats()['open_streams'] == 1)\n"
+        "    assert _wait(lambda: srv.stats()['open_streams'] == 0, timeout=15)\n"
+        "    print(srv.stats()['rejected'])\n")
+    out = subprocess.run([sys.executable, "-c", script, ROOT], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, MEMOIRE_NATIVE_ZMQ="0"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "'stale_episode': 1" in out.stdout
 
 
 def test_default_stream_budgets_follow_the_memory_size():

@@ -56,11 +56,27 @@ inline T LoadUnaligned(const uint8_t* p) {
 }
 
 // Index of the first NaN or infinity among `count` values of `dtype` at p (any alignment), or
-// -1; always -1 for a dtype that is not float32/float64. Sets *value to that element.
+// -1; always -1 for a dtype that is not float32/float64. Sets *value to that element. The scan
+// tests exponent bits (all ones: NaN or infinity) with integer ops, which vectorise.
 inline int64_t FirstNonFinite(DType dtype, const uint8_t* p, int64_t count, double* value) {
-  for (int64_t j = 0; j < count; ++j) {
+  // (bits & exponent mask) + one exponent ulp carries into the top bit only when the exponent
+  // is all ones; OR-ing those sums over the array tells whether any value is non-finite.
+  bool bad = false;
+  if (dtype == DType::kFloat32) {
+    uint32_t acc = 0;
+    for (int64_t j = 0; j < count; ++j)
+      acc |= (LoadUnaligned<uint32_t>(p + 4 * j) & 0x7f800000u) + 0x00800000u;
+    bad = acc >> 31;
+  } else if (dtype == DType::kFloat64) {
+    uint64_t acc = 0;
+    for (int64_t j = 0; j < count; ++j)
+      acc |= (LoadUnaligned<uint64_t>(p + 8 * j) & 0x7ff0000000000000ull) + 0x0010000000000000ull;
+    bad = acc >> 63;
+  }
+  if (!bad) return -1;
+  for (int64_t j = 0; j < count; ++j) {  // rare: find which one
     const double x = dtype == DType::kFloat32 ? LoadUnaligned<float>(p + 4 * j)
-                     : dtype == DType::kFloat64 ? LoadUnaligned<double>(p + 8 * j) : 0.0;
+                                              : LoadUnaligned<double>(p + 8 * j);
     if (!std::isfinite(x)) return *value = x, j;
   }
   return -1;

@@ -219,4 +219,31 @@ TEST(WeightsSaturateInsteadOfOverflowing) {
   CHECK(m->num_sampleable() == 2);
 }
 
+TEST(NonFiniteRewardsValuesAndProbsAreRefusedUnlessAllowed) {
+  auto m = Make(10);
+  std::vector<int64_t> s(3, 0);
+  std::vector<float> a(3, 0.0f), r(3, 1.0f), p(3, 0.5f), v(3, 0.0f), w(3, 1.0f);
+  std::vector<int32_t> info(3, 0);
+  const void* fields[ReplayMemory::kNumFields] = {s.data(), a.data(), r.data(), p.data(),
+                                                  v.data(), nullptr,  info.data()};
+  CHECK(m->NewEpisode().ok());
+  for (float* bad : {&r[2], &p[1], &v[0]}) {
+    const float keep = *bad;
+    *bad = std::nanf("");
+    CHECK(m->AddEntries(3, fields, w.data()).code() == Code::kInvalidArgument);
+    *bad = INFINITY;
+    CHECK(m->CheckFinite(3, fields, w.data()).code() == Code::kInvalidArgument);
+    *bad = keep;
+  }
+  a[1] = INFINITY;  // a is not a reward, prob or value: no rule applies
+  CHECK(m->open_length() == 0 && m->AddEntries(3, fields, w.data()).ok());
+  r[0] = -INFINITY;
+  ReplayMemory::Options o = m->options();
+  o.allow_nonfinite = true;
+  CHECK(m->SetOptions(o).ok());
+  CHECK(m->AddEntries(3, fields, w.data()).ok() && m->open_length() == 6);
+  w[0] = NAN;  // weights never are
+  CHECK(m->AddEntries(3, fields, w.data()).code() == Code::kInvalidArgument);
+}
+
 TEST_MAIN()
