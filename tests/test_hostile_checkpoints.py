@@ -437,3 +437,57 @@ def test_remote_load_of_tampered_folder_then_add_batch_keeps_the_server_alive(tm
     finally:
       server.close()
   """, kind=kind, directory=str(tmp_path))
+
+
+@pytest.mark.dopamine
+def test_remote_jax_load_of_tampered_folder_then_adds_keep_the_server_alive(tmp_path):
+  run_isolated("""
+    import glob, os
+    import msgpack
+    from dopamine.jax.replay_memory import elements
+    from memoire import CapacityError, ProtocolError
+    from memoire.dopamine_compat import remote
+    server, endpoint = remote.start_buffer_server("jax", max_capacity=12, batch_size=4,
+                                                  stack_size=2, seed=0)
+    try:
+      proxy = remote.RemoteReplayBuffer(endpoint, timeout=20.0)
+      def fill(n, start):
+        for k in range(start, start + n):
+          proxy.add(elements.TransitionElement(np.full((3,), k % 251, np.uint8), k % 2,
+                                               float(k), k % 5 == 4))
+        proxy.flush()  # add_many (the bulk add) on the server
+      fill(20, 0)
+      proxy.save(directory, 1)
+      (path,) = glob.glob(os.path.join(directory, "1", "replay", "checkpoint.msgpack"))
+      genuine = msgpack.unpackb(open(path, "rb").read(), raw=False, strict_map_key=False)
+      count = proxy.add_count
+      for bad in ({"integer": str(2**63 - 1)}, {"integer": str(2**64)}, 2**31 + 7):
+        state = dict(genuine, add_count=bad)
+        with open(path, "wb") as f:
+          f.write(msgpack.packb(state, use_bin_type=True))
+        with pytest.raises(ProtocolError, match="add_count") as info:
+          proxy.load(directory, 1)
+        assert "checkpoint.msgpack" in str(info.value)
+        assert proxy.add_count == count
+        fill(6, 100)
+        count = proxy.add_count
+        proxy.sample(4)
+      # At the limit (2**31): loads; the next bulk add fails; the server stays.
+      shift = 2**31 - genuine["add_count"]
+      state = dict(genuine, add_count=2**31)
+      state["memory"] = dict(genuine["memory"], keys=[k + shift for k in genuine["memory"]["keys"]])
+      dist = genuine["sampling_distribution"]
+      state["sampling_distribution"] = dict(dist, key_by_index=[k + shift
+                                                                for k in dist["key_by_index"]])
+      with open(path, "wb") as f:
+        f.write(msgpack.packb(state, use_bin_type=True))
+      proxy.load(directory, 1)
+      assert proxy.add_count == 2**31
+      with pytest.raises(CapacityError):
+        fill(3, 200)
+      assert proxy.add_count == 2**31
+      proxy.sample(4)
+      proxy.close()
+    finally:
+      server.close()
+  """, directory=str(tmp_path))
