@@ -117,7 +117,7 @@ def lit(value):
 
 
 MARK, TUPLE, REDUCE, BUILD, EMPTY_DICT, SETITEM = b"(", b"t", b"R", b"b", b"}", b"s"
-EMPTY_LIST, APPEND, EMPTY_SET_OPS = b"]", b"a", b"cbuiltins\nset\n)R"
+EMPTY_LIST, APPEND = b"]", b"a"
 
 
 def dtype_ops(code, state=None):

@@ -399,6 +399,9 @@ Status CircularBuffer::GatherLocked(const int64_t* indices, int64_t n, const Out
   std::vector<int64_t> length(static_cast<size_t>(n));
   for (int64_t b = 0; b < n; ++b) {
     const int64_t s = indices[b];
+    // Past the ring: Dopamine's first get_range assertion below fails anyway; failing here
+    // keeps s + j from overflowing for s near 2**63.
+    if (s >= cap) return Error(Code::kOutOfRange, "");
     int64_t len = horizon;
     for (int64_t j = 0; j < horizon; ++j) {
       if (Terminal(Mod(s + j))) {

@@ -541,8 +541,9 @@ def load(buffer, checkpoint_dir, suffix):
     ends = sorted(buffer.episode_end_indices)
   else:
     filename = generate_filename(checkpoint_dir, "episode_end_indices", suffix)
-    # Dopamine pickles a set of numpy int64 scalars: about 20 bytes each.
-    budget = 64 * capacity + _BUDGET_SLACK
+    # Dopamine pickles a set of numpy int64 scalars: about 25 bytes each (protocol 2 and up),
+    # up to about 70 in protocol 0's text.
+    budget = 128 * capacity + _BUDGET_SLACK
     ends = _read_file(fs, filename,
                       lambda f: safe_unpickle(_read_limited(f, budget, filename)))
     if not isinstance(ends, (set, frozenset)) or not all(
@@ -555,7 +556,9 @@ def load(buffer, checkpoint_dir, suffix):
   if buffer._PRIORITIZED:  # pylint: disable=protected-access
     filename = generate_filename(checkpoint_dir, "sum_tree", suffix)
     padded = core.padded_leaves
-    budget = 2 * 8 * padded + _BUDGET_SLACK  # 2P - 1 float64 nodes, and some framing per level
+    # 2P - 1 float64 nodes (16P bytes) and some framing per level; twice that, for pickles
+    # written otherwise (Dopamine's own are 16P + about 100 bytes per level).
+    budget = 32 * padded + _BUDGET_SLACK
     leaves, max_recorded = _read_file(
         fs, filename, lambda f: _check_sum_tree(
             safe_unpickle(_read_limited(f, budget, filename)), filename, capacity, padded))

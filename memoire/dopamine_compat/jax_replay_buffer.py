@@ -1005,8 +1005,8 @@ def _decode_checked(obj: Any) -> Any:
         return np.ndarray(shape=shape, dtype=dtype, buffer=data, order=order)
     if isinstance(obj, dict) and "integer" in obj:
         text = obj["integer"]
-        if not isinstance(text, str) or len(text) > 40:
-            raise ValueError("long integer: expected at most 40 digits")
+        if not isinstance(text, str) or len(text) > 64:  # a PCG64 state is 39 digits
+            raise ValueError("long integer: expected at most 64 digits")
         return int(text)
     return obj
 
