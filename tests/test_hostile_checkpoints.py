@@ -290,6 +290,83 @@ def test_checkpoint_error_is_a_value_error_and_a_protocol_error():
   assert issubclass(CapacityError, ValueError)
 
 
+# ---- special files at a checkpoint file name ---------------------------------------------------
+
+
+@PRIORITIZED
+def test_fifo_or_symlink_at_a_checkpoint_file_name_is_refused_at_once(tmp_path, prioritized):
+  # The buffer's own load, after any folder check would have passed: the open itself refuses.
+  # A blocking open of the FIFO would hang the child; the timeout fails the test then.
+  run_isolated("""
+    import os, shutil
+    src = h.small_buffer(prioritized)
+    h.fill(src, 23)
+    h.saved(src, directory)
+    target = h.small_buffer(prioritized, seed=1)
+    h.fill(target, 9, start=200)
+    names = ["$store$_observation", "add_count", "episode_end_indices"]
+    if prioritized:
+      names.append("sum_tree")
+    for name in names:
+      path = h.path(directory, name)
+      genuine = path + ".genuine"
+      os.rename(path, genuine)
+      os.mkfifo(path)  # nobody ever writes to it
+      refused(target, directory, path, "not a regular file")
+      os.remove(path)
+      os.symlink(genuine, path)  # a symlink to the genuine file: still refused
+      refused(target, directory, path, "symlink")
+      os.remove(path)
+      os.mkdir(path)
+      refused(target, directory, path, "not a regular file")
+      os.rmdir(path)
+      os.rename(genuine, path)
+    target.load(directory, 0)  # the genuine files load
+    h.assert_same(h.snapshot(target), h.snapshot(src))
+  """, timeout=120, prioritized=prioritized, directory=str(tmp_path))
+
+
+@pytest.mark.dopamine
+def test_jax_fifo_or_symlink_at_the_checkpoint_file_is_refused_at_once(tmp_path):
+  run_isolated("""
+    import glob, os
+    from memoire.dopamine_compat import jax_replay_buffer as jrb
+    from memoire.dopamine_compat.checkpoint import CheckpointError
+
+    def make(seed):
+      acc = jrb.TransitionAccumulator(2, 1, 0.9)
+      return jrb.ReplayBuffer(acc, jrb.UniformSamplingDistribution(seed), batch_size=4,
+                              max_capacity=12)
+
+    def fill(b, n, start=0):
+      for k in range(start, start + n):
+        b.add(jrb.TransitionElement(np.full((3,), k % 251, np.uint8), k % 2, float(k), k % 5 == 4))
+
+    src = make(0)
+    fill(src, 20)
+    src.save(directory, 1)
+    (path,) = glob.glob(os.path.join(directory, "1", "replay", "checkpoint.msgpack"))
+    genuine = path + ".genuine"
+    os.rename(path, genuine)
+    target = make(1)
+    fill(target, 9, start=200)
+    before = (target.add_count, target.keys().tolist())
+    for make_special, match in ((os.mkfifo, "not a regular file"),
+                                (lambda p: os.symlink(genuine, p), "symlink")):
+      make_special(path)
+      with pytest.raises(CheckpointError, match=match) as info:
+        target.load(directory, 1)
+      assert "checkpoint.msgpack" in str(info.value), str(info.value)
+      assert (target.add_count, target.keys().tolist()) == before
+      os.remove(path)
+    fill(target, 6, start=300)  # still adds and samples
+    target.sample(4)
+    os.rename(genuine, path)
+    target.load(directory, 1)
+    assert target.add_count == src.add_count and len(target) == len(src)
+  """, timeout=120, directory=str(tmp_path))
+
+
 # ---- the JAX buffer --------------------------------------------------------------------------
 
 
@@ -446,7 +523,8 @@ def test_remote_jax_load_of_tampered_folder_then_adds_keep_the_server_alive(tmp_
     from memoire import CapacityError, ProtocolError
     from memoire.dopamine_compat import remote
     server, endpoint = remote.start_buffer_server("jax", max_capacity=12, batch_size=4,
-                                                  stack_size=2, seed=0)
+                                                  stack_size=2, seed=0,
+                                                  checkpoint_root=directory)
     try:
       proxy = remote.RemoteReplayBuffer(endpoint, timeout=20.0)
       def fill(n, start):

@@ -27,11 +27,13 @@ lie in [0, 2**62] (the native core's bound). Every file is read and checked befo
 changes; any problem raises :class:`CheckpointError` naming the file and changes nothing.
 """
 
+import errno
 import gzip
 import io
 import logging
 import os
 import pickle
+import stat
 import sys
 import tokenize
 import uuid
@@ -67,8 +69,12 @@ class _LocalFS(object):
   replace = staticmethod(os.replace)
 
   @staticmethod
-  def open(path, mode):
-    return open(path, mode)
+  def open_read(path):
+    return open_regular(path)
+
+  @staticmethod
+  def create(path):
+    return open(path, "xb")  # exclusive: never follows a symlink or opens a FIFO at `path`
 
   @staticmethod
   def remove(path):
@@ -83,6 +89,36 @@ class _LocalFS(object):
     os.fsync(f.fileno())
 
 
+def open_regular(path):
+  """``path`` opened for binary reading, refused unless it is a regular file.
+
+  The open itself is safe (O_NONBLOCK, O_NOFOLLOW): a FIFO swapped in at `path` does not block
+  (a blocked open would hang a buffer server's only request worker), a symlink is not followed,
+  and the fd is fstat-ed, so what is read is the file that was checked.
+
+  Raises:
+    CheckpointError: `path` is a symlink, FIFO, device, socket or folder.
+    OSError: it cannot be opened (FileNotFoundError when missing).
+  """
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+  except OSError as e:
+    if e.errno == errno.ELOOP:
+      raise CheckpointError("{}: a symlink; checkpoint files must be regular files".format(
+          path)) from None
+    raise
+  try:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+      raise CheckpointError("{}: not a regular file (a FIFO, device, socket or folder); "
+                            "refused".format(path))
+    os.set_blocking(fd, True)  # no effect on a regular file's reads; plain semantics after
+    return os.fdopen(fd, "rb")
+  except BaseException:
+    os.close(fd)
+    raise
+
+
 class _GFileFS(object):
   """tf.io.gfile for paths such as gs://... (what Dopamine uses everywhere)."""
 
@@ -94,8 +130,11 @@ class _GFileFS(object):
   def exists(self, path):
     return self._gfile.exists(path)
 
-  def open(self, path, mode):
-    return self._gfile.GFile(path, mode)
+  def open_read(self, path):
+    return self._gfile.GFile(path, "rb")
+
+  def create(self, path):
+    return self._gfile.GFile(path, "wb")
 
   def replace(self, src, dst):
     self._gfile.rename(src, dst, overwrite=True)
@@ -193,7 +232,7 @@ def save(buffer, checkpoint_dir, iteration_number):
     for name in names:
       final = generate_filename(checkpoint_dir, name, iteration_number)
       temp = "{}.tmp-{}".format(final, token)
-      with fs.open(temp, "wb") as f:
+      with fs.create(temp) as f:
         written.append((temp, final))
         with gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=_COMPRESSLEVEL,
                            mtime=0) as gz:
@@ -469,7 +508,7 @@ def _read_npy_into(f, filename, out):
 def _read_file(fs, filename, reader):
   """``reader(inflating stream)``, with every failure turned into CheckpointError."""
   try:
-    with fs.open(filename, "rb") as raw:
+    with fs.open_read(filename) as raw:
       with gzip.GzipFile(fileobj=raw, mode="rb") as f:
         return reader(f)
   except CheckpointError as e:

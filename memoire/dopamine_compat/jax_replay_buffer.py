@@ -73,7 +73,7 @@ from orbax import checkpoint as orbax
 
 from memoire import _core
 from memoire.dopamine_compat import _dropin
-from memoire.dopamine_compat.checkpoint import CheckpointError
+from memoire.dopamine_compat.checkpoint import CheckpointError, open_regular
 
 ReplayElement = elements.ReplayElement
 TransitionElement = elements.TransitionElement
@@ -1011,6 +1011,15 @@ def _decode_checked(obj: Any) -> Any:
     return obj
 
 
+def _read_bytes(path) -> bytes:
+    """The bytes of checkpoint file `path` (an epath); a local one is opened safely
+    (:func:`memoire.dopamine_compat.checkpoint.open_regular`: no FIFO, device or symlink)."""
+    if "://" in str(path):
+        return path.read_bytes()
+    with open_regular(str(path)) as f:
+        return f.read()
+
+
 class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
     """Dopamine's msgpack checkpoint handler (same files, same save) whose restore decodes
     strictly (:func:`_decode_checked`) and raises CheckpointError naming the file."""
@@ -1018,7 +1027,14 @@ class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
     def restore(self, directory, item=None):
         filename = directory / self._filename
         try:
-            state_dict = msgpack.unpackb(filename.read_bytes(), object_hook=_decode_checked,
+            data = _read_bytes(filename)
+        except CheckpointError:
+            raise
+        except OSError as e:  # as Dopamine's read_bytes would
+            raise CheckpointError(f"{filename}: not a readable replay checkpoint "
+                                  f"({type(e).__name__}: {e})") from e
+        try:
+            state_dict = msgpack.unpackb(data, object_hook=_decode_checked,
                                          raw=False, strict_map_key=False)
         except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
             raise CheckpointError(f"{filename}: not a readable replay checkpoint "

@@ -23,7 +23,10 @@ episode outgrows ``flush_rows`` (Dopamine's buffer is one stream: use whole epis
 (``--checkpoint_root``, default: the folder it was started in): the caller names a checkpoint
 folder under that root (a relative name, or an absolute path that lies inside the root). A
 name that leaves the root, crosses a symlink, or a folder holding anything but regular files
-and folders (a FIFO, a device) is refused before any file is opened (:func:`checkpoint_dir`).
+and folders (a FIFO, a device) is refused before any file is opened (:func:`checkpoint_dir`);
+the buffer's load then opens each file without blocking or following a symlink and refuses
+anything but a regular file (:func:`memoire.dopamine_compat.checkpoint.open_regular`), so a
+file swapped in after the check cannot block the server either.
 Batch sizes are bounded by the server's ``max_batch`` (docs/LIMITS.md).
 
 Thread safety: a proxy is used by one thread at a time (its RPC channel serialises calls);
