@@ -505,6 +505,27 @@ class ReplayMemoryServer:
             raise ValueError(f"{what}: expected batch_size >= 1, got {n}")
         return n
 
+    def check_finite(self, what: str, **arrays) -> None:
+        """Refuses NaN or infinite values a peer sent to a hosted object (docs/LIMITS.md).
+
+        Args:
+          what: the call, for the message (``"add_batch"``).
+          arrays: name=values (array-likes; None is skipped). Float arrays are scanned with one
+            vectorized ``np.isfinite`` each; other dtypes cannot hold non-finite values.
+
+        Raises:
+          ValueError: one of `arrays` holds a NaN or an infinity (the first one is named);
+            counted in :meth:`stats` as ``nonfinite``.
+        """
+        for name, values in arrays.items():
+            if values is None:
+                continue
+            a = np.asarray(values)
+            if a.dtype.kind in "fc" and not np.isfinite(a).all():
+                self._reject("nonfinite", f"{what}: {name} holds a NaN or an infinity")
+                raise ValueError(f"{what}: {name} holds a NaN or an infinity; this server "
+                                 "refuses non-finite values from peers (see docs/LIMITS.md)")
+
     def _run_call(self, v: dict) -> list:
         name, method = v.get("object"), v.get("method")
         args, kwargs = v.get("args", ()), v.get("kwargs", {})

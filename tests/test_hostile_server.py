@@ -480,3 +480,147 @@ def test_buffer_server_takes_curve_keys(tmp_path):
             assert len(proxy.sample_transition_batch(8)[0]) == 8
     finally:
         server.stop()
+
+
+# ---- non-finite values sent to a hosted Dopamine buffer ------------------------------------------
+
+
+def _rows(n, reward=1.0, start=0):
+    """A bulk add of n rows (one episode) for a buffer of float32[4] observations."""
+    obs = np.arange(start * 4, (start + n) * 4, dtype=np.float32).reshape(n, 4)
+    rewards = np.full(n, reward, np.float32)
+    terminals = (np.arange(n) == n - 1).astype(np.uint8)
+    return obs, np.zeros(n, np.int32), rewards, terminals
+
+
+def _buffer_state(proxy, prioritized):
+    state = (int(proxy.add_count), sorted(proxy.episode_end_indices))
+    if prioritized:
+        state += (proxy.get_priority(np.arange(100, dtype=np.int32)).tolist(),)
+    return state
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("kind", ["circular", "prioritized"])
+def test_nonfinite_values_sent_to_a_buffer_server_are_refused_and_counted(kind):
+    pytest.importorskip("gin")
+    from memoire.dopamine_compat import remote
+
+    prioritized = kind == "prioritized"
+    server, endpoint = remote.start_buffer_server(kind, observation_shape=(4,), stack_size=1,
+                                                  replay_capacity=100, batch_size=4)
+    try:
+        with remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
+            def add_batch(rows, priorities=None):
+                if prioritized and priorities is None:
+                    priorities = np.ones(len(rows[0]))
+                proxy.add_batch(*rows, priorities=priorities)
+
+            add_batch(_rows(6))
+            before = _buffer_state(proxy, prioritized)
+            refused = 0
+            for bad in (np.nan, np.inf, -np.inf):
+                obs, actions, rewards, terminals = _rows(5, start=10)
+                rewards[2] = bad
+                with pytest.raises(ValueError, match="add_batch: rewards holds a NaN"):
+                    add_batch((obs, actions, rewards, terminals))
+                refused += 1
+            # The row-by-row path agents use: checked locally as Dopamine does (NaN passes),
+            # refused by the server when the episode is sent.
+            kw = {"priority": 1.0} if prioritized else {}
+            proxy.add(np.zeros(4, np.float32), 0, 1.0, False, **kw)
+            with pytest.raises(ValueError, match="rewards holds a NaN"):
+                proxy.add(np.zeros(4, np.float32), 0, float("nan"), True, **kw)
+            refused += 1
+            if prioritized:
+                with pytest.raises(ValueError, match="priorities holds a NaN"):
+                    add_batch(_rows(5, start=10), priorities=[1.0, np.inf, 1, 1, 1])
+                with pytest.raises(ValueError, match="set_priority: priorities holds a NaN"):
+                    proxy.set_priority(np.array([0, 1], np.int32), np.array([0.5, np.nan]))
+                refused += 2
+            assert _buffer_state(proxy, prioritized) == before
+            assert server.stats()["rejected"]["nonfinite"] == refused
+            # Good batches after them are stored; the buffer samples.
+            add_batch(_rows(5, start=20))
+            assert int(proxy.add_count) == 11
+            assert np.isfinite(proxy.sample_transition_batch(8)[2]).all()
+    finally:
+        server.close()
+
+
+@pytest.mark.dopamine
+def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
+    pytest.importorskip("gin")
+    from memoire.dopamine_compat import remote
+    from memoire.remote import RemoteObject
+
+    def nan_reward_is_stored(endpoint):
+        with remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
+            obs, actions, rewards, terminals = _rows(5)
+            rewards[1] = np.nan
+            proxy.add_batch(obs, actions, rewards, terminals)
+            assert int(proxy.add_count) == 5
+            batch = proxy.sample_transition_batch(1, indices=np.array([1], np.int32))
+            return bool(np.isnan(batch[2][0]))
+
+    server, endpoint = remote.start_buffer_server("circular", observation_shape=(4,),
+                                                  stack_size=1, replay_capacity=100,
+                                                  batch_size=4, allow_nonfinite=True)
+    try:
+        assert nan_reward_is_stored(endpoint)
+        assert "nonfinite" not in server.stats()["rejected"]
+    finally:
+        server.close()
+    # The command line's flag, bare or 1; 0 (the default) refuses.
+    for args, stored in ((["--allow_nonfinite"], True), (["--allow_nonfinite", "0"], False)):
+        process = _BufferServer(tmp_path, args)
+        try:
+            if stored:
+                assert nan_reward_is_stored(process.endpoint)
+            else:
+                with pytest.raises(ValueError, match="rewards holds a NaN"):
+                    nan_reward_is_stored(process.endpoint)
+                memory = RemoteObject(process.endpoint, "memory", timeout=10, retries=0)
+                assert memory.call("stats")["rejected"]["nonfinite"] == 1
+                memory.close()
+        finally:
+            process.stop()
+
+
+@pytest.mark.dopamine
+def test_nonfinite_values_sent_to_a_jax_buffer_server_are_refused_and_counted():
+    from dopamine.jax.replay_memory import elements
+
+    from memoire.dopamine_compat import jax_replay_buffer as jrb
+    from memoire.dopamine_compat import remote
+
+    buffer = jrb.ReplayBuffer(jrb.TransitionAccumulator(1, 1, 0.9),
+                              jrb.PrioritizedSamplingDistribution(0, max_capacity=50),
+                              batch_size=4, max_capacity=50)
+    server = ReplayMemoryServer(*TEMPLATES, 10, None)
+    try:
+        endpoint = server.start()["rep"]
+        remote.serve_buffer(server, buffer)  # the server's own rule: non-finite refused
+        with remote.RemoteReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
+            def episode(reward=1.0, priority=1.0, length=4):
+                for k in range(length):
+                    proxy.add(elements.TransitionElement(np.full(3, k, np.uint8), 0,
+                                                         reward if k == 1 else 1.0,
+                                                         k == length - 1),
+                              priority=priority if k == 2 else None)
+
+            episode()
+            before = (proxy.add_count, len(proxy))
+            with pytest.raises(ValueError, match="add_many: rewards holds a NaN"):
+                episode(reward=float("nan"))
+            with pytest.raises(ValueError, match="add_many: priorities holds a NaN"):
+                episode(priority=float("inf"))
+            with pytest.raises(ValueError, match="update: priorities holds a NaN"):
+                proxy.update(np.array([0]), priorities=np.array([np.nan]))
+            assert (proxy.add_count, len(proxy)) == before
+            assert server.stats()["rejected"]["nonfinite"] == 3
+            episode()  # a good episode after them is stored; None priorities still pass
+            assert proxy.add_count > before[0]
+            proxy.sample(4)
+    finally:
+        server.close()

@@ -27,7 +27,10 @@ and folders (a FIFO, a device) is refused before any file is opened (:func:`chec
 the buffer's load then opens each file without blocking or following a symlink and refuses
 anything but a regular file (:func:`memoire.dopamine_compat.checkpoint.open_regular`), so a
 file swapped in after the check cannot block the server either.
-Batch sizes are bounded by the server's ``max_batch`` (docs/LIMITS.md).
+Batch sizes are bounded by the server's ``max_batch`` (docs/LIMITS.md). NaN or infinite
+rewards and priorities that peers send are refused (ValueError, counted ``nonfinite``) unless
+the server allows non-finite rewards (``--allow_nonfinite``); a local buffer stores NaN
+rewards, as Dopamine's does.
 
 Thread safety: a proxy is used by one thread at a time (its RPC channel serialises calls);
 the hosted buffer serves calls one at a time.
@@ -134,15 +137,24 @@ def _no_limit(batch_size, what: str = "batch_size") -> int:
   return int(batch_size)
 
 
+def _no_check(what: str, **arrays) -> None:
+  del what, arrays  # in-process use: values are the caller's own (Dopamine stores them)
+
+
 class _CircularService:
   """The hosted face of an OutOfGraph(Prioritized)ReplayBuffer: codec-friendly arguments and
   results only."""
 
   def __init__(self, buffer: _crb.OutOfGraphReplayBuffer, checkpoint_root: Optional[str] = None,
-               check_batch: Callable = _no_limit):
+               check_batch: Callable = _no_limit, check_finite: Callable = _no_check,
+               allow_nonfinite: bool = True):
     self._b = buffer
     self._root = checkpoint_root
     self._check_batch = check_batch
+    self._check_finite = check_finite  # priorities: always (sampling by priority needs finite ones)
+    self._check_rewards = _no_check if allow_nonfinite else check_finite
+    names = [e.name for e in buffer.get_storage_signature()]
+    self._reward_column = names.index("reward")
 
   def describe(self) -> dict:
     b = self._b
@@ -163,7 +175,11 @@ class _CircularService:
 
   def add_batch(self, columns, ends, priorities):
     b = self._b
-    b._core.add_batch(list(columns), np.ascontiguousarray(ends, dtype=np.uint8), priorities)
+    columns = list(columns)
+    if len(columns) > self._reward_column:  # else the core names what is missing
+      self._check_rewards("add_batch", rewards=columns[self._reward_column])
+    self._check_finite("add_batch", priorities=priorities)
+    b._core.add_batch(columns, np.ascontiguousarray(ends, dtype=np.uint8), priorities)
 
   def sample_transition_batch(self, batch_size, indices):
     if batch_size is not None:
@@ -186,6 +202,7 @@ class _CircularService:
     return self._b.is_valid_transitions(indices)
 
   def set_priority(self, indices, priorities):
+    self._check_finite("set_priority", priorities=priorities)
     self._b.set_priority(indices, priorities)
 
   def get_priority(self, indices):
@@ -210,10 +227,13 @@ class _JaxService:
   """The hosted face of a JAX ``ReplayBuffer``."""
 
   def __init__(self, buffer, checkpoint_root: Optional[str] = None,
-               check_batch: Callable = _no_limit):
+               check_batch: Callable = _no_limit, check_finite: Callable = _no_check,
+               allow_nonfinite: bool = True):
     self._b = buffer
     self._root = checkpoint_root
     self._check_batch = check_batch
+    self._check_finite = check_finite  # priorities: always (sampling by priority needs finite ones)
+    self._check_rewards = _no_check if allow_nonfinite else check_finite
 
   def describe(self) -> dict:
     return {"batch_size": int(self._b._batch_size), "prioritized": bool(self._b._prioritized)}
@@ -221,8 +241,17 @@ class _JaxService:
   def add_many(self, observations, actions, rewards, terminals, episode_ends, priorities):
     from dopamine.jax.replay_memory import elements
 
+    self._check_rewards("add_many", rewards=rewards)
     b = self._b
     bulk = getattr(b, "add_batch", None)
+    if priorities is not None:
+      # A proxy sends NaN for priority=None, which the buffer's add counts as 0 (its bulk add
+      # refuses NaN): only infinities are non-finite here.
+      zeroed = np.asarray(priorities, np.float64)
+      zeroed = np.where(np.isnan(zeroed), 0.0, zeroed)
+      self._check_finite("add_many", priorities=zeroed)
+      if bulk is not None:
+        priorities = zeroed
     if bulk is not None:
       kwargs = {} if priorities is None else {"priorities": priorities}
       bulk(observations, actions, rewards, terminals, episode_ends, **kwargs)
@@ -247,6 +276,7 @@ class _JaxService:
     return fields, {f.name: np.asarray(getattr(meta, f.name)) for f in dataclasses.fields(meta)}
 
   def update(self, keys, priorities):
+    self._check_finite("update", priorities=priorities)
     kwargs = {} if priorities is None else {"priorities": priorities}
     self._b.update(keys, **kwargs)
 
@@ -274,28 +304,39 @@ def _checkpoint_dir(root, name, create: bool) -> str:
 
 
 def serve_buffer(server, buffer, name: str = "replay", *,
-                 checkpoint_root: Optional[str] = None) -> None:
+                 checkpoint_root: Optional[str] = None,
+                 allow_nonfinite: Optional[bool] = None) -> None:
   """Hosts `buffer` (an OutOfGraph(Prioritized)ReplayBuffer or a JAX ReplayBuffer) on
   `server` under `name`, for the proxies of this module. Remote ``save``/``load`` are confined
   to `checkpoint_root` (an existing folder; None: refused, PermissionError), see
   :func:`checkpoint_dir`; sampled batches are bounded by ``server.max_batch``.
 
+  Values from peers follow memoire's non-finite rule (docs/LIMITS.md): a NaN or infinite
+  reward in ``add_batch``/``add_many`` raises ValueError in the caller, stores nothing and is
+  counted in ``server.stats()["rejected"]["nonfinite"]``, unless `allow_nonfinite` (None: the
+  server's own setting, ``server.rem.allow_nonfinite``); non-finite priorities (``add_batch``,
+  ``set_priority``, ``add_many``, ``update``) are refused and counted whatever the setting.
+
   Raises:
     TypeError: `buffer` is none of those classes. ValueError: `checkpoint_root` is no folder.
   """
+  if allow_nonfinite is None:
+    allow_nonfinite = server.rem.allow_nonfinite
+  checks = dict(check_batch=server.check_batch, check_finite=server.check_finite,
+                allow_nonfinite=bool(allow_nonfinite))
   root = None
   if checkpoint_root is not None:
     root = os.path.realpath(str(checkpoint_root))
     if not os.path.isdir(root):
       raise ValueError(f"checkpoint_root: expected an existing folder, got {checkpoint_root!r}")
   if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
-    server.host(name, _CircularService(buffer, root, server.check_batch),
+    server.host(name, _CircularService(buffer, root, **checks),
                 methods=_CIRCULAR_METHODS)
     return
   from memoire.dopamine_compat import jax_replay_buffer as _jrb
 
   if isinstance(buffer, _jrb.ReplayBuffer):
-    server.host(name, _JaxService(buffer, root, server.check_batch),
+    server.host(name, _JaxService(buffer, root, **checks),
                 methods=("describe", "add_many", "sample", "update", "state",
                          "max_recorded_priority", "save", "load"))
     return
@@ -707,12 +748,14 @@ def build_buffer(kind: str, **kwargs):
 def start_buffer_server(kind: str, name: str = "replay", *, rep_endpoint: str = "tcp://127.0.0.1:*",
                         seed: Optional[int] = None, checkpoint_root: Optional[str] = None,
                         keys: Optional[CurveKeys] = None, server_kwargs: Optional[dict] = None,
-                        **buffer_kwargs):
+                        allow_nonfinite: bool = False, **buffer_kwargs):
   """Builds a buffer (:func:`build_buffer`) and serves it under `name` on a new
   :class:`memoire.ReplayMemoryServer` bound to `rep_endpoint` (loopback, OS-chosen port by
   default), with CURVE `keys` (server side: :class:`memoire.transport.CurveKeys`) if given,
   remote checkpoints under `checkpoint_root` (None: refused) and `server_kwargs` (the server's
-  limits: ``max_batch``, ``reply_cache_bytes``, ...).
+  limits: ``max_batch``, ``reply_cache_bytes``, ...). `allow_nonfinite`: store NaN/infinite
+  rewards that peers send (default: refused, ValueError, counted ``nonfinite``; see
+  :func:`serve_buffer`).
 
   Returns:
     (server, endpoint): the running server (``server.close()`` stops it) and the REP endpoint
@@ -722,7 +765,9 @@ def start_buffer_server(kind: str, name: str = "replay", *, rep_endpoint: str = 
     ValueError, TypeError: as :func:`build_buffer`. TimeoutError: the server did not bind.
   """
   buffer = build_buffer(kind, **buffer_kwargs)
-  server = _small_server(seed, keys=keys, **(server_kwargs or {}))
+  server_kwargs = dict(server_kwargs or {})
+  server_kwargs["allow_nonfinite"] = bool(allow_nonfinite or server_kwargs.get("allow_nonfinite"))
+  server = _small_server(seed, keys=keys, **server_kwargs)
   try:
     endpoints = server.start(rep_endpoint=rep_endpoint)
     serve_buffer(server, buffer, name, checkpoint_root=checkpoint_root)
@@ -788,6 +833,11 @@ def main(argv=None) -> int:
   parser.add_argument("--max_batch", type=int, default=None, metavar="ROWS",
                       help="largest batch one remote sample call may ask for (default "
                            f"{_server_default('max_batch')}; docs/LIMITS.md)")
+  parser.add_argument("--allow_nonfinite", nargs="?", const="1", default="0",
+                      choices=("0", "1"), metavar="0|1",
+                      help="1 (or the bare flag) stores NaN/inf rewards sent by peers; 0 "
+                           "refuses them, counted as 'nonfinite' (default 0; non-finite "
+                           "priorities are always refused; docs/LIMITS.md)")
   parser.add_argument("--reply_cache_bytes", type=int, default=None, metavar="BYTES",
                       help="bytes of replies kept to answer retried calls (default "
                            f"{_server_default('reply_cache_bytes')}; docs/LIMITS.md)")
@@ -817,7 +867,8 @@ def main(argv=None) -> int:
             else os.path.abspath(args.checkpoint_root))
     server, endpoint = start_buffer_server(args.serve, args.name, rep_endpoint=args.endpoint,
                                            seed=args.seed, checkpoint_root=root, keys=keys,
-                                           server_kwargs=limits, **kwargs)
+                                           server_kwargs=limits,
+                                           allow_nonfinite=args.allow_nonfinite == "1", **kwargs)
   except (OSError, ValueError, TypeError, SyntaxError, ImportError) as e:
     raise cli.UsageError(e) from None
   stop = threading.Event()
