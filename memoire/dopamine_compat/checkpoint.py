@@ -24,7 +24,9 @@ and scalars, and Dopamine's SumTree (as plain data). numpy dtypes and arrays in 
 kept as inert records and rebuilt only as plain numeric dtypes with exactly their bytes (numpy's
 own ``dtype.__setstate__`` would trust a crafted field offset or subarray). ``add_count`` must
 lie in [0, 2**62] (the native core's bound). Every file is read and checked before the buffer
-changes; any problem raises :class:`CheckpointError` naming the file and changes nothing.
+changes; any problem raises :class:`CheckpointError` naming the file and changes nothing. A
+local file is opened by :func:`open_regular` (non-blocking, not following a symlink, fstat-ed):
+a FIFO, device, folder or symlink at a checkpoint file name is refused at once.
 """
 
 import errno
