@@ -40,6 +40,26 @@ def fill(buf, n, prioritized, chunk=500):
     buf.add_batch(*args, priorities=np.ones(k) if prioritized else None)
 
 
+def main_jax(capacity, n):
+  """Dopamine's JAX buffer face: its store is built by the first add."""
+  from memoire.dopamine_compat import jax_replay_buffer as jrb  # pylint: disable=g-import-not-at-top
+  out = {"raw": n * OBS[0] * OBS[1]}
+  base = status("VmRSS")
+  buf = jrb.ReplayBuffer(jrb.TransitionAccumulator(4, 1, 0.99),
+                         jrb.UniformSamplingDistribution(seed=0), batch_size=32,
+                         max_capacity=capacity)
+  buf.add(jrb.TransitionElement(np.ones(OBS, np.uint8), 0, 0.0, False, False))
+  out["construct"] = status("VmRSS") - base
+  before = status("VmRSS")
+  chunk = 500
+  frames = np.empty((chunk,) + OBS, np.uint8)
+  for start in range(0, n, chunk):
+    frames[...] = ((np.arange(chunk) + start) % 251 + 1)[:, None, None]
+    buf.add_batch(frames, np.zeros(chunk, np.int32), np.ones(chunk), np.zeros(chunk, bool))
+  out["fill"] = status("VmRSS") - before
+  print("RESULT " + json.dumps(out))
+
+
 def main(capacity, n, prioritized, checkpoint):
   cls = OutOfGraphPrioritizedReplayBuffer if prioritized else OutOfGraphReplayBuffer
   out = {"raw": n * OBS[0] * OBS[1]}
@@ -71,4 +91,7 @@ def main(capacity, n, prioritized, checkpoint):
 
 
 if __name__ == "__main__":
+  if sys.argv[3] == "jax":
+    main_jax(int(sys.argv[1]), int(sys.argv[2]))
+    sys.exit(0)
   main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "prioritized", sys.argv[4] == "save")

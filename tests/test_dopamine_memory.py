@@ -43,6 +43,15 @@ def test_atari_capacity_costs_nothing_until_frames_arrive(kind):
 
 
 @linux_only
+@pytest.mark.dopamine
+def test_jax_buffer_capacity_costs_nothing_until_frames_arrive():
+  pytest.importorskip("dopamine.jax.replay_memory.replay_buffer")
+  r = measure(1_000_000, 3000, "jax")
+  assert r["construct"] < 32 * MiB, r  # per-element records are reserved, not committed
+  assert 0.9 * r["raw"] <= r["fill"] <= r["raw"] + 12 * MiB, r
+
+
+@linux_only
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
 def test_save_and_load_stream_without_a_second_copy(kind):
   r = measure(100_000, 3000, kind, save=True)
