@@ -520,7 +520,12 @@ def _bind(buffer, given):
         "{} was built without {}: pass them, or give the buffer as wrapped_memory to a "
         "WrappedReplayBuffer, which supplies its own".format(cls.__name__, ", ".join(missing)))
   del buffer.__dict__["_unbound"]
-  cls.__init__(buffer, **merged)
+  try:
+    cls.__init__(buffer, **merged)
+  except BaseException:
+    buffer.__dict__.clear()  # a failed bind leaves the buffer unbound, as it was
+    buffer.__dict__["_unbound"] = (cls, args)
+    raise
 
 
 def bind_memory(memory, wrapper_args):
