@@ -41,6 +41,8 @@ def main(gin_file, steps):
       "memory_class": type(memory).__module__ + "." + type(memory).__name__,
       "wrapper_class": type(agent._replay).__module__,  # pylint: disable=protected-access
       "add_count": int(memory.add_count),
+      "update_horizon": int(memory._update_horizon),  # pylint: disable=protected-access
+      "replay_capacity": int(memory._replay_capacity),  # pylint: disable=protected-access
       "training_steps": int(agent.training_steps),
       "episodes": episodes,
   }

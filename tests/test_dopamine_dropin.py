@@ -87,6 +87,21 @@ def test_unbound_buffer_outside_a_wrapper_raises_naming_the_arguments():
     partial.is_empty()
 
 
+def test_served_buffer_without_its_shape_fails_when_built():
+  from memoire.dopamine_compat import remote  # pylint: disable=g-import-not-at-top
+  with pytest.raises(AttributeError, match="observation_shape, replay_capacity, batch_size"):
+    remote.build_buffer("circular", stack_size=1)
+
+
+def test_failed_bind_leaves_the_buffer_unbound():
+  buf = mcrb.OutOfGraphReplayBuffer(replay_capacity=3)
+  args = dict(observation_shape=(3,), stack_size=2, batch_size=2, update_horizon=2)
+  with pytest.raises(ValueError, match="not enough capacity"):
+    mcrb.bind_memory(buf, args)
+  mcrb.bind_memory(buf, dict(args, update_horizon=1))  # capacity 3 covers stack 2 + horizon 1
+  assert buf._replay_capacity == 3 and buf.add_count == 0  # pylint: disable=protected-access
+
+
 def test_bind_memory_keeps_the_memorys_own_settings():
   buf = mcrb.OutOfGraphReplayBuffer(replay_capacity=50, gamma=0.5)
   mcrb.bind_memory(buf, dict(observation_shape=(3,), stack_size=1, replay_capacity=999,

@@ -33,6 +33,8 @@ def test_dqn_trains_on_memoire_buffer_via_gin():
   assert r["training_steps"] >= 700
   assert r["batch_shapes"]["state"] == [128, 4, 1, 1]
   assert r["batch_shapes"]["indices"] == [128]
+  # The memory was bound with no arguments: it took the agent's and the wrapper's.
+  assert (r["update_horizon"], r["replay_capacity"]) == (1, 50000)
   assert r["batch_indices_valid"]
   assert r["reloaded"] and r["reloaded_add_count"] == r["add_count"]
 
@@ -42,6 +44,7 @@ def test_rainbow_trains_on_memoire_prioritized_buffer_via_gin():
   assert "OutOfGraphPrioritizedReplayBuffer" in r["memory_class"]
   assert r["memory_class"].startswith("memoire.") or "Memoire" in r["memory_class"]
   assert r["batch_shapes"]["sampling_probabilities"] == [128]
+  assert (r["update_horizon"], r["replay_capacity"]) == (3, 50000)  # the agent's and wrapper's
   assert r["batch_indices_valid"]
   # The agent set priorities through tf_set_priority: they are no longer all equal.
   assert r["distinct_priorities"] > 10

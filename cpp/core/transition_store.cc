@@ -37,8 +37,19 @@ Status TransitionStore::Make(const Options& o, std::unique_ptr<TransitionStore>*
   if (o.prioritized && o.tree_capacity < 1)
     return Error(Code::kInvalidArgument, "sampler max_capacity: expected >= 1, got ",
                  o.tree_capacity);
-  out->reset(new TransitionStore(o));
+  std::unique_ptr<TransitionStore> store(new TransitionStore(o));
+  if (!store->Allocated())
+    return Error(Code::kResourceExhausted, "cannot reserve memory for max_capacity=",
+                 o.max_capacity);
+  *out = std::move(store);
   return Status::OK();
+}
+
+bool TransitionStore::Allocated() const {
+  return e_state_end_.allocated() && e_next_end_.allocated() && e_state_valid_.allocated() &&
+         e_next_valid_.allocated() && e_reward_.allocated() && e_terminal_.allocated() &&
+         e_episode_end_.allocated() && e_action_.allocated() && key_by_index_.allocated() &&
+         index_of_.allocated();
 }
 
 TransitionStore::Bytes TransitionStore::AllocFrames(int64_t cap, size_t frame_bytes) {
@@ -58,16 +69,16 @@ TransitionStore::TransitionStore(const Options& o) : opt_(o) {
   frames_ = AllocFrames(frame_cap_, o.frame_bytes);
   w_.resize(win);
   w_actions_.resize(static_cast<size_t>(win) * o.action_bytes);
-  e_state_end_.resize(c);
-  e_next_end_.resize(c);
-  e_state_valid_.resize(c);
-  e_next_valid_.resize(c);
-  e_reward_.resize(c);
-  e_terminal_.resize(c);
-  e_episode_end_.resize(c);
-  e_action_.resize(static_cast<size_t>(c) * o.action_bytes);
-  key_by_index_.resize(c + 1);
-  index_of_.resize(c + 1);
+  e_state_end_ = ReservedArray<int64_t>(c);
+  e_next_end_ = ReservedArray<int64_t>(c);
+  e_state_valid_ = ReservedArray<uint8_t>(c);
+  e_next_valid_ = ReservedArray<uint8_t>(c);
+  e_reward_ = ReservedArray<double>(c);
+  e_terminal_ = ReservedArray<uint8_t>(c);
+  e_episode_end_ = ReservedArray<uint8_t>(c);
+  e_action_ = ReservedArray<uint8_t>(static_cast<size_t>(c) * o.action_bytes);
+  key_by_index_ = ReservedArray<int64_t>(c + 1);
+  index_of_ = ReservedArray<int64_t>(c + 1);
   if (o.prioritized) {
     leaves_ = LeavesFor(o.tree_capacity, c);
     depth_ = 1;

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/reserved.h"
 #include "core/status.h"
 
 namespace memoire {
@@ -177,18 +178,20 @@ class TransitionStore {
   int64_t w_start_pos_ = -1;  // frame position of the first step since the last clear
   bool w_emitted_ = false;    // whether this trajectory yielded an element
 
-  // Elements, slot = key % max_capacity.
-  std::vector<int64_t> e_state_end_, e_next_end_;
-  std::vector<uint8_t> e_state_valid_, e_next_valid_;
-  std::vector<double> e_reward_;
-  std::vector<uint8_t> e_terminal_, e_episode_end_;
-  std::vector<uint8_t> e_action_;
+  // Elements, slot = key % max_capacity. Sized by max_capacity but reserved (reserved.h):
+  // only slots that were written take memory.
+  ReservedArray<int64_t> e_state_end_, e_next_end_;
+  ReservedArray<uint8_t> e_state_valid_, e_next_valid_;
+  ReservedArray<double> e_reward_;
+  ReservedArray<uint8_t> e_terminal_, e_episode_end_;
+  ReservedArray<uint8_t> e_action_;
   int64_t add_count_ = 0;
   int64_t size_ = 0;
 
-  // Sampler maps.
-  std::vector<int64_t> key_by_index_;  // dense index -> key
-  std::vector<int64_t> index_of_;      // key % (max_capacity + 1) -> dense index
+  // Sampler maps (reserved likewise).
+  ReservedArray<int64_t> key_by_index_;  // dense index -> key
+  ReservedArray<int64_t> index_of_;      // key % (max_capacity + 1) -> dense index
+  bool Allocated() const;
 
   // Dopamine-layout sum tree (prioritized only).
   int depth_ = 0;

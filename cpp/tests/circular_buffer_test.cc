@@ -1,9 +1,12 @@
 // CircularBuffer: ring arithmetic, padding, validity and n-step sums on small capacities.
 // (Bit-for-bit agreement with Dopamine is tested in tests/test_dopamine_*.py.)
 #include "core/circular_buffer.h"
+#include "core/reserved.h"
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "testing.h"
 
@@ -105,6 +108,40 @@ TEST(PrioritiesCheckedBeforeAnyIsSet) {
   int64_t s[8];
   CHECK(b->SampleIndices(8, s).ok());
   for (int64_t i : s) CHECK(b->IsValid(i));
+}
+
+TEST(RestoreFromTakesStagingColumnsAndLeavesItZero) {
+  auto b = Make(9, 2, 1, true);
+  for (int i = 0; i < 4; ++i) Add(*b, 50 + i, 0.0f, false);
+  auto staging = Make(9, 2, 1, true);
+  uint8_t* obs = staging->column(CircularBuffer::kObservation);
+  for (int i = 0; i < 18; ++i) obs[i] = static_cast<uint8_t>(i + 1);
+  uint8_t* before = b->column(CircularBuffer::kObservation);
+  std::vector<double> leaves(9, 1.5);
+  CHECK(b->RestoreFrom(staging.get(), 7, {6}, leaves.data(), 1.5).ok());
+  // Same addresses, the staged bytes; the staging buffer reads zeros.
+  CHECK(b->column(CircularBuffer::kObservation) == before);
+  for (int i = 0; i < 18; ++i) CHECK(before[i] == i + 1);
+  for (int i = 0; i < 18; ++i) CHECK(obs[i] == 0);
+  CHECK(b->add_count() == 7 && b->total_priority() == 9 * 1.5);
+  // Another capacity is refused and changes nothing.
+  auto other = Make(10, 2, 1, true);
+  CHECK(b->RestoreFrom(other.get(), 3, {}, leaves.data(), 1.0).code() == Code::kInvalidArgument);
+  CHECK(b->add_count() == 7 && before[0] == 1);
+}
+
+TEST(ReservedBytesMoveLargeBlocks) {
+  // 16 MiB: the huge-page-aligned path.
+  const size_t n = size_t{16} << 20;
+  ReservedBytes a(n), b(n);
+  CHECK(a.data() != nullptr && b.data() != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20) == 0);
+  for (size_t i = 0; i < n; i += 4096) b.data()[i] = static_cast<uint8_t>(i >> 12);
+  uint8_t* at = a.data();
+  a.TakeContents(b);
+  CHECK(a.data() == at);
+  for (size_t i = 0; i < n; i += 4096) CHECK(a.data()[i] == static_cast<uint8_t>(i >> 12));
+  for (size_t i = 0; i < n; i += 4096) CHECK(b.data()[i] == 0);
 }
 
 TEST_MAIN()

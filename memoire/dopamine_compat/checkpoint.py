@@ -167,16 +167,43 @@ def _not_found(message):
 # ---- writing ---------------------------------------------------------------------------------
 
 
-def _sum_tree_pickle(leaves, max_recorded_priority):
-  """Bytes that unpickle to Dopamine's SumTree holding ``leaves`` (float64[P])."""
+class _Middle(object):
+  """A write-only stream that passes on what is written to ``f`` except the first ``head``
+  bytes and the last ``tail`` bytes."""
+
+  def __init__(self, f, head, tail):
+    self._f, self._skip, self._tail = f, head, tail
+    self._held = b""  # the last `tail` bytes seen so far
+
+  def write(self, data):
+    view = memoryview(data).cast("B")
+    n = len(view)
+    if self._skip:
+      cut = min(self._skip, len(view))
+      view, self._skip = view[cut:], self._skip - cut
+    if len(view) >= self._tail:
+      self._f.write(self._held)
+      self._f.write(view[:len(view) - self._tail])
+      self._held = bytes(view[len(view) - self._tail:])
+    else:
+      joined = self._held + bytes(view)
+      self._f.write(joined[:len(joined) - self._tail])
+      self._held = joined[len(joined) - self._tail:]
+    return n
+
+
+def _write_sum_tree_pickle(f, leaves, max_recorded_priority):
+  """Writes bytes that unpickle to Dopamine's SumTree holding ``leaves`` (float64[P]); the
+  state dict is pickled straight into ``f`` (no copy of the whole pickle)."""
   levels = [np.asarray(leaves, np.float64)]
   while len(levels[0]) > 1:
     levels.insert(0, levels[0][0::2] + levels[0][1::2])
-  state = pickle.dumps({"nodes": levels, "max_recorded_priority": float(max_recorded_priority)},
-                       protocol=3)
-  # PROTO 3, GLOBAL SumTree, EMPTY_TUPLE, NEWOBJ, <state dict>, BUILD, STOP.
-  return (b"\x80\x03" + b"cdopamine.tf.replay_memory.sum_tree\nSumTree\n" + b")\x81" +
-          state[2:-1] + b"b.")
+  # PROTO 3, GLOBAL SumTree, EMPTY_TUPLE, NEWOBJ, <state dict>, BUILD, STOP: the state dict is
+  # a protocol-3 pickle less its PROTO (2 bytes) and STOP (1 byte).
+  f.write(b"\x80\x03" + b"cdopamine.tf.replay_memory.sum_tree\nSumTree\n" + b")\x81")
+  pickle.Pickler(_Middle(f, 2, 1), protocol=3).dump(
+      {"nodes": levels, "max_recorded_priority": float(max_recorded_priority)})
+  f.write(b"b.")
 
 
 def _write_payload(gz, buffer, name):
@@ -187,8 +214,12 @@ def _write_payload(gz, buffer, name):
   """
   if name.startswith(STORE_FILENAME_PREFIX):
     _write_npy(gz, buffer._store[name[len(STORE_FILENAME_PREFIX):]])  # pylint: disable=protected-access
-    return
-  gz.write(_payload(buffer, name))
+  elif name == "sum_tree":
+    core = buffer._core  # pylint: disable=protected-access
+    leaves = core.get_priorities(np.arange(core.padded_leaves, dtype=np.int64))
+    _write_sum_tree_pickle(gz, leaves, core.max_recorded_priority)
+  else:
+    gz.write(_payload(buffer, name))
 
 
 def _write_npy(f, array):
@@ -208,10 +239,6 @@ def _payload(buffer, name):
     np.save(out, getattr(buffer, name), allow_pickle=False)
   elif name == "episode_end_indices":
     pickle.dump(buffer.episode_end_indices, out)
-  elif name == "sum_tree":
-    core = buffer._core  # pylint: disable=protected-access
-    leaves = core.get_priorities(np.arange(core.padded_leaves, dtype=np.int64))
-    out.write(_sum_tree_pickle(leaves, core.max_recorded_priority))
   else:
     raise AssertionError(name)
   return out.getbuffer()

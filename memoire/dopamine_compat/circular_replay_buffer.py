@@ -11,7 +11,14 @@ Differences from Dopamine, all deliberate:
   indices differ from Dopamine's for the same global seed, their distribution does not.
 - A failed call changes nothing (Dopamine may have written padding before raising).
 - ``episode_end_indices`` is computed on access; mutating the returned set has no effect
-  (assign a new set instead). ``invalid_range`` is derived from ``add_count``.
+  (assign a new set instead). ``invalid_range`` is derived from ``add_count``; an assigned
+  value reads back (and is saved) until the next add, as in Dopamine, but validity keeps
+  following the cursor.
+- Resident memory follows what is stored: the ring is reserved, not committed (a
+  1,000,000-slot Atari buffer costs nothing until frames arrive), and save/load stream columns
+  in 1 MiB slices (no second copy; the file's zero slices take no memory on load).
+- Built without observation_shape, stack_size, replay_capacity or batch_size, a buffer is
+  unbound and takes them from the WrappedReplayBuffer holding it (see ``__init__``).
 - Extra storage elements may not reuse a transition element's name.
 - Checkpoints are written atomically per iteration and loaded without unpickling arbitrary
   objects; see :mod:`memoire.dopamine_compat.checkpoint`.
@@ -513,7 +520,12 @@ def _bind(buffer, given):
         "{} was built without {}: pass them, or give the buffer as wrapped_memory to a "
         "WrappedReplayBuffer, which supplies its own".format(cls.__name__, ", ".join(missing)))
   del buffer.__dict__["_unbound"]
-  cls.__init__(buffer, **merged)
+  try:
+    cls.__init__(buffer, **merged)
+  except BaseException:
+    buffer.__dict__.clear()  # a failed bind leaves the buffer unbound, as it was
+    buffer.__dict__["_unbound"] = (cls, args)
+    raise
 
 
 def bind_memory(memory, wrapper_args):

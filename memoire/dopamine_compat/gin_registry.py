@@ -24,13 +24,19 @@ never passes ``wrapped_memory``, so gin can fill it)::
 
     import memoire.dopamine_compat.gin_registry
     WrappedReplayBuffer.wrapped_memory = @MemoireOutOfGraphReplayBuffer()
-    MemoireOutOfGraphReplayBuffer.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE
-    MemoireOutOfGraphReplayBuffer.stack_size = %gym_lib.CARTPOLE_STACK_SIZE
-    ...
 
-(the wrapper's own shape, horizon and discount are the agent's; the wrapped memory needs them
-bound explicitly, with the same values; see configs/dqn_cartpole_tf.gin). As in Dopamine, the
-wrappers keep observation_shape, stack_size, update_horizon and gamma out of gin.
+Built with no arguments, memoire's buffer is unbound and takes, on first use, the arguments of
+the wrapper that holds it: the agent's shape, dtype, stack, horizon and discount, and the
+wrapper's capacity and batch size (see configs/dqn_cartpole_tf.gin). Arguments bound on the
+memory itself win. The same holds for ``WrappedPrioritizedReplayBuffer.wrapped_memory =
+@MemoireOutOfGraphPrioritizedReplayBuffer()``, and for memoire's wrappers, which also accept
+the class alone (``MemoireWrappedReplayBuffer.wrapped_memory = @MemoireOutOfGraphReplayBuffer``).
+As in Dopamine, the wrappers keep observation_shape, stack_size, update_horizon and gamma out
+of gin.
+
+In Python, memoire's classes may also be assigned into Dopamine's modules (e.g.
+``prioritized_replay_buffer.WrappedPrioritizedReplayBuffer = WrappedPrioritizedReplayBuffer``);
+Dopamine's gin bindings of the replaced class then apply to memoire's.
 
 A TF agent's replay on a server (``python -m memoire.dopamine_compat.remote --serve circular``
 hosts it; see configs/dqn_cartpole_tf_remote.gin)::

@@ -719,6 +719,8 @@ def build_buffer(kind: str, **kwargs):
 
   Raises:
     ValueError: an unknown `kind`. TypeError: arguments the class does not take.
+    AttributeError: `circular` / `prioritized` without observation_shape, stack_size,
+      replay_capacity or batch_size (naming those missing).
   """
   if kind in ("circular", "prioritized"):
     from memoire.dopamine_compat import gin_registry
@@ -727,7 +729,9 @@ def build_buffer(kind: str, **kwargs):
            else gin_registry.MemoireOutOfGraphPrioritizedReplayBuffer)
     if "observation_shape" in kwargs:
       kwargs["observation_shape"] = tuple(kwargs["observation_shape"])
-    return cls(**kwargs)
+    buffer = cls(**kwargs)
+    _crb.bind_memory(buffer, {})  # no wrapper will supply missing arguments: fail here
+    return buffer
   if kind in ("jax", "jax_prioritized"):
     from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
 
