@@ -68,7 +68,8 @@ def losses(run_dir, steps_per_iteration):
             event = event_pb2.Event.FromString(raw.numpy())
             for v in event.summary.value:
                 if v.tag == "HuberLoss":
-                    loss = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+                    loss = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
+                            else v.simple_value)
                     out.setdefault((event.step - 1) // steps_per_iteration, []).append(
                         (int(event.step), loss))
     return {k: sorted(v) for k, v in out.items()}
