@@ -2,9 +2,9 @@
 
 The stock files are read from ``<repo>/../shared/dopamine-stock-gin/`` (Dopamine's own copies,
 not part of the project; ``MEMOIRE_STOCK_GIN`` names another folder); without that folder, or
-without ale-py and its Pong ROM, these tests skip and say why. Budgets are cut with ``--gin_bindings`` only (a few hundred agent steps,
-small replay capacity and batch, training from step 100), so each run is seconds of play
-after the imports; the learning itself is not tested here.
+without ale-py and its Pong ROM, these tests skip and say why. Budgets are cut with
+``--gin_bindings`` only (a few hundred agent steps, small replay capacity and batch, training
+from step 100), so each run is seconds of play after the imports; learning is not tested here.
 """
 
 import ast
