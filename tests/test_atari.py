@@ -158,6 +158,15 @@ def test_jax_agents_entry_point_writes_records_plot_reads(tmp_path):
     _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout")
 
 
+def test_stock_file_runs_on_dopamines_buffer_for_comparison(tmp_path):
+    rel, agent_class, prioritized = JAX_CONFIGS["rainbow"]
+    base = tmp_path / "dopamine_replay"
+    _train(os.path.join(STOCK, rel), base, _short(agent_class, prioritized),
+           entry=("-m", "memoire.cli", "train", "--replay", "dopamine"))
+    _check_run(base, memory="dopamine.jax.replay_memory.replay_buffer.ReplayBuffer",
+               actors=False)
+
+
 def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
     out = _run(["-m", "memoire.cli", "train", "--gin_files",
                 os.path.join(STOCK, TF_CONFIGS["tf_dqn"]), "--base_dir", str(tmp_path / "tf")],
