@@ -2,13 +2,16 @@
 
 Roles:
 
-- **Actors** run the environment with the agent's epsilon-greedy policy on the learner's latest
-  network parameters, and send their experience in chunks. An actor is the gin-configured
-  Dopamine agent with its replay memory swapped for a recorder: the agent's own
+- **Actors** run the environment the gin configuration names (what Dopamine's runner would
+  build: its ``create_environment_fn``, by default Atari with the gin-bound game; see
+  :func:`memoire.train.environment_fn`) with the agent's epsilon-greedy policy on the
+  learner's latest network parameters, and send their experience in chunks. An actor is the
+  gin-configured Dopamine agent with its replay memory swapped for a recorder: the agent's own
   ``begin_episode``/``step``/``end_episode`` choose actions and build transitions exactly as in
   a single process, but nothing is trained there.
-- **The learner** is Dopamine's Runner (with memoire's trackers) whose training phase ingests
-  actors' transitions instead of stepping an environment: each transition goes into the
+- **The learner** is Dopamine's Runner (TrainRunner under ``create_runner.schedule =
+  'continuous_train'``) with memoire's trackers, whose training phase ingests actors'
+  transitions instead of stepping an environment: each transition goes into the
   agent's replay memory and is followed by one ``_train_step`` (so ``update_period`` and
   ``min_replay_history`` keep their single-process meaning), and every ``publish_period``
   training steps the online parameters are published. On memoire's replay buffer (the

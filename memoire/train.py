@@ -22,6 +22,17 @@ Replay: agents run on memoire's replay buffers unless ``--replay dopamine`` (gin
 ``replay_backend.name = 'dopamine'``) asks for Dopamine's own, for comparison (see
 :mod:`memoire.replay_routing`). Which memory ran is the ``memory`` column of ``replay.csv``.
 
+Environments: whatever the runner's ``create_environment_fn`` builds, by default Dopamine's
+Atari (``atari_lib.create_atari_environment`` with the gin-bound game), so Dopamine's stock
+Atari gin files run unchanged, e.g. with a short budget::
+
+    memoire train --gin_files dopamine/jax/agents/dqn/configs/dqn.gin --base_dir runs/pong \
+        --gin_bindings 'Runner.num_iterations = 2' --gin_bindings 'Runner.training_steps = 5000'
+
+Dopamine's stock TF files ``import gin.tf.external_configurables``, which needs
+``tf.estimator`` (gone from TensorFlow 2.16+); they stop with a one-line error, and
+``configs/atari/tf_*.gin`` are the same files with that import replaced.
+
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs

@@ -1,10 +1,10 @@
 """Dopamine's stock Atari gin files, unmodified, through ``memoire train`` on memoire's buffers.
 
 The stock files are read from ``<repo>/../shared/dopamine-stock-gin/`` (Dopamine's own copies,
-not part of the project; ``MEMOIRE_STOCK_GIN`` names another folder); without that folder, or without ale-py and its Pong ROM, these tests
-skip and say why. Budgets are cut with ``--gin_bindings`` only (a few hundred agent steps,
-small replay capacity and batch, training from step 100), so each run is seconds of play
-after the imports; the learning itself is not tested here.
+not part of the project; ``MEMOIRE_STOCK_GIN`` names another folder); without that folder, or
+without ale-py and its Pong ROM, these tests skip and say why. Budgets are cut with
+``--gin_bindings`` only (a few hundred agent steps, small replay capacity and batch, training
+from step 100), so each run is seconds of play after the imports; learning is not tested here.
 """
 
 import ast
@@ -156,6 +156,15 @@ def test_jax_agents_entry_point_writes_records_plot_reads(tmp_path):
            + ["atari_lib.create_atari_environment.game_name = 'Breakout'"],
            entry=("-m", "memoire.dopamine_compat.jax_agents"))
     _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout")
+
+
+def test_stock_file_runs_on_dopamines_buffer_for_comparison(tmp_path):
+    rel, agent_class, prioritized = JAX_CONFIGS["rainbow"]
+    base = tmp_path / "dopamine_replay"
+    _train(os.path.join(STOCK, rel), base, _short(agent_class, prioritized),
+           entry=("-m", "memoire.cli", "train", "--replay", "dopamine"))
+    _check_run(base, memory="dopamine.jax.replay_memory.replay_buffer.ReplayBuffer",
+               actors=False)
 
 
 def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
