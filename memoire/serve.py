@@ -58,6 +58,15 @@ HELP = dict(
     curve_authorized="directory of the CURVE public keys of the clients allowed in",
     interval="seconds between counter lines",
     duration="stop after this many seconds (default: run until Ctrl-C or SIGTERM)",
+    # The server's limits (docs/LIMITS.md), for when DEFAULTS has them.
+    max_stream_bytes="bytes one actor's unfinished episodes may hold (default: from the "
+                     "memory's size)",
+    max_open_bytes="bytes all unfinished episodes may hold (default: from the memory's size)",
+    reply_cache_bytes="bytes of replies kept to answer retried calls",
+    max_batch="rows one remote sample call may ask for",
+    max_counter_clients="client uuids whose counters are kept",
+    allow_nonfinite="1: store NaN/inf rewards, probs and values; 0: refuse them (counted as "
+                    "'nonfinite')",
 )
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
           "multi_step": int, "priority_exponent": float, "discount_factor": float,

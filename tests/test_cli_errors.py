@@ -226,7 +226,7 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     prog, main = _entry_points()[index]
     actions = _check_help(prog, main, monkeypatch, capsys)
     if prog == "memoire serve":  # the count: 26 options, none described before
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 26
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") >= 26
 
 
 @pytest.mark.dopamine
