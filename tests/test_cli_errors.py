@@ -25,13 +25,15 @@ def _run(args, cwd, timeout=180):
 
 
 def _error_line(out, prog, *, alone=True):
-    """The one error line of ``out`` (asserting exit 2, no traceback). ``alone``: stderr
-    holds nothing else; otherwise it may start with third-party import noise (TensorFlow's,
-    gym's) printed before the mistake was found, and the error line must be the last."""
+    """The one error line of ``out`` (asserting exit 2, no traceback). ``prog``: the name
+    the line starts with (or a tuple of names). ``alone``: stderr holds nothing else;
+    otherwise it may start with third-party import noise (TensorFlow's, gym's) printed before
+    the mistake was found, and the error line must be the last."""
     assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     lines = out.stderr.strip().splitlines()
-    ours = [line for line in lines if line.startswith(f"{prog}: error: ")]
+    progs = (prog,) if isinstance(prog, str) else prog
+    ours = [line for line in lines if line.startswith(tuple(f"{p}: error: " for p in progs))]
     assert len(ours) == 1 and lines[-1] == ours[0], out.stderr[-3000:]
     if alone:
         assert lines == ours, out.stderr
@@ -145,11 +147,12 @@ def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
 
 @pytest.mark.dopamine
 def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
-    prog = "python -m memoire.dopamine_compat.jax_agents"
+    # Its own parser, or memoire train's where it delegates to it.
+    prog = ("python -m memoire.dopamine_compat.jax_agents", "memoire train")
     out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
-                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'dqn'"],
+                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'foo'"],
                tmp_path)
-    assert "expected one of jax_dqn" in _error_line(out, prog, alone=False)
+    assert "create_agent.agent_name: expected one of " in _error_line(out, prog, alone=False)
     out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
                 "--gin_files", "nope.gin"], tmp_path)
     assert "'nope.gin': no such file" in _error_line(out, prog, alone=False)
@@ -201,7 +204,8 @@ def _actions(parser, where=""):
 
 def _check_help(prog, main, monkeypatch, capsys):
     parser = _parser_of(main, monkeypatch)
-    assert isinstance(parser, cli.ArgumentParser) and parser.prog == prog
+    assert isinstance(parser, cli.ArgumentParser)
+    assert prog is None or parser.prog == prog
     actions = list(_actions(parser))
     assert len(actions) > 1
     for where, action in actions:
@@ -233,8 +237,7 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
 def test_jax_agents_options_have_help_texts(monkeypatch, capsys):
     from memoire.dopamine_compat import jax_agents
 
-    _check_help("python -m memoire.dopamine_compat.jax_agents", jax_agents.main, monkeypatch,
-                capsys)
+    _check_help(None, jax_agents.main, monkeypatch, capsys)  # its parser, or memoire train's
 
 
 def test_memoire_help_lists_every_command():
