@@ -205,7 +205,9 @@ def test_shell_block(block, tmp_path):
     if "tiny" in block.flags:
         assert any(TRAINING.match(c) for c in commands), "tiny: no training command in block"
         commands = [_with_tiny(c) for c in commands]
-    _run_bash("\n".join(commands), work, env, timeout=900)
+    out = _run_bash("\n".join(commands), work, env, timeout=900)
+    log = out.stdout + out.stderr
+    assert [line for line in log.splitlines() if "ERROR" in line] == [], log[-3000:]
     # What the block's commands say they make is there.
     for c in commands:
         m = re.search(r"--base_dir (\S+)", c)

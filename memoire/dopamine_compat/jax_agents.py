@@ -205,7 +205,12 @@ def main(argv=None) -> int:
     if agent_name not in AGENTS:
         raise cli.UsageError(f"create_agent.agent_name: expected one of "
                              f"{', '.join(AGENTS)}, got {agent_name!r}")
+    import tensorflow as tf
+
     logging.set_verbosity(logging.INFO)
+    # As Dopamine's train.py: graph mode (else TF's summary writer probes for a GPU and logs
+    # "failed call to cuInit: ... ERROR" on a machine without one).
+    tf.compat.v1.disable_v2_behavior()
     create_memoire_runner(args.base_dir).run_experiment()
     return 0
 
