@@ -117,8 +117,8 @@ def check_output_dir(path: str, flag: str) -> None:
 
 
 def check_files(paths: Sequence[str], flag: str) -> None:
-    """Raises :class:`UsageError` naming ``flag`` for the first of ``paths`` that is not a
-    readable file."""
+    """Raises :class:`UsageError` naming ``flag`` for the first of ``paths`` that is not an
+    existing file."""
     for path in paths:
         if not os.path.isfile(path):
             why = "is a directory" if os.path.isdir(path) else "no such file"

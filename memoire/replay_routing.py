@@ -98,8 +98,8 @@ def create_agent_fn():
         if name in jax_agents.AGENTS:
             return jax_agents.create_memoire_agent
         if name not in _TF_AGENTS:
-            print(f"[memoire] agent {name!r} has no memoire replay variant; it runs on "
-                  "Dopamine's buffer", file=sys.stderr, flush=True)
+            print(f"[memoire] agent {name!r} has no memoire replay variant; it runs as "
+                  "Dopamine builds it", file=sys.stderr, flush=True)
     return run_experiment.create_agent
 
 

@@ -2,30 +2,9 @@
 
     memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
 
-Flags (each also a gin parameter of ``serve_config``):
-  --state_shape 84,84 --state_dtype uint8      state template (default float32[4])
-  --action_shape "" --action_dtype int64       action template (default int64[])
-  --reward_shape ""                            reward/value/qvest shape (float32; default [])
-  --info_shape 0 --info_dtype uint8            info template (default uint8[0])
-  --max_step N                                 entries the server memory holds (1000000)
-  --n_caches N                                 caches kept for get_batch (64)
-  --pub tcp://*:5560  --rep tcp://*:5561  --pull tcp://*:5562
-                                               endpoints (port * or 0: chosen by the OS)
-  --bind_host H                                interface for '*' hosts (127.0.0.1)
-  --cache_size N --frame_stack N --multi_step N --priority_exponent X --discount_factor X
-                                               settings sent to clients
-  --logfile PATH [--logmode a]                 actors' log lines
-  --curve_secret F --curve_authorized DIR      CURVE keys (see memoire.transport.CurveKeys)
-  --max_stream_bytes B --max_open_bytes B      bytes unfinished episodes may hold, per actor
-                                               and in all (default: from the memory's size)
-  --reply_cache_bytes B                        bytes of replies kept for retried calls (64 MiB)
-  --max_batch N                                rows one remote sample may ask for (16384)
-  --max_counter_clients N                      client uuids whose counters are kept (65536)
-  --allow_nonfinite 1                          store NaN/inf rewards, probs and values (0:
-                                               refuse them, counted as 'nonfinite')
-                                               (limits: docs/LIMITS.md)
-  --interval S                                 seconds between counter lines (2)
-  --duration S                                 stop after S seconds (default: run until Ctrl-C)
+Each flag is also a gin parameter of ``serve_config``, e.g.
+``--gin_binding "serve_config.max_step = 1000"``; flags win over gin. ``memoire serve --help``
+describes them (:data:`HELP`).
 
 Prints the endpoints, then a line of live counters per interval (inserts/s: steps ingested
 plus cache rows received; samples/s: rows sampled; size: entries in the server memory, caches
@@ -141,7 +120,7 @@ def build_server(cfg: dict):
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
     setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`)."""
-    p = cli.ArgumentParser(prog="memoire serve", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="memoire serve", description=__doc__)
     p.add_argument("--gin_file", action="append", default=[],
                    help="gin file binding serve_config.NAME (repeatable); flags win over it")
     p.add_argument("--gin_binding", action="append", default=[],

@@ -439,8 +439,8 @@ def prepare(args) -> dict:
         sweep = sweep_lib.load_sweep(args.sweep) if args.sweep else sweep_lib.Sweep()
         setting, run = sweep.locate(args.index)
         setting_bindings = sweep.bindings(setting)
-    except FileNotFoundError:
-        raise cli.UsageError(f"--sweep {args.sweep!r}: no such file") from None
+    except FileNotFoundError as e:  # the sweep file or a file it includes
+        raise cli.UsageError(f"--sweep: {e.filename or args.sweep!r}: no such file") from None
     except sweep_lib.SweepError as e:
         raise cli.UsageError(e) from None
     seed = sweep_lib.seed_for_run(run)

@@ -25,13 +25,15 @@ def _run(args, cwd, timeout=180):
 
 
 def _error_line(out, prog, *, alone=True):
-    """The one error line of ``out`` (asserting exit 2, no traceback). ``alone``: stderr
-    holds nothing else; otherwise it may start with third-party import noise (TensorFlow's,
-    gym's) printed before the mistake was found, and the error line must be the last."""
+    """The one error line of ``out`` (asserting exit 2, no traceback). ``prog``: the name
+    the line starts with (or a tuple of names). ``alone``: stderr holds nothing else;
+    otherwise it may start with third-party import noise (TensorFlow's, gym's) printed before
+    the mistake was found, and the error line must be the last."""
     assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     lines = out.stderr.strip().splitlines()
-    ours = [line for line in lines if line.startswith(f"{prog}: error: ")]
+    progs = (prog,) if isinstance(prog, str) else prog
+    ours = [line for line in lines if line.startswith(tuple(f"{p}: error: " for p in progs))]
     assert len(ours) == 1 and lines[-1] == ours[0], out.stderr[-3000:]
     if alone:
         assert lines == ours, out.stderr
@@ -201,7 +203,8 @@ def _actions(parser, where=""):
 
 def _check_help(prog, main, monkeypatch, capsys):
     parser = _parser_of(main, monkeypatch)
-    assert isinstance(parser, cli.ArgumentParser) and parser.prog == prog
+    assert isinstance(parser, cli.ArgumentParser)
+    assert prog is None or parser.prog == prog
     actions = list(_actions(parser))
     assert len(actions) > 1
     for where, action in actions:
