@@ -47,6 +47,7 @@ from memoire._core import ProtocolError
 
 STORE_FILENAME_PREFIX = "$store$_"
 _SLICE_BYTES = 1 << 20  # save and load pass a store column through slices of this size
+_READ_BYTES = 4 << 20  # load decompresses this much per call (fewer calls: faster)
 _COMPRESSLEVEL = 6  # zlib's default: Dopamine's level 9 costs much time for little space
 
 
@@ -515,8 +516,9 @@ def _read_npy_into(f, filename, out):
   """Reads one .npy stream into ``out`` (a C-contiguous array of the expected shape and dtype,
   reading zeros), checking it as _read_npy does.
 
-  Data arrives in bounded slices; all-zero slices are skipped, so the pages of ``out`` they
-  cover are never touched (an unfilled ring's zeros cost no memory).
+  Data arrives in bounded pieces (_READ_BYTES); all-zero slices (_SLICE_BYTES) are skipped,
+  so the pages of ``out`` they cover are never touched (an unfilled ring's zeros cost no
+  memory).
   """
   got_shape, fortran, got_dtype = _read_npy_header(f, filename, out.shape, out.dtype)
   if fortran or not got_dtype.isnative:  # never written by Dopamine or memoire: read whole
@@ -526,12 +528,14 @@ def _read_npy_into(f, filename, out):
     out[...] = whole.T if fortran else whole
     return
   dst = memoryview(out.reshape(-1).view(np.uint8)) if out.nbytes else memoryview(b"")
-  scratch = memoryview(bytearray(min(_SLICE_BYTES, out.nbytes)))
-  for start in range(0, out.nbytes, _SLICE_BYTES):
-    piece = scratch[:min(_SLICE_BYTES, out.nbytes - start)]
+  scratch = memoryview(bytearray(min(_READ_BYTES, out.nbytes)))
+  for start in range(0, out.nbytes, _READ_BYTES):
+    piece = scratch[:min(_READ_BYTES, out.nbytes - start)]
     _read_exactly(f, piece, filename, start, out.nbytes)
-    if np.frombuffer(piece, np.uint8).any():
-      dst[start:start + len(piece)] = piece
+    for at in range(0, len(piece), _SLICE_BYTES):
+      part = piece[at:at + _SLICE_BYTES]
+      if np.frombuffer(part, np.uint8).any():
+        dst[start + at:start + at + len(part)] = part
 
 
 def _read_file(fs, filename, reader):
