@@ -128,6 +128,12 @@ def _commands(text):
             if line.strip() and not line.strip().startswith("#")]
 
 
+# TensorFlow's GPU probe on a machine with CUDA libraries and no driver (this CI's machines)
+# logs this at ERROR level for any TF program, Dopamine's runner and a bare
+# `tf.config.list_physical_devices()` included: the machine's, not memoire's.
+_TF_GPU_PROBE = re.compile(r"cuda_driver\.cc:\d+\] failed call to cuInit")
+
+
 def _with_tiny(command):
     """``command`` with TINY bindings inserted before any trailing comment."""
     if not TRAINING.match(command):
@@ -207,7 +213,8 @@ def test_shell_block(block, tmp_path):
         commands = [_with_tiny(c) for c in commands]
     out = _run_bash("\n".join(commands), work, env, timeout=900)
     log = out.stdout + out.stderr
-    assert [line for line in log.splitlines() if "ERROR" in line] == [], log[-3000:]
+    assert [line for line in log.splitlines()
+            if "ERROR" in line and not _TF_GPU_PROBE.search(line)] == [], log[-3000:]
     # What the block's commands say they make is there.
     for c in commands:
         m = re.search(r"--base_dir (\S+)", c)
