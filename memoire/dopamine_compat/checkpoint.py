@@ -559,7 +559,7 @@ def load(buffer, checkpoint_dir, suffix):
 
   Every file is read and checked against what this buffer's constructor implies before the
   buffer changes: columns of exactly [capacity, *shape] and the element's dtype, add_count a
-  0-d integer in [0, 2**62], invalid_range slots of this buffer, episode ends a set of slots
+  0-d integer in [0, 2**62], invalid_range what add_count implies, episode ends a set of slots
   in [0, capacity), the SumTree's levels float[1], float[2], ... float[P]. Pickles inflate to
   at most a budget that the capacity implies (plus 64 KiB), .npy files to their header and
   the shape's bytes; nothing inflates past that.
@@ -567,10 +567,6 @@ def load(buffer, checkpoint_dir, suffix):
   Raises:
     tensorflow.errors.NotFoundError (FileNotFoundError without TensorFlow): a file is missing.
     CheckpointError (a ValueError): anything else wrong; the buffer is unchanged.
-
-  Returns:
-    The checkpoint's invalid_range where it differs from what add_count implies (a user
-    assigned it before saving), else None.
   """
   fs = _fs(checkpoint_dir)
   names = attribute_names(buffer)
@@ -609,16 +605,9 @@ def load(buffer, checkpoint_dir, suffix):
   else:
     expected = buffer_invalid_range(buffer, add_count)
   loaded_range = _read_file(fs, filename, lambda f: _read_npy(f, filename, expected.shape))
-  # An invalid_range other than add_count's is one a user assigned before saving (Dopamine
-  # saves the attribute as it is): inert here, since validity follows the cursor, so it loads
-  # and reads back, if it names slots of this buffer.
-  assigned_range = None
   if not np.array_equal(loaded_range, expected):
-    if not (np.isfinite(loaded_range).all() and (loaded_range == np.round(loaded_range)).all()
-            and ((loaded_range >= 0) & (loaded_range < capacity)).all()):
-      raise CheckpointError("{}: expected slot numbers in [0, {}), got {}".format(
-          filename, capacity, loaded_range.tolist()))
-    assigned_range = loaded_range
+    raise CheckpointError("{}: does not match add_count {} (expected {}, got {})".format(
+        filename, add_count, expected.tolist(), loaded_range.tolist()))
 
   if skip_episode_ends:
     ends = sorted(buffer.episode_end_indices)
@@ -648,7 +637,6 @@ def load(buffer, checkpoint_dir, suffix):
 
   # Everything was read and checked: commit in one native call (which checks once more).
   core.restore_from(staging, add_count, ends, leaves, max_recorded)
-  return assigned_range
 
 
 def buffer_invalid_range(buffer, add_count):

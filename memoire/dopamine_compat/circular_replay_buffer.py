@@ -484,10 +484,8 @@ class OutOfGraphReplayBuffer(object):
       memoire.ProtocolError: a file is corrupt or does not fit this buffer. The buffer is left
         unchanged on any error.
     """
-    assigned = _checkpoint.load(self, checkpoint_dir, suffix)
+    _checkpoint.load(self, checkpoint_dir, suffix)
     self.__dict__.pop("_assigned_invalid_range", None)  # the checkpoint's add_count rules
-    if assigned is not None:  # as saved from an assigned invalid_range
-      self.invalid_range = assigned
 
 
 _REQUIRED = ("observation_shape", "stack_size", "replay_capacity", "batch_size")
