@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from _subprocess_env import subprocess_env
+
 pytestmark = pytest.mark.dopamine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,8 +79,7 @@ def _short(agent_class: str, prioritized: bool) -> list[str]:
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = subprocess_env()
     env.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     return env
 

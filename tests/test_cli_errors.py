@@ -240,8 +240,8 @@ def test_jax_agents_options_have_help_texts(monkeypatch, capsys):
     _check_help("memoire train", jax_agents.main, monkeypatch, capsys)
 
 
-def test_memoire_help_lists_every_command():
-    out = _run(["-m", "memoire.cli", "--help"], ROOT, timeout=60)
+def test_memoire_help_lists_every_command(tmp_path):
+    out = _run(["-m", "memoire.cli", "--help"], tmp_path, timeout=60)
     assert out.returncode == 0
     for name in cli.COMMANDS:
         assert f"  {name} " in out.stdout

@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 
+from _subprocess_env import subprocess_env
+
 pytest.importorskip("dopamine.tf.replay_memory.circular_replay_buffer")
 gin = pytest.importorskip("gin")
 
@@ -27,8 +29,7 @@ MEMOIRE_PRIORITIZED = ("memoire.dopamine_compat.prioritized_replay_buffer."
 @pytest.fixture(scope="module")
 def idioms():
   """{idiom: result} from tests/_dropin_run.py (TF graph mode, so in a subprocess)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
-             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env = subprocess_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
   out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_dropin_run.py")],
                        capture_output=True, text=True, timeout=300, env=env, check=False)
   results = [json.loads(l[len("RESULT "):]) for l in out.stdout.splitlines()

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from _subprocess_env import subprocess_env
+
 from memoire.dopamine_compat import OutOfGraphPrioritizedReplayBuffer
 from memoire.dopamine_compat import OutOfGraphReplayBuffer
 
@@ -22,7 +24,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 
 def measure(capacity, n, kind="uniform", save=False):
-  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  env = subprocess_env()
   out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "_memory_run.py"),
                         str(capacity), str(n), kind, "save" if save else "-"],
                        capture_output=True, text=True, timeout=600, env=env, check=False)

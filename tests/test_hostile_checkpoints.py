@@ -15,12 +15,13 @@ import textwrap
 import numpy as np
 import pytest
 
+from _subprocess_env import subprocess_env
+
 import _hostile as h
 from memoire import CapacityError
 from memoire.dopamine_compat.checkpoint import CheckpointError
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 
 PRIORITIZED = pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 
@@ -49,8 +50,7 @@ def run_isolated(body, timeout=300, **values):
   prelude = "import numpy as np, pytest\nimport _hostile as h\n" + REFUSED
   prelude += "".join("{} = {!r}\n".format(k, v) for k, v in values.items())
   code = prelude + textwrap.dedent(body) + "\nprint('SURVIVED')\n"
-  env = dict(os.environ)
-  env["PYTHONPATH"] = os.pathsep.join([ROOT, TESTS] + [p for p in [env.get("PYTHONPATH")] if p])
+  env = subprocess_env(TESTS)
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=timeout, env=env, cwd=TESTS)
   assert proc.returncode == 0 and "SURVIVED" in proc.stdout, (

@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 import pytest
+
+from _subprocess_env import subprocess_env
 import zmq
 
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, codec
@@ -25,7 +27,6 @@ from memoire.transport import CurveKeys, RequestChannel, generate_keys
 TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
              np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
              np.zeros([0], np.uint8))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _wait(predicate, timeout=10.0):
@@ -187,7 +188,7 @@ def test_unfinished_streams_are_reaped_on_the_pyzmq_path_too():
     script = (
         "import sys, time\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from tests.test_hostile_server import _Push, _chunk, _wait, TEMPLATES\n"
+        "from test_hostile_server import _Push, _chunk, _wait, TEMPLATES\n"
         "from memoire import ReplayMemoryServer, transport\n"
         "assert not transport.native_libzmq()\n"
         "with ReplayMemoryServer(*TEMPLATES, 100, None, stream_timeout=0.3) as srv:\n"
@@ -197,8 +198,10 @@ def test_unfinished_streams_are_reaped_on_the_pyzmq_path_too():
         "        assert _wait(lambda: srv.stats()['open_streams'] == 1)\n"
         "    assert _wait(lambda: srv.stats()['open_streams'] == 0, timeout=15)\n"
         "    print(srv.stats()['rejected'])\n")
-    out = subprocess.run([sys.executable, "-c", script, ROOT], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ, MEMOIRE_NATIVE_ZMQ="0"))
+    tests = os.path.dirname(os.path.abspath(__file__))
+    # cwd: `python -c` puts it first on sys.path; the checkout's root would shadow memoire.
+    out = subprocess.run([sys.executable, "-c", script, tests], capture_output=True, text=True,
+                         timeout=120, env=subprocess_env(MEMOIRE_NATIVE_ZMQ="0"), cwd=tests)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "'stale_episode': 1" in out.stdout
 
@@ -358,8 +361,7 @@ class _BufferServer:
         cmd = [sys.executable, "-m", "memoire.dopamine_compat.remote", "--serve", "circular",
                "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
                "--arg", "replay_capacity=100", "--arg", "batch_size=4"] + list(args)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = subprocess_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
         self.log = open(tmp_path / "server.log", "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=env, cwd=str(tmp_path))

@@ -1,0 +1,22 @@
+"""The environment for Python subprocesses that tests start: they import the memoire under test.
+
+That is the package this interpreter imported (the installed one under `make test`, the source
+tree under `PYTHONPATH=. pytest` after scripts/dev_build.sh), never the source tree by accident:
+a checkout's memoire/ holds no built extension unless scripts/dev_build.sh put one there.
+"""
+
+import os
+
+import memoire
+
+# The folder holding the memoire package this process runs.
+MEMOIRE_PATH = os.path.dirname(os.path.dirname(os.path.abspath(memoire.__file__)))
+
+
+def subprocess_env(*paths: str, **variables: str) -> dict:
+    """os.environ plus `variables`, with PYTHONPATH = MEMOIRE_PATH, then `paths`, then the
+    current PYTHONPATH."""
+    env = dict(os.environ, **variables)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    return env
