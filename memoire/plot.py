@@ -102,12 +102,8 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
       FileNotFoundError: if no run under ``base_dir`` has an episodes.csv.
       ValueError: if ``phase`` is unknown or ``bin_steps`` < 1, or if no run has an episode
         of ``phase`` (runs that failed or have not finished an episode): nothing is written.
+      ImportError: matplotlib is not installed (there is something to draw).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if phase not in ("auto", "train", "eval"):
         raise ValueError(f"phase must be 'auto', 'train' or 'eval', got {phase!r}")
     if bin_steps < 1:
@@ -131,6 +127,14 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
         raise ValueError(f"nothing to draw: no {phase} episode in the "
                          f"{sum(map(len, runs.values()))} run(s) under {base_dir} "
                          "(did they fail before finishing an episode?)")
+
+    # Only now: what there is to draw was checked without matplotlib (not a core dependency).
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("memoire plot needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     for setting, (dirs, curves) in drawn.items():
@@ -173,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     try:
         path = plot(args.base_dir, args.out, args.phase, args.bin_steps)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, ImportError) as e:
         raise cli.UsageError(e) from None
     print(path)
     return 0
