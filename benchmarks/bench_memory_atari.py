@@ -30,24 +30,12 @@ import time
 
 import numpy as np
 
+from memoire.bench.memory import proc_status as status, reset_peak
+
 SHAPE = (84, 84)
 STACK = 4
 BATCH = 32
 EPISODE = 1000  # steps per episode (a terminal every EPISODE adds)
-
-
-def status(key):
-  """Bytes of /proc/self/status field ``key`` (VmRSS: resident now; VmHWM: peak)."""
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(key + ":"):
-        return int(line.split()[1]) * 1024
-  raise KeyError(key)
-
-
-def reset_peak():
-  with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
 
 
 def frame(i):

@@ -30,6 +30,7 @@ import numpy as np
 import zmq
 
 from memoire import codec
+from memoire.bench.memory import proc_status
 from memoire.codec import Msg
 from memoire.remote import RemoteObject
 
@@ -56,11 +57,7 @@ srv.close()
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    return proc_status("VmRSS", pid) / 2**20
 
 
 def chunk(uuid: int, episode: int, index: int, n: int) -> list:

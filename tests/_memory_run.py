@@ -8,25 +8,11 @@ import tempfile
 
 import numpy as np
 
+from memoire.bench.memory import proc_status as status, reset_peak
 from memoire.dopamine_compat import OutOfGraphPrioritizedReplayBuffer
 from memoire.dopamine_compat import OutOfGraphReplayBuffer
 
 OBS = (84, 84)
-
-
-def status(key):
-  """Bytes of /proc/self/status field ``key`` (VmRSS: resident now; VmHWM: peak)."""
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(key + ":"):
-        return int(line.split()[1]) * 1024
-  raise KeyError(key)
-
-
-def reset_peak():
-  """Restarts VmHWM from the current RSS (Linux 4.0+)."""
-  with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
 
 
 def fill(buf, n, prioritized, chunk=500):
