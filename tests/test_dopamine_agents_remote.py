@@ -9,10 +9,8 @@ a second run resumes at iteration 1, the agent's unbundle makes server B load ch
 """
 
 import os
-import selectors
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,6 +18,7 @@ pytest.importorskip("gin")
 pytest.importorskip("gym")
 pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
+from _buffer_server import BufferServerProcess  # noqa: E402
 from memoire.dopamine_compat import remote  # noqa: E402
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
@@ -33,48 +32,10 @@ def _config(name):
     return os.path.join(ROOT, "configs", name)
 
 
-class _Server:
-    """A `python -m memoire.dopamine_compat.remote --serve` process; its endpoint is read from
-    its first stdout line within `timeout` seconds."""
-
-    def __init__(self, kind, gin_file, log_path, args=(), timeout=120.0):
-        cmd = [sys.executable, "-m", "memoire.dopamine_compat.remote", "--serve", kind,
-               "--gin_files", _config(gin_file), "--seed", "0"] + list(args)
-        # stderr to a file: a full pipe nobody reads would block the server.
-        self.log_path = log_path
-        with open(log_path, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         env=ENV, cwd=os.path.dirname(log_path))
-        self.endpoint = None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        try:
-            while self.endpoint is None and time.monotonic() < deadline:
-                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                line = self.proc.stdout.readline()
-                if not line:  # exited
-                    break
-                if line.startswith("ENDPOINT "):
-                    self.endpoint = line.split()[1]
-        finally:
-            sel.close()
-        if self.endpoint is None:
-            self.stop()
-            with open(log_path) as log:
-                pytest.fail(f"server did not start: {log.read()[-3000:]}")
-        assert self.endpoint.startswith("tcp://127.0.0.1:")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
-        self.proc.stdout.close()
+def _Server(kind, gin_file, log_path, args=()):
+    """A buffer server process of `kind` configured by `gin_file`, in log_path's folder."""
+    return BufferServerProcess(["--serve", kind, "--gin_files", _config(gin_file), "--seed", "0"]
+                               + list(args), log_path, JAX_PLATFORMS="cpu")
 
 
 def _train(module, gin_file, base_dir, bindings):

@@ -7,7 +7,6 @@ a checkpoint) run against a server in a subprocess.
 """
 
 import os
-import selectors
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from _buffer_server import BufferServerProcess
 from _subprocess_env import subprocess_env
 import zmq
 
@@ -353,45 +353,12 @@ def test_allow_nonfinite_stores_them():
 
 # ---- item 5: remote save/load of a hosted buffer (a server process), CURVE ----------------------
 
-class _BufferServer:
-    """``python -m memoire.dopamine_compat.remote --serve circular`` in a subprocess; its
-    endpoint is read from its first stdout line within `timeout` seconds."""
-
-    def __init__(self, tmp_path, args=(), timeout=120.0):
-        cmd = [sys.executable, "-m", "memoire.dopamine_compat.remote", "--serve", "circular",
-               "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
-               "--arg", "replay_capacity=100", "--arg", "batch_size=4"] + list(args)
-        env = subprocess_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-        self.log = open(tmp_path / "server.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env=env, cwd=str(tmp_path))
-        self.endpoint = None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while self.endpoint is None and time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("ENDPOINT "):
-                self.endpoint = line.split()[1]
-        sel.close()
-        if self.endpoint is None:
-            self.stop()
-            pytest.fail(f"server did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(15)
-        self.proc.stdout.close()
-        self.log.close()
+def _BufferServer(tmp_path, args=()):
+    """A circular buffer server process (4-float observations, capacity 100) in `tmp_path`."""
+    return BufferServerProcess(
+        ["--serve", "circular", "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
+         "--arg", "replay_capacity=100", "--arg", "batch_size=4"] + list(args),
+        tmp_path / "server.log", cwd=tmp_path)
 
 
 def _add_rows(proxy, n=6):
