@@ -198,3 +198,14 @@ def saved(buffer, directory, iteration=0):
   buffer.save(str(directory), iteration)
   return {name: read_payload(directory, name, iteration)
           for name in checkpoint.attribute_names(buffer)}
+
+
+def saved_and_target(prioritized, directory):
+  """A 23-row buffer, its checkpoint saved into `directory` ({attribute: payload bytes}), and
+  another buffer (seed 1, 9 other rows) to load it into: (source, payloads, target)."""
+  src = small_buffer(prioritized)
+  fill(src, 23)
+  good = saved(src, directory)
+  target = small_buffer(prioritized, seed=1)
+  fill(target, 9, start=200)
+  return src, good, target

@@ -184,11 +184,7 @@ def test_crafted_dtype_pickles_are_refused(tmp_path, prioritized):
           h.array_ops((padded,), h.dtype_ops("f8", h.plain_dtype_state(">")), bytes(4))])),
   ]
   run_isolated("""
-    src = h.small_buffer(prioritized)
-    h.fill(src, 23)
-    good = h.saved(src, directory)
-    target = h.small_buffer(prioritized, seed=1)
-    h.fill(target, 9, start=200)
+    src, good, target = h.saved_and_target(prioritized, directory)
     for label, payload in ends:
       h.write(directory, "episode_end_indices", payload)
       refused(target, directory, h.path(directory, "episode_end_indices"), "")
@@ -235,11 +231,7 @@ def test_gzip_bomb_inflates_no_further_than_the_budget(tmp_path, prioritized):
   """A 256 MiB bomb in each pickled file: refused while peak RSS grows by less than 64 MiB."""
   run_isolated("""
     import resource
-    src = h.small_buffer(prioritized)
-    h.fill(src, 23)
-    good = h.saved(src, directory)
-    target = h.small_buffer(prioritized, seed=1)
-    h.fill(target, 9, start=200)
+    src, good, target = h.saved_and_target(prioritized, directory)
     bomb = h.gzip_bomb(256 << 20)
     names = ["episode_end_indices"] + (["sum_tree"] if prioritized else [])
     for name in names:
@@ -260,11 +252,7 @@ def test_gzip_bomb_inflates_no_further_than_the_budget(tmp_path, prioritized):
 @PRIORITIZED
 def test_npy_headers_that_lie_are_refused_before_allocating(tmp_path, prioritized):
   run_isolated("""
-    src = h.small_buffer(prioritized)
-    h.fill(src, 23)
-    good = h.saved(src, directory)
-    target = h.small_buffer(prioritized, seed=1)
-    h.fill(target, 9, start=200)
+    src, good, target = h.saved_and_target(prioritized, directory)
     cases = [
         ("add_count", h.npy_header((1 << 40,)), "expected shape"),
         ("add_count", h.npy_header((1 << 20, 1 << 20)), "expected shape"),
