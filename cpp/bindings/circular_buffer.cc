@@ -437,39 +437,6 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def("set_episode_ends",
         [](CB& self, const std::vector<int64_t>& ends) { ThrowIfError(self.SetEpisodeEnds(ends)); },
         py::arg("slots"));
-  c.def("restore",
-        [](CB& self, const py::list& columns, int64_t add_count, const std::vector<int64_t>& ends,
-           const py::handle& leaves, double max_recorded) {
-          const Schema& schema = self.schema();
-          if (columns.size() != schema.size())
-            throw py::value_error("restore: expected " + std::to_string(schema.size()) + " arrays");
-          std::vector<py::array> keep;
-          std::vector<const void*> ptrs;
-          for (size_t f = 0; f < schema.size(); ++f) {
-            Field fd = schema.field(f);
-            py::array a = py::reinterpret_borrow<py::array>(columns[f]);
-            std::vector<int64_t> want{self.capacity()};
-            want.insert(want.end(), fd.shape.begin(), fd.shape.end());
-            if (!a.dtype().equal(ToNumpy(fd.dtype)) || ShapeOf(a) != want ||
-                !(a.flags() & py::array::c_style))
-              throw py::value_error("restore: " + fd.name + " must be a C-contiguous " +
-                                    std::string(DTypeName(fd.dtype)) + PyShapeText(want));
-            keep.push_back(a);
-            ptrs.push_back(a.data());
-          }
-          py::array_t<double, py::array::c_style | py::array::forcecast> lv;
-          const double* lp = nullptr;
-          if (!leaves.is_none()) {
-            lv = InArray<double>::ensure(leaves);
-            if (!lv || lv.size() != self.capacity())
-              throw py::value_error("restore: expected float64[capacity] priorities");
-            lp = lv.data();
-          }
-          CallReleased([&] { return self.Restore(ptrs.data(), add_count, ends, lp, max_recorded); });
-        },
-        py::arg("columns"), py::arg("add_count"), py::arg("episode_ends"), py::arg("priorities"),
-        py::arg("max_recorded_priority"),
-        "Replaces the whole state (checked first; a failed call changes nothing).");
   c.def("restore_from",
         [](CB& self, CB& staging, int64_t add_count, const std::vector<int64_t>& ends,
            const py::handle& leaves, double max_recorded) {
