@@ -9,27 +9,14 @@
 #include <vector>
 
 #include "testing.h"
+#include "tests/small_circular_buffer.h"
 
 using namespace memoire;
 
 namespace {
 
 std::unique_ptr<CircularBuffer> Make(int64_t cap, int stack, int horizon, bool prioritized) {
-  Schema schema;
-  Schema::Make({{"observation", DType::kUInt8, {2}},
-                {"action", DType::kInt32, {}},
-                {"reward", DType::kFloat32, {}},
-                {"terminal", DType::kUInt8, {}}},
-               &schema);
-  CircularBuffer::Options o;
-  o.capacity = cap;
-  o.stack_size = stack;
-  o.update_horizon = horizon;
-  o.gamma = 0.5;
-  o.prioritized = prioritized;
-  std::unique_ptr<CircularBuffer> b;
-  CHECK(CircularBuffer::Make(schema, o, &b).ok());
-  return b;
+  return memoire_test::MakeSmallCircularBuffer(cap, stack, horizon, prioritized, /*gamma=*/0.5);
 }
 
 void Add(CircularBuffer& b, uint8_t v, float r, bool terminal, double priority = 1.0) {

@@ -16,6 +16,7 @@
 #include "core/circular_buffer.h"
 #include "core/transition_store.h"
 #include "testing.h"
+#include "tests/small_circular_buffer.h"
 
 using namespace memoire;
 
@@ -25,20 +26,7 @@ constexpr int64_t kCap = 8;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 std::unique_ptr<CircularBuffer> MakeBuffer(bool prioritized, int stack = 2) {
-  Schema schema;
-  Schema::Make({{"observation", DType::kUInt8, {2}},
-                {"action", DType::kInt32, {}},
-                {"reward", DType::kFloat32, {}},
-                {"terminal", DType::kUInt8, {}}},
-               &schema);
-  CircularBuffer::Options o;
-  o.capacity = kCap;
-  o.stack_size = stack;
-  o.update_horizon = 1;
-  o.prioritized = prioritized;
-  std::unique_ptr<CircularBuffer> b;
-  CHECK(CircularBuffer::Make(schema, o, &b).ok());
-  return b;
+  return memoire_test::MakeSmallCircularBuffer(kCap, stack, 1, prioritized);
 }
 
 Status AddRow(CircularBuffer& b, uint8_t v, bool terminal) {
