@@ -13,7 +13,8 @@ Every entry point (these commands, ``python -m memoire.dopamine_compat.remote`` 
 in what the user typed is one line on stderr, ``<prog>: error: <what was expected>``, with no
 traceback, exit status 2, and nothing written (commands check before they write). Parsers are
 :class:`ArgumentParser` (argparse with that ``error``), mains are wrapped by
-:func:`entry_point` (a :class:`UsageError` raised inside becomes that line).
+:func:`entry_point` (a :class:`UsageError` raised inside becomes that line, and logging is
+configured once, see :func:`configure_logging`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import logging
 import os
 import sys
 from typing import Callable, Sequence
@@ -78,13 +80,32 @@ class ArgumentParser(argparse.ArgumentParser):
                               f"(see {self.prog} --help)\n")
 
 
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging() -> None:
+    """Shows memoire's messages (``logging.getLogger(__name__)`` in each module, INFO and up)
+    on stderr, as ``INFO memoire.experiments.train: setting 0 run 0 ...``, unless the program
+    configured logging already (then its handlers decide).
+
+    Only memoire's loggers go to INFO: other packages' stay at WARNING, so the INFO chatter of
+    TensorFlow, JAX and orbax stays out (Dopamine's own is absl's, set by ``--verbose``).
+    """
+    if logging.getLogger().handlers:
+        return
+    logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT)
+    logging.getLogger("memoire").setLevel(logging.INFO)
+
+
 def entry_point(prog: str) -> Callable:
     """Decorates a ``main(argv) -> int`` so that a :class:`UsageError` raised in it is reported
-    as one line (``prog: error: ...``) and returns :data:`EXIT_USAGE`; ``None`` returns 0."""
+    as one line (``prog: error: ...``) and returns :data:`EXIT_USAGE`; ``None`` returns 0.
+    Logging is configured (:func:`configure_logging`) before ``main`` runs."""
 
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
+            configure_logging()
             try:
                 return int(main(argv) or 0)
             except UsageError as e:

@@ -229,9 +229,9 @@ def test_atari_sweep_and_distributed_configs_parse(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for game in ("Pong", "Breakout", "SpaceInvaders"):
         assert f"game_name = '{game}'" in out.stdout
-    code = ("from memoire.experiments import train, distributed; "
-            f"train.load_gin([{os.path.join(ATARI, 'dqn_distributed.gin')!r}], []); "
-            "print(distributed.DistributedConfig().num_actors, train.environment_fn().__name__)")
+    code = ("from memoire.experiments import distributed, runner; "
+            f"runner.load_gin([{os.path.join(ATARI, 'dqn_distributed.gin')!r}], []); "
+            "print(distributed.DistributedConfig().num_actors, runner.environment_fn().__name__)")
     out = _run(["-c", code], tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["4", "create_atari_environment"]

@@ -311,7 +311,8 @@ def test_successful_tiny_run_logs_no_error(tmp_path):
                          env=dict(os.environ))
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
-    assert "iteration 1/1" in out.stdout
+    assert "INFO memoire.experiments.runner: iteration 1/1" in out.stderr  # logged, once
+    assert out.stderr.count("iteration 1/1") == 1
     assert [line for line in log.splitlines() if "ERROR" in line] == []
     episodes = tmp_path / "runs" / "setting_0" / "run_0" / "episodes.csv"
     assert len(episodes.read_text().splitlines()) > 1

@@ -1,7 +1,10 @@
 """Sweep files: parsing, zipped groups, index arithmetic, records and the list table."""
 
 import json
+import logging
 import os
+import sys
+import types
 
 import pytest
 
@@ -108,6 +111,26 @@ def test_list_command_prints_table(tmp_path, capsys):
     assert rows[7][4] == "A.x = 1; B.y = 'b'"
 
 
+def test_run_indices_runs_each_index_and_logs_the_outcome(tmp_path, monkeypatch, caplog):
+    # Children that stand in for memoire train: odd indices fail with exit 3.
+    code = "import sys; print('child', sys.argv[1]); sys.exit(3 * (int(sys.argv[1]) % 2))"
+    monkeypatch.setattr(sw, "_train_command",
+                        lambda args, index: [sys.executable, "-c", code, str(index)])
+    (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
+    args = types.SimpleNamespace(sweep=str(tmp_path / "s.gin"), base_dir=str(tmp_path / "runs"),
+                                 indices="0-3", parallel=2, gin_files=[], gin_bindings=[])
+    with caplog.at_level(logging.INFO, logger="memoire.experiments.sweep"):
+        assert sw.run_indices(args) == 2
+    for index in range(4):
+        log_path = tmp_path / "runs" / f"setting_{index % 2}" / f"run_{index // 2}" / "train.log"
+        assert log_path.read_text() == f"child {index}\n"
+    messages = [r.getMessage() for r in caplog.records if r.name == "memoire.experiments.sweep"]
+    assert "index 0 done" in messages and "index 2 done" in messages
+    assert "index 1 FAILED (exit 3)" in messages and "index 3 FAILED (exit 3)" in messages
+    assert messages[-1] == "2/4 succeeded"
+    assert sum(m.startswith("started index") for m in messages) == 4
+
+
 def test_cli_errors_are_clean(tmp_path, capsys):
     f = tmp_path / "s.gin"
     f.write_text("A.x = 3\n")
@@ -119,7 +142,7 @@ def test_cli_errors_are_clean(tmp_path, capsys):
 def test_shipped_sweeps_load_and_replay_sweep_selects_each_buffer():
     import gin
 
-    from memoire.experiments import replay_routing, train
+    from memoire.experiments import replay_routing, runner
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sw.load_sweep(os.path.join(root, "configs", "sweep_dqn_cartpole.gin"))
@@ -128,7 +151,7 @@ def test_shipped_sweeps_load_and_replay_sweep_selects_each_buffer():
     try:
         for setting in range(2):
             gin.clear_config()
-            train.load_gin(list(s.gin_files), s.bindings(setting))
+            runner.load_gin(list(s.gin_files), s.bindings(setting))
             chosen.append(replay_routing.replay_backend())
     finally:
         gin.clear_config()

@@ -88,8 +88,10 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     out = subprocess.run(_cmd(base, done + 2), env=_env(), cwd=base, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"resuming {run} at iteration {done + 1}" in out.stdout
-    assert "iteration 1/" not in out.stdout  # iteration 0 was not played again
+    # memoire's messages are logged to stderr (memoire.cli.configure_logging).
+    assert f"INFO memoire.experiments.train: resuming {run} at iteration {done + 1}" in out.stderr
+    assert f"INFO memoire.experiments.runner: iteration {done + 2}/" in out.stderr
+    assert "iteration 1/" not in out.stderr  # iteration 0 was not played again
     eps = _rows(os.path.join(run, "episodes.csv"))
     iters = [int(r["iteration"]) for r in eps]
     assert iters == sorted(iters) and max(iters) == done + 1
@@ -167,9 +169,9 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     gymnasium = pytest.importorskip("gymnasium")
     from dopamine.discrete_domains import gym_lib
 
-    from memoire.experiments import train
+    from memoire.experiments.runner import TrackingMixin, _install_end_recorder
 
-    class Runner(train.TrackingMixin, _FakeRunner):
+    class Runner(TrackingMixin, _FakeRunner):
         pass
 
     inner = gymnasium.make("CartPole-v1", max_episode_steps=time_limit)
@@ -183,7 +185,7 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     runner._max_steps_per_episode = 500
     env2 = gym_lib.GymPreprocessing(gymnasium.make("CartPole-v1", max_episode_steps=500))
     runner._environment = env2
-    runner._ends = train._install_end_recorder(env2)
+    runner._ends = _install_end_recorder(env2)
     length, _ = runner._run_one_episode()
     assert length < 500 and runner._agent.ends[-1] is True
     runner.close()
@@ -201,17 +203,17 @@ def test_replay_backend_chooses_the_agent_factory():
     import gin
     from dopamine.discrete_domains import run_experiment
 
-    from memoire.experiments import replay_routing, train
     from memoire.dopamine_compat import jax_agents
+    from memoire.experiments import replay_routing, runner
 
     try:
         for extra, want in (([], jax_agents.create_memoire_agent),
                             (["replay_backend.name = 'dopamine'"], run_experiment.create_agent)):
             gin.clear_config()
-            train.load_gin([LOCAL_GIN], extra)
+            runner.load_gin([LOCAL_GIN], extra)
             assert replay_routing.create_agent_fn() is want
         gin.clear_config()
-        train.load_gin([LOCAL_GIN], ["replay_backend.name = 'reverb'"])
+        runner.load_gin([LOCAL_GIN], ["replay_backend.name = 'reverb'"])
         with pytest.raises(ValueError, match="replay_backend.name"):
             replay_routing.replay_backend()
     finally:

@@ -39,7 +39,7 @@ Dopamine's module name, same flags, same run layout::
     python -m memoire.dopamine_compat.jax_agents --base_dir=/tmp/run \\
         --gin_files=configs/dqn_cartpole_jax.gin
 
-or in code ``memoire.experiments.train.create_runner(base_dir).run_experiment()`` (the one
+or in code ``memoire.experiments.runner.create_runner(base_dir).run_experiment()`` (the one
 runner factory; its agents for the JAX names are :func:`create_memoire_agent`'s), or pass
 ``create_memoire_agent`` as ``create_agent_fn`` to a ``Runner`` you build.
 """

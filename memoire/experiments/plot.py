@@ -28,7 +28,7 @@ _RUN_RE = re.compile(r"setting_(\d+)[/\\]run_(\d+)$")
 def find_runs(base_dir: str) -> dict[int, list[str]]:
     """``{setting: [run directories]}`` for runs under ``base_dir`` that have episodes;
     ``{0: [base_dir]}`` when ``base_dir`` is itself a run (a runner built in code, such as
-    ``train.create_runner(base_dir)``, writes its trackers there)."""
+    ``runner.create_runner(base_dir)``, writes its trackers there)."""
     if os.path.exists(os.path.join(base_dir, trackers.EPISODES_FILE)):
         return {0: [base_dir]}
     out: dict[int, list[str]] = {}

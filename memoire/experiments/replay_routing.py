@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import sys
+import logging
 from typing import Any
 
 import gin
 
 from memoire.gin_query import query
+
+log = logging.getLogger(__name__)
 
 REPLAY_BACKENDS = ("memoire", "dopamine")
 
@@ -82,7 +84,7 @@ def create_agent_fn():
     memoire's JAX agent factory for Dopamine's JAX agents on memoire's replay; Dopamine's own
     ``create_agent`` otherwise (TF agents reach memoire's memory through gin, see
     :func:`tf_replay_bindings`). An agent memoire has no variant of keeps Dopamine's buffer
-    (a note goes to stderr).
+    (a warning is logged).
     """
     from dopamine.discrete_domains import run_experiment
 
@@ -93,8 +95,8 @@ def create_agent_fn():
         if name in jax_agents.AGENTS:
             return jax_agents.create_memoire_agent
         if name not in _TF_AGENTS:
-            print(f"[memoire] agent {name!r} has no memoire replay variant; it runs as "
-                  "Dopamine builds it", file=sys.stderr, flush=True)
+            log.warning("agent %r has no memoire replay variant; it runs as Dopamine builds it",
+                        name)
     return run_experiment.create_agent
 
 
@@ -115,7 +117,7 @@ def tf_replay_bindings(seed: int | None = None) -> list[str]:
     agent's observation shape and dtype, stack size, horizon and discount (its bindings, else
     its defaults) and the wrapper's capacity and batch size (likewise), and the memory's
     sampling ``seed`` (Dopamine's TF buffer draws from numpy's global generator, which
-    :func:`memoire.experiments.train.seed_everything` seeds; memoire's owns one). Gin must be
+    :func:`memoire.experiments.runner.seed_everything` seeds; memoire's owns one). Gin must be
     unlocked.
 
     Returns:

@@ -35,6 +35,7 @@ import dataclasses
 import io
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -45,6 +46,8 @@ from typing import Any, Sequence
 from gin import config_parser
 
 from memoire import cli
+
+log = logging.getLogger(__name__)
 
 ZIP_KEY = "sweep.zip"
 SETTING_FILE = "setting.json"
@@ -187,8 +190,10 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
       path: the file name, for messages.
 
     Raises:
-      SweepError: on gin syntax errors, a value that is not a non-empty list, a binding given
-        twice, or a zip group naming unknown bindings, a binding twice, or unequal lengths.
+      SweepError: on gin syntax errors, a statement other than an include or a binding, a
+        value that is not a non-empty list, a binding given twice, or a zip group naming
+        unknown bindings, a binding twice or one already in another group, or bindings of
+        unequal lengths.
     """
     where = path or "<sweep>"
     try:
@@ -380,22 +385,24 @@ def run_indices(args) -> int:
             s, r = sweep.locate(index)
             d = run_dir(args.base_dir, s, r)
             os.makedirs(d, exist_ok=True)
-            log = open(os.path.join(d, "train.log"), "ab")
-            proc = subprocess.Popen(_train_command(args, index), stdout=log,
+            log_file = open(os.path.join(d, "train.log"), "ab")
+            proc = subprocess.Popen(_train_command(args, index), stdout=log_file,
                                     stderr=subprocess.STDOUT)
-            running[index] = (proc, log)
-            print(f"[sweep] started index {index} (setting {s}, run {r}) -> {d}", flush=True)
-        for index, (proc, log) in list(running.items()):
+            running[index] = (proc, log_file)
+            log.info("started index %d (setting %d, run %d) -> %s", index, s, r, d)
+        for index, (proc, log_file) in list(running.items()):
             code = proc.poll()
             if code is None:
                 continue
-            log.close()
+            log_file.close()
             del running[index]
             failed += code != 0
-            print(f"[sweep] index {index} {'done' if code == 0 else f'FAILED (exit {code})'}",
-                  flush=True)
+            if code == 0:
+                log.info("index %d done", index)
+            else:
+                log.error("index %d FAILED (exit %d)", index, code)
         time.sleep(0.2)
-    print(f"[sweep] {len(indices) - failed}/{len(indices)} succeeded", flush=True)
+    log.info("%d/%d succeeded", len(indices) - failed, len(indices))
     return failed
 
 
@@ -415,7 +422,8 @@ def build_parser() -> cli.ArgumentParser:
     p_run.add_argument("--parallel", type=int, default=1,
                        help="memoire train processes at once")
     p_run.add_argument("--gin_files", action="append", default=[],
-                       help="extra gin files, parsed before the sweep's own includes")
+                       help="extra gin files, parsed after the sweep's own includes (so "
+                            "they win over them)")
     p_run.add_argument("--gin_bindings", action="append", default=[],
                        help="gin binding passed to every run (repeatable); wins over the sweep")
     return parser
@@ -444,4 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main, whose logger is memoire.experiments.sweep (see train).
+    from memoire.experiments import sweep
+
+    sys.exit(sweep.main())

@@ -1,0 +1,368 @@
+"""The tracked Dopamine runner that ``memoire train`` and distributed training run.
+
+Dopamine's ``Runner`` / ``TrainRunner`` with memoire's trackers (:class:`TrackingMixin`:
+``episodes.csv``, ``replay.csv`` and a progress line per iteration, see
+:mod:`memoire.experiments.trackers`), built by the one runner factory :func:`create_runner`;
+the environment the runner would build (:func:`environment_fn`), how an episode ended, seeds,
+gin loading and the operative config. The command line is :mod:`memoire.experiments.train`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import time
+from typing import Any, Sequence
+
+import gin
+import numpy as np
+
+from memoire.experiments import replay_routing
+from memoire.experiments import trackers
+from memoire.gin_query import query
+
+CONFIG_FILE = "config.gin"
+
+log = logging.getLogger(__name__)
+
+# Dopamine's create_agent names -> the gin configurable whose `seed` the run number sets.
+_AGENT_CLASSES = {
+    "jax_dqn": "JaxDQNAgent",
+    "jax_quantile": "JaxQuantileAgent",
+    "jax_rainbow": "JaxRainbowAgent",
+    "full_rainbow": "JaxFullRainbowAgent",
+    "jax_implicit_quantile": "JaxImplicitQuantileAgent",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment end recording.
+
+
+class _AleEnds:
+    """The end flags of Dopamine's Atari environment, read from the emulator.
+
+    Dopamine's ``AtariPreprocessing`` folds the ALE's ``(terminated, truncated)`` into one
+    ``game_over`` and reads ``environment.env.ale`` directly, so no wrapper may sit between
+    it and the ALE; the ALE itself still knows why the game stopped (its frame cap,
+    ``max_num_frames_per_episode``, truncates).
+    """
+
+    def __init__(self, ale: Any):
+        self._ale = ale
+
+    @property
+    def terminated(self) -> bool:
+        return bool(self._ale.game_over(with_truncation=False))
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self._ale.game_truncated())
+
+
+def _install_end_recorder(environment: Any):
+    """Something whose ``terminated`` / ``truncated`` say how the environment's last step ended.
+
+    Dopamine's wrappers fold gymnasium's ``(terminated, truncated)`` into one ``game_over``
+    that does not tell a time limit from a true end. For ``GymPreprocessing`` (gym_lib) this
+    wraps the gymnasium env inside it to record both flags of the last step; for Atari
+    (``AtariPreprocessing``) it reads the ALE's own flags. Returns None for other
+    environments, whose only truncation is the runner's ``max_steps_per_episode``.
+    """
+    import gymnasium
+
+    # By the wrapper's class name: importing gym_lib here would register gin configurables
+    # after the config is locked (the gin files import what they use).
+    kind = type(environment).__name__
+    inner = getattr(environment, "environment", None)
+    if kind == "AtariPreprocessing":
+        ale = getattr(getattr(inner, "unwrapped", None), "ale", None)
+        return None if ale is None else _AleEnds(ale)
+    if kind != "GymPreprocessing" or not isinstance(inner, gymnasium.Env):
+        return None
+
+    class EndRecorder(gymnasium.Wrapper):
+        terminated = False
+        truncated = False
+
+        def reset(self, **kwargs):
+            self.terminated = self.truncated = False
+            return self.env.reset(**kwargs)
+
+        def step(self, action):
+            out = self.env.step(action)
+            self.terminated, self.truncated = bool(out[2]), bool(out[3])
+            return out
+
+    recorder = EndRecorder(inner)
+    environment.environment = recorder
+    return recorder
+
+
+def seed_environment(environment: Any, seed: int) -> None:
+    """Seeds a gymnasium env inside Dopamine's wrapper (its own generator; later resets go on
+    from it). Other environments are left alone."""
+    inner = getattr(environment, "environment", None)
+    if inner is not None and hasattr(inner, "reset") and hasattr(inner, "np_random"):
+        inner.reset(seed=int(seed))
+        if hasattr(inner, "action_space"):
+            inner.action_space.seed(int(seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Runners.
+
+
+class TrackingMixin:
+    """Adds trackers, seeding and per-iteration lines to a Dopamine Runner, without changing it.
+
+    Overrides ``_run_one_episode`` to tell termination from truncation (and to end an episode
+    at the environment's own time limit), ``_run_one_phase`` to know the phase, and
+    ``_run_one_iteration`` to write the replay figures and a progress line.
+    """
+
+    def __init__(self, base_dir, create_agent_fn, *, seed: int | None = None, **kwargs):
+        super().__init__(base_dir, create_agent_fn, **kwargs)
+        self._seed = seed
+        self._ends = _install_end_recorder(self._environment)
+        if seed is not None:
+            seed_environment(self._environment, seed)
+        self._phase = "train"
+        self._iteration = self._start_iteration
+        self._episodes = trackers.EpisodeTracker(base_dir, self._start_iteration)
+        self._replay_tracker = trackers.ReplayTracker(base_dir, self._start_iteration)
+        self._probe = trackers.ReplayProbe(self._agent)
+        self._replay_tracker.start_clock(self._probe.add_count, self._probe.sampled)
+
+    @property
+    def start_iteration(self) -> int:
+        """The first iteration this runner will play (> 0 after a resume)."""
+        return self._start_iteration
+
+    @property
+    def agent(self):
+        return self._agent
+
+    def _run_one_phase(self, min_steps, statistics, run_mode_str):
+        self._phase = run_mode_str
+        return super()._run_one_phase(min_steps, statistics, run_mode_str)
+
+    def _run_one_episode(self):
+        # Dopamine's loop (run_experiment.Runner._run_one_episode), plus: stop at the
+        # environment's own time limit, and store `terminated` as the environment said it.
+        step_number = 0
+        total_reward = 0.0
+        action = self._initialize_episode()
+        while True:
+            observation, reward, is_terminal = self._run_one_step(action)
+            total_reward += reward
+            step_number += 1
+            if self._clip_rewards:
+                reward = np.clip(reward, -1, 1)
+            env_truncated = self._ends is not None and self._ends.truncated
+            if (self._environment.game_over or env_truncated
+                    or step_number == self._max_steps_per_episode):
+                break
+            elif is_terminal:  # a life lost, not the end of the game
+                self._end_episode(reward, is_terminal)
+                action = self._agent.begin_episode(observation)
+            else:
+                action = self._agent.step(reward, observation)
+        # A terminal state reached at the very step the time limit hits is a termination.
+        terminated = bool(self._ends.terminated if self._ends is not None
+                          else self._environment.game_over)
+        self._end_episode(reward, terminated)
+        self._episodes.record(iteration=self._iteration, phase=self._phase,
+                              episode_return=total_reward, length=step_number,
+                              terminated=terminated)
+        return step_number, total_reward
+
+    def _end_episode(self, reward, terminal=True):
+        agent = self._agent
+        replay = getattr(agent, "_replay", None)
+        memory = getattr(replay, "memory", None)
+        if terminal or memory is None or agent.eval_mode:
+            return super()._end_episode(reward, terminal)
+        # A TF agent's end_episode stores every end as terminal (Dopamine has no truncation
+        # signal there). Store a truncation through the agent's own _store_transition (its
+        # priority rule included) as not terminal, with the memory's episode_end set for this
+        # one add: the memory then never bootstraps across the cut (nor treats it as terminal).
+        memory.add = functools.partial(type(memory).add, memory, episode_end=True)
+        try:
+            agent._store_transition(agent._observation, agent.action, reward, False)
+        finally:
+            del memory.add
+
+    def _run_one_iteration(self, iteration):
+        self._iteration = iteration
+        start = time.time()
+        steps0 = self._episodes.env_steps
+        statistics = super()._run_one_iteration(iteration)
+        self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
+                                    replay_size=self._probe.size,
+                                    add_count=self._probe.add_count,
+                                    sampled=self._probe.sampled, memory=self._probe.name)
+        log.info(_iteration_line(iteration, self._num_iterations, statistics,
+                                 self._episodes.env_steps,
+                                 (self._episodes.env_steps - steps0) / max(time.time() - start,
+                                                                           1e-9),
+                                 self._probe.size))
+        return statistics
+
+    def close(self) -> None:
+        self._episodes.close()
+        self._replay_tracker.close()
+
+
+def _iteration_line(iteration, num_iterations, statistics, env_steps, steps_per_s, size):
+    def mean(key):
+        v = statistics.get(key)
+        return f"{np.mean(v):.1f}" if v else "-"
+
+    return (f"iteration {iteration + 1}/{num_iterations}: "
+            f"train return {mean('train_episode_returns')}, "
+            f"eval return {mean('eval_episode_returns')}, env steps {env_steps}, "
+            f"{steps_per_s:.0f} steps/s, replay size {size}")
+
+
+def _runner_classes():
+    from dopamine.discrete_domains import run_experiment
+
+    class TrackedRunner(TrackingMixin, run_experiment.Runner):
+        """Dopamine's Runner (train then eval each iteration) with memoire's trackers."""
+
+    class TrackedTrainRunner(TrackingMixin, run_experiment.TrainRunner):
+        """Dopamine's TrainRunner (train only) with memoire's trackers."""
+
+    return {"continuous_train_and_eval": TrackedRunner, "continuous_train": TrackedTrainRunner}
+
+
+def runner_class(schedule: str | None = None):
+    """The tracked runner class for ``schedule``, default: what ``create_runner.schedule``
+    (Dopamine's binding) names, else 'continuous_train_and_eval'.
+
+    Raises:
+      ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
+    """
+    if schedule is None:
+        schedule = query("create_runner.schedule", "continuous_train_and_eval")
+    classes = _runner_classes()
+    if schedule not in classes:
+        raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
+                         f"got {schedule!r}")
+    return classes[schedule]
+
+
+def environment_fn():
+    """The function Dopamine's runner for the bound schedule builds its environment with.
+
+    That is the runner class's ``create_environment_fn`` binding, else Dopamine's default,
+    ``atari_lib.create_atari_environment`` (configured by its own bindings, e.g. ``game_name``).
+    ``TrainRunner`` passes its own argument on to ``Runner``, so under 'continuous_train' only
+    ``TrainRunner.create_environment_fn`` counts, as in Dopamine.
+    """
+    from dopamine.discrete_domains import atari_lib
+
+    name = runner_class().__bases__[-1].__name__  # Tracked<X>(TrackingMixin, X): Dopamine's X
+    ref = query(f"{name}.create_environment_fn", None)
+    if ref is None:
+        return atari_lib.create_atari_environment
+    return getattr(ref, "scoped_configurable_fn", ref)
+
+
+def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
+                  schedule: str | None = None):
+    """Builds the tracked runner for ``schedule`` (see :func:`runner_class`), with
+    :func:`~.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given (the one
+    runner factory: ``memoire train``, distributed learners and code all build runners here).
+
+    Raises:
+      ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
+    """
+    return runner_class(schedule)(base_dir, create_agent or replay_routing.create_agent_fn(),
+                                  seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gin and seeds.
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds the global generators Dopamine and TF draw from (memoire's own objects own
+    their generators and are seeded separately)."""
+    random.seed(seed)
+    np.random.seed(seed)  # Dopamine's TF buffers sample from numpy's global generator.
+    import tensorflow as tf
+
+    tf.random.set_seed(seed)
+
+
+def agent_seed_bindings(seed: int) -> list[str]:
+    """``<AgentClass>.seed = seed`` for the JAX agent ``create_agent.agent_name`` selects,
+    unless a gin file already bound that seed. [] for other agents."""
+    cls = _AGENT_CLASSES.get(query("create_agent.agent_name", None))
+    if cls is None or query(f"{cls}.seed", None) is not None:
+        return []
+    return [f"{cls}.seed = {int(seed)}"]
+
+
+_search_paths: set[str] = set()
+
+
+class _GinSearchMissFilter(logging.Filter):
+    """Drops gin's ``ERROR:root:Path not found: x.gin``. Gin looks for an included file under
+    each search path in turn and logs that error for every path the file is not under, on its
+    way to the one it is under; a file under none raises (which :func:`prepare` reports)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.module == "resource_reader"
+                    and str(record.msg).startswith("Path not found"))
+
+
+_gin_search_miss_filter = _GinSearchMissFilter()
+
+
+def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
+    """Parses gin as Dopamine's ``run_experiment.load_gin_configs`` does (unknown names are
+    errors), after importing the modules Dopamine's train.py imports and memoire's agents.
+    Includes are also searched beside each of ``gin_files``. ``DistributedConfig`` is known
+    once :mod:`memoire.experiments.distributed` is imported (``memoire train`` imports it; a
+    gin file can, with ``import memoire.experiments.distributed``)."""
+    from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
+    from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
+
+    # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
+    logging.getLogger().addFilter(_gin_search_miss_filter)  # adding it twice keeps one
+    for f in gin_files:
+        d = os.path.dirname(os.path.abspath(f))
+        if d not in _search_paths:
+            gin.add_config_file_search_path(d)
+            _search_paths.add(d)
+    try:
+        gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
+                                            skip_unknown=False)
+    except AttributeError as e:
+        if "estimator" not in str(e):
+            raise
+        raise ValueError(_NO_GIN_TF) from None
+
+
+# One line: the import fails deep inside gin.tf with "module 'tensorflow' has no attribute
+# 'estimator'", which says nothing about the gin file.
+_NO_GIN_TF = (
+    "`import gin.tf.external_configurables` needs tf.estimator, which this TensorFlow "
+    "(2.16+) no longer has, so Dopamine's stock TF gin files cannot load (under Dopamine's own "
+    "runner either); use the equivalent in configs/atari/ (tf_dqn.gin, tf_rainbow.gin, "
+    "tf_c51.gin, tf_implicit_quantile.gin), or replace that line with "
+    "`import memoire.dopamine_compat.tf_configurables`")
+
+
+def write_operative_config(directory: str) -> str:
+    path = os.path.join(directory, CONFIG_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(gin.operative_config_str())
+    os.replace(tmp, path)
+    return path
