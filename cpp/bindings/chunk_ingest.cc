@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
 #include "bindings/frames.h"
@@ -256,14 +258,14 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
         "action, reward, terminal, extras); an episode's last row ends it (episode_end); new "
         "rows get the largest recorded priority. Non-finite rewards are refused unless "
         "allow_nonfinite.");
-  c.def(py::init([options](std::shared_ptr<TransitionStore> store, const py::dtype& obs_dtype,
-                           const std::vector<int64_t>& obs_shape, const py::dtype& action_dtype,
+  c.def(py::init([options](std::shared_ptr<TransitionStore> store, const py::object& obs_dtype,
+                           const std::vector<int64_t>& obs_shape, const py::object& action_dtype,
                            const std::vector<int64_t>& action_shape, bool allow_nonfinite,
                            uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob) {
           std::unique_ptr<TransitionEpisodeStore> t;
           ThrowIfError(TransitionEpisodeStore::Make(
-              std::move(store), FromNumpy(obs_dtype, "observation_dtype"), obs_shape,
-              FromNumpy(action_dtype, "action_dtype"), action_shape, allow_nonfinite, &t));
+              std::move(store), FromNumpy(py::dtype::from_args(obs_dtype), "observation_dtype"), obs_shape,
+              FromNumpy(py::dtype::from_args(action_dtype), "action_dtype"), action_shape, allow_nonfinite, &t));
           std::shared_ptr<TransitionEpisodeStore> shared(std::move(t));
           return new PyChunkIngest(shared, shared, options(mmb, ms, st, msb, mob));
         }),

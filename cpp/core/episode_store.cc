@@ -41,6 +41,15 @@ Status CheckColumnFinite(const std::vector<EpisodeStore::Part>& parts,
   return Status::OK();
 }
 
+// The index of the last part with rows (the one whose last row ends the episode); parts may be
+// empty (an episode's last chunk often is).
+size_t LastNonEmpty(const std::vector<EpisodeStore::Part>& parts) {
+  size_t last = 0;
+  for (size_t k = 0; k < parts.size(); ++k)
+    if (parts[k].rows > 0) last = k;
+  return last;
+}
+
 // Copies a column of unaligned bytes into aligned values.
 template <typename T>
 std::vector<T> Aligned(const void* p, int64_t n) {
@@ -136,11 +145,12 @@ class CircularEpisodeStore : public EpisodeStore {
     // Dopamine's add without a priority gives the largest recorded one; such adds never raise
     // it, so one value serves the whole episode.
     const double priority = prioritized ? buffer_->max_recorded_priority() : 0.0;
+    const size_t last = LastNonEmpty(parts);
     for (size_t k = 0; k < parts.size(); ++k) {
       const Part& p = parts[k];
       if (p.rows == 0) continue;
       std::vector<uint8_t> ends(static_cast<size_t>(p.rows), 0);
-      if (k + 1 == parts.size()) ends.back() = 1;
+      if (k == last) ends.back() = 1;
       std::vector<double> priorities(prioritized ? static_cast<size_t>(p.rows) : 0, priority);
       MEMOIRE_RETURN_IF_ERROR(buffer_->AddBatch(p.rows, p.columns.data(), ends.data(),
                                                 prioritized ? priorities.data() : nullptr));
@@ -223,12 +233,13 @@ Status TransitionEpisodeStore::Check(const std::vector<Part>& parts, const End&,
 Status TransitionEpisodeStore::Commit(const std::vector<Part>& parts, const End&) {
   const bool prioritized = store_->options().prioritized;
   const double priority = priority_.load();
+  const size_t last = LastNonEmpty(parts);
   for (size_t k = 0; k < parts.size(); ++k) {
     const Part& p = parts[k];
     if (p.rows == 0) continue;
     const std::vector<double> rewards = Aligned<double>(p.columns[kReward], p.rows);
     std::vector<uint8_t> ends(static_cast<size_t>(p.rows), 0);
-    if (k + 1 == parts.size()) ends.back() = 1;
+    if (k == last) ends.back() = 1;
     std::vector<double> priorities(prioritized ? static_cast<size_t>(p.rows) : 0, priority);
     std::vector<int64_t> emitted(static_cast<size_t>(p.rows));
     MEMOIRE_RETURN_IF_ERROR(store_->AddBatch(
