@@ -19,14 +19,18 @@ the receiver's rules.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import zmq
 
-from memoire import codec
+from memoire import codec, transport
 from memoire.codec import Msg
 from memoire.server import CHUNK_LAST, CHUNK_TERMINAL
+
+log = logging.getLogger(__name__)
 
 
 class ChunkStream:
@@ -108,3 +112,56 @@ class ChunkStream:
         self._index += 1
         self.rows_sent += n
         return True
+
+
+class ExperienceReceiver:
+    """The receiving end on a socket: every message goes into ``ingest`` (with the GIL
+    released, straight from libzmq when memoire's native message paths are on), and
+    :meth:`poll` returns the episodes stored since the last call.
+
+    Args:
+      ingest: a ``memoire._core.ChunkIngest`` (over any store).
+      sock: a PULL socket the owner bound or connected; the receiver reads it, the owner
+        closes it.
+
+    Not thread-safe: the owner's thread polls (a learner paces its training steps by what
+    :meth:`poll` returns). Rejected chunks are counted by the ingest (``counters()``) and
+    logged, sparsely under a flood; a message that is no chunk counts as ``not_chunk``.
+    """
+
+    def __init__(self, ingest, sock: zmq.Socket):
+        self.ingest = ingest
+        self._sock = sock
+        self._native = transport.native_libzmq()
+        self.not_chunk = 0
+
+    def poll(self, timeout: float) -> List[Tuple[int, int, int, Optional[tuple]]]:
+        """Waits up to ``timeout`` seconds for messages and takes what is queued. Returns the
+        episodes stored since the last call, oldest first: ``[(uuid, episode, rows, info)]``
+        (``info``: the actor's (return, length, terminated), or None)."""
+        self.ingest.reap()
+        ms = max(0, int(timeout * 1000))
+        other = None
+        if self._native:
+            _, _, rejected, other = self.ingest.receive(self._sock.underlying, ms, 64)
+            for reason, count, detail in rejected:
+                _log_rejection(reason, count, detail)
+        elif self._sock.poll(ms):
+            frames = self._sock.recv_multipart(copy=False)
+            got = self.ingest.ingest(frames)
+            if got is None:
+                other = frames
+            elif got[0] == 3:
+                _log_rejection(got[2], got[3], got[4])
+        if other is not None:
+            self.not_chunk += 1
+            _log_rejection("not_chunk", self.not_chunk, "a message that is no episode chunk")
+        records, dropped = self.ingest.take_committed()
+        if dropped:
+            log.warning("%d stored episodes were not reported (poll more often)", dropped)
+        return records
+
+
+def _log_rejection(reason: str, count: int, detail: str) -> None:
+    if count <= 10 or count % 1000 == 0:  # a flood of bad chunks must not flood the log
+        log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
