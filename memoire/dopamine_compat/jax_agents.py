@@ -65,8 +65,11 @@ from dopamine.jax.agents.rainbow import rainbow_agent
 import gin
 
 from memoire.dopamine_compat import jax_replay_buffer
+from memoire.gin_query import query
 
 _MODULE = "memoire.dopamine_compat.jax_agents"
+# Dopamine's create_agent by its full name, so that no other `create_agent` answers.
+_DOPAMINE_CREATE_AGENT = "dopamine.discrete_domains.run_experiment.create_agent."
 
 
 class _MemoireReplayMixin:
@@ -117,13 +120,6 @@ AGENTS = {
 }
 
 
-def _dopamine_binding(name: str, default):
-    try:
-        return gin.query_parameter(f"dopamine.discrete_domains.run_experiment.create_agent.{name}")
-    except ValueError:
-        return default
-
-
 @gin.configurable("create_memoire_agent", module=_MODULE)
 def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None,
                          debug_mode=None):
@@ -143,9 +139,9 @@ def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None
     """
     del sess
     if agent_name is None:
-        agent_name = _dopamine_binding("agent_name", None)
+        agent_name = query(_DOPAMINE_CREATE_AGENT + "agent_name", None)
     if debug_mode is None:
-        debug_mode = _dopamine_binding("debug_mode", False)
+        debug_mode = query(_DOPAMINE_CREATE_AGENT + "debug_mode", False)
     if agent_name not in AGENTS:
         raise ValueError(f"agent_name: expected one of {sorted(AGENTS)}, got {agent_name!r}")
     if not debug_mode:

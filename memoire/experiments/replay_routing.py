@@ -26,6 +26,8 @@ from typing import Any
 
 import gin
 
+from memoire.gin_query import query
+
 REPLAY_BACKENDS = ("memoire", "dopamine")
 
 # Dopamine's TF agents -> (agent class path, the wrapper the agent builds, memoire's memory).
@@ -72,14 +74,6 @@ def replay_backend(name: str = "memoire") -> str:
     if name not in REPLAY_BACKENDS:
         raise ValueError(f"replay_backend.name: expected one of {REPLAY_BACKENDS}, got {name!r}")
     return name
-
-
-def query(name: str, default: Any) -> Any:
-    """The value gin has bound to ``name``, or ``default`` if nothing is bound."""
-    try:
-        return gin.query_parameter(name)
-    except ValueError:
-        return default
 
 
 def create_agent_fn():

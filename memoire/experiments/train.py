@@ -59,7 +59,7 @@ from memoire import cli
 from memoire.experiments import replay_routing
 from memoire.experiments import sweep as sweep_lib
 from memoire.experiments import trackers
-from memoire.experiments.replay_routing import query
+from memoire.gin_query import query
 
 CONFIG_FILE = "config.gin"
 

@@ -1,0 +1,257 @@
+"""The layers of memoire/: no import cycles, and the library never imports the experiment
+tooling (memoire.experiments) or the benchmark suite (memoire.bench).
+
+The import graph is read from the source with ``ast`` (nothing is imported): one node per
+module under memoire/ (a package is its ``__init__.py``), one edge per import of another of
+them, at module level or inside a function, absolute or relative. An import names its target
+only: ``from memoire.bench.systems import X`` is an edge to memoire.bench.systems, not to the
+package memoire.bench whose ``__init__`` Python also runs (counting every parent package would
+turn any package whose ``__init__`` imports a submodule into a cycle). ``from pkg import name``
+is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg``. Code under
+``if __name__ == "__main__":`` runs only when the file is the program, never on import, so its
+imports belong to the script, not to the module, and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, List, Optional, Set
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "memoire")
+
+# The library: memoire/*.py and memoire/dopamine_compat/. What it must never import.
+LIBRARY_PACKAGES = ("memoire.dopamine_compat",)
+UPPER_LAYERS = ("memoire.experiments", "memoire.bench")
+
+
+def module_files(package_dir: str) -> Dict[str, Optional[str]]:
+    """``{dotted module name: path}`` of every ``.py`` file under ``package_dir`` (the folder
+    of a top-level package), and ``{name: None}`` for each compiled extension, known by its
+    ``.pyi`` stub or its ``.so`` (memoire._core: a module, though one without Python source;
+    a fresh checkout has only the stub)."""
+    top = os.path.basename(os.path.normpath(package_dir))
+    out: Dict[str, Optional[str]] = {}
+    for directory, dirs, files in os.walk(package_dir):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(directory, package_dir)
+        parts = [top] + ([] if rel == "." else rel.split(os.sep))
+        for f in sorted(files):
+            stem, ext = os.path.splitext(f)
+            if ext == ".py":
+                name = parts if f == "__init__.py" else parts + [stem]
+                out[".".join(name)] = os.path.join(directory, f)
+            elif ext in (".pyi", ".so", ".pyd"):
+                out.setdefault(".".join(parts + [stem.split(".")[0]]), None)
+    return out
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":``"""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    t = node.test
+    sides = [t.left] + list(t.comparators)
+    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
+            and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _imports(tree: ast.AST):
+    """Every Import / ImportFrom node of ``tree``, at any depth, outside ``__main__`` blocks."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        for child in ast.iter_child_nodes(node):
+            if _is_main_guard(child):
+                stack.extend(child.orelse)  # the else branch does run on import
+            else:
+                stack.append(child)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> Optional[str]:
+    """The absolute module ``from ... import`` reads from (relative levels resolved)."""
+    if node.level == 0:
+        return node.module
+    parts = module.split(".")
+    if not is_package:
+        parts = parts[:-1]
+    if node.level > 1:
+        if node.level - 1 > len(parts):
+            return None
+        parts = parts[:len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def import_graph(files: Dict[str, Optional[str]]) -> Dict[str, Set[str]]:
+    """``{module: modules of ``files`` it imports}`` (see the module docstring for the rules);
+    a compiled extension imports nothing."""
+    graph: Dict[str, Set[str]] = {}
+    for module, path in files.items():
+        if path is None:
+            graph[module] = set()
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        is_package = os.path.basename(path) == "__init__.py"
+        targets: Set[str] = set()
+        for node in _imports(tree):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in files)
+                continue
+            base = _resolve(module, is_package, node)
+            if base is None:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in files:
+                    targets.add(sub)
+                elif base in files:
+                    targets.add(base)
+        graph[module] = targets
+    return graph
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
+    """One import cycle as ``[a, b, ..., a]``, or None. Depth-first, in sorted order, so the
+    same graph always reports the same cycle."""
+    state: Dict[str, int] = {}  # 1: on the current path, 2: done
+    path: List[str] = []
+
+    def visit(node: str) -> Optional[List[str]]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def all_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Cycles until none is left: after each one found, the edges among its modules are cut,
+    so every group of modules that import each other shows at least once."""
+    g = {k: set(v) for k, v in graph.items()}
+    out = []
+    while True:
+        cycle = find_cycle(g)
+        if cycle is None:
+            return out
+        out.append(cycle)
+        members = set(cycle)
+        for m in members:
+            g[m] -= members
+
+
+def in_layer(module: str, layer: str) -> bool:
+    return module == layer or module.startswith(layer + ".")
+
+
+def is_library(module: str) -> bool:
+    """memoire/*.py (the package itself included) and memoire/dopamine_compat/."""
+    parts = module.split(".")
+    if parts[0] != "memoire":
+        return False
+    if len(parts) <= 2:
+        return not any(in_layer(module, u) for u in UPPER_LAYERS)
+    return any(in_layer(module, p) for p in LIBRARY_PACKAGES)
+
+
+def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
+    """``library -> upper layer`` edges, as text."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if is_library(m)
+                  for t in targets if any(in_layer(t, u) for u in UPPER_LAYERS))
+
+
+# ---------------------------------------------------------------------------------------------
+# memoire/ itself.
+
+
+def _memoire_graph():
+    return import_graph(module_files(PACKAGE))
+
+
+def test_memoire_has_no_import_cycles():
+    cycles = all_cycles(_memoire_graph())
+    assert not cycles, "import cycles in memoire/: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_library_imports_neither_experiments_nor_benchmarks():
+    graph = _memoire_graph()
+    # The layers exist and are seen: the checks below would pass vacuously otherwise.
+    assert "memoire.experiments.train" in graph and "memoire.bench" in graph
+    assert "memoire.dopamine_compat.jax_agents" in graph and is_library("memoire.cli")
+    assert "memoire.experiments.trackers" in graph["memoire.experiments.train"]
+    bad = layer_violations(graph)
+    assert not bad, "the library imports an upper layer: " + "; ".join(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker catches what it must, on a small package written for the purpose.
+
+
+def _write(root, files: Dict[str, str]) -> str:
+    for rel, text in files.items():
+        path = os.path.join(root, "memoire", rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    return os.path.join(root, "memoire")
+
+
+def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
+    pkg = _write(str(tmp_path), {
+        "__init__.py": "from memoire.memory import Memory\n",
+        "memory.py": "import numpy\nfrom memoire import _core\n",
+        "_core.cpython-311-x86_64-linux-gnu.so": "",
+        "server.py": ("def f():\n    from .experiments import train\n"
+                      "if __name__ == '__main__':\n    import memoire.bench\n"
+                      "else:\n    from . import memory\n"),
+        "dopamine_compat/__init__.py": "",
+        "dopamine_compat/buf.py": "from .. import Memory\nfrom ..bench import systems\n",
+        "experiments/__init__.py": "",
+        "experiments/train.py": "import memoire.memory\nfrom memoire.dopamine_compat import buf\n",
+        "bench/__init__.py": "",
+        "bench/systems.py": "",
+    })
+    graph = import_graph(module_files(pkg))
+    assert graph["memoire"] == {"memoire.memory"}
+    assert graph["memoire.memory"] == {"memoire._core"}  # the extension, not the package
+    assert graph["memoire.server"] == {"memoire.experiments.train", "memoire.memory"}
+    assert graph["memoire.dopamine_compat.buf"] == {"memoire", "memoire.bench.systems"}
+    assert graph["memoire.experiments.train"] == {"memoire.memory",
+                                                  "memoire.dopamine_compat.buf"}
+    assert layer_violations(graph) == ["memoire.dopamine_compat.buf -> memoire.bench.systems",
+                                       "memoire.server -> memoire.experiments.train"]
+    assert all_cycles(graph) == []
+
+
+def test_checker_reports_each_cycle(tmp_path):
+    pkg = _write(str(tmp_path), {
+        "__init__.py": "from memoire.a import x\n",
+        "_core.pyi": "",
+        "a.py": "from memoire import b, _core\n",
+        "b.py": "def f():\n    import memoire.c\n",
+        "c.py": "from . import a\n",
+        "d.py": "from memoire.e import x\n",
+        "e.py": "from .d import y\n",
+        "f.py": "import memoire.a\n",
+    })
+    cycles = all_cycles(import_graph(module_files(pkg)))
+    assert cycles == [["memoire.a", "memoire.b", "memoire.c", "memoire.a"],
+                      ["memoire.d", "memoire.e", "memoire.d"]]
