@@ -50,6 +50,7 @@ import zmq
 
 from memoire import cli, transport
 from memoire.experience import ChunkStream, ExperienceReceiver
+from memoire.gin_query import query
 from memoire.experiments import trackers
 
 log = logging.getLogger(__name__)
@@ -338,8 +339,8 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
     agent.eval_mode = False
     ends = train._install_end_recorder(environment)
     train.seed_environment(environment, seed)
-    max_per_episode = train.query("Runner.max_steps_per_episode", 27000)
-    clip = train.query("Runner.clip_rewards", True)
+    max_per_episode = query("Runner.max_steps_per_episode", 27000)
+    clip = query("Runner.clip_rewards", True)
 
     def refresh():
         got = link.latest()
