@@ -41,12 +41,11 @@ import numpy as np
 from memoire import _core
 from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import checkpoint as _checkpoint
+from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX  # pylint: disable=unused-import
+from memoire.dopamine_compat._ring import invalid_range
 
 # Dopamine's record type: equal (as a tuple) to Dopamine's own ReplayElement.
 ReplayElement = collections.namedtuple("shape_type", ["name", "shape", "type"])
-
-# A prefix that can not collide with variable names for checkpoint files (Dopamine's).
-STORE_FILENAME_PREFIX = "$store$_"
 
 _TRANSITION_NAMES = frozenset(
     ["observation", "state", "action", "reward", "next_state", "next_action", "next_reward",
@@ -63,17 +62,6 @@ def modulo_range(start, length, modulo):
   """Yields (start + i) % modulo for i < length (Dopamine's helper)."""
   for i in range(length):
     yield (start + i) % modulo
-
-
-def invalid_range(cursor, replay_capacity, stack_size, update_horizon):
-  """Dopamine's cursor-related invalid indices: c - N, ..., c + K - 1 (mod capacity).
-
-  Returns:
-    int64[stack_size + update_horizon].
-  """
-  assert cursor < replay_capacity
-  return np.array([(cursor - update_horizon + i) % replay_capacity
-                   for i in range(stack_size + update_horizon)])
 
 
 class OutOfGraphReplayBuffer(object):
