@@ -6,7 +6,6 @@ namespace memoire {
 namespace py = pybind11;
 void RegisterErrors(py::module_& m);
 void BindBufferPool(py::module_& m);
-void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
@@ -19,7 +18,6 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "memoire's native core (private: use the memoire package).";
   memoire::RegisterErrors(m);
   memoire::BindBufferPool(m);
-  memoire::BindSumTree(m);
   memoire::BindReplayMemory(m);
   memoire::BindTransitionStore(m);
   memoire::BindCircularBuffer(m);

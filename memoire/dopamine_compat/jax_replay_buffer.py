@@ -277,10 +277,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         store = self._store()
         if store is None:
             raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
-        try:
-            store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)  # KeyError(key)
         self._record(values.reshape(-1))
 
     def sample(self, size: int) -> PrioritizedSampleMetadata:
@@ -639,10 +636,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def _gather(self, keys: np.ndarray) -> ReplayElement:
         keys = np.asarray(keys).reshape(-1)
         out = self._empty_batch(keys.size)
-        try:
-            self._store.gather(keys.astype(np.int64, copy=False), *out)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        self._store.gather(keys.astype(np.int64, copy=False), *out)  # KeyError(key)
         return ReplayElement(**dict(zip(_ELEMENT_FIELDS, out)))
 
     def sample(self, size: Optional[int] = None, *, with_sample_metadata: bool = False):
@@ -698,10 +692,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if self._store is None:
             raise KeyError(int(keys[0]) if keys.size else None)
-        try:
-            return self._store.priorities(keys)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        return self._store.priorities(keys)  # KeyError(key) for a key not stored
 
     def update(self, keys, **kwargs: Any) -> None:
         """Forwards to the sampling distribution (``priorities=`` for a prioritized buffer)."""
