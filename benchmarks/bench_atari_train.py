@@ -39,7 +39,7 @@ def bindings(args) -> list[str]:
 def run(who: str, base: str, args) -> tuple[list[float], float]:
     """Runs one experiment; returns (steps/s of each iteration after the first, wall seconds)."""
     if who == "memoire":
-        cmd = [sys.executable, "-m", "memoire.train", "--base_dir", base,
+        cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
                "--gin_files", args.gin_file]
         log_dir = os.path.join(base, "setting_0", "run_0", "logs")
     else:

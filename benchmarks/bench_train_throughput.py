@@ -42,7 +42,7 @@ MEMORIES = {"memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
 
 
 def run(config, base, iterations, replay):
-    cmd = [sys.executable, "-m", "memoire.train", "--gin_files",
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--gin_files",
            os.path.join(ROOT, "configs", config), "--base_dir", base, "--replay", replay,
            "--gin_bindings", f"Runner.num_iterations = {iterations}",
            "--gin_bindings", "Runner.fine_grained_print_to_console = False"]

@@ -31,7 +31,7 @@ def train(base, replay, args):
                 "ReplayBuffer.max_capacity = 50_000",
                 "Runner.fine_grained_print_to_console = False",
                 f"atari_lib.create_atari_environment.game_name = '{args.game}'"]
-    cmd = [sys.executable, "-m", "memoire.train", "--gin_files",
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--gin_files",
            os.path.join(ROOT, "configs", "atari", "dqn.gin"), "--base_dir", base,
            "--replay", replay]
     for b in bindings:

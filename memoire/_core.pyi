@@ -1,6 +1,6 @@
 """Type stubs for memoire._core, the native module. Use the memoire package, not this module."""
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
 
@@ -198,9 +198,26 @@ def decode_header(header: Any, frame_sizes: list, max_payload_bytes: int = 1 << 
 def peek_header(header: Any) -> Optional[Tuple[int, int]]: ...
 
 class ChunkIngest:
+    @overload
     def __init__(self, memory: ReplayMemory, max_message_bytes: int = ..., max_streams: int = 4096,
                  stream_timeout: float = 600.0, max_stream_bytes: int = ...,
                  max_open_bytes: int = ...) -> None: ...
+    @overload
+    def __init__(self, buffer: CircularBuffer, *, allow_nonfinite: bool = False,
+                 max_message_bytes: int = ..., max_streams: int = 4096,
+                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
+                 max_open_bytes: int = ...) -> None: ...
+    @overload
+    def __init__(self, store: TransitionStore, *, observation_dtype: Any,
+                 observation_shape: Sequence[int], action_dtype: Any,
+                 action_shape: Sequence[int], allow_nonfinite: bool = False,
+                 max_message_bytes: int = ..., max_streams: int = 4096,
+                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
+                 max_open_bytes: int = ...) -> None: ...
+    @property
+    def row_spec(self) -> list: ...
+    priority: float
+    def take_committed(self) -> Tuple[list, int]: ...
     def reap(self, now: Optional[float] = None) -> None: ...
     def ingest(self, frames: Any, now: Optional[float] = None) -> Optional[Tuple[int, int, Optional[str], int, Optional[str]]]: ...
     def receive(self, socket: int, timeout_ms: int, max_messages: int = 64) -> Tuple[int, int, list, Optional[list]]: ...

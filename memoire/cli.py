@@ -127,10 +127,11 @@ def check_files(paths: Sequence[str], flag: str) -> None:
 # subcommand -> (module, one-line help). Modules are imported only when used, so `memoire serve`
 # does not pay for TensorFlow.
 COMMANDS = {
-    "train": ("memoire.train", "train a Dopamine agent from gin files (local or distributed)"),
-    "sweep": ("memoire.sweep", "list or run the settings of a hyperparameter sweep"),
-    "actor": ("memoire.distributed", "run one actor that joins a learner by endpoint"),
-    "plot": ("memoire.plot", "draw learning curves of a base_dir to a PNG"),
+    "train": ("memoire.experiments.train",
+              "train a Dopamine agent from gin files (local or distributed)"),
+    "sweep": ("memoire.experiments.sweep", "list or run the settings of a hyperparameter sweep"),
+    "actor": ("memoire.experiments.distributed", "run one actor that joins a learner by endpoint"),
+    "plot": ("memoire.experiments.plot", "draw learning curves of a base_dir to a PNG"),
     "serve": ("memoire.serve", "run a standalone replay memory server"),
     "bench": ("memoire.bench", "run the benchmark suite and print a table of ratios"),
 }

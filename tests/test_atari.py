@@ -120,7 +120,7 @@ def _check_run(base, *, memory: str, actors: bool, game: str = "Pong") -> None:
     assert float(replay["samples_per_s"]) > 0  # the agent sampled: training ran
     config = (run / "config.gin").read_text()
     assert re.search(rf"create_atari_environment.game_name = '{game}'", config), config
-    from memoire import plot
+    from memoire.experiments import plot
 
     assert os.path.exists(plot.plot(str(base), phase="train", bin_steps=50))
 
@@ -141,7 +141,7 @@ def test_stock_jax_config_trains_with_two_actors(tmp_path, name):
     # Atari with the file's game, as the learner's runner does.
     out = _train(os.path.join(STOCK, rel), base,
                  _short(agent_class, prioritized)
-                 + ["import memoire.distributed", "DistributedConfig.num_actors = 2",
+                 + ["import memoire.experiments.distributed", "DistributedConfig.num_actors = 2",
                     "DistributedConfig.chunk_size = 25", "DistributedConfig.publish_period = 10"])
     assert "learner with 2 actor(s)" in out.stdout
     _check_run(base, memory=JAX_MEMORY, actors=True)
@@ -229,7 +229,7 @@ def test_atari_sweep_and_distributed_configs_parse(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for game in ("Pong", "Breakout", "SpaceInvaders"):
         assert f"game_name = '{game}'" in out.stdout
-    code = ("from memoire import train, distributed; "
+    code = ("from memoire.experiments import train, distributed; "
             f"train.load_gin([{os.path.join(ATARI, 'dqn_distributed.gin')!r}], []); "
             "print(distributed.DistributedConfig().num_actors, train.environment_fn().__name__)")
     out = _run(["-c", code], tmp_path, timeout=120)

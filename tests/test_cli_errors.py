@@ -163,8 +163,9 @@ def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
 
 
 def _entry_points():
-    from memoire import bench, distributed, plot, serve, sweep, train
+    from memoire import bench, serve
     from memoire.dopamine_compat import remote
+    from memoire.experiments import distributed, plot, sweep, train
 
     eps = [("memoire train", train.main), ("memoire plot", plot.main),
            ("memoire serve", serve.main), ("memoire sweep", sweep.main),
@@ -233,11 +234,13 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
 
 
 @pytest.mark.dopamine
-def test_jax_agents_options_have_help_texts(monkeypatch, capsys):
-    from memoire.dopamine_compat import jax_agents
-
+def test_jax_agents_entry_point_is_memoire_train(tmp_path):
     # Dopamine's JAX entry point under memoire is memoire train: same parser, same help.
-    _check_help("memoire train", jax_agents.main, monkeypatch, capsys)
+    jax = _run(["-m", "memoire.dopamine_compat.jax_agents", "--help"], tmp_path)
+    train = _run(["-m", "memoire.experiments.train", "--help"], tmp_path)
+    assert jax.returncode == train.returncode == 0, (jax.stderr[-2000:], train.stderr[-2000:])
+    assert jax.stdout.startswith("usage: memoire train") and "--gin_files" in jax.stdout
+    assert jax.stdout == train.stdout
 
 
 def test_memoire_help_lists_every_command(tmp_path):

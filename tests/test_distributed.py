@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from memoire import distributed as dist
+from memoire.experiments import distributed as dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -125,7 +125,7 @@ def test_queue_transport_ends_carry_chunks_and_parameters():
 @pytest.mark.dopamine
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
-    cmd = [sys.executable, "-m", "memoire.train", "--base_dir", base, "--gin_files",
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base, "--gin_files",
            os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")]
     for b in ("Runner.num_iterations = 1", "Runner.training_steps = 300",
               "Runner.evaluation_steps = 50", "JaxDQNAgent.min_replay_history = 50",
@@ -244,7 +244,8 @@ def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
     small = ["Runner.num_iterations = 1", "Runner.training_steps = 200",
              "Runner.evaluation_steps = 20", "JaxDQNAgent.min_replay_history = 50",
              "ClassicControlDQNNetwork.hidden_units = 16", "DistributedConfig.publish_period = 20"]
-    cmd = [sys.executable, "-m", "memoire.train", "--base_dir", base, "--gin_files", gin,
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
+           "--gin_files", gin,
            "--gin_bindings", "DistributedConfig.spawn_actors = False"]
     for b in small:
         cmd += ["--gin_bindings", b]

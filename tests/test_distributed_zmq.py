@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("zmq")
 pytest.importorskip("gin")
 
-from memoire import distributed as dist  # noqa: E402
-from memoire import distributed_zmq as dz  # noqa: E402
+from memoire.experiments import distributed as dist  # noqa: E402
+from memoire.experiments import distributed_zmq as dz  # noqa: E402
 
 
 def _chunk(n, start=0, end_at=None):

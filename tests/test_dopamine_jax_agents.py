@@ -14,6 +14,7 @@ from dopamine.jax.replay_memory import samplers  # noqa: E402
 
 from memoire.dopamine_compat import jax_agents  # noqa: E402
 from memoire.dopamine_compat import jax_replay_buffer  # noqa: E402
+from memoire.experiments import train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def _runner(gin_file, agent_prefix, base_dir, iterations, extra=()):
                         f"{agent_prefix}.min_replay_history = 100",
                         f"{agent_prefix}.seed = 7"] + list(extra)
     run_experiment.load_gin_configs([os.path.join(ROOT, "configs", gin_file)], bindings)
-    return jax_agents.create_memoire_runner(str(base_dir))
+    return train.create_runner(str(base_dir), create_agent=jax_agents.create_memoire_agent)
 
 
 @pytest.mark.parametrize("gin_file,prefix,cls,prioritized", [

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from memoire import plot, trackers
+from memoire.experiments import plot, trackers
 
 
 def _fake_run(base, setting, run, slope, episodes=40):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from memoire import sweep as sw
+from memoire.experiments import sweep as sw
 
 SPEC = """
 include 'base.gin'
@@ -119,7 +119,7 @@ def test_cli_errors_are_clean(tmp_path, capsys):
 def test_shipped_sweeps_load_and_replay_sweep_selects_each_buffer():
     import gin
 
-    from memoire import replay_routing, train
+    from memoire.experiments import replay_routing, train
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sw.load_sweep(os.path.join(root, "configs", "sweep_dqn_cartpole.gin"))

@@ -1,4 +1,4 @@
-"""memoire.train: tracked Dopamine runs, records, checkpoints and resume after a kill."""
+"""memoire.experiments.train: tracked Dopamine runs, records, checkpoints, resume after a kill."""
 
 import csv
 import json
@@ -26,7 +26,7 @@ TINY = [
 
 
 def _cmd(base_dir, iterations):
-    cmd = [sys.executable, "-m", "memoire.train", "--gin_files", LOCAL_GIN,
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--gin_files", LOCAL_GIN,
            "--base_dir", base_dir, "--gin_bindings", f"Runner.num_iterations = {iterations}"]
     for b in TINY:
         cmd += ["--gin_bindings", b]
@@ -167,7 +167,7 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     gymnasium = pytest.importorskip("gymnasium")
     from dopamine.discrete_domains import gym_lib
 
-    from memoire import train
+    from memoire.experiments import train
 
     class Runner(train.TrackingMixin, _FakeRunner):
         pass
@@ -201,7 +201,7 @@ def test_replay_backend_chooses_the_agent_factory():
     import gin
     from dopamine.discrete_domains import run_experiment
 
-    from memoire import replay_routing, train
+    from memoire.experiments import replay_routing, train
     from memoire.dopamine_compat import jax_agents
 
     try:
@@ -252,7 +252,8 @@ def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
     gin_file = tmp_path / "dqn_tf.gin"
     gin_file.write_text(TF_DQN_GIN)
     base = str(tmp_path / "run")
-    out = subprocess.run([sys.executable, "-m", "memoire.train", "--gin_files", str(gin_file),
+    out = subprocess.run([sys.executable, "-m", "memoire.experiments.train",
+                          "--gin_files", str(gin_file),
                           "--base_dir", base], env=_env(), cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -33,28 +33,7 @@ import numpy as np
 from memoire import cli
 from memoire.bench import report, systems
 from memoire.bench.harness import Measurement, compare
-from memoire.bench.systems import Config, Unavailable
-
-# System classes in table order. The first one built for a workload is its baseline (the
-# ratios' numerator): memoire's Dopamine-layout buffer once memoire.bench.dopamine registers it.
-SAMPLERS: List[type] = [systems.MemoireCore, systems.NumpyRing, systems.Cpprb]
-
-
-def register(cls: type) -> type:
-    """Adds a system adapter to the suite (used by memoire.bench.dopamine).
-
-    A class with ``primary = True`` goes first (the baseline); other memoire adapters go after
-    the memoire ones already there; the rest go last.
-    """
-    if cls in SAMPLERS:
-        return cls
-    if getattr(cls, "primary", False):
-        SAMPLERS.insert(0, cls)
-    elif cls.name.startswith("memoire"):
-        SAMPLERS.insert(len([c for c in SAMPLERS if c.name.startswith("memoire")]), cls)
-    else:
-        SAMPLERS.append(cls)
-    return cls
+from memoire.bench.systems import SAMPLERS, Config, Unavailable
 
 
 def _load_optional_adapters() -> None:

@@ -15,8 +15,8 @@ filled with at most ``max_fill`` transitions; their capacity is still the stated
 table names the fill. Sampling cost does not depend on the fill once the stored frames exceed
 the CPU caches (a few MB).
 
-Importing this module registers the adapters with :func:`memoire.bench.register`; it raises
-ImportError when dopamine-rl is not installed (the suite then runs without these rows).
+Importing this module registers the adapters with :func:`memoire.bench.systems.register`; it
+raises ImportError when dopamine-rl is not installed (the suite then runs without these rows).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import tempfile
 
 import numpy as np
 
-from memoire.bench import register
-from memoire.bench.systems import FILL_CHUNK, Config, System, Unavailable
+from memoire.bench.systems import FILL_CHUNK, Config, System, Unavailable, register
 
 import dopamine  # noqa: F401  (ImportError here: the suite runs without these rows)
 

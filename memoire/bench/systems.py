@@ -324,3 +324,25 @@ class MemcpyCeiling(System):
     def sample(self):
         np.copyto(self.dst, self.src)
         return self.dst
+
+
+# System classes in table order. The first one built for a workload is its baseline (the
+# ratios' numerator): memoire's Dopamine-layout buffer once memoire.bench.dopamine registers it.
+SAMPLERS: list[type] = [MemoireCore, NumpyRing, Cpprb]
+
+
+def register(cls: type) -> type:
+    """Adds a system adapter to the suite (used by memoire.bench.dopamine).
+
+    A class with ``primary = True`` goes first (the baseline); other memoire adapters go after
+    the memoire ones already there; the rest go last.
+    """
+    if cls in SAMPLERS:
+        return cls
+    if getattr(cls, "primary", False):
+        SAMPLERS.insert(0, cls)
+    elif cls.name.startswith("memoire"):
+        SAMPLERS.insert(len([c for c in SAMPLERS if c.name.startswith("memoire")]), cls)
+    else:
+        SAMPLERS.append(cls)
+    return cls

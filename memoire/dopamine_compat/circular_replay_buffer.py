@@ -324,6 +324,24 @@ class OutOfGraphReplayBuffer(object):
     """
     self._core.add(observation, action, reward, terminal, args, priority, episode_end)
 
+  def chunk_ingest(self, allow_nonfinite=False, **limits):
+    """A native ingest that stores whole episodes, streamed by actors as chunk messages
+    (:mod:`memoire.experience`), into this buffer: each episode goes in as ``add_batch`` would
+    take it, its last row ending the episode; a prioritized buffer gives new rows the largest
+    recorded priority (Dopamine's add without a priority).
+
+    Args:
+      allow_nonfinite: store NaN or infinite rewards (refused, and the episode dropped, by
+        default: they come from peers).
+      limits: the ingest's budgets (``max_message_bytes``, ``max_streams``, ``stream_timeout``
+        seconds, ``max_stream_bytes``, ``max_open_bytes``).
+
+    Returns:
+      ``memoire._core.ChunkIngest`` whose ``row_spec`` is this buffer's columns (observation,
+      action, reward, terminal, extras). Nothing else may add while it stores.
+    """
+    return _core.ChunkIngest(self._core, allow_nonfinite=allow_nonfinite, **limits)
+
   def add_batch(self, observations, actions, rewards, terminals, *args, priorities=None,
                 episode_ends=None):
     """memoire's bulk add: the same as K add() calls, in one native call.

@@ -11,14 +11,14 @@ configurable of the same short name would make every existing ``JaxDQNAgent.gamm
 ambiguous, so memoire's are registered in module ``memoire.dopamine_compat.jax_agents`` under
 distinct names:
 
-======================================================  =====================================
-``MemoireJaxDQNAgent``                                   ``dopamine.jax.agents.dqn``
-``MemoireJaxRainbowAgent``                               ``...rainbow``
-``MemoireJaxQuantileAgent``                              ``...quantile``
-``MemoireJaxImplicitQuantileAgent``                      ``...implicit_quantile``
-``MemoireJaxFullRainbowAgent``                           ``...full_rainbow``
-``create_memoire_agent`` / ``create_memoire_runner``     ``run_experiment.create_agent`` / ``create_runner``
-======================================================  =====================================
+=====================================  =====================================
+``MemoireJaxDQNAgent``                  ``dopamine.jax.agents.dqn``
+``MemoireJaxRainbowAgent``              ``...rainbow``
+``MemoireJaxQuantileAgent``             ``...quantile``
+``MemoireJaxImplicitQuantileAgent``     ``...implicit_quantile``
+``MemoireJaxFullRainbowAgent``          ``...full_rainbow``
+``create_memoire_agent``                ``run_experiment.create_agent``
+=====================================  =====================================
 
 The agents' own parameters are still bound through Dopamine's names (``JaxDQNAgent.gamma``...):
 the subclass calls the parent's gin-wrapped ``__init__``. The one extra parameter is
@@ -32,19 +32,29 @@ then written and read by the server, in the server's directories.
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
 ``Runner.create_agent_fn = ...`` would be silently ignored by ``dopamine.discrete_domains.train``.
-Use this module's entry point instead, with Dopamine's gin files unchanged (the agent is chosen
-by the usual ``create_agent.agent_name``)::
+Run this module instead, with Dopamine's gin files unchanged (the agent is chosen by the usual
+``create_agent.agent_name``); it is ``memoire train`` (:mod:`memoire.experiments.train`) under
+Dopamine's module name, same flags, same run layout::
 
     python -m memoire.dopamine_compat.jax_agents --base_dir=/tmp/run \\
         --gin_files=configs/dqn_cartpole_jax.gin
 
-or in code ``create_memoire_runner(base_dir).run_experiment()``, or pass
+or in code ``memoire.experiments.train.create_runner(base_dir).run_experiment()`` (the one
+runner factory; its agents for the JAX names are :func:`create_memoire_agent`'s), or pass
 ``create_memoire_agent`` as ``create_agent_fn`` to a ``Runner`` you build.
 """
 
 from __future__ import annotations
 
-import sys
+if __name__ == "__main__":
+    # `python -m` runs this file as __main__. The entry point is the experiment tooling's (the
+    # library never imports it, so this runs only as a script); it imports the real module,
+    # whose gin names this copy must not register a second time.
+    import sys
+
+    from memoire.experiments import train
+
+    sys.exit(train.main())
 
 from dopamine.discrete_domains import run_experiment  # noqa: F401  registers create_agent, Runner
 from dopamine.jax.agents.dqn import dqn_agent
@@ -54,19 +64,9 @@ from dopamine.jax.agents.quantile import quantile_agent
 from dopamine.jax.agents.rainbow import rainbow_agent
 import gin
 
-from memoire import train
 from memoire.dopamine_compat import jax_replay_buffer
 
 _MODULE = "memoire.dopamine_compat.jax_agents"
-
-if __name__ == "__main__":
-    # `python -m` runs this file as __main__; a gin file's `import memoire...jax_agents` would
-    # then register every configurable a second time and fail. Run the importable module's main.
-    import sys
-
-    from memoire.dopamine_compat import jax_agents as _module
-
-    sys.exit(_module.main())
 
 
 class _MemoireReplayMixin:
@@ -152,31 +152,3 @@ def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None
         summary_writer = None
     return AGENTS[agent_name](num_actions=environment.action_space.n,
                               summary_writer=summary_writer)
-
-
-@gin.configurable("create_memoire_runner", module=_MODULE)
-def create_memoire_runner(base_dir, schedule=None):
-    """Dopamine's ``create_runner`` building agents with :func:`create_memoire_agent`, with
-    memoire's trackers: ``base_dir/episodes.csv`` and ``replay.csv`` (``memoire plot base_dir``
-    reads them) besides Dopamine's checkpoints and logs.
-
-    Args:
-      base_dir: str, the experiment directory (checkpoints, logs, trackers).
-      schedule: ``continuous_train_and_eval`` (Runner) or ``continuous_train`` (TrainRunner);
-        default: Dopamine's ``create_runner.schedule`` binding, else the former.
-
-    Raises:
-      ValueError: an unknown schedule.
-    """
-    return train.create_runner(base_dir, create_agent=create_memoire_agent, schedule=schedule)
-
-
-def main(argv=None) -> int:
-    """``python -m memoire.dopamine_compat.jax_agents --base_dir=DIR --gin_files=F
-    [--gin_bindings=B]``: the same as ``memoire train`` (same flags, same run layout
-    ``DIR/setting_0/run_0/``, records that ``memoire plot DIR`` reads)."""
-    return train.main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

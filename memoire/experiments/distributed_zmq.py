@@ -3,7 +3,7 @@
 The learner runs a :class:`memoire.ReplayMemoryServer` (embedded) and hosts on it an
 :class:`ExperienceInbox`: actors call its ``put_chunk`` through :class:`memoire.remote.
 RemoteObject` (codec-encoded arrays, never pickle; a retried call runs once), and the learner
-drains it as its :class:`~memoire.distributed.ExperienceSource`. Parameters go out with the
+drains it as its :class:`~.distributed.ExperienceSource`. Parameters go out with the
 server's ``pub_bytes`` under topic ``params`` and actors read them with the client's
 ``sub_bytes``. Actors are separate processes and may run on other machines: all they need are
 the server's REP and PUB endpoints (:class:`ActorEndpoints`).
@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from memoire.distributed import Chunk, DistributedConfig
+from memoire.experiments.distributed import Chunk, DistributedConfig
 
 PARAMS_TOPIC = "params"
 INBOX_NAME = "experience"
@@ -43,7 +43,7 @@ class ExperienceInbox:
 
     def put_chunk(self, actor_id: int, observation, action, reward, terminal, episode_end,
                   episodes) -> bool:
-        """Queues one actor's chunk (arrays as :class:`~memoire.distributed.Chunk` describes).
+        """Queues one actor's chunk (arrays as :class:`~.distributed.Chunk` describes).
 
         Returns:
           False when the inbox is full (the actor should retry), True when queued.

@@ -23,7 +23,7 @@ first run of every setting, ``S..2S-1`` the second, and so on. The run number se
 (``seed = run``): the k-th run of every setting shares its seed, so settings are compared on
 common random numbers. Each launch writes ``D/setting_<s>/run_<k>/setting.json``.
 
-Command line (``memoire sweep ...`` or ``python -m memoire.sweep ...``):
+Command line (``memoire sweep ...`` or ``python -m memoire.experiments.sweep ...``):
 
     memoire sweep list SWEEP.gin [--runs R]
     memoire sweep run SWEEP.gin --base_dir D --indices 0-7 [--parallel 2] [--gin_bindings B]
@@ -355,7 +355,7 @@ def _train_command(args, index: int) -> list[str]:
     # -P (Python 3.11+): do not put the working directory first on sys.path, so a source
     # checkout in it cannot shadow the installed memoire.
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
-    cmd = [sys.executable, *safe_path, "-m", "memoire.train", "--sweep", args.sweep,
+    cmd = [sys.executable, *safe_path, "-m", "memoire.experiments.train", "--sweep", args.sweep,
            "--base_dir", args.base_dir, "--index", str(index)]
     for f in args.gin_files:
         cmd += ["--gin_files", f]
@@ -365,7 +365,7 @@ def _train_command(args, index: int) -> list[str]:
 
 
 def run_indices(args) -> int:
-    """Runs ``memoire.train`` for each index, at most ``args.parallel`` at once.
+    """Runs ``memoire.experiments.train`` for each index, at most ``args.parallel`` at once.
 
     Each child's output goes to ``run_dir/train.log``. Returns the number of failed children.
     """

@@ -1,9 +1,11 @@
-"""Train a Dopamine agent from gin files: ``memoire train`` / ``python -m memoire.train``.
+"""Train a Dopamine agent from gin files: ``memoire train``.
+
+``python -m memoire.experiments.train`` is the same.
 
 Accepts Dopamine's flags, so Dopamine's own gin files work unchanged::
 
-    python -m memoire.train --gin_files configs/dqn_cartpole_jax_local.gin --base_dir runs/dqn
-    python -m memoire.train --sweep configs/sweep_dqn_cartpole.gin --index 5 --base_dir runs/sweep
+    memoire train --gin_files configs/dqn_cartpole_jax_local.gin --base_dir runs/dqn
+    memoire train --sweep configs/sweep_dqn_cartpole.gin --index 5 --base_dir runs/sweep
 
 A launch with index ``N`` of a sweep of ``S`` settings (a plain launch is a sweep of one
 setting) is setting ``N mod S``, run ``N div S``, seeded by the run number; everything it
@@ -12,7 +14,7 @@ writes lives in ``base_dir/setting_<s>/run_<k>/``:
 - ``setting.json``: index, setting, run, seed and the bindings that make the setting;
 - ``config.gin``: gin's operative configuration, rewritten once the runner is built and again
   at the end (only parameters actually used appear in it);
-- ``episodes.csv`` and ``replay.csv``: the trackers (see :mod:`memoire.trackers`);
+- ``episodes.csv`` and ``replay.csv``: the trackers (see :mod:`memoire.experiments.trackers`);
 - Dopamine's ``checkpoints/``, ``logs/`` and ``metrics/``.
 
 Starting the same command again after a kill resumes from the last complete checkpoint (agent,
@@ -20,7 +22,8 @@ optimizer and replay memory), and the trackers drop the rows of the interrupted 
 
 Replay: agents run on memoire's replay buffers unless ``--replay dopamine`` (gin:
 ``replay_backend.name = 'dopamine'``) asks for Dopamine's own, for comparison (see
-:mod:`memoire.replay_routing`). Which memory ran is the ``memory`` column of ``replay.csv``.
+:mod:`memoire.experiments.replay_routing`). Which memory ran is the ``memory`` column of
+``replay.csv``.
 
 Environments: whatever the runner's ``create_environment_fn`` builds, by default Dopamine's
 Atari (``atari_lib.create_atari_environment`` with the gin-bound game), so Dopamine's stock
@@ -36,7 +39,7 @@ Dopamine's stock TF files ``import gin.tf.external_configurables``, which needs
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs
-a learner and that many actor processes (see :mod:`memoire.distributed`) instead.
+a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead.
 """
 
 from __future__ import annotations
@@ -53,10 +56,10 @@ import gin
 import numpy as np
 
 from memoire import cli
-from memoire import replay_routing
-from memoire import sweep as sweep_lib
-from memoire import trackers
-from memoire.replay_routing import query
+from memoire.experiments import replay_routing
+from memoire.experiments import sweep as sweep_lib
+from memoire.experiments import trackers
+from memoire.experiments.replay_routing import query
 
 CONFIG_FILE = "config.gin"
 
@@ -308,7 +311,8 @@ def environment_fn():
 def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
                   schedule: str | None = None):
     """Builds the tracked runner for ``schedule`` (see :func:`runner_class`), with
-    :func:`memoire.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given.
+    :func:`~.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given (the one
+    runner factory: ``memoire train``, distributed learners and code all build runners here).
 
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
@@ -361,7 +365,7 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     errors), after importing the modules Dopamine's train.py imports. Includes are also
     searched beside each of ``gin_files``."""
     from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
-    from memoire import distributed  # noqa: F401  registers DistributedConfig
+    from memoire.experiments import distributed  # noqa: F401  registers DistributedConfig
     from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
 
     # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
@@ -418,7 +422,7 @@ def build_parser() -> cli.ArgumentParser:
                    help="gin binding (repeatable), as in Dopamine; wins over the files")
     p.add_argument("--index", type=int, default=0,
                    help="sweep index N: setting N mod S, run N div S (seed = run)")
-    p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.sweep)")
+    p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.experiments.sweep)")
     p.add_argument("--replay", choices=replay_routing.REPLAY_BACKENDS, default=None,
                    help="whose replay buffer the agent uses (default: gin's "
                         "replay_backend.name, else memoire)")
@@ -505,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tf.compat.v1.disable_v2_behavior()
     print(f"[memoire] setting {facts['setting']} run {facts['run']} seed {facts['seed']} "
           f"-> {facts['dir']}", flush=True)
-    from memoire import distributed
+    from memoire.experiments import distributed
 
     config = distributed.DistributedConfig()
     if config.num_actors > 0:

@@ -1,4 +1,4 @@
-"""Learning curves from trackers: ``memoire plot D`` / ``python -m memoire.plot D``.
+"""Learning curves from trackers: ``memoire plot D`` / ``python -m memoire.experiments.plot D``.
 
 Reads every ``D/setting_<s>/run_<k>/episodes.csv`` and draws one line per setting: the mean
 over runs of the episode return against training environment steps, with a band of one
@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from memoire import cli
-from memoire import trackers
+from memoire.experiments import trackers
 
 _RUN_RE = re.compile(r"setting_(\d+)[/\\]run_(\d+)$")
 
@@ -28,7 +28,7 @@ _RUN_RE = re.compile(r"setting_(\d+)[/\\]run_(\d+)$")
 def find_runs(base_dir: str) -> dict[int, list[str]]:
     """``{setting: [run directories]}`` for runs under ``base_dir`` that have episodes;
     ``{0: [base_dir]}`` when ``base_dir`` is itself a run (a runner built in code, such as
-    ``jax_agents.create_memoire_runner(base_dir)``, writes its trackers there)."""
+    ``train.create_runner(base_dir)``, writes its trackers there)."""
     if os.path.exists(os.path.join(base_dir, trackers.EPISODES_FILE)):
         return {0: [base_dir]}
     out: dict[int, list[str]] = {}

@@ -11,9 +11,10 @@
   whose ``wrapped_memory`` gin fills: :func:`tf_replay_bindings` binds it to memoire's
   out-of-graph buffer with the agent's settings, unless a gin file bound one itself.
 
-Kept apart from :mod:`memoire.train` because ``python -m memoire.train`` runs that file as
-``__main__`` (and spawned actors as ``__mp_main__``) besides importing it, and a gin
-configurable must be registered once per process.
+Kept apart from :mod:`memoire.experiments.train` because ``python -m
+memoire.experiments.train`` runs that file as ``__main__`` (and spawned actors as
+``__mp_main__``) besides importing it, and a gin configurable must be registered once per
+process.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def tf_replay_bindings(seed: int | None = None) -> list[str]:
     agent's observation shape and dtype, stack size, horizon and discount (its bindings, else
     its defaults) and the wrapper's capacity and batch size (likewise), and the memory's
     sampling ``seed`` (Dopamine's TF buffer draws from numpy's global generator, which
-    :func:`memoire.train.seed_everything` seeds; memoire's owns one). Gin must be unlocked.
+    :func:`memoire.experiments.train.seed_everything` seeds; memoire's owns one). Gin must be
+    unlocked.
 
     Returns:
       The selectors bound (for the log), [] when nothing was needed.

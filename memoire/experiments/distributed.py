@@ -4,7 +4,7 @@ Roles:
 
 - **Actors** run the environment the gin configuration names (what Dopamine's runner would
   build: its ``create_environment_fn``, by default Atari with the gin-bound game; see
-  :func:`memoire.train.environment_fn`) with the agent's epsilon-greedy policy on the
+  :func:`memoire.experiments.train.environment_fn`) with the agent's epsilon-greedy policy on the
   learner's latest network parameters, and send their experience in chunks. An actor is the
   gin-configured Dopamine agent with its replay memory swapped for a recorder: the agent's own
   ``begin_episode``/``step``/``end_episode`` choose actions and build transitions exactly as in
@@ -15,8 +15,8 @@ Roles:
   agent's replay memory and is followed by one ``_train_step`` (so ``update_period`` and
   ``min_replay_history`` keep their single-process meaning), and every ``publish_period``
   training steps the online parameters are published. On memoire's replay buffer (the
-  default, see :mod:`memoire.train`) the transitions up to each sampling training step go in
-  with one ``add_batch`` call (see :func:`ingest`). The evaluation phase and checkpoints
+  default, see :mod:`memoire.experiments.train`) the transitions up to each sampling training
+  step go in with one ``add_batch`` call (see :func:`ingest`). The evaluation phase and checkpoints
   (replay memory included) are Dopamine's, so a killed run resumes like a local one.
 
 The transport sits behind four small interfaces (:class:`ExperienceSink`,
@@ -46,7 +46,7 @@ import gin
 import numpy as np
 
 from memoire import cli
-from memoire import trackers
+from memoire.experiments import trackers
 
 
 @gin.configurable(module="memoire.distributed")
@@ -341,10 +341,10 @@ class QueueActorEnds:
 def make_transport(config: DistributedConfig, ctx):
     """Builds the transport ``config.transport`` names, for ``config.num_actors`` actors:
     ``'multiprocessing'`` (queues, this machine) or ``'zmq'`` (a memoire server embedded in the
-    learner; see :mod:`memoire.distributed_zmq`). Each ``actor_args[i]`` is a one-tuple of an
-    object whose ``open()`` gives the actor its ends."""
+    learner; see :mod:`memoire.experiments.distributed_zmq`). Each ``actor_args[i]`` is a
+    one-tuple of an object whose ``open()`` gives the actor its ends."""
     if config.transport == "zmq":
-        from memoire import distributed_zmq
+        from memoire.experiments import distributed_zmq
 
         return distributed_zmq.make_zmq_transport(config, ctx)
     exp_q = ctx.Queue(maxsize=config.queue_chunks)
@@ -472,9 +472,9 @@ def ingest(agent, chunk: Chunk, after_step=lambda: None) -> None:
 
 def environment_from_gin():
     """Builds the environment Dopamine's Runner would for the loaded gin configuration (see
-    :func:`memoire.train.environment_fn`: the runner's ``create_environment_fn``, else Atari
-    with the gin-bound game)."""
-    from memoire.train import environment_fn
+    :func:`memoire.experiments.train.environment_fn`: the runner's ``create_environment_fn``,
+    else Atari with the gin-bound game)."""
+    from memoire.experiments.train import environment_fn
 
     return environment_fn()()
 
@@ -485,7 +485,7 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
 
     Gin must already be loaded. Returns the environment steps taken.
     """
-    from memoire import replay_routing, train
+    from memoire.experiments import replay_routing, train
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
@@ -553,7 +553,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)
-    from memoire import train
+    from memoire.experiments import train
 
     seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
     train.load_gin(facts["gin_files"], facts["bindings"])
@@ -573,7 +573,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
 
 
 def _learner_class():
-    from memoire.train import runner_class
+    from memoire.experiments.train import runner_class
 
     base = runner_class()  # the schedule's: TrainRunner ('continuous_train') has no eval phase
 
@@ -660,7 +660,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
     """
     import multiprocessing as mp
 
-    from memoire import replay_routing, train
+    from memoire.experiments import replay_routing, train
 
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     transport = make_transport(config, ctx)
@@ -727,7 +727,7 @@ def actor_cli(argv=None) -> int:
     The gin files are the learner's (same agent and environment). It runs until ``--max_steps``
     environment steps, Ctrl-C, or the learner stops answering.
     """
-    from memoire import distributed_zmq
+    from memoire.experiments import distributed_zmq
 
     parser = build_actor_parser()
     args = parser.parse_args(argv)

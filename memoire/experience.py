@@ -1,0 +1,110 @@
+"""The sending end of memoire's one experience path: an actor's episodes as chunk messages.
+
+An actor appends rows (one environment step each) to a :class:`ChunkStream`; every
+``chunk_rows`` rows go out as one CHUNK message (memoire's codec: a header frame and one frame
+per column, no pickle), and :meth:`ChunkStream.end_episode` sends the last chunk of the episode.
+The receiving end is one native ingest (``memoire._core.ChunkIngest``) that checks the chunks
+and commits each finished episode whole into its store: memoire's ``ReplayMemory`` (a
+``ReplayMemoryServer`` in central mode), Dopamine's TF buffers
+(``OutOfGraphReplayBuffer.chunk_ingest``) or Dopamine's JAX buffer
+(``ReplayBuffer.chunk_ingest``). The same messages travel over ``tcp://``, ``ipc://`` or
+``inproc://`` sockets.
+
+A chunk's columns are the ingest's ``row_spec`` (for Dopamine's buffers: observation, action,
+reward, terminal, ...), plus ``uuid`` (the actor), ``episode``, ``index`` (the chunk's place in
+its episode), ``multiplier`` and, on the last chunk, an optional ``info`` (return, length,
+terminated) that the receiver hands back with the stored episode. See core/chunk_ingest.h for
+the receiver's rules.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from memoire import codec
+from memoire.codec import Msg
+from memoire.server import CHUNK_LAST, CHUNK_TERMINAL
+
+
+class ChunkStream:
+    """Streams one actor's episodes, one row at a time, as chunk messages.
+
+    Args:
+      row_spec: ``[(name, dtype, row_shape)]``, the receiving ingest's ``row_spec``.
+      send: called with the frames of each message (a list of bytes-like); returns False when
+        the message could not be sent (the episode is then abandoned: its later chunks are not
+        sent, and the receiver drops its stream). The frames view a stage that the next rows
+        overwrite, so ``send`` must copy them (pyzmq's ``send_multipart`` does by default).
+      chunk_rows: rows per message (>= 1); an episode end also sends.
+      uuid: the actor's id (uint64); random by default.
+
+    Not thread-safe: one actor thread owns a stream.
+    """
+
+    def __init__(self, row_spec: Sequence[tuple], send: Callable[[list], bool],
+                 chunk_rows: int = 64, uuid: Optional[int] = None):
+        if int(chunk_rows) < 1:
+            raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
+        self._spec = [(str(name), np.dtype(dtype), tuple(int(d) for d in shape))
+                      for name, dtype, shape in row_spec]
+        self._send = send
+        self._rows = int(chunk_rows)
+        self.uuid = int.from_bytes(os.urandom(8), "little") if uuid is None else int(uuid)
+        self._stage = {name: np.zeros((self._rows, *shape), dtype)
+                       for name, dtype, shape in self._spec}
+        self._staged = 0
+        self._episode = 0
+        self._index = 0
+        self._broken = False  # a send failed: the rest of this episode is not sent
+        self.episodes_sent = 0
+        self.rows_sent = 0
+
+    def add(self, row: Mapping[str, object]) -> bool:
+        """Appends one row (a value per column, cast to the column's dtype and shape); sends a
+        full chunk. Returns False when a send failed (this episode is lost)."""
+        if set(row) != set(self._stage):
+            raise ValueError(f"row: expected the columns {sorted(self._stage)}, got {sorted(row)}")
+        for name, dtype, shape in self._spec:
+            value = np.asarray(row[name])
+            if value.shape != shape:
+                raise ValueError(f"{name}: expected {dtype}{list(shape)}, got "
+                                 f"{value.dtype}{list(value.shape)}")
+            self._stage[name][self._staged] = value
+        self._staged += 1
+        if self._staged == self._rows:
+            return self._flush(flags=0, info=None)
+        return not self._broken
+
+    def end_episode(self, terminal: bool, info: Optional[Sequence[float]] = None) -> bool:
+        """Sends the episode's last chunk (the receiver then stores the episode) and starts the
+        next episode. ``info``: (return, length, terminated), handed to the receiver's owner.
+        Returns False when the episode was lost (a send failed)."""
+        ok = self._flush(flags=CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0), info=info)
+        if ok:
+            self.episodes_sent += 1
+        self._episode += 1
+        self._index = 0
+        self._broken = False
+        return ok
+
+    def _flush(self, flags: int, info: Optional[Sequence[float]]) -> bool:
+        n, self._staged = self._staged, 0
+        if self._broken:
+            return False
+        values = {name: self._stage[name][:n] for name, _, _ in self._spec}
+        values.update({"uuid": np.array(self.uuid, np.uint64),
+                       "episode": np.array(self._episode, np.int64),
+                       "index": np.array(self._index, np.int64),
+                       "multiplier": np.array(1.0, np.float32)})
+        if info is not None:
+            values["info"] = np.asarray(info, np.float64).reshape(3)
+        frames = codec.encode(Msg.CHUNK, values, flags=flags)
+        if not self._send(frames):
+            self._broken = True
+            return False
+        self._index += 1
+        self.rows_sent += n
+        return True
