@@ -170,6 +170,7 @@ def empty(shape: Any, dtype: Any) -> np.ndarray:
 
 WIRE_VERSION: int
 WIRE_DTYPES: list
+protocol: Any  # submodule: core/protocol.h's constants (read through memoire/protocol.py)
 
 class WireMessage:
     """A decoded, checked header: type, flags and the entry table

@@ -10,6 +10,7 @@ void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
 void BindCodec(py::module_& m);
+void BindProtocol(py::module_& m);
 void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 }  // namespace memoire
@@ -22,6 +23,7 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindTransitionStore(m);
   memoire::BindCircularBuffer(m);
   memoire::BindCodec(m);
+  memoire::BindProtocol(m);
   memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
 }
