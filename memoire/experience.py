@@ -28,7 +28,7 @@ import zmq
 
 from memoire import codec, transport
 from memoire.codec import Msg
-from memoire.server import CHUNK_LAST, CHUNK_TERMINAL
+from memoire.protocol import CHUNK_INFO, CHUNK_LAST, CHUNK_TERMINAL
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ class ChunkStream:
                        "index": np.array(self._index, np.int64),
                        "multiplier": np.array(1.0, np.float32)})
         if info is not None:
-            values["info"] = np.asarray(info, np.float64).reshape(3)
+            name, dtype, size = CHUNK_INFO
+            values[name] = np.asarray(info, dtype).reshape(size)
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
         if not self._send(frames):
             self._broken = True

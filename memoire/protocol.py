@@ -42,6 +42,8 @@ CHUNK_ENTRIES: Tuple[Tuple[str, str], ...] = tuple(_P.CHUNK_ENTRIES)  # (name, d
 CHUNK_INIT_W: Tuple[str, str] = CHUNK_ENTRIES[0]  # per row, after the field rows
 CHUNK_SCALARS: Tuple[Tuple[str, str], ...] = CHUNK_ENTRIES[1:]  # 0-d: uuid, episode, index,
 #                                                                  multiplier
+CHUNK_INFO: Tuple[str, str, int] = tuple(_P.CHUNK_INFO)  # optional, last chunk: (name, dtype,
+#                                                         size) of the actor's episode summary
 INGEST_STAGED: int = _P.INGEST_STAGED
 INGEST_COMMITTED: int = _P.INGEST_COMMITTED
 INGEST_REJECTED: int = _P.INGEST_REJECTED

@@ -66,6 +66,8 @@ void BindProtocol(py::module_& m) {
   p.attr("CACHE_ROW_COLUMNS") = ColumnTuples(protocol::kCacheRowColumns);
   p.attr("CACHE_SCALARS") = ColumnTuples(protocol::kCacheScalars);
   p.attr("CHUNK_ENTRIES") = ColumnTuples(protocol::kChunkEntries);
+  p.attr("CHUNK_INFO") = py::make_tuple(protocol::kChunkInfo.name, DTypeName(protocol::kChunkInfo.dtype),
+                                        protocol::kChunkInfoSize);
   p.attr("CHUNK_LAST") = protocol::kChunkLast;
   p.attr("CHUNK_TERMINAL") = protocol::kChunkTerminal;
   p.attr("CHUNK_UPDATE_VALUE") = protocol::kChunkUpdateValue;

@@ -44,15 +44,16 @@ Status ChunkIngest::Make(std::shared_ptr<ReplayMemory> memory, const Options& op
 
 ChunkIngest::ChunkIngest(std::shared_ptr<EpisodeStore> store, const Options& options)
     : store_(std::move(store)), spec_(store_->row_spec()), opt_(options) {
-  auto add = [&](const char* name, DType dtype, std::vector<int64_t> shape, bool optional) {
-    spec_.push_back({name, dtype, std::move(shape), optional});
+  auto add = [&](const protocol::Column& c, std::vector<int64_t> shape, bool optional) {
+    spec_.push_back({c.name, c.dtype, std::move(shape), optional});
     return static_cast<int>(spec_.size()) - 1;
   };
-  spec_uuid_ = add("uuid", DType::kUInt64, {}, false);
-  spec_episode_ = add("episode", DType::kInt64, {}, false);
-  spec_index_ = add("index", DType::kInt64, {}, false);
-  spec_multiplier_ = add("multiplier", DType::kFloat32, {}, false);
-  spec_info_ = add("info", DType::kFloat64, {3}, true);
+  // kChunkEntries[0] (init_w) is a row column of memoire's memory (core/episode_store.cc).
+  spec_uuid_ = add(protocol::kChunkEntries[1], {}, false);
+  spec_episode_ = add(protocol::kChunkEntries[2], {}, false);
+  spec_index_ = add(protocol::kChunkEntries[3], {}, false);
+  spec_multiplier_ = add(protocol::kChunkEntries[4], {}, false);
+  spec_info_ = add(protocol::kChunkInfo, {protocol::kChunkInfoSize}, true);
 }
 
 std::vector<ChunkIngest::Committed> ChunkIngest::TakeCommitted(int64_t* dropped) {
@@ -121,7 +122,7 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
   tail->multiplier = LoadUnaligned<float>(data[spec_multiplier_]);
   tail->has_info = data[spec_info_] != nullptr;
   if (tail->has_info)
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < protocol::kChunkInfoSize; ++k) {
       tail->info[k] = LoadUnaligned<double>(data[spec_info_] + 8 * k);
       if (!std::isfinite(tail->info[k]))
         return Error(Code::kInvalidArgument, "info: expected finite values, got ", tail->info[k]);
@@ -280,7 +281,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
   c.episode = episode;
   c.rows = done.rows;
   c.has_info = tail.has_info;
-  std::copy(tail.info, tail.info + 3, c.info);
+  std::copy(tail.info, tail.info + protocol::kChunkInfoSize, c.info);
   if (committed_.size() == kCommittedLog) {
     committed_.pop_front();
     ++committed_dropped_;

@@ -59,6 +59,7 @@
 
 #include "core/codec.h"
 #include "core/episode_store.h"
+#include "core/protocol.h"
 #include "core/replay_memory.h"
 #include "core/status.h"
 
@@ -67,7 +68,9 @@ namespace memoire {
 class ChunkIngest {
  public:
   // Flags of a chunk message.
-  static constexpr uint8_t kLast = 1, kTerminal = 2, kUpdateValue = 4, kUpdateWeight = 8;
+  static constexpr uint8_t kLast = protocol::kChunkLast, kTerminal = protocol::kChunkTerminal,
+                           kUpdateValue = protocol::kChunkUpdateValue,
+                           kUpdateWeight = protocol::kChunkUpdateWeight;
 
   enum Reason {
     kMalformed = 0, kAbandonedEpisode, kOutOfOrderChunk, kStreamLimit, kStaleEpisode,
@@ -90,12 +93,10 @@ class ChunkIngest {
   // A received frame: caller-owned bytes.
   using Frame = codec::Frame;
 
-  enum class Outcome {
-    kNotChunk = 0,  // not a current-version chunk header: the caller decodes it another way
-    kStaged,        // accepted; the stream is still open
-    kCommitted,     // accepted, and the episode it closed is stored
-    kRejected,      // dropped: `reason`, `detail`
-  };
+  // kNotChunk (not a current-version chunk header: the caller decodes it another way),
+  // kStaged (accepted; the stream is still open), kCommitted (accepted, and the episode it
+  // closed is stored), kRejected (dropped: `reason`, `detail`).
+  using Outcome = protocol::IngestOutcome;
   struct Result {
     Outcome outcome = Outcome::kNotChunk;
     int64_t rows = 0;          // kStaged: rows of the chunk; kCommitted: rows of the episode
@@ -125,7 +126,7 @@ class ChunkIngest {
     int64_t episode = 0;
     int64_t rows = 0;
     bool has_info = false;
-    double info[3] = {0, 0, 0};  // the last chunk's `info`, when it had one
+    double info[protocol::kChunkInfoSize] = {};  // the last chunk's `info`, when it had one
   };
   // The most Committed records kept for TakeCommitted; older ones go (counted).
   static constexpr size_t kCommittedLog = 4096;
@@ -167,7 +168,7 @@ class ChunkIngest {
   struct Tail {
     float multiplier = 1.0f;
     bool has_info = false;
-    double info[3] = {0, 0, 0};
+    double info[protocol::kChunkInfoSize] = {};
   };
   // Checks the message against the chunk layout; fills `chunk` (owner set by the caller).
   Status Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t* uuid, int64_t* episode,

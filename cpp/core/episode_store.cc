@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/circular_buffer.h"
+#include "core/protocol.h"
 #include "core/replay_memory.h"
 #include "core/transition_store.h"
 
@@ -72,7 +73,8 @@ class MemoryEpisodeStore : public EpisodeStore {
                            Rows(schema.field(f).shape), false});
     }
     init_w_ = static_cast<int>(row_spec_.size());
-    row_spec_.push_back({"init_w", DType::kFloat32, {-1}, false});
+    const protocol::Column& init_w = protocol::kChunkEntries[0];
+    row_spec_.push_back({init_w.name, init_w.dtype, {-1}, false});
   }
 
   int64_t max_episode_rows() const override { return memory_->max_step(); }

@@ -13,10 +13,13 @@
 //                                           prev before next (kCachePrev, kCacheNext)
 //           kCacheRowColumns                per row: weight, prob, done, id
 //           kCacheScalars                   0-d: uuid, num_sampleable, total_weight
-//   CHUNK   (central mode, actor -> server) part of an episode:
-//           "<field>" (q excluded)          dtype[n, *shape] rows
-//           kChunkEntries                   init_w float32[n]; 0-d uuid, episode, index,
-//                                           multiplier
+//   CHUNK   (actor -> a chunk ingest: a server in central mode, a learner) part of an
+//           episode; its rows are the receiving store's (core/episode_store.h):
+//             memoire's memory: "<field>" (q excluded) dtype[n, *shape], init_w float32[n]
+//             Dopamine's buffers: observation, action, reward, terminal, ... [n, *shape]
+//           kChunkEntries[1:]               0-d uuid, episode, index, multiplier
+//           kChunkInfo (optional, on the last chunk)  float64[3]: the actor's return, length
+//                                           and terminated, handed back with the episode
 //           flags kChunkLast | kChunkTerminal | kChunkUpdateValue | kChunkUpdateWeight
 //   LOG     uuid, message;  PUB  topic, data;  CALL / CALL_REPLY / ERROR  remote calls
 //
@@ -61,6 +64,8 @@ constexpr int kNumChunkEntries = 5;
 constexpr Column kChunkEntries[kNumChunkEntries] = {
     {"init_w", DType::kFloat32}, {"uuid", DType::kUInt64}, {"episode", DType::kInt64},
     {"index", DType::kInt64}, {"multiplier", DType::kFloat32}};
+constexpr Column kChunkInfo = {"info", DType::kFloat64};
+constexpr int kChunkInfoSize = 3;
 constexpr uint8_t kChunkLast = 1;          // closes the episode
 constexpr uint8_t kChunkTerminal = 2;      // ... as terminated (else truncated)
 constexpr uint8_t kChunkUpdateValue = 4;   // compute returns on close
