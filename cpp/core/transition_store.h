@@ -83,7 +83,8 @@ class TransitionStore {
   double tree_root() const;
   int64_t tree_leaves() const { return opt_.prioritized ? tree_.padded_leaves() : 0; }
 
-  // keys[b] = key at dense index indices[b] (uniform draws); kOutOfRange on a bad index.
+  // keys[b] = key at dense index indices[b] (uniform draws); kOutOfRange (details index,
+  // bound = size()) on a bad index.
   Status KeysAt(const int64_t* indices, int64_t n, int32_t* keys) const;
   // Prioritized draw: descends Dopamine's tree for each target; writes keys and
   // probabilities (leaf / root). kFailedPrecondition when the tree is empty.

@@ -298,10 +298,11 @@ _PLAIN_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 _BUDGET_SLACK = 1 << 16  # bytes of pickle framing allowed on top of a payload's own size
 
 
-def _check_plain_dtype(dtype, filename):
-  """Raises unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays, objects."""
+def _check_plain_dtype(dtype, filename, error=CheckpointError):
+  """Raises ``error`` unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays,
+  objects. ``filename`` starts the message (_UnnamedError's callers pass what they read)."""
   if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-    raise CheckpointError("{}: expected a plain numeric dtype (bool, int, uint or float), got "
+    raise error("{}: expected a plain numeric dtype (bool, int, uint or float), got "
                           "{}".format(filename, dtype))
 
 
@@ -367,7 +368,7 @@ def _resolve_dtype(spelled):
     dtype = np.dtype(args[0])
   except TypeError:
     raise _UnnamedError("checkpoint pickle: unknown dtype {!r}".format(args[0])) from None
-  _check_plain_dtype(dtype, "checkpoint pickle")
+  _check_plain_dtype(dtype, "checkpoint pickle", _UnnamedError)
   if state is not None:
     # numpy's dtype state: (version, byte order, subarray, names, fields, item size, alignment,
     # flags[, metadata]); for a plain dtype only the byte order may vary.
