@@ -9,9 +9,10 @@ Each run's replay.csv names the memory it used; the script checks it.
 
     PYTHONPATH=$PWD python benchmarks/bench_train_throughput.py [--iterations 6]
 
-``--baseline PYTHON:MODULE`` (e.g. ``/old/.venv/bin/python:memoire.train``, an older checkout's
-interpreter and training module) instead alternates the distributed run between this tree and
-the baseline ``--repeats`` times each and prints the ratio this / baseline.
+``--baseline DIR`` (an older checkout with its own ``.venv``, e.g. a clone of an earlier commit
+after ``make bootstrap``) instead alternates the distributed run between this tree and the
+baseline (its interpreter, its installed memoire, its configs) ``--repeats`` times each and
+prints the ratio this / baseline.
 """
 
 import argparse
@@ -43,9 +44,9 @@ MEMORIES = {"memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
 
 
 def run(config, base, iterations, replay, python=sys.executable,
-        module="memoire.experiments.train", pythonpath=ROOT):
+        module="memoire.experiments.train", root=ROOT, pythonpath=ROOT):
     cmd = [python, "-m", module, "--gin_files",
-           os.path.join(ROOT, "configs", config), "--base_dir", base, "--replay", replay,
+           os.path.join(root, "configs", config), "--base_dir", base, "--replay", replay,
            "--gin_bindings", f"Runner.num_iterations = {iterations}",
            "--gin_bindings", "Runner.fine_grained_print_to_console = False"]
     env = dict(os.environ, PYTHONPATH=pythonpath)
@@ -60,8 +61,11 @@ def run(config, base, iterations, replay, python=sys.executable,
 
 
 def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
-    """Alternates the distributed run between this tree and ``baseline`` (PYTHON:MODULE)."""
-    python, module = baseline.rsplit(":", 1)
+    """Alternates the distributed run between this tree and the checkout ``baseline``."""
+    python = os.path.join(baseline, ".venv", "bin", "python")
+    module = ("memoire.experiments.train"
+              if os.path.isdir(os.path.join(baseline, "memoire", "experiments"))
+              else "memoire.train")
     config = "dqn_cartpole_jax_distributed.gin"
     rates = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +75,7 @@ def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
             # the baseline imports its own installed memoire: nothing of this tree on its path
             rates["baseline"].append(run(config, os.path.join(tmp, f"base_{k}"), iterations,
                                          "memoire", python=python, module=module,
-                                         pythonpath=""))
+                                         root=baseline, pythonpath=""))
             print(f"round {k}: this {rates['this'][-1]:8.1f}  baseline "
                   f"{rates['baseline'][-1]:8.1f} env steps/s", flush=True)
     this, base = sum(rates["this"]) / repeats, sum(rates["baseline"]) / repeats
@@ -83,7 +87,7 @@ def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--baseline", help="PYTHON:MODULE of an older checkout to compare the "
+    p.add_argument("--baseline", help="an older checkout (with its .venv) to compare the "
                    "distributed run against (alternating runs)")
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds with --baseline")
     args = p.parse_args()
