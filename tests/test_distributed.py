@@ -75,6 +75,7 @@ def test_actor_link_waits_for_a_slow_learner_then_gives_up():
         sockets.close()
 
 
+@pytest.mark.dopamine
 def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
     from memoire.dopamine_compat import jax_replay_buffer as mj
     from memoire.experience import ChunkStream, ExperienceReceiver

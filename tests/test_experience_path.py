@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from memoire.dopamine_compat import OutOfGraphPrioritizedReplayBuffer, OutOfGraphReplayBuffer
-from memoire.dopamine_compat import jax_replay_buffer as mj
 from memoire.experience import ChunkStream
 
 STACK, CAP = 2, 64
@@ -82,12 +81,14 @@ def test_tf_buffer_ingest_equals_add_batch(cls):
 
 
 def jax_buffer(prioritized):
+    mj = pytest.importorskip("memoire.dopamine_compat.jax_replay_buffer")  # needs dopamine-rl
     acc = mj.TransitionAccumulator(STACK, 2, 0.9)
     dist = (mj.PrioritizedSamplingDistribution(0, max_capacity=CAP, priority_exponent=0.5)
             if prioritized else mj.UniformSamplingDistribution(0))
     return mj.ReplayBuffer(acc, dist, batch_size=4, max_capacity=CAP)
 
 
+@pytest.mark.dopamine
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_jax_buffer_ingest_equals_add_batch(prioritized):
     eps = episodes(1)
@@ -181,9 +182,9 @@ def test_bad_chunks_are_refused_and_change_nothing():
     s.add({"observation": obs[0], "action": act[0], "reward": rew[0], "terminal": False})
     s.end_episode(False, info=(np.inf, 1, 0))
     assert got[-1][0] == 3 and got[-1][2] == "malformed"
-    # another store's layout: malformed
-    jax_ingest = jax_buffer(False).chunk_ingest(obs[0].astype(np.float32), act[0])
-    s = ChunkStream(jax_ingest.row_spec, copying_sender(ingest, got), uuid=10)
+    # another layout (float32 observations): malformed
+    spec = [(n, np.float32 if n == "observation" else d, sh) for n, d, sh in ingest.row_spec]
+    s = ChunkStream(spec, copying_sender(ingest, got), uuid=10)
     s.add({"observation": obs[0].astype(np.float32), "action": act[0], "reward": 1.0,
            "terminal": False})
     s.end_episode(False)
@@ -205,6 +206,7 @@ def test_chunk_stream_checks_rows():
         ChunkStream(ingest.row_spec, lambda frames: True, chunk_rows=0)
 
 
+@pytest.mark.dopamine
 def test_jax_ingest_checks_layout_and_priority():
     buf = jax_buffer(True)
     ingest = buf.chunk_ingest(np.zeros((3, 2), np.uint8), np.int32(0))
