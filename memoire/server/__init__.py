@@ -39,7 +39,7 @@ lock (the PUB socket is created by the constructor's thread and then only used u
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 import zmq

@@ -194,6 +194,7 @@ class RpcServer:
 
     Serve with :meth:`start` (a REP worker in a daemon thread), or run :meth:`rep_worker_main`
     (and the proxies) in threads of your own. Thread-safe; :meth:`close` stops every loop.
+    The server hosts itself as ``"server"``: peers may read its :meth:`stats`.
     """
 
     def __init__(self, *, bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
@@ -211,6 +212,7 @@ class RpcServer:
         self.check_batch = self.rpc.check_batch
         self.check_finite = self.rpc.check_finite
         self.rep_proxy_main = self._workers.rep_proxy_main
+        self.host("server", self, methods=("stats",), serialize=False)
 
     max_batch = property(lambda self: self.rpc.max_batch, doc="Rows one call may ask for.")
     endpoints = property(lambda self: self._workers.endpoints,
