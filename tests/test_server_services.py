@@ -19,7 +19,7 @@ from memoire.server.cache_service import CacheService
 from memoire.server.central_service import COUNTER_MAX, CentralService, ClientCounters
 from memoire.server.rpc_host import RpcHost
 from memoire.server.workers import Logfile, Stats
-from memoire.transport import RequestChannel
+from memoire.transport import RequestChannel, publication
 
 
 def _memory(max_step=64, cache_size=4, seed=0):
@@ -264,3 +264,24 @@ def test_a_request_channel_reaches_the_standalone_host():
             channel.close()
             ctx.term()
         assert server.max_batch == 4 and server.endpoints["rep"] == [endpoint]
+
+
+def test_a_standalone_rpc_server_may_publish_too():
+    with RpcServer(pub_endpoint="tcp://127.0.0.1:*") as server:
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        try:
+            sub.connect(server.pub_endpoint)
+            sub.setsockopt(zmq.SUBSCRIBE, b"params")
+            got = None
+            for _ in range(100):  # a subscription takes a moment to reach the publisher
+                server.pub_bytes("params", b"v1")
+                if sub.poll(100):
+                    got = publication(sub.recv_multipart(), 1 << 20)
+                    break
+            assert got == (b"params", b"v1")
+        finally:
+            sub.close(0)
+            ctx.term()
+    with pytest.raises(RuntimeError, match="no PUB socket"):
+        RpcServer().pub_bytes("params", b"x")
