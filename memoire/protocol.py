@@ -7,8 +7,8 @@ the codec import them from here and restate none.
 
 - :class:`Msg`: message types; :class:`Kind`: entry kinds of the codec's table.
 - :data:`FIELDS`: the memory's fields (``s a r p v q i``).
-- ``CHUNK_*``: flags of a CHUNK message; :data:`CHUNK_ENTRIES` (:data:`CHUNK_INIT_W`,
-  :data:`CHUNK_SCALARS`): its entries besides the field rows;
+- ``CHUNK_*``: flags of a CHUNK message; :data:`CHUNK_SCALARS`, :data:`CHUNK_INFO`: its
+  entries besides the store's row columns (:data:`CHUNK_INIT_W`: a memory's last one);
   ``INGEST_*``: the chunk ingest's outcomes (``_core.ChunkIngest.ingest``).
 - :func:`cache_layout` / :func:`cache_spec`: the layout of a CACHE message.
 - :data:`SETTINGS`: the memory settings a server sends in its handshake.
@@ -38,12 +38,9 @@ CHUNK_LAST: int = _P.CHUNK_LAST
 CHUNK_TERMINAL: int = _P.CHUNK_TERMINAL
 CHUNK_UPDATE_VALUE: int = _P.CHUNK_UPDATE_VALUE
 CHUNK_UPDATE_WEIGHT: int = _P.CHUNK_UPDATE_WEIGHT
-CHUNK_ENTRIES: Tuple[Tuple[str, str], ...] = tuple(_P.CHUNK_ENTRIES)  # (name, dtype name)
-CHUNK_INIT_W: Tuple[str, str] = CHUNK_ENTRIES[0]  # per row, after the field rows
-CHUNK_SCALARS: Tuple[Tuple[str, str], ...] = CHUNK_ENTRIES[1:]  # 0-d: uuid, episode, index,
-#                                                                  multiplier
-CHUNK_INFO: Tuple[str, str, int] = tuple(_P.CHUNK_INFO)  # optional, last chunk: (name, dtype,
-#                                                         size) of the actor's episode summary
+CHUNK_SCALARS: Tuple[Tuple[str, str], ...] = tuple(_P.CHUNK_SCALARS)  # (name, dtype name), 0-d
+CHUNK_INFO: Tuple[str, str, int] = tuple(_P.CHUNK_INFO)  # (name, dtype name, size), optional
+CHUNK_INIT_W: Tuple[str, str] = tuple(_P.MEMORY_INIT_W)  # a memory's row column after the fields
 INGEST_STAGED: int = _P.INGEST_STAGED
 INGEST_COMMITTED: int = _P.INGEST_COMMITTED
 INGEST_REJECTED: int = _P.INGEST_REJECTED

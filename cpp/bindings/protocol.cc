@@ -65,9 +65,11 @@ void BindProtocol(py::module_& m) {
   p.attr("CACHE_NEXT") = protocol::kCacheNext;
   p.attr("CACHE_ROW_COLUMNS") = ColumnTuples(protocol::kCacheRowColumns);
   p.attr("CACHE_SCALARS") = ColumnTuples(protocol::kCacheScalars);
-  p.attr("CHUNK_ENTRIES") = ColumnTuples(protocol::kChunkEntries);
+  p.attr("CHUNK_SCALARS") = ColumnTuples(protocol::kChunkScalars);
   p.attr("CHUNK_INFO") = py::make_tuple(protocol::kChunkInfo.name, DTypeName(protocol::kChunkInfo.dtype),
                                         protocol::kChunkInfoSize);
+  p.attr("MEMORY_INIT_W") = py::make_tuple(protocol::kMemoryInitW.name,
+                                           DTypeName(protocol::kMemoryInitW.dtype));
   p.attr("CHUNK_LAST") = protocol::kChunkLast;
   p.attr("CHUNK_TERMINAL") = protocol::kChunkTerminal;
   p.attr("CHUNK_UPDATE_VALUE") = protocol::kChunkUpdateValue;

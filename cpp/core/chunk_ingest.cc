@@ -48,11 +48,10 @@ ChunkIngest::ChunkIngest(std::shared_ptr<EpisodeStore> store, const Options& opt
     spec_.push_back({c.name, c.dtype, std::move(shape), optional});
     return static_cast<int>(spec_.size()) - 1;
   };
-  // kChunkEntries[0] (init_w) is a row column of memoire's memory (core/episode_store.cc).
-  spec_uuid_ = add(protocol::kChunkEntries[1], {}, false);
-  spec_episode_ = add(protocol::kChunkEntries[2], {}, false);
-  spec_index_ = add(protocol::kChunkEntries[3], {}, false);
-  spec_multiplier_ = add(protocol::kChunkEntries[4], {}, false);
+  spec_uuid_ = add(protocol::kChunkScalars[0], {}, false);
+  spec_episode_ = add(protocol::kChunkScalars[1], {}, false);
+  spec_index_ = add(protocol::kChunkScalars[2], {}, false);
+  spec_multiplier_ = add(protocol::kChunkScalars[3], {}, false);
   spec_info_ = add(protocol::kChunkInfo, {protocol::kChunkInfoSize}, true);
 }
 

@@ -73,7 +73,7 @@ class MemoryEpisodeStore : public EpisodeStore {
                            Rows(schema.field(f).shape), false});
     }
     init_w_ = static_cast<int>(row_spec_.size());
-    const protocol::Column& init_w = protocol::kChunkEntries[0];
+    const protocol::Column& init_w = protocol::kMemoryInitW;
     row_spec_.push_back({init_w.name, init_w.dtype, {-1}, false});
   }
 

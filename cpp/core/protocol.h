@@ -13,13 +13,12 @@
 //                                           prev before next (kCachePrev, kCacheNext)
 //           kCacheRowColumns                per row: weight, prob, done, id
 //           kCacheScalars                   0-d: uuid, num_sampleable, total_weight
-//   CHUNK   (actor -> a chunk ingest: a server in central mode, a learner) part of an
-//           episode; its rows are the receiving store's (core/episode_store.h):
-//             memoire's memory: "<field>" (q excluded) dtype[n, *shape], init_w float32[n]
-//             Dopamine's buffers: observation, action, reward, terminal, ... [n, *shape]
-//           kChunkEntries[1:]               0-d uuid, episode, index, multiplier
-//           kChunkInfo (optional, on the last chunk)  float64[3]: the actor's return, length
-//                                           and terminated, handed back with the episode
+//   CHUNK   (actor -> a chunk ingest) part of an episode:
+//           the store's row columns         dtype[n, *shape] (the ingest's row spec; for
+//                                           memoire's memory each field but q, then
+//                                           kMemoryInitW)
+//           kChunkScalars                   0-d: uuid, episode, index, multiplier
+//           kChunkInfo                      optional, float64[3] on the last chunk
 //           flags kChunkLast | kChunkTerminal | kChunkUpdateValue | kChunkUpdateWeight
 //   LOG     uuid, message;  PUB  topic, data;  CALL / CALL_REPLY / ERROR  remote calls
 //
@@ -59,13 +58,15 @@ constexpr Column kCacheScalars[kNumCacheScalars] = {
     {"uuid", DType::kUInt64}, {"num_sampleable", DType::kInt64},
     {"total_weight", DType::kFloat64}};
 
-// CHUNK: the entries besides the field rows (init_w per row, the rest 0-d), and its flags.
-constexpr int kNumChunkEntries = 5;
-constexpr Column kChunkEntries[kNumChunkEntries] = {
-    {"init_w", DType::kFloat32}, {"uuid", DType::kUInt64}, {"episode", DType::kInt64},
-    {"index", DType::kInt64}, {"multiplier", DType::kFloat32}};
+// CHUNK: the 0-d entries after the row columns, the optional info (return, length,
+// terminated) and its flags. A memory's rows carry the initial weight of each entry.
+constexpr int kNumChunkScalars = 4;
+constexpr Column kChunkScalars[kNumChunkScalars] = {
+    {"uuid", DType::kUInt64}, {"episode", DType::kInt64}, {"index", DType::kInt64},
+    {"multiplier", DType::kFloat32}};
 constexpr Column kChunkInfo = {"info", DType::kFloat64};
 constexpr int kChunkInfoSize = 3;
+constexpr Column kMemoryInitW = {"init_w", DType::kFloat32};
 constexpr uint8_t kChunkLast = 1;          // closes the episode
 constexpr uint8_t kChunkTerminal = 2;      // ... as terminated (else truncated)
 constexpr uint8_t kChunkUpdateValue = 4;   // compute returns on close

@@ -247,6 +247,22 @@ class OutOfGraphReplayBuffer(object):
     """Reseeds this buffer's sampling generator."""
     self._core.seed(int(seed) & (2**64 - 1))
 
+  def arguments(self):
+    """dict: the constructor arguments that fix this buffer's layout and sampling, by name
+    (``observation_shape``, ``stack_size``, ``replay_capacity``, ``batch_size``,
+    ``update_horizon``, ``gamma``, ``max_sample_attempts``, ``extra_storage_types``, the
+    dtypes and shapes, ``episode_end_breaks_stacks``): what builds an equal, empty buffer."""
+    return dict(
+        observation_shape=tuple(self._observation_shape), stack_size=self._stack_size,
+        replay_capacity=self._replay_capacity, batch_size=self._batch_size,
+        update_horizon=self._update_horizon, gamma=self._gamma,
+        max_sample_attempts=self._max_sample_attempts,
+        extra_storage_types=list(self._extra_storage_types),
+        observation_dtype=self._observation_dtype, terminal_dtype=self._terminal_dtype,
+        action_shape=tuple(self._action_shape), action_dtype=self._action_dtype,
+        reward_shape=tuple(self._reward_shape), reward_dtype=self._reward_dtype,
+        episode_end_breaks_stacks=self._episode_end_breaks_stacks)
+
   # ---- signatures ----------------------------------------------------------------------------
 
   def get_add_args_signature(self):

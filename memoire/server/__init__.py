@@ -39,7 +39,7 @@ lock (the PUB socket is created by the constructor's thread and then only used u
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 import zmq
@@ -136,9 +136,6 @@ class ReplayMemoryServer:
         further clients are refused (``counter_clients``).
       allow_nonfinite: store NaN/infinite rewards, probs and values from actors (default:
         their episodes are dropped, ``nonfinite``); sets :attr:`rem`'s ``allow_nonfinite``.
-      ingest: the chunk ingest of central mode, already built over the store it fills (see
-        :mod:`memoire.server.central_service`); None builds ``_core.ChunkIngest`` over
-        :attr:`rem` with the limits above (which are then ignored).
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -156,7 +153,7 @@ class ReplayMemoryServer:
                  reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
-                 allow_nonfinite: bool = False, ingest: Any = None):
+                 allow_nonfinite: bool = False):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         self._stats = Stats()
@@ -175,15 +172,13 @@ class ReplayMemoryServer:
         self._caches = CacheService(self._schema, self._rem, n_caches, ring_seed,
                                     self._workers.max_message_bytes, self._stats,
                                     self._workers.closing)
-        if ingest is None:
-            # Episode chunks are checked, assembled per actor and committed into self._rem
-            # natively (the only writer of that memory's episodes).
-            stream_bytes, open_bytes = default_stream_budgets(self._schema, int(max_step))
-            ingest = _core.ChunkIngest(
-                self._rem, self._workers.max_message_bytes, int(max_streams),
-                float(stream_timeout),
-                int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
-                int(open_bytes if max_open_bytes is None else max_open_bytes))
+        # Episode chunks are checked, assembled per actor and committed into self._rem natively
+        # (the only writer of that memory's episodes).
+        stream_bytes, open_bytes = default_stream_budgets(self._schema, int(max_step))
+        ingest = _core.ChunkIngest(
+            self._rem, self._workers.max_message_bytes, int(max_streams), float(stream_timeout),
+            int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
+            int(open_bytes if max_open_bytes is None else max_open_bytes))
         self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing)
         self._logfile = Logfile()
         self._rep = rep_handler(self._stats, {Msg.HELLO: self._hello,

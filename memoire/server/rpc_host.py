@@ -24,8 +24,8 @@ import zmq
 
 from memoire import codec
 from memoire.protocol import Msg
-from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, Stats, Workers, error_reply,
-                                    rep_handler)
+from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, Publisher, Stats, Workers,
+                                    error_reply, rep_handler)
 from memoire.transport import LOOPBACK, CurveKeys
 
 # Bounds on what peers can make a host hold (docs/LIMITS.md).
@@ -191,15 +191,19 @@ class RpcServer:
       reply_cache_bytes, max_batch: as :class:`RpcHost`.
       allow_nonfinite: what hosted objects should do with NaN/infinite values from peers
         (read by :func:`memoire.dopamine_compat.buffer_server.serve_buffer`).
+      pub_endpoint: an endpoint to bind a PUB socket at (port ``*``: chosen by the OS, read
+        back from :attr:`pub_endpoint`) for :meth:`pub_bytes`; None (default) for none.
 
     Serve with :meth:`start` (a REP worker in a daemon thread), or run :meth:`rep_worker_main`
     (and the proxies) in threads of your own. Thread-safe; :meth:`close` stops every loop.
+    The server hosts itself as ``"server"``: peers may read its :meth:`stats`.
     """
 
     def __init__(self, *, bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
-                 max_batch: int = DEFAULT_MAX_BATCH, allow_nonfinite: bool = False):
+                 max_batch: int = DEFAULT_MAX_BATCH, allow_nonfinite: bool = False,
+                 pub_endpoint: Optional[str] = None):
         self._stats = Stats()
         self.rpc = RpcHost(self._stats, reply_cache_bytes, max_batch)
         self.allow_nonfinite = bool(allow_nonfinite)
@@ -211,6 +215,20 @@ class RpcServer:
         self.check_batch = self.rpc.check_batch
         self.check_finite = self.rpc.check_finite
         self.rep_proxy_main = self._workers.rep_proxy_main
+        self.host("server", self, methods=("stats",), serialize=False)
+        self._pub = Publisher(self._workers, pub_endpoint) if pub_endpoint is not None else None
+        self.pub_endpoint = None if self._pub is None else self._pub.endpoint
+
+    def pub_bytes(self, topic, message) -> None:
+        """Publishes `message` under `topic` to subscribers of :attr:`pub_endpoint` (as
+        :meth:`memoire.ReplayMemoryServer.pub_bytes`).
+
+        Raises:
+          RuntimeError: no PUB socket (``pub_endpoint=None``), or the server is closed.
+        """
+        if self._pub is None:
+            raise RuntimeError("pub_bytes: this server has no PUB socket (pub_endpoint=None)")
+        self._pub.publish(topic, message)
 
     max_batch = property(lambda self: self.rpc.max_batch, doc="Rows one call may ask for.")
     endpoints = property(lambda self: self._workers.endpoints,
@@ -243,6 +261,8 @@ class RpcServer:
     def close(self, timeout: float = 5.0) -> None:
         """Stops every loop and closes the sockets. Idempotent."""
         if self._workers.close(timeout):
+            if self._pub is not None:
+                self._pub.close()
             self._workers.terminate()
 
     def __enter__(self) -> "RpcServer":
