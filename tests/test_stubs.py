@@ -1,15 +1,24 @@
-"""The type stubs of memoire._core name exactly what the module defines."""
+"""The type stubs of memoire._core name exactly what the module defines, and mypy's stubtest
+finds them consistent with it (signatures, defaults, types of constants)."""
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import memoire
 from memoire import _core
+from _subprocess_env import subprocess_env
+
+# The stub beside the module under test: the installed one under `make test` and in the wheel.
+STUB = pathlib.Path(memoire.__file__).parent / "_core.pyi"
+# What stubtest may report and why (each entry: a regex of the name, a comment saying why).
+ALLOWLIST = pathlib.Path(__file__).parent / "data" / "stubtest_allowlist.txt"
 
 
 def _stub_tree():
-    path = pathlib.Path(__file__).resolve().parents[1] / "memoire" / "_core.pyi"
-    return ast.parse(path.read_text())
+    return ast.parse(STUB.read_text())
 
 
 def test_stub_classes_match_module():
@@ -38,3 +47,12 @@ def test_stub_members_match_module():
 
 def test_version_is_set():
     assert memoire.__version__.count(".") == 2
+
+
+def test_stubtest(tmp_path):
+    """mypy's stubtest (the `stubs` extra) of memoire/_core.pyi against the built module."""
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "memoire._core", "--allowlist", str(ALLOWLIST),
+         "--mypy-config-file", os.devnull],
+        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
