@@ -2,7 +2,6 @@
 finds them consistent with it (signatures, defaults, types of constants)."""
 
 import ast
-import os
 import pathlib
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from _subprocess_env import subprocess_env
 # The stub beside the module under test: the installed one under `make test` and in the wheel.
 STUB = pathlib.Path(memoire.__file__).parent / "_core.pyi"
 # What stubtest may report and why (each entry: a regex of the name, a comment saying why).
+# Names only the stub has: pybind11's metaclass, declared for stubtest's metaclass check.
+STUB_ONLY = {"_pybind11_type"}
 ALLOWLIST = pathlib.Path(__file__).parent / "data" / "stubtest_allowlist.txt"
 
 
@@ -23,7 +24,7 @@ def _stub_tree():
 
 def test_stub_classes_match_module():
     tree = _stub_tree()
-    stub_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    stub_classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} - STUB_ONLY
     stub_funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     stub_consts = {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
     public = {n for n in dir(_core) if not n.startswith("__")}
@@ -31,7 +32,8 @@ def test_stub_classes_match_module():
 
 
 def test_stub_members_match_module():
-    for cls in (n for n in _stub_tree().body if isinstance(n, ast.ClassDef)):
+    for cls in (n for n in _stub_tree().body
+                if isinstance(n, ast.ClassDef) and n.name not in STUB_ONLY):
         runtime = getattr(_core, cls.name)
         names = set()
         for node in cls.body:
@@ -52,7 +54,6 @@ def test_version_is_set():
 def test_stubtest(tmp_path):
     """mypy's stubtest (the `stubs` extra) of memoire/_core.pyi against the built module."""
     out = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "memoire._core", "--allowlist", str(ALLOWLIST),
-         "--mypy-config-file", os.devnull],
+        [sys.executable, "-m", "mypy.stubtest", "memoire._core", "--allowlist", str(ALLOWLIST)],
         cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
