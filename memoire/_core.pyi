@@ -11,10 +11,14 @@ from typing import Any, List, Optional, Sequence, Tuple, overload
 
 import numpy as np
 
+# pybind11_builtins.pybind11_type, the metaclass of every class pybind11 binds (stub-only name:
+# stubtest checks that the stub declares a metaclass where the runtime has one).
+class _pybind11_type(type): ...
+
 class ProtocolError(ValueError): ...
 class CapacityError(ValueError): ...
 
-class ReplayMemory:
+class ReplayMemory(metaclass=_pybind11_type):
     def __init__(self, state_buf: np.ndarray, action_buf: np.ndarray, reward_buf: np.ndarray,
                  prob_buf: np.ndarray, value_buf: np.ndarray, qvest_buf: np.ndarray,
                  info_buf: np.ndarray, max_step: int, *, vector_prob: bool = ...) -> None: ...
@@ -76,7 +80,7 @@ class ReplayMemory:
                     timeout_ms: int) -> bool: ...
     def update_weights(self, ids: np.ndarray, weights: np.ndarray) -> int: ...
 
-class CircularBuffer:
+class CircularBuffer(metaclass=_pybind11_type):
     """Dopamine's circular buffer store (memoire.dopamine_compat.circular_replay_buffer)."""
     def __init__(self, fields: list, capacity: int, stack_size: int, update_horizon: int,
                  gamma: float, max_sample_attempts: int, prioritized: bool,
@@ -114,7 +118,7 @@ class CircularBuffer:
     def sample_tree(self, batch_size: int, stratified: bool) -> np.ndarray: ...
     def seed(self, seed: int) -> None: ...
 
-class TransitionStore:
+class TransitionStore(metaclass=_pybind11_type):
     """Dopamine JAX ReplayBuffer's store (memoire.dopamine_compat.jax_replay_buffer)."""
     def __init__(self, max_capacity: int, stack_size: int, update_horizon: int, gamma: float,
                  fix_terminal_duplicates: bool, prioritized: bool, tree_capacity: int,
@@ -141,13 +145,19 @@ class TransitionStore:
     # gather, priorities and update raise KeyError(key) for a key not stored.
     def gather(self, keys: Any, state: np.ndarray, action: np.ndarray, reward: np.ndarray,
                next_state: np.ndarray, is_terminal: np.ndarray, episode_end: np.ndarray) -> None: ...
-    def import_state(self, *args: Any) -> None: ...
+    # Positional only (the binding names no argument): the arrays of a Dopamine checkpoint, as
+    # memoire/dopamine_compat/jax_replay_buffer.py passes them.
+    def import_state(self, add_count: int, states: np.ndarray, actions: np.ndarray,
+                     rewards: np.ndarray, next_states: np.ndarray, terminals: np.ndarray,
+                     episode_ends: np.ndarray, key_by_index: Any, nodes: Optional[np.ndarray],
+                     win_frames: np.ndarray, win_actions: np.ndarray, win_rewards: np.ndarray,
+                     win_terminals: np.ndarray, win_episode_ends: np.ndarray, /) -> None: ...
     def keys_at(self, indices: Any) -> np.ndarray: ...
     def priorities(self, keys: Any) -> np.ndarray: ...
     def query(self, targets: Any) -> tuple: ...
     def update(self, keys: Any, values: Any) -> None: ...
 
-class CacheRing:
+class CacheRing(metaclass=_pybind11_type):
     def __init__(self, columns: list, cache_size: int, n_caches: int, seed: int,
                  max_payload_bytes: int = 1 << 32) -> None: ...
     def insert(self, frames: list) -> None: ...
@@ -172,7 +182,7 @@ WIRE_VERSION: int
 WIRE_DTYPES: list
 protocol: Any  # submodule: core/protocol.h's constants (read through memoire/protocol.py)
 
-class WireMessage:
+class WireMessage(metaclass=_pybind11_type):
     """A decoded, checked header: type, flags and the entry table
     (name, kind, dtype_code, shape, frame, depth)."""
     @property
@@ -185,7 +195,7 @@ class WireMessage:
     def entries(self) -> list: ...
     def check(self, spec: "WireSpec") -> int: ...
 
-class WireSpec:
+class WireSpec(metaclass=_pybind11_type):
     """Expected top-level arrays: [(name, dtype_code, shape, optional)]; -1 matches any size."""
     def __init__(self, specs: list, allow_extra: bool = False) -> None: ...
 
@@ -196,7 +206,7 @@ def decode_header(header: Any, frame_sizes: list, max_payload_bytes: int = 1 << 
                   max_entries: int = 65536) -> WireMessage: ...
 def peek_header(header: Any) -> Optional[Tuple[int, int]]: ...
 
-class ChunkIngest:
+class ChunkIngest(metaclass=_pybind11_type):
     @overload
     def __init__(self, memory: ReplayMemory, max_message_bytes: int = ..., max_streams: int = 4096,
                  stream_timeout: float = 600.0, max_stream_bytes: int = ...,
