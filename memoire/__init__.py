@@ -10,7 +10,7 @@ replay buffers (:mod:`memoire.dopamine_compat`).
     ...                            np.zeros([0], np.uint8), max_step=1000)
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version source: pyproject.toml reads it (scikit-build-core regex)
 
 from memoire._core import CapacityError, ProtocolError
 from memoire.memory import Batch, ReplayMemory

@@ -8,8 +8,9 @@
     memoire bench ...                                       benchmarks against the alternatives
     memoire version                                         print the version
 
-Every entry point (these commands, ``python -m memoire.dopamine_compat.remote`` and
-``python -m memoire.dopamine_compat.jax_agents``) shares one convention, kept here: a mistake
+Every entry point (these commands, and ``python -m memoire.dopamine_compat.jax_agents`` and
+``python -m memoire.dopamine_compat.remote``, which run ``memoire train`` and ``memoire serve
+--buffer``) shares one convention, kept here: a mistake
 in what the user typed is one line on stderr, ``<prog>: error: <what was expected>``, with no
 traceback, exit status 2, and nothing written (commands check before they write). Parsers are
 :class:`ArgumentParser` (argparse with that ``error``), mains are wrapped by

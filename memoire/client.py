@@ -28,15 +28,16 @@ import numpy as np
 import zmq
 
 from memoire import codec
-from memoire.codec import Msg, ProtocolError
-from memoire.memory import FIELDS, ReplayMemory
+from memoire.codec import ProtocolError
+from memoire.memory import ReplayMemory
+from memoire.protocol import (CACHE_NEXT, CACHE_PREV, CACHE_ROW_COLUMNS, CACHE_SCALARS,
+                              CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
+                              CHUNK_INIT_W, CHUNK_SCALARS, FIELDS, QVEST, SETTINGS, Msg,
+                              cache_layout, cache_spec)
 from memoire.remote import request
-from memoire.server import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
-                            SETTINGS, cache_layout, cache_spec)
 from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
                                native_libzmq, open_socket, publication)
 
-_ROW_FIELDS = tuple(f for f in FIELDS if f != "q")  # what an actor adds: s, a, r, p, v, i
 _SNDMORE = int(zmq.SNDMORE)
 _COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
 
@@ -57,17 +58,17 @@ def cache_message(rem: ReplayMemory, uuid: int) -> list:
     """The frames of a CACHE message: ``rem.cache_size`` transitions sampled from `rem` (with
     replacement, by priority weight) with its normaliser. Raises RuntimeError when nothing is
     sampleable."""
-    prev, nxt, weight, prob, done, ids = rem._sample(int(rem.cache_size))
+    prev, nxt, *rows = rem._sample(int(rem.cache_size))  # rows: weight, prob, done, id
     values: Dict[str, Any] = {}
     for k, f in enumerate(FIELDS):
         if prev[k] is not None:
-            values[f"prev/{f}"] = prev[k]
+            values[CACHE_PREV + f] = prev[k]
         if nxt[k] is not None:
-            values[f"next/{f}"] = nxt[k]
-    values.update({"weight": weight, "prob": prob, "done": done, "id": ids,
-                   "uuid": np.array(uuid, np.uint64),  # 0-d arrays: the native encoder
-                   "num_sampleable": np.array(rem.num_sampleable, np.int64),
-                   "total_weight": np.array(rem.total_weight, np.float64)})
+            values[CACHE_NEXT + f] = nxt[k]
+    values.update({name: x for (name, _), x in zip(CACHE_ROW_COLUMNS, rows)})
+    scalars = (uuid, rem.num_sampleable, rem.total_weight)
+    values.update({name: np.array(x, dtype)  # 0-d arrays: the native encoder
+                   for (name, dtype), x in zip(CACHE_SCALARS, scalars)})
     return codec.encode(Msg.CACHE, values)
 
 
@@ -270,8 +271,8 @@ class ReplayMemoryClient:
         if self._free_stages:
             return self._free_stages.pop()
         stage = {name: np.empty((self.chunk_size,) + shape, dtype)
-                 for name, dtype, shape in self._schema if name != "q"}
-        stage["init_w"] = np.empty(self.chunk_size, np.float32)
+                 for name, dtype, shape in self._schema if name != QVEST}
+        stage[CHUNK_INIT_W[0]] = np.empty(self.chunk_size, CHUNK_INIT_W[1])
         return stage
 
     def new_episode(self) -> None:
@@ -302,7 +303,7 @@ class ReplayMemoryClient:
         row = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
         k = self._staged
         for name, dtype, shape in self._schema:
-            if name == "q":
+            if name == QVEST:
                 continue
             x = row[name]
             if x is None and name == "i":
@@ -313,7 +314,7 @@ class ReplayMemoryClient:
                 raise ValueError(f"{name}: expected {dtype.name}{list(shape)}, got "
                                  f"{x.dtype.name}{list(x.shape)}")
             self._stage[name][k] = x
-        self._stage["init_w"][k] = init_w
+        self._stage[CHUNK_INIT_W[0]][k] = init_w
         self._staged += 1
 
     def add_entries(self, s, a, r, p, v, i, init_w) -> None:
@@ -325,14 +326,14 @@ class ReplayMemoryClient:
         n = len(np.asarray(init_w).reshape(-1))
         arrays = {}
         for name, dtype, shape in self._schema:
-            if name == "q":
+            if name == QVEST:
                 continue
             x = np.asarray(rows[name])
             if x.shape != (n,) + shape:
                 raise ValueError(f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
                                  f"{x.dtype.name}{list(x.shape)}")
             arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
-        arrays["init_w"] = np.asarray(init_w, np.float32).reshape(-1)
+        arrays[CHUNK_INIT_W[0]] = np.asarray(init_w, CHUNK_INIT_W[1]).reshape(-1)
         start, trackers = 0, []
         # The last chunk of an episode goes out flagged by close_episode, so a full chunk is
         # held back until more rows come. The caller's last whole chunk is staged for that
@@ -365,7 +366,7 @@ class ReplayMemoryClient:
         """Whether every frame of a full chunk is under zmq.COPY_THRESHOLD bytes."""
         if self._small is None or self._small[0] is not self._schema:
             widest = max(dtype.itemsize * int(np.prod(shape))
-                         for name, dtype, shape in self._schema if name != "q")
+                         for name, dtype, shape in self._schema if name != QVEST)
             self._small = (self._schema, self.chunk_size * max(widest, 4) < _COPY_THRESHOLD)
         return self._small[1]
 
@@ -420,10 +421,9 @@ class ReplayMemoryClient:
         when every frame was copied at send (small rows), so the arrays are free at once.
         Raises TimeoutError (episode abandoned)."""
         values: Dict[str, Any] = dict(arrays)
-        values.update({"uuid": np.array(self.uuid, np.uint64),  # 0-d: the native encoder
-                       "episode": np.array(self._episode, np.int64),
-                       "index": np.array(self._index, np.int64),
-                       "multiplier": np.array(multiplier, np.float32)})
+        meta = (self.uuid, self._episode, self._index, multiplier)
+        values.update({name: np.array(x, dtype)  # 0-d arrays: the native encoder
+                       for (name, dtype), x in zip(CHUNK_SCALARS, meta)})
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
         tracked = []
         for k in range(1, len(frames)):

@@ -20,44 +20,15 @@ raises :class:`memoire.ProtocolError` (a ValueError) with the reason.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from memoire import _core
 from memoire._core import ProtocolError
+from memoire.protocol import WIRE_VERSION, Kind, Msg  # noqa: F401 - Msg: the codec's users
 
-WIRE_VERSION: int = _core.WIRE_VERSION
 DEFAULT_MAX_BYTES = 1 << 32  # payload bytes a decoder accepts unless told otherwise
-
-
-class Msg(enum.IntEnum):
-    """Message types (``codec::MsgType``)."""
-
-    HELLO = 1
-    HELLO_REPLY = 2
-    COUNTER = 3
-    COUNTER_REPLY = 4
-    CACHE = 5
-    CHUNK = 6
-    LOG = 7
-    PUB = 8
-    CALL = 9
-    CALL_REPLY = 10
-    ERROR = 11
-
-
-class Kind(enum.IntEnum):
-    ARRAY = 0
-    SCALAR = 1
-    STR = 2
-    BYTES = 3
-    NONE = 4
-    LIST = 5
-    TUPLE = 6
-    DICT = 7
-
 
 _DTYPES = [np.dtype(n) for n in _core.WIRE_DTYPES]
 _CODE = {dt: code for code, dt in enumerate(_DTYPES)}

@@ -12,8 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from memoire import _core
-
-FIELDS = ("s", "a", "r", "p", "v", "q", "i")
+from memoire.protocol import FIELDS  # the field names (cpp/core/protocol.h)
 
 
 @dataclasses.dataclass

@@ -1,8 +1,11 @@
-"""Typed remote calls to objects hosted by a :class:`memoire.ReplayMemoryServer`, over its REP
-endpoint, encoded with memoire's codec (never pickle).
+"""Typed remote calls to objects hosted by a server (:class:`memoire.server.RpcServer`, which
+needs no replay memory, or a :class:`memoire.ReplayMemoryServer`), over its REP endpoint,
+encoded with memoire's codec (never pickle). The serving side is
+:mod:`memoire.server.rpc_host`.
 
 Server side::
 
+    server = RpcServer(); endpoint = server.start()
     server.host("replay", buffer, methods=("add_batch", "sample_transition_batch",
                                            "set_priority", "get_priority", "add_count"))
 

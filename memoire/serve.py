@@ -1,18 +1,34 @@
-"""``memoire serve``: a standalone ReplayMemoryServer.
+"""``memoire serve``: the one serve command. It serves either
 
-    memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
+- a ReplayMemoryServer (the default)::
+
+      memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
+
+  It prints the endpoints, then a line of live counters per interval (inserts/s: steps
+  ingested plus cache rows received; samples/s: rows sampled; size: entries in the server
+  memory, caches held). Ctrl-C (or SIGTERM) stops it and flushes the logfile.
+
+- or one Dopamine-compatible buffer, for the proxies of :mod:`memoire.dopamine_compat.remote`
+  (a remote-call server with no replay memory)::
+
+      memoire serve --buffer circular|prioritized|jax|jax_prioritized [--name N]
+                    [--gin_file F ...] [--arg KEY=VALUE ...] [--rep EP] [flags]
+
+  The buffer's arguments come from the gin files (the agent's own: its
+  ``MemoireOutOfGraph[Prioritized]ReplayBuffer`` / ``ReplayBuffer`` bindings; bindings of
+  classes the server never builds are skipped) and from ``--arg`` (Python literals), the
+  latter winning. It prints ``ENDPOINT <rep>`` (one line, flushed) once it answers.
+  ``python -m memoire.dopamine_compat.remote --serve KIND ...`` is the same command.
 
 Each flag is also a gin parameter of ``serve_config``, e.g.
 ``--gin_binding "serve_config.max_step = 1000"``; flags win over gin. ``memoire serve --help``
 describes them (:data:`HELP`).
-
-Prints the endpoints, then a line of live counters per interval (inserts/s: steps ingested
-plus cache rows received; samples/s: rows sampled; size: entries in the server memory, caches
-held). Ctrl-C (or SIGTERM) stops it and flushes the logfile.
 """
 
 from __future__ import annotations
 
+import ast
+import os
 import signal
 import sys
 import threading
@@ -31,7 +47,9 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 priority_exponent=None, discount_factor=None, logfile=None, logmode="a",
                 curve_secret=None, curve_authorized=None, interval=2.0, duration=None,
                 max_stream_bytes=None, max_open_bytes=None, reply_cache_bytes=None,
-                max_batch=None, max_counter_clients=None, allow_nonfinite=None)
+                max_batch=None, max_counter_clients=None, allow_nonfinite=None,
+                buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None)
+BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
 LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
           "max_counter_clients", "allow_nonfinite")
 
@@ -68,13 +86,22 @@ HELP = dict(
     reply_cache_bytes="bytes of replies kept to answer retried calls (default 64 MiB)",
     max_batch="rows one remote sample call may ask for (default 16384)",
     max_counter_clients="client ids whose counters are kept (default 65536)",
-    allow_nonfinite="1 stores NaN/inf rewards, probabilities and values; 0 refuses them, "
-                    "counted as 'nonfinite' (default 0)",
+    allow_nonfinite="1 (or the bare flag) stores NaN/inf rewards, probabilities and values "
+                    "from peers; 0 refuses them, counted as 'nonfinite' (default 0)",
+    buffer="serve one Dopamine-compatible buffer of this kind instead of a replay memory "
+           f"({', '.join(BUFFER_KINDS)})",
+    name="--buffer: the name clients ask for (an agent's replay_name)",
+    arg="--buffer: a buffer argument KEY=VALUE as a Python literal, wins over gin "
+        "(repeatable), e.g. observation_shape=(4,1)",
+    checkpoint_root="--buffer: folder remote save/load are confined to ('none' refuses "
+                    "remote checkpoints)",
+    seed="seeds the server's sampling (its memory, or the --buffer's)",
 )
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
           "multi_step": int, "priority_exponent": float, "discount_factor": float,
           "interval": float, "duration": float, "max_stream_bytes": int, "max_open_bytes": int,
-          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int}
+          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int}
+_ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
 
 
 def _shape(text: str):
@@ -106,7 +133,9 @@ def build_server(cfg: dict):
             if cfg["curve_secret"] else None)
     limits = {k: int(cfg[k]) for k in LIMITS[:-1] if cfg[k] is not None}  # flags come as str
     if cfg["allow_nonfinite"] is not None:
-        limits["allow_nonfinite"] = str(cfg["allow_nonfinite"]).lower() in ("1", "true", "yes")
+        limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
+    if cfg["seed"] is not None:
+        limits["seed"] = int(cfg["seed"])
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
                              bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
@@ -117,19 +146,84 @@ def build_server(cfg: dict):
     return srv
 
 
+def _flag(value) -> Optional[bool]:
+    """A 0/1 setting as given by a flag (str) or gin (bool, int); None when not given."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("0", "1", "true", "false", "yes", "no"):
+        raise ValueError(f"allow_nonfinite: expected 0 or 1, got {value!r}")
+    return text in ("1", "true", "yes")
+
+
+def _buffer_arguments(items) -> dict:
+    """``--arg KEY=VALUE`` items as keyword arguments (values as Python literals; a bare word
+    is a string)."""
+    kwargs = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise cli.UsageError(f"--arg: expected KEY=VALUE, got {item!r}")
+        try:
+            kwargs[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            kwargs[key.strip()] = value.strip()
+    return kwargs
+
+
+def build_buffer_server(cfg: dict):
+    """``(server, rep endpoint)``: the Dopamine-compatible buffer ``cfg["buffer"]`` served by a
+    running :class:`memoire.server.RpcServer` (see
+    :func:`memoire.dopamine_compat.buffer_server.start_buffer_server`).
+
+    Raises:
+      cli.UsageError: a bad ``--arg``, buffer argument, key file or endpoint.
+    """
+    from memoire.dopamine_compat import buffer_server
+    from memoire.transport import CurveKeys
+
+    kwargs = _buffer_arguments(cfg["arg"])
+    if cfg["curve_authorized"] and not cfg["curve_secret"]:
+        raise cli.UsageError("--curve_authorized needs --curve_secret")
+    try:
+        keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
+                if cfg["curve_secret"] else None)
+        limits = {k: int(cfg[k]) for k in ("max_batch", "reply_cache_bytes") if cfg[k] is not None}
+        limits["bind_host"] = cfg["bind_host"]
+        root = cfg["checkpoint_root"]
+        root = None if root is None or str(root).lower() == "none" else os.path.abspath(root)
+        return buffer_server.start_buffer_server(
+            cfg["buffer"], cfg["name"], rep_endpoint=cfg["rep"], seed=cfg["seed"],
+            checkpoint_root=root, keys=keys, server_kwargs=limits,
+            allow_nonfinite=bool(_flag(cfg["allow_nonfinite"])), **kwargs)
+    except (OSError, ValueError, TypeError, AttributeError, SyntaxError, ImportError,
+            zmq.ZMQError, TimeoutError) as e:
+        raise cli.UsageError(e) from None
+
+
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
     setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`)."""
     p = cli.ArgumentParser(prog="memoire serve", description=__doc__)
-    p.add_argument("--gin_file", action="append", default=[],
-                   help="gin file binding serve_config.NAME (repeatable); flags win over it")
-    p.add_argument("--gin_binding", action="append", default=[],
+    p.add_argument("--gin_file", "--gin_files", action="append", default=[],
+                   help="gin file binding serve_config.NAME, or the buffer's classes with "
+                        "--buffer (repeatable); flags win over it")
+    p.add_argument("--gin_binding", "--gin_bindings", action="append", default=[],
                    help="gin binding such as \"serve_config.max_step = 1000\" (repeatable)")
     for name, default in DEFAULTS.items():
         shown = ("" if default is None or "(default" in HELP[name]
                  else f" (default: {default!r})")
-        p.add_argument(f"--{name}", type=_TYPES.get(name, str), default=None,
-                       help=HELP[name] + shown)
+        flags = [f"--{name}"] + ([_ALIASES[name]] if name in _ALIASES else [])
+        if name == "arg":
+            p.add_argument(*flags, action="append", default=None, metavar="KEY=VALUE",
+                           help=HELP[name])
+        elif name == "allow_nonfinite":
+            p.add_argument(*flags, nargs="?", const="1", default=None, metavar="0|1",
+                           help=HELP[name])
+        else:
+            p.add_argument(*flags, type=_TYPES.get(name, str), default=None,
+                           choices=BUFFER_KINDS if name == "buffer" else None,
+                           help=HELP[name] + shown)
     return p
 
 
@@ -146,7 +240,9 @@ def _config(args) -> dict:
 
             cli.check_files(args.gin_file, "--gin_file")
             configurable = gin.external_configurable(serve_config, module="memoire")
-            gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding)
+            # A buffer's gin files are an agent's: they bind classes the server never builds.
+            gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding,
+                                                skip_unknown=args.buffer is not None)
             cfg = configurable(**overrides)
         else:
             cfg = serve_config(**overrides)
@@ -154,6 +250,7 @@ def _config(args) -> dict:
             _shape(cfg[name])
         for name in ("state_dtype", "action_dtype", "info_dtype"):
             np.dtype(cfg[name])
+        _flag(cfg["allow_nonfinite"])
     except (OSError, ValueError, TypeError, SyntaxError, ImportError) as e:
         raise cli.UsageError(e) from None
     return cfg
@@ -162,6 +259,8 @@ def _config(args) -> dict:
 @cli.entry_point("memoire serve")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = _config(build_parser().parse_args(argv))
+    if cfg["buffer"] is not None:
+        return _serve_buffer(cfg)
     try:
         srv = build_server(cfg)
     except (ValueError, TypeError, OSError) as e:  # settings the memory or the keys refuse
@@ -194,6 +293,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         srv.close()  # flushes and closes the logfile
         print("memoire serve: stopped", flush=True)
+    return 0
+
+
+def _serve_buffer(cfg: dict) -> int:
+    """Serves one buffer until SIGINT/SIGTERM (or ``duration``): prints ``ENDPOINT <rep>``."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server, endpoint = build_buffer_server(cfg)
+    try:
+        print(f"ENDPOINT {endpoint}", flush=True)
+        stop.wait(None if cfg["duration"] is None else float(cfg["duration"]))
+    finally:
+        server.close()
     return 0
 
 

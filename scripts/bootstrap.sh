@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (CPython 3.10+), installs the pinned environment once, then builds and installs
 # memoire into it. Safe to re-run: dependencies are reinstalled only when a pin file changes;
-# the extension rebuilds incrementally from build/.
+# the extension rebuilds incrementally from build/<wheel tag> (a plain `pip install .` builds in a
+# temporary folder instead, leaving the checkout clean).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MEMOIRE_VENV:-.venv}
@@ -21,4 +22,5 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 echo "[bootstrap] building and installing memoire"
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation .
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
+  --config-settings=build-dir='build/{wheel_tag}' .

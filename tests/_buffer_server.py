@@ -1,5 +1,5 @@
-"""A buffer server (``python -m memoire.dopamine_compat.remote --serve ...``) in a subprocess,
-for tests that need a real server process. Every wait is bounded."""
+"""A buffer server (``memoire serve --buffer ...``) in a subprocess, for tests that need a real
+server process. Every wait is bounded."""
 
 import os
 import selectors
@@ -13,12 +13,14 @@ from _subprocess_env import subprocess_env
 
 
 class BufferServerProcess:
-    """Starts ``python -m memoire.dopamine_compat.remote`` with `args` in folder `cwd` (stderr
-    to `log_path`) and reads its endpoint from the ``ENDPOINT`` line of its stdout within
-    `timeout` seconds; fails the test if none comes."""
+    """Starts ``memoire serve`` with `args` (``--buffer KIND ...``) in folder `cwd` (stderr to
+    `log_path`) and reads its endpoint from the ``ENDPOINT`` line of its stdout within
+    `timeout` seconds; fails the test if none comes. `module`: the entry run with ``-m``
+    (``memoire.dopamine_compat.remote`` for the old entry, which takes ``--serve KIND``)."""
 
-    def __init__(self, args, log_path, cwd=None, timeout=120.0, **env):
-        cmd = [sys.executable, "-m", "memoire.dopamine_compat.remote"] + list(args)
+    def __init__(self, args, log_path, cwd=None, timeout=120.0, module=("memoire.cli", "serve"),
+                 **env):
+        cmd = [sys.executable, "-m", *module] + list(args)
         self.log_path = log_path
         # stderr to a file: a full pipe nobody reads would block the server.
         self.log = open(log_path, "w")

@@ -131,10 +131,15 @@ def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
     (["-m", "memoire.cli", "bench", "--repeats", "0"], "memoire bench", "--repeats must be >= 1"),
     (["-m", "memoire.cli", "actor", "--gin_files", "nope.gin", "--rep", "tcp://127.0.0.1:1",
       "--pub", "tcp://127.0.0.1:2"], "memoire actor", "'nope.gin': no such file"),
+    (["-m", "memoire.cli", "serve", "--buffer", "circular", "--arg", "nokey"],
+     "memoire serve", "--arg: expected KEY=VALUE"),
+    (["-m", "memoire.cli", "serve", "--buffer", "circular", "--allow_nonfinite", "2"],
+     "memoire serve", "allow_nonfinite: expected 0 or 1"),
+    # The buffer server's old entry is the same command.
     (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--arg", "nokey"],
-     "python -m memoire.dopamine_compat.remote", "--arg: expected KEY=VALUE"),
+     "memoire serve", "--arg: expected KEY=VALUE"),
     (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--gin_files", "no.gin"],
-     "python -m memoire.dopamine_compat.remote", "'no.gin': no such file"),
+     "memoire serve", "'no.gin': no such file"),
 ])
 def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
     (tmp_path / "afile").write_text("x")
@@ -164,13 +169,11 @@ def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
 
 def _entry_points():
     from memoire import bench, serve
-    from memoire.dopamine_compat import remote
     from memoire.experiments import distributed, plot, sweep, train
 
     eps = [("memoire train", train.main), ("memoire plot", plot.main),
            ("memoire serve", serve.main), ("memoire sweep", sweep.main),
-           ("memoire bench", bench.main), ("memoire actor", distributed.actor_cli),
-           ("python -m memoire.dopamine_compat.remote", remote.main)]
+           ("memoire bench", bench.main), ("memoire actor", distributed.actor_cli)]
     return eps
 
 
@@ -225,12 +228,13 @@ def _check_help(prog, main, monkeypatch, capsys):
     return actions
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(6))
 def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     prog, main = _entry_points()[index]
     actions = _check_help(prog, main, monkeypatch, capsys)
-    if prog == "memoire serve":  # the 26 options, and the 6 limits of docs/LIMITS.md
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 32
+    if prog == "memoire serve":  # the 26 options, the 6 limits of docs/LIMITS.md, and
+        # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 37
 
 
 @pytest.mark.dopamine

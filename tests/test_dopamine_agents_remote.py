@@ -34,8 +34,10 @@ def _config(name):
 
 def _Server(kind, gin_file, log_path, args=()):
     """A buffer server process of `kind` configured by `gin_file`, in log_path's folder."""
+    # Through the buffer server's old entry, as configs/*_remote.gin say to start it.
     return BufferServerProcess(["--serve", kind, "--gin_files", _config(gin_file), "--seed", "0"]
-                               + list(args), log_path, JAX_PLATFORMS="cpu")
+                               + list(args), log_path, module=("memoire.dopamine_compat.remote",),
+                               JAX_PLATFORMS="cpu")
 
 
 def _train(module, gin_file, base_dir, bindings):

@@ -89,9 +89,9 @@ def test_unbound_buffer_outside_a_wrapper_raises_naming_the_arguments():
 
 
 def test_served_buffer_without_its_shape_fails_when_built():
-  from memoire.dopamine_compat import remote  # pylint: disable=g-import-not-at-top
+  from memoire.dopamine_compat import buffer_server  # pylint: disable=g-import-not-at-top
   with pytest.raises(AttributeError, match="observation_shape, replay_capacity, batch_size"):
-    remote.build_buffer("circular", stack_size=1)
+    buffer_server.build_buffer("circular", stack_size=1)
 
 
 def test_failed_bind_leaves_the_buffer_unbound():

@@ -9,6 +9,7 @@ import pytest
 
 from memoire import ReplayMemoryServer
 from memoire.dopamine_compat import remote
+from memoire.dopamine_compat import buffer_server
 from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer
 from memoire.dopamine_compat.prioritized_replay_buffer import OutOfGraphPrioritizedReplayBuffer
 
@@ -77,7 +78,7 @@ def test_two_actors_then_learner_matches_local(prioritized):
     srv, ep = _server()
     try:
         served = _make(prioritized)
-        remote.serve_buffer(srv, served, "replay")
+        buffer_server.serve_buffer(srv, served, "replay")
         # Two actor processes, one after the other, so the stream order is known.
         _run_actor(ep["rep"], 0, prioritized)
         _run_actor(ep["rep"], 1, prioritized)
@@ -119,7 +120,7 @@ def test_concurrent_actors_all_rows_arrive():
     srv, ep = _server()
     try:
         served = _make(False)
-        remote.serve_buffer(srv, served, "replay")
+        buffer_server.serve_buffer(srv, served, "replay")
         dones = [CTX.Event() for _ in range(2)]
         procs = [CTX.Process(target=_actor, args=(ep["rep"], a, False, d))
                  for a, d in enumerate(dones)]
@@ -142,7 +143,7 @@ def test_concurrent_actors_all_rows_arrive():
 def test_bad_calls_raise_as_local():
     srv, ep = _server()
     try:
-        remote.serve_buffer(srv, _make(True), "replay")
+        buffer_server.serve_buffer(srv, _make(True), "replay")
         local = _make(True)
         rb = remote.RemoteOutOfGraphReplayBuffer(ep["rep"], "replay", timeout=10)
         obs = np.zeros(OBS, np.uint8)
@@ -171,7 +172,7 @@ def test_serve_rejects_unknown_objects():
     srv, _ = _server()
     try:
         with pytest.raises(TypeError):
-            remote.serve_buffer(srv, object(), "x")
+            buffer_server.serve_buffer(srv, object(), "x")
     finally:
         srv.close()
 
@@ -190,7 +191,7 @@ def test_jax_buffer_remote_matches_local():
     srv, ep = _server()
     try:
         served, local = make(), make()
-        remote.serve_buffer(srv, served, "jax")
+        buffer_server.serve_buffer(srv, served, "jax")
         rb = remote.RemoteReplayBuffer(ep["rep"], "jax", flush_rows=4, timeout=10)
         rng = np.random.default_rng(3)
         for k in range(30):

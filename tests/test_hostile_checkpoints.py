@@ -463,9 +463,9 @@ def test_jax_tampered_checkpoint_is_refused(tmp_path, compress):
 def test_remote_load_of_tampered_folder_then_add_batch_keeps_the_server_alive(tmp_path, kind):
   run_isolated("""
     from memoire import CapacityError, ProtocolError
-    from memoire.dopamine_compat import checkpoint, remote
+    from memoire.dopamine_compat import buffer_server, checkpoint, remote
     prioritized = kind == "prioritized"
-    server, endpoint = remote.start_buffer_server(
+    server, endpoint = buffer_server.start_buffer_server(
         kind, observation_shape=h.OBS_SHAPE, stack_size=h.STACK, replay_capacity=h.CAPACITY,
         batch_size=4, update_horizon=h.HORIZON, checkpoint_root=directory)
     try:
@@ -510,7 +510,8 @@ def test_remote_jax_load_of_tampered_folder_then_adds_keep_the_server_alive(tmp_
     from dopamine.jax.replay_memory import elements
     from memoire import CapacityError, ProtocolError
     from memoire.dopamine_compat import remote
-    server, endpoint = remote.start_buffer_server("jax", max_capacity=12, batch_size=4,
+    from memoire.dopamine_compat import buffer_server
+    server, endpoint = buffer_server.start_buffer_server("jax", max_capacity=12, batch_size=4,
                                                   stack_size=2, seed=0,
                                                   checkpoint_root=directory)
     try:

@@ -356,7 +356,7 @@ def test_allow_nonfinite_stores_them():
 def _BufferServer(tmp_path, args=()):
     """A circular buffer server process (4-float observations, capacity 100) in `tmp_path`."""
     return BufferServerProcess(
-        ["--serve", "circular", "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
+        ["--buffer", "circular", "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
          "--arg", "replay_capacity=100", "--arg", "batch_size=4"] + list(args),
         tmp_path / "server.log", cwd=tmp_path)
 
@@ -474,9 +474,10 @@ def _buffer_state(proxy, prioritized):
 def test_nonfinite_values_sent_to_a_buffer_server_are_refused_and_counted(kind):
     pytest.importorskip("gin")
     from memoire.dopamine_compat import remote
+    from memoire.dopamine_compat import buffer_server
 
     prioritized = kind == "prioritized"
-    server, endpoint = remote.start_buffer_server(kind, observation_shape=(4,), stack_size=1,
+    server, endpoint = buffer_server.start_buffer_server(kind, observation_shape=(4,), stack_size=1,
                                                   replay_capacity=100, batch_size=4)
     try:
         with remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
@@ -521,6 +522,7 @@ def test_nonfinite_values_sent_to_a_buffer_server_are_refused_and_counted(kind):
 def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
     pytest.importorskip("gin")
     from memoire.dopamine_compat import remote
+    from memoire.dopamine_compat import buffer_server
     from memoire.remote import RemoteObject
 
     def nan_reward_is_stored(endpoint):
@@ -532,7 +534,7 @@ def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
             batch = proxy.sample_transition_batch(1, indices=np.array([1], np.int32))
             return bool(np.isnan(batch[2][0]))
 
-    server, endpoint = remote.start_buffer_server("circular", observation_shape=(4,),
+    server, endpoint = buffer_server.start_buffer_server("circular", observation_shape=(4,),
                                                   stack_size=1, replay_capacity=100,
                                                   batch_size=4, allow_nonfinite=True)
     try:
@@ -549,9 +551,9 @@ def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
             else:
                 with pytest.raises(ValueError, match="rewards holds a NaN"):
                     nan_reward_is_stored(process.endpoint)
-                memory = RemoteObject(process.endpoint, "memory", timeout=10, retries=0)
-                assert memory.call("stats")["rejected"]["nonfinite"] == 1
-                memory.close()
+                host = RemoteObject(process.endpoint, "server", timeout=10, retries=0)
+                assert host.call("stats")["rejected"]["nonfinite"] == 1
+                host.close()
         finally:
             process.stop()
 
@@ -562,6 +564,7 @@ def test_nonfinite_values_sent_to_a_jax_buffer_server_are_refused_and_counted():
 
     from memoire.dopamine_compat import jax_replay_buffer as jrb
     from memoire.dopamine_compat import remote
+    from memoire.dopamine_compat import buffer_server
 
     buffer = jrb.ReplayBuffer(jrb.TransitionAccumulator(1, 1, 0.9),
                               jrb.PrioritizedSamplingDistribution(0, max_capacity=50),
@@ -569,7 +572,7 @@ def test_nonfinite_values_sent_to_a_jax_buffer_server_are_refused_and_counted():
     server = ReplayMemoryServer(*TEMPLATES, 10, None)
     try:
         endpoint = server.start()["rep"]
-        remote.serve_buffer(server, buffer)  # the server's own rule: non-finite refused
+        buffer_server.serve_buffer(server, buffer)  # the server's own rule: non-finite refused
         with remote.RemoteReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
             def episode(reward=1.0, priority=1.0, length=4):
                 for k in range(length):

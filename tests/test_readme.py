@@ -113,7 +113,7 @@ def test_readme_names_the_entry_points_and_the_atari_configs():
     assert "## Migrating from Dopamine" in text
     for name in ("python -m memoire.dopamine_compat.jax_agents", "configs/atari/dqn.gin",
                  "configs/atari/rainbow.gin", "configs/atari/dqn_distributed.gin",
-                 "python -m memoire.dopamine_compat.remote --serve"):
+                 "memoire serve --buffer"):
         assert name in text, name
 
 

@@ -16,13 +16,15 @@
 #include "bindings/frames.h"
 #include "bindings/libzmq.h"
 #include "core/codec.h"
+#include "core/protocol.h"
 
 namespace memoire {
 namespace {
 
 // The 0-d values of a cache message, after its columns in the wire spec.
-constexpr const char* kScalarNames[3] = {"uuid", "num_sampleable", "total_weight"};
-const DType kScalarTypes[3] = {DType::kUInt64, DType::kInt64, DType::kFloat64};
+using protocol::kCacheScalars;
+constexpr size_t kScalars = protocol::kNumCacheScalars;  // uuid, num_sampleable, total_weight
+static_assert(kScalars == 3, "GetBatch fills the three cache values by type");
 
 using Columns = std::vector<std::tuple<std::string, py::object, std::vector<int64_t>>>;
 
@@ -52,7 +54,7 @@ class PyCacheRing {
       shape.insert(shape.end(), f.shape.begin(), f.shape.end());
       next->spec.push_back({f.name, f.dtype, shape, false});
     }
-    for (int k = 0; k < 3; ++k) next->spec.push_back({kScalarNames[k], kScalarTypes[k], {}, false});
+    for (const protocol::Column& c : kCacheScalars) next->spec.push_back({c.name, c.dtype, {}, false});
     std::shared_ptr<Layout> old;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -137,13 +139,13 @@ class PyCacheRing {
           result[py::str(columns[c].name)] =
               ReadOnlyView(ToNumpy(columns[c].dtype), shape, (*hold)->columns[c], owner);
         }
-        for (size_t c = k; c < k + 3; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
+        for (size_t c = k; c < k + kScalars; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
         parts[0].rows.clear();  // Gather below fills only the per-row cache values
       } else if (arrays.empty()) {
-        for (size_t c = 0; c < k + 3; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
+        for (size_t c = 0; c < k + kScalars; ++c) arrays.push_back(NewArray(Column(columns, c), {n}));
       }
       std::vector<uint8_t*> cols;
-      for (size_t c = 0; c + 3 < arrays.size(); ++c) cols.push_back(static_cast<uint8_t*>(arrays[c].mutable_data()));
+      for (size_t c = 0; c + kScalars < arrays.size(); ++c) cols.push_back(static_cast<uint8_t*>(arrays[c].mutable_data()));
       auto* uuid = static_cast<uint64_t*>(arrays[arrays.size() - 3].mutable_data());
       auto* ns = static_cast<int64_t*>(arrays[arrays.size() - 2].mutable_data());
       auto* tw = static_cast<double*>(arrays[arrays.size() - 1].mutable_data());
@@ -158,8 +160,8 @@ class PyCacheRing {
         }
         parts.clear();  // the last reference to an evicted cache may go here (its owner takes the GIL)
       }
-      for (size_t c = 0; c + 3 < arrays.size(); ++c) result[py::str(columns[c].name)] = arrays[c];
-      for (int j = 0; j < 3; ++j) result[kScalarNames[j]] = arrays[arrays.size() - 3 + j];
+      for (size_t c = 0; c + kScalars < arrays.size(); ++c) result[py::str(columns[c].name)] = arrays[c];
+      for (size_t j = 0; j < kScalars; ++j) result[kCacheScalars[j].name] = arrays[arrays.size() - kScalars + j];
       return result;
     }
   }
@@ -196,13 +198,13 @@ class PyCacheRing {
     MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(msg, layout->spec, /*allow_extra=*/false, &batch));
     auto cache = std::make_shared<CacheRing::Cache>();
     cache->columns.assign(columns.size(), nullptr);
-    const uint8_t* scalars[3] = {nullptr, nullptr, nullptr};
+    const uint8_t* scalars[kScalars] = {nullptr, nullptr, nullptr};
     for (const codec::Entry& e : msg.entries) {  // the check proved every spec entry present
       const uint8_t* p = frames[1 + e.frame].data;
       for (size_t c = 0; c < columns.size(); ++c)
         if (e.name == columns[c].name) cache->columns[c] = p;
-      for (int k = 0; k < 3; ++k)
-        if (e.name == kScalarNames[k]) scalars[k] = p;
+      for (size_t k = 0; k < kScalars; ++k)
+        if (e.name == kCacheScalars[k].name) scalars[k] = p;
     }
     std::memcpy(&cache->uuid, scalars[0], 8);
     std::memcpy(&cache->num_sampleable, scalars[1], 8);
@@ -241,7 +243,7 @@ class PyCacheRing {
   // Column c of a batch: a cache column, then uuid, num_sampleable and total_weight.
   static Field Column(const std::vector<Field>& columns, size_t c) {
     const size_t k = columns.size();
-    return c < k ? columns[c] : Field{kScalarNames[c - k], kScalarTypes[c - k], {}};
+    return c < k ? columns[c] : Field{kCacheScalars[c - k].name, kCacheScalars[c - k].dtype, {}};
   }
 
   // The arrays of `out` ({name: array}) when every one still fits n rows, else none.
@@ -250,7 +252,7 @@ class PyCacheRing {
     std::vector<py::array> arrays;
     if (!py::isinstance<py::dict>(out)) return arrays;
     py::dict given = out;
-    for (size_t c = 0; c < columns.size() + 3; ++c) {
+    for (size_t c = 0; c < columns.size() + kScalars; ++c) {
       const Field f = Column(columns, c);
       py::object a = given.attr("get")(f.name);
       if (!py::isinstance<py::array>(a)) return {};

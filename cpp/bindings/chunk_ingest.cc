@@ -12,10 +12,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
 #include "bindings/frames.h"
+#include "core/circular_buffer.h"
 #include "core/codec.h"
+#include "core/episode_store.h"
+#include "core/transition_store.h"
 
 namespace memoire {
 namespace {
@@ -25,16 +30,39 @@ class PyChunkIngest {
   // Whatever keeps a message's bytes alive: Python frames or libzmq's messages.
   using Owner = std::shared_ptr<const void>;
 
-  PyChunkIngest(std::shared_ptr<ReplayMemory> memory, uint64_t max_message_bytes,
-                int64_t max_streams, double stream_timeout, int64_t max_stream_bytes,
-                int64_t max_open_bytes) {
-    ChunkIngest::Options o;
-    o.max_message_bytes = max_message_bytes;
-    o.max_streams = max_streams;
-    o.stream_timeout = stream_timeout;
-    o.max_stream_bytes = max_stream_bytes;
-    o.max_open_bytes = max_open_bytes;
-    ThrowIfError(ChunkIngest::Make(std::move(memory), o, &core_));
+  // `transition`: the JAX store's adapter when `store` is one (its priority is settable).
+  PyChunkIngest(std::shared_ptr<EpisodeStore> store,
+                std::shared_ptr<TransitionEpisodeStore> transition,
+                const ChunkIngest::Options& options)
+      : store_(std::move(store)), transition_(std::move(transition)) {
+    ThrowIfError(ChunkIngest::Make(store_, options, &core_));
+  }
+
+  // [(name, dtype, row shape)] of the row columns a chunk carries, in order.
+  py::list RowSpec() const {
+    py::list out;
+    for (const codec::ArraySpec& s : store_->row_spec()) {
+      py::tuple row(s.shape.size() - 1);
+      for (size_t d = 1; d < s.shape.size(); ++d) row[d - 1] = s.shape[d];
+      out.append(py::make_tuple(s.name, ToNumpy(s.dtype), row));
+    }
+    return out;
+  }
+
+  double priority() const { return JaxStore().priority(); }
+  void set_priority(double v) { ThrowIfError(JaxStore().set_priority(v)); }
+
+  // ([(uuid, episode, rows, info or None)], records lost to the log's bound).
+  py::tuple TakeCommitted() {
+    int64_t dropped = 0;
+    const std::vector<ChunkIngest::Committed> got = core_->TakeCommitted(&dropped);
+    py::list out;
+    for (const ChunkIngest::Committed& c : got) {
+      py::object info = c.has_info ? py::object(py::make_tuple(c.info[0], c.info[1], c.info[2]))
+                                   : py::object(py::none());
+      out.append(py::make_tuple(c.uuid, c.episode, c.rows, info));
+    }
+    return py::make_tuple(out, dropped);
   }
 
   // None for a message that is not a current-version chunk (or whose frames export no
@@ -162,6 +190,15 @@ class PyChunkIngest {
     }
   }
 
+  TransitionEpisodeStore& JaxStore() const {
+    if (!transition_)
+      ThrowIfError(Error(Code::kFailedPrecondition,
+                         "priority: only an ingest into a TransitionStore has one"));
+    return *transition_;
+  }
+
+  std::shared_ptr<EpisodeStore> store_;
+  std::shared_ptr<TransitionEpisodeStore> transition_;
   std::unique_ptr<ChunkIngest> core_;
   mutable std::mutex owners_mu_;
   std::unordered_map<uint64_t, Owner> owners_;  // guarded by owners_mu_
@@ -179,17 +216,75 @@ void SetOption(PyChunkIngest& self, T ChunkIngest::Options::*member, T value) {
 
 void BindChunkIngest(py::module_& m) {
   py::class_<PyChunkIngest> c(m, "ChunkIngest", R"doc(
-Central mode's receiving end (core/chunk_ingest.h): checks episode-chunk messages against a
-memory's schema, keeps per-actor streams and commits finished episodes into the memory.
+The one receiving end of experience (core/chunk_ingest.h): checks episode-chunk messages
+against a store's row columns, keeps per-actor streams and commits finished episodes whole into
+the store (memoire's ReplayMemory, Dopamine's CircularBuffer or TransitionStore).
 Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_order_chunk",
 "stream_limit", "stale_episode", "episode_too_long", "bad_episode", "stream_bytes",
 "open_bytes", "nonfinite"). Thread-safe.
 )doc");
-  c.def(py::init<std::shared_ptr<ReplayMemory>, uint64_t, int64_t, double, int64_t, int64_t>(),
-        py::arg("memory"), py::arg("max_message_bytes") = uint64_t(1) << 30,
-        py::arg("max_streams") = 4096, py::arg("stream_timeout") = 600.0,
-        py::arg("max_stream_bytes") = int64_t(256) << 20,
-        py::arg("max_open_bytes") = int64_t(1) << 30);
+  auto options = [](uint64_t max_message_bytes, int64_t max_streams, double stream_timeout,
+                    int64_t max_stream_bytes, int64_t max_open_bytes) {
+    ChunkIngest::Options o;
+    o.max_message_bytes = max_message_bytes;
+    o.max_streams = max_streams;
+    o.stream_timeout = stream_timeout;
+    o.max_stream_bytes = max_stream_bytes;
+    o.max_open_bytes = max_open_bytes;
+    return o;
+  };
+  // The budgets every constructor takes, after its store's own arguments.
+#define MEMOIRE_INGEST_LIMIT_ARGS                                                        \
+  py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_streams") = 4096,       \
+      py::arg("stream_timeout") = 600.0, py::arg("max_stream_bytes") = int64_t(256) << 20, \
+      py::arg("max_open_bytes") = int64_t(1) << 30
+  c.def(py::init([options](std::shared_ptr<ReplayMemory> memory, uint64_t mmb, int64_t ms,
+                           double st, int64_t msb, int64_t mob) {
+          if (!memory) ThrowIfError(Error(Code::kInvalidArgument, "memory: expected a ReplayMemory"));
+          return new PyChunkIngest(EpisodeStoreOf(std::move(memory)), nullptr,
+                                   options(mmb, ms, st, msb, mob));
+        }),
+        py::arg("memory"), MEMOIRE_INGEST_LIMIT_ARGS,
+        "Into memoire's episodic memory: rows s, a, r, p, v, i and init_w float32.");
+  c.def(py::init([options](std::shared_ptr<CircularBuffer> buffer, bool allow_nonfinite,
+                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob) {
+          if (!buffer) ThrowIfError(Error(Code::kInvalidArgument, "buffer: expected a CircularBuffer"));
+          return new PyChunkIngest(EpisodeStoreOf(std::move(buffer), allow_nonfinite), nullptr,
+                                   options(mmb, ms, st, msb, mob));
+        }),
+        py::arg("buffer"), py::kw_only(), py::arg("allow_nonfinite") = false,
+        MEMOIRE_INGEST_LIMIT_ARGS,
+        "Into Dopamine's TF circular or prioritized buffer: rows of its schema (observation, "
+        "action, reward, terminal, extras); an episode's last row ends it (episode_end); new "
+        "rows get the largest recorded priority. Non-finite rewards are refused unless "
+        "allow_nonfinite.");
+  c.def(py::init([options](std::shared_ptr<TransitionStore> store, const py::object& obs_dtype,
+                           const std::vector<int64_t>& obs_shape, const py::object& action_dtype,
+                           const std::vector<int64_t>& action_shape, bool allow_nonfinite,
+                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob) {
+          std::unique_ptr<TransitionEpisodeStore> t;
+          ThrowIfError(TransitionEpisodeStore::Make(
+              std::move(store), FromNumpy(py::dtype::from_args(obs_dtype), "observation_dtype"), obs_shape,
+              FromNumpy(py::dtype::from_args(action_dtype), "action_dtype"), action_shape, allow_nonfinite, &t));
+          std::shared_ptr<TransitionEpisodeStore> shared(std::move(t));
+          return new PyChunkIngest(shared, shared, options(mmb, ms, st, msb, mob));
+        }),
+        py::arg("store"), py::kw_only(), py::arg("observation_dtype"),
+        py::arg("observation_shape"), py::arg("action_dtype"), py::arg("action_shape"),
+        py::arg("allow_nonfinite") = false, MEMOIRE_INGEST_LIMIT_ARGS,
+        "Into Dopamine's JAX buffer (a TransitionStore): rows observation, action (the given "
+        "dtypes and shapes), reward float64, terminal bool; an episode's last row ends it; new "
+        "elements get `priority` (prioritized stores).");
+#undef MEMOIRE_INGEST_LIMIT_ARGS
+  c.def_property_readonly("row_spec", &PyChunkIngest::RowSpec,
+                          "[(name, numpy dtype, row shape)]: the row columns of a chunk, in order.");
+  c.def_property("priority", &PyChunkIngest::priority, &PyChunkIngest::set_priority,
+                 "The leaf value new elements of a prioritized TransitionStore get (finite, "
+                 ">= 0); RuntimeError for other stores.");
+  c.def("take_committed", &PyChunkIngest::TakeCommitted,
+        "([(uuid, episode, rows, info)], dropped): the episodes stored since the last call, "
+        "oldest first (at most 4096 kept; `dropped` counts the ones lost to that bound); info "
+        "is the last chunk's (return, length, terminated) or None.");
   c.def("ingest", &PyChunkIngest::Ingest, py::arg("frames"), py::arg("now") = py::none(),
         "Takes one received message ([header, data...]). None when it is not a current-version "
         "chunk; else (outcome, rows, reason, reason_count, detail): outcome 1 staged (rows of "

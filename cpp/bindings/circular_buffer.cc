@@ -1,7 +1,8 @@
 // Binds core::CircularBuffer as memoire._core.CircularBuffer, the one native object behind
 // memoire.dopamine_compat's OutOfGraph(Prioritized)ReplayBuffer. Only conversions live here:
-// Dopamine's argument checks (count and shape, with its ValueError texts) and numpy's setitem
-// casting for add, numpy outputs for sampling. Loops run in the core with the GIL released.
+// the argument checks of Dopamine's add (count and shapes, as ValueErrors whose details let the
+// compat layer word them as Dopamine does) and numpy's setitem casting, numpy outputs for
+// sampling. Loops run in the core with the GIL released; errors are the core's Statuses.
 #include "core/circular_buffer.h"
 
 #include <pybind11/stl.h>
@@ -22,16 +23,7 @@ py::object NumpyAttr(const char* name) {
   return py::module_::import("numpy").attr(name);
 }
 
-// Dopamine's get_range raises AssertionError; the core reports those checks as kOutOfRange.
-void ThrowGatherError(const Status& s) {
-  if (s.ok()) return;
-  if (s.code() == Code::kOutOfRange) {
-    PyErr_SetString(PyExc_AssertionError, s.message().c_str());
-    throw py::error_already_set();
-  }
-  ThrowIfError(s);
-}
-
+// A Python tuple's text: "(84, 84)", "(3,)", "()".
 std::string PyShapeText(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << "(";
@@ -57,6 +49,16 @@ std::vector<int64_t> DopamineShape(const py::handle& obj, py::object* as_array) 
     return ShapeOf(py::reinterpret_borrow<py::array>(a));
   }
   return {};
+}
+
+// A ValueError for add argument `arg` (the schema field's index, or the priority's: the field
+// count) of shape `got` where `want` was expected; detail "field" is `arg`.
+[[noreturn]] void ThrowShape(const std::string& name, int64_t arg, const std::vector<int64_t>& got,
+                             const std::vector<int64_t>& want) {
+  ThrowIfError(Error(Code::kInvalidArgument, name, ": expected shape ", PyShapeText(want),
+                     ", got ", PyShapeText(got))
+                   .With("field", arg));
+  std::abort();  // unreachable
 }
 
 // Writes a Python int/float/bool scalar into `out` as dtype t when numpy would store exactly
@@ -149,8 +151,10 @@ void AddOne(CB& self, std::vector<py::handle> args, py::handle priority,
   const size_t expected = nf + (prioritized ? 1 : 0);
   const size_t received = args.size() + (priority.is_none() ? 0 : 1);
   if (received != expected)
-    throw py::value_error("Add expects " + std::to_string(expected) + " elements, received " +
-                          std::to_string(received));
+    ThrowIfError(Error(Code::kInvalidArgument, "add: expected ", expected, " arguments, got ",
+                       received)
+                     .With("expected", static_cast<int64_t>(expected))
+                     .With("received", static_cast<int64_t>(received)));
   if (prioritized && priority.is_none()) {  // given positionally, after the extras
     priority = args.back();
     args.pop_back();
@@ -160,15 +164,13 @@ void AddOne(CB& self, std::vector<py::handle> args, py::handle priority,
   for (size_t f = 0; f < nf; ++f) {
     std::vector<int64_t> got = DopamineShape(args[f], &arrays[f]);
     if (got != schema.field(f).shape)
-      throw py::value_error("arg has shape " + PyShapeText(got) + ", expected " +
-                            PyShapeText(schema.field(f).shape));
+      ThrowShape(schema.field(f).name, static_cast<int64_t>(f), got, schema.field(f).shape);
   }
   double p = 0.0;
   if (prioritized) {
     py::object unused;
     std::vector<int64_t> got = DopamineShape(priority, &unused);
-    if (!got.empty())
-      throw py::value_error("arg has shape " + PyShapeText(got) + ", expected ()");
+    if (!got.empty()) ThrowShape("priority", static_cast<int64_t>(nf), got, {});
   }
   // `episode_end or terminal`, with Python's truth rules.
   int end = PyObject_IsTrue(episode_end.ptr());
@@ -190,9 +192,6 @@ void AddOne(CB& self, std::vector<py::handle> args, py::handle priority,
   if (prioritized) {
     p = PyFloat_AsDouble(priority.ptr());
     if (p == -1.0 && PyErr_Occurred()) throw py::error_already_set();
-    if (p < 0.0)
-      throw py::value_error("Sum tree values should be nonnegative. Got " +
-                            std::string(py::str(priority)));
   }
   CallReleased([&] { return self.Add(ptrs, end != 0, p); });
 }
@@ -201,9 +200,8 @@ CB::Outputs OutputsFrom(const CB& self, const py::list& outs, int64_t n) {
   const Schema& schema = self.schema();
   const size_t extras = schema.size() - CB::kFirstExtra;
   const size_t want = 8 + extras + (self.options().prioritized ? 1 : 0);
-  if (outs.size() != want)
-    throw py::value_error("outputs: expected " + std::to_string(want) + " arrays, got " +
-                          std::to_string(outs.size()));
+  CheckLength(static_cast<int64_t>(outs.size()), static_cast<int64_t>(want), "outputs",
+              "transition element");
   const Field& obs = schema.field(CB::kObservation);
   std::vector<int64_t> state_shape{n};
   state_shape.insert(state_shape.end(), obs.shape.begin(), obs.shape.end());
@@ -234,12 +232,6 @@ CB::Outputs OutputsFrom(const CB& self, const py::list& outs, int64_t n) {
   if (self.options().prioritized)
     o.probabilities = reinterpret_cast<float*>(ptr(8 + extras, DType::kFloat32, {n}, "sampling_probabilities"));
   return o;
-}
-
-py::array_t<int64_t> Int64Array(const py::handle& obj, const char* what) {
-  auto a = InArray<int64_t>::ensure(obj);
-  if (!a) throw py::value_error(std::string(what) + ": expected an array of integers");
-  return a;
 }
 
 }  // namespace
@@ -295,11 +287,10 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
         [](CB& self, const py::list& columns, const py::handle& episode_end,
            const py::handle& priorities) {
           const Schema& schema = self.schema();
-          if (columns.size() != schema.size())
-            throw py::value_error("add_batch: expected " + std::to_string(schema.size()) +
-                                  " arrays, got " + std::to_string(columns.size()));
-          auto ends = InArray<uint8_t>::ensure(episode_end);
-          if (!ends || ends.ndim() != 1) throw py::value_error("episode_end: expected a 1-D array");
+          CheckLength(static_cast<int64_t>(columns.size()), static_cast<int64_t>(schema.size()),
+                      "add_batch: columns", "field");
+          auto ends = ArrayOf<uint8_t>(episode_end, "episode_end");
+          if (ends.ndim() != 1) ThrowInvalid("episode_end: expected a 1-D array");
           const int64_t k = ends.shape(0);
           std::vector<py::array> keep;
           std::vector<const void*> ptrs;
@@ -309,12 +300,12 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
             keep.push_back(CoerceRow(columns[f], fd, schema.field(f).name));
             ptrs.push_back(keep.back().data());
           }
-          py::array_t<double, py::array::c_style | py::array::forcecast> pr;
+          InArray<double> pr;
           const double* pp = nullptr;
           if (!priorities.is_none()) {
-            pr = InArray<double>::ensure(priorities);
-            if (!pr || pr.ndim() != 1 || pr.shape(0) != k)
-              throw py::value_error("priorities: expected float64[" + std::to_string(k) + "]");
+            pr = ArrayOf<double>(priorities, "priorities");
+            if (pr.ndim() != 1) ThrowInvalid("priorities: expected a 1-D array");
+            CheckLength(pr.shape(0), k, "priorities", "row");
             pp = pr.data();
           }
           const uint8_t* ep = ends.data();
@@ -328,8 +319,8 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
     int overflow = 0;
     const long long count = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
     if (overflow)  // beyond int64: the core's range check would never see it
-      throw py::value_error("add_count: expected 0 <= add_count <= 2**62, got " +
-                            py::str(v).cast<std::string>());
+      ThrowInvalid("add_count: expected 0 <= add_count <= 2**62, got " +
+                   py::str(v).cast<std::string>());
     ThrowIfError(self.set_add_count(count));
   });
   c.def_property("next_is_episode_start", &CB::next_is_episode_start,
@@ -341,7 +332,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def("is_valid", [](const CB& self, int64_t i) { return self.IsValid(i); }, py::arg("index"));
   c.def("is_valid_many",
         [](const CB& self, const py::handle& idx) {
-          auto a = Int64Array(idx, "indices");
+          auto a = ArrayOf<int64_t>(idx, "indices");
           py::array_t<bool> out(a.size());
           const int64_t* ip = a.data();
           uint8_t* op = reinterpret_cast<uint8_t*>(out.mutable_data());
@@ -356,7 +347,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
 
   c.def("sample_indices",
         [](CB& self, int64_t n) {
-          if (n < 0) throw py::value_error("batch_size: expected >= 0, got " + std::to_string(n));
+          CheckCount(n, "batch_size");
           py::array_t<int64_t> out(n);
           int64_t* op = out.mutable_data();
           CallReleased([&] { return self.SampleIndices(n, op); });
@@ -365,31 +356,21 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
         py::arg("batch_size"));
   c.def("gather",
         [](const CB& self, const py::handle& indices, const py::list& outs) {
-          auto idx = Int64Array(indices, "indices");
+          auto idx = ArrayOf<int64_t>(indices, "indices");
           const int64_t n = idx.size();
           CB::Outputs o = OutputsFrom(self, outs, n);
           const int64_t* ip = idx.data();
-          Status s;
-          {
-            py::gil_scoped_release release;
-            s = self.Gather(ip, n, o);
-          }
-          ThrowGatherError(s);
+          CallReleased([&] { return self.Gather(ip, n, o); });
         },
         py::arg("indices"), py::arg("outputs"),
         "Fills `outputs` (Dopamine's transition elements, in order) for `indices`.");
   c.def("sample_into",
         [](CB& self, int64_t n, const py::list& outs) {
-          if (n < 0) throw py::value_error("batch_size: expected >= 0, got " + std::to_string(n));
+          CheckCount(n, "batch_size");
           CB::Outputs o = OutputsFrom(self, outs, n);
           py::array_t<int64_t> idx(n);
           int64_t* ip = idx.mutable_data();
-          Status s;
-          {
-            py::gil_scoped_release release;
-            s = self.SampleAndGather(n, o, ip);
-          }
-          ThrowGatherError(s);
+          CallReleased([&] { return self.SampleAndGather(n, o, ip); });
           return idx;
         },
         py::arg("batch_size"), py::arg("outputs"),
@@ -397,12 +378,9 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
 
   c.def("set_priorities",
         [](CB& self, const py::handle& indices, const py::handle& priorities) {
-          auto idx = Int64Array(indices, "indices");
-          auto pr = InArray<double>::ensure(priorities);
-          if (!pr) throw py::value_error("priorities: expected an array of numbers");
-          if (pr.size() != idx.size())
-            throw py::value_error("priorities: expected " + std::to_string(idx.size()) +
-                                  " values (one per index), got " + std::to_string(pr.size()));
+          auto idx = ArrayOf<int64_t>(indices, "indices");
+          auto pr = ArrayOf<double>(priorities, "priorities");
+          CheckLength(pr.size(), idx.size(), "priorities", "index");
           const int64_t* ip = idx.data();
           const double* pp = pr.data();
           const int64_t n = idx.size();
@@ -411,7 +389,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
         py::arg("indices"), py::arg("priorities"));
   c.def("get_priorities",
         [](const CB& self, const py::handle& indices) {
-          auto idx = Int64Array(indices, "indices");
+          auto idx = ArrayOf<int64_t>(indices, "indices");
           py::array_t<double> out(idx.size());
           const int64_t* ip = idx.data();
           double* op = out.mutable_data();
@@ -425,7 +403,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def_property_readonly("total_priority", &CB::total_priority);
   c.def("sample_tree",
         [](CB& self, int64_t n, bool stratified) {
-          if (n < 0) throw py::value_error("batch_size: expected >= 0, got " + std::to_string(n));
+          CheckCount(n, "batch_size");
           py::array_t<int64_t> out(n);
           int64_t* op = out.mutable_data();
           CallReleased([&] { return self.SampleTree(n, stratified, op); });
@@ -440,12 +418,11 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def("restore_from",
         [](CB& self, CB& staging, int64_t add_count, const std::vector<int64_t>& ends,
            const py::handle& leaves, double max_recorded) {
-          py::array_t<double, py::array::c_style | py::array::forcecast> lv;
+          InArray<double> lv;
           const double* lp = nullptr;
           if (!leaves.is_none()) {
-            lv = InArray<double>::ensure(leaves);
-            if (!lv || lv.size() != self.capacity())
-              throw py::value_error("restore_from: expected float64[capacity] priorities");
+            lv = ArrayOf<double>(leaves, "restore_from: priorities");
+            CheckLength(lv.size(), self.capacity(), "restore_from: priorities", "slot");
             lp = lv.data();
           }
           CallReleased(
@@ -459,8 +436,12 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
   c.def("column",
         [](py::object self_obj, int f) {
           CB& self = self_obj.cast<CB&>();
-          if (f < 0 || f >= static_cast<int>(self.schema().size()))
-            throw py::index_error("column: no field " + std::to_string(f));
+          const int64_t fields = static_cast<int64_t>(self.schema().size());
+          if (f < 0 || f >= fields)
+            ThrowIfError(Error(Code::kOutOfRange, "column: expected a field in [0, ", fields,
+                               "), got ", f)
+                             .With("index", f)
+                             .With("bound", fields));
           const Field& fd = self.schema().field(f);
           std::vector<py::ssize_t> shape{self.capacity()};
           shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());

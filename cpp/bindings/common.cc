@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <map>
 #include <mutex>
@@ -40,19 +41,60 @@ void ThrowIfError(const Status& s) {
     case Code::kOk: return;
     case Code::kInvalidArgument: type = PyExc_ValueError; break;
     case Code::kOutOfRange: type = PyExc_IndexError; break;
+    case Code::kNotFound: type = PyExc_KeyError; break;
     case Code::kFailedPrecondition: type = PyExc_RuntimeError; break;
     case Code::kResourceExhausted: type = g_capacity_error; break;
     case Code::kDataLoss: type = g_protocol_error; break;
     case Code::kInternal: type = PyExc_RuntimeError; break;
   }
+  // KeyError's argument is the key (Python's convention); other types take the message.
   // Messages may quote bytes from a peer (a malformed name): never fail on invalid UTF-8.
-  PyObject* text = PyUnicode_DecodeUTF8(s.message().data(),
-                                        static_cast<Py_ssize_t>(s.message().size()),
-                                        "backslashreplace");
-  if (text == nullptr) throw py::error_already_set();
-  PyErr_SetObject(type, text);
-  Py_DECREF(text);
+  const std::optional<int64_t> key = s.detail("key");
+  py::object arg = (s.code() == Code::kNotFound && key)
+                       ? py::object(py::int_(*key))
+                       : py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+                             s.message().data(), static_cast<Py_ssize_t>(s.message().size()),
+                             "backslashreplace"));
+  if (!arg) throw py::error_already_set();
+  py::object exc = py::reinterpret_steal<py::object>(
+      PyObject_CallFunctionObjArgs(type, arg.ptr(), nullptr));
+  if (!exc) throw py::error_already_set();
+  for (const Status::Detail& d : s.details())
+    if (PyObject_SetAttrString(exc.ptr(), d.first, py::int_(d.second).ptr()) != 0)
+      throw py::error_already_set();
+  PyErr_SetObject(type, exc.ptr());
   throw py::error_already_set();
+}
+
+void ThrowInvalid(const std::string& message) {
+  ThrowIfError(Status(Code::kInvalidArgument, message));
+  std::abort();  // unreachable: ThrowIfError raised
+}
+
+void CheckCount(int64_t n, const char* what) {
+  if (n < 0) ThrowInvalid(std::string(what) + ": expected >= 0, got " + std::to_string(n));
+}
+
+void CheckLength(int64_t got, int64_t want, const char* what, const char* per) {
+  if (got != want)
+    ThrowIfError(Error(Code::kInvalidArgument, what, ": expected ", want, " values (one per ", per,
+                       "), got ", got)
+                     .With("expected", want)
+                     .With("received", got));
+}
+
+const uint8_t* BytesIn(const py::array& a, size_t bytes, const char* what) {
+  if (!(a.flags() & py::array::c_style))
+    ThrowInvalid(std::string(what) + ": expected a C-contiguous array");
+  if (static_cast<size_t>(a.nbytes()) != bytes)
+    ThrowInvalid(std::string(what) + ": expected " + std::to_string(bytes) + " bytes, got " +
+                 std::to_string(a.nbytes()));
+  return static_cast<const uint8_t*>(a.data());
+}
+
+uint8_t* BytesOut(py::array& a, size_t bytes, const char* what) {
+  if (!a.writeable()) ThrowInvalid(std::string(what) + ": output must be writeable");
+  return const_cast<uint8_t*>(BytesIn(a, bytes, what));
 }
 
 py::dtype ToNumpy(DType t) {
@@ -67,7 +109,7 @@ DType FromNumpy(const py::dtype& dt, const std::string& what) {
   const char kind = dt.kind();
   const auto size = dt.itemsize();
   auto fail = [&]() -> DType {
-    throw py::value_error(what + ": dtype " + std::string(py::str(dt)) +
+    ThrowInvalid(what + ": dtype " + std::string(py::str(dt)) +
                           " is not supported (expected bool, int8-64, uint8-64 or float16-64)");
   };
   switch (kind) {
@@ -99,7 +141,7 @@ std::vector<int64_t> ShapeOf(const py::array& a) {
 
 Field FieldFromTemplate(const std::string& name, const py::handle& tmpl) {
   py::array a = py::array::ensure(tmpl);
-  if (!a) throw py::value_error(name + ": expected a numpy array as buffer template");
+  if (!a) ThrowInvalid(name + ": expected a numpy array as buffer template");
   Field f;
   f.name = name;
   f.dtype = FromNumpy(a.dtype(), name);
@@ -117,14 +159,14 @@ std::string DescribeArray(const py::array& a) {
 
 py::array CoerceRow(const py::handle& obj, const Field& f, const std::string& what) {
   py::array a = py::array::ensure(obj);
-  if (!a) throw py::value_error(what + ": expected an array-like of " + f.Describe());
+  if (!a) ThrowInvalid(what + ": expected an array-like of " + f.Describe());
   if (ShapeOf(a) != f.shape)
-    throw py::value_error(what + ": expected " + f.Describe() + ", got " + DescribeArray(a));
+    ThrowInvalid(what + ": expected " + f.Describe() + ", got " + DescribeArray(a));
   py::dtype want = ToNumpy(f.dtype);
   if (!a.dtype().is(want) && !a.dtype().equal(want)) {
     static PyObject* can_cast = py::object(py::module_::import("numpy").attr("can_cast")).release().ptr();
     if (!py::handle(can_cast)(a.dtype(), want, "same_kind").cast<bool>())
-      throw py::value_error(what + ": expected " + f.Describe() + ", got " + DescribeArray(a) +
+      ThrowInvalid(what + ": expected " + f.Describe() + ", got " + DescribeArray(a) +
                             " (no same_kind cast)");
     a = a.attr("astype")(want);
   }
@@ -204,9 +246,9 @@ void CheckOutput(const py::array& a, DType dtype, const std::vector<int64_t>& sh
                  const std::string& what) {
   Field f{what, dtype, shape};
   if (!a.dtype().equal(ToNumpy(dtype)) || ShapeOf(a) != shape)
-    throw py::value_error(what + ": expected output " + f.Describe() + ", got " + DescribeArray(a));
+    ThrowInvalid(what + ": expected output " + f.Describe() + ", got " + DescribeArray(a));
   if (!(a.flags() & py::array::c_style) || !a.writeable())
-    throw py::value_error(what + ": output must be a writeable C-contiguous array");
+    ThrowInvalid(what + ": output must be a writeable C-contiguous array");
 }
 
 namespace {

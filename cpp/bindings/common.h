@@ -21,8 +21,28 @@ template <typename T>
 using InArray = py::array_t<T, py::array::c_style | py::array::forcecast |
                                    py::detail::npy_api::NPY_ARRAY_ALIGNED_>;
 
-// Raises the Python exception for a failed Status; call with the GIL held.
+// The one place a Status becomes a Python exception (call with the GIL held): the code picks
+// the type (see core/status.h), a kNotFound's "key" detail is the KeyError's argument, others
+// take the message, and every detail becomes an attribute (`except KeyError as e: e.key`).
 void ThrowIfError(const Status& s);
+// ThrowIfError of kInvalidArgument(message): for the argument checks below.
+[[noreturn]] void ThrowInvalid(const std::string& message);
+
+// Shared argument checks (ValueError naming `what`): n >= 0; `got` values where `want` were
+// expected, one per `per` (details "expected" and "received"); and the bytes of a
+// C-contiguous array of exactly `bytes` bytes (writeable, for BytesOut).
+void CheckCount(int64_t n, const char* what);
+void CheckLength(int64_t got, int64_t want, const char* what, const char* per);
+const uint8_t* BytesIn(const py::array& a, size_t bytes, const char* what);
+uint8_t* BytesOut(py::array& a, size_t bytes, const char* what);
+
+// `h` as a C-contiguous aligned array of T (converted when it is not), else ValueError.
+template <typename T>
+InArray<T> ArrayOf(const py::handle& h, const char* what) {
+  auto a = InArray<T>::ensure(h);
+  if (!a) ThrowInvalid(std::string(what) + ": expected an array of numbers");
+  return a;
+}
 
 // Runs `f` (returning Status) with the GIL released, then raises on error with the GIL held.
 template <typename F>

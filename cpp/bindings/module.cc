@@ -6,11 +6,11 @@ namespace memoire {
 namespace py = pybind11;
 void RegisterErrors(py::module_& m);
 void BindBufferPool(py::module_& m);
-void BindSumTree(py::module_& m);
 void BindReplayMemory(py::module_& m);
 void BindTransitionStore(py::module_& m);
 void BindCircularBuffer(py::module_& m);
 void BindCodec(py::module_& m);
+void BindProtocol(py::module_& m);
 void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 }  // namespace memoire
@@ -19,11 +19,11 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "memoire's native core (private: use the memoire package).";
   memoire::RegisterErrors(m);
   memoire::BindBufferPool(m);
-  memoire::BindSumTree(m);
   memoire::BindReplayMemory(m);
   memoire::BindTransitionStore(m);
   memoire::BindCircularBuffer(m);
   memoire::BindCodec(m);
+  memoire::BindProtocol(m);
   memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
 }

@@ -10,19 +10,22 @@
 
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
+#include "core/protocol.h"
 
 namespace memoire {
 namespace {
 
 using RM = ReplayMemory;
 
+// The constructor's template names (the seed's), which are also read-only properties.
+constexpr const char* kBufNames[RM::kNumFields] = {"state_buf", "action_buf", "reward_buf",
+                                                   "prob_buf",  "value_buf",  "qvest_buf",
+                                                   "info_buf"};
+
 std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t max_step,
                                bool vector_prob) {
   std::vector<Field> fields;
   for (int f = 0; f < RM::kNumFields; ++f) {
-    static const char* kBufNames[RM::kNumFields] = {"state_buf", "action_buf", "reward_buf",
-                                                    "prob_buf",  "value_buf",  "qvest_buf",
-                                                    "info_buf"};
     Field fd = FieldFromTemplate(kBufNames[f], templates[f]);
     fd.name = RM::kFieldNames[f];
     fields.push_back(fd);
@@ -62,7 +65,7 @@ py::array ReadField(const RM& m, int f) {
 // Converts the six user rows (s, a, r, p, v, i) and adds them.
 void AddRows(RM& m, int64_t n, const std::vector<py::handle>& rows, const py::handle& init_w,
              bool batched) {
-  static const char* kNames[RM::kNumFields] = {"s", "a", "r", "p", "v", "q", "i"};
+  const char* const* kNames = protocol::kFieldNames;
   RowScratch scratch;
   const void* ptrs[RM::kNumFields] = {};
   int user = 0;
@@ -142,11 +145,8 @@ void BindReplayMemory(py::module_& m) {
         py::kw_only(), py::arg("vector_prob") = false);
 
   // Read-only.
-  static const char* kBufProps[RM::kNumFields] = {"state_buf", "action_buf", "reward_buf",
-                                                  "prob_buf",  "value_buf",  "qvest_buf",
-                                                  "info_buf"};
   for (int f = 0; f < RM::kNumFields; ++f)
-    c.def_property_readonly(kBufProps[f], [f](const RM& self) { return ReadField(self, f); });
+    c.def_property_readonly(kBufNames[f], [f](const RM& self) { return ReadField(self, f); });
   c.def_property_readonly("entry_size", [](const RM& self) { return self.schema().row_bytes(); });
   c.def_property_readonly("max_step", &RM::max_step);
   c.def_property("uuid", &RM::uuid, &RM::set_uuid);
@@ -292,6 +292,7 @@ void BindReplayMemory(py::module_& m) {
       MEMOIRE_RETURN_IF_ERROR(self.Sample(n, out));
       const int64_t num_sampleable = self.num_sampleable();
       const double total_weight = self.total_weight();
+      // Frames in the order of core/protocol.h's cache layout, which `header` describes.
       std::vector<libzmq::OutFrame> frames{{head.data(), head.size()}};
       const uint8_t* base = block.get();
       for (int f = 0; f < RM::kNumFields; ++f) {

@@ -11,33 +11,7 @@
 #include "bindings/common.h"
 
 namespace memoire {
-namespace {
-
 using TS = TransitionStore;
-
-// The bytes of a C-contiguous array of exactly `bytes` bytes, else ValueError naming `what`.
-const uint8_t* In(const py::array& a, size_t bytes, const char* what) {
-  if (!(a.flags() & py::array::c_style))
-    throw py::value_error(std::string(what) + ": expected a C-contiguous array");
-  if (static_cast<size_t>(a.nbytes()) != bytes)
-    throw py::value_error(std::string(what) + ": expected " + std::to_string(bytes) +
-                          " bytes, got " + std::to_string(a.nbytes()));
-  return static_cast<const uint8_t*>(a.data());
-}
-
-uint8_t* Out(py::array& a, size_t bytes, const char* what) {
-  if (!a.writeable()) throw py::value_error(std::string(what) + ": output must be writeable");
-  return const_cast<uint8_t*>(In(a, bytes, what));
-}
-
-template <typename T>
-py::array_t<T, py::array::c_style | py::array::forcecast> Vec(const py::handle& h, const char* what) {
-  auto a = InArray<T>::ensure(h);
-  if (!a) throw py::value_error(std::string(what) + ": expected a 1-D array of numbers");
-  return a;
-}
-
-}  // namespace
 
 void BindTransitionStore(py::module_& m) {
   py::class_<TS, std::shared_ptr<TS>>(m, "TransitionStore", R"doc(
@@ -76,8 +50,8 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
       .def("add",
            [](TS& t, const py::array& frame, const py::array& action, double reward,
               bool terminal, bool episode_end, double priority) {
-             const uint8_t* f = In(frame, t.options().frame_bytes, "observation");
-             const uint8_t* a = In(action, t.options().action_bytes, "action");
+             const uint8_t* f = BytesIn(frame, t.options().frame_bytes, "observation");
+             const uint8_t* a = BytesIn(action, t.options().action_bytes, "action");
              int64_t emitted = 0;
              CallReleased([&] {
                return t.Add(f, a, reward, terminal, episode_end, priority, &emitted);
@@ -92,20 +66,17 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
               const py::array& terminals, const py::array& episode_ends,
               const py::object& priorities) {
              const auto& o = t.options();
-             auto r = Vec<double>(rewards, "rewards");
+             auto r = ArrayOf<double>(rewards, "rewards");
              const size_t k = r.size();
-             const uint8_t* f = In(frames, k * o.frame_bytes, "observations");
-             const uint8_t* a = In(actions, k * o.action_bytes, "actions");
-             const uint8_t* te = In(terminals, k, "is_terminal");
-             const uint8_t* ee = In(episode_ends, k, "episode_end");
-             py::array_t<double, py::array::c_style | py::array::forcecast> pr;
+             const uint8_t* f = BytesIn(frames, k * o.frame_bytes, "observations");
+             const uint8_t* a = BytesIn(actions, k * o.action_bytes, "actions");
+             const uint8_t* te = BytesIn(terminals, k, "is_terminal");
+             const uint8_t* ee = BytesIn(episode_ends, k, "episode_end");
+             InArray<double> pr;
              const double* p = nullptr;
              if (!priorities.is_none()) {
-               pr = Vec<double>(priorities, "priorities");
-               if (static_cast<size_t>(pr.size()) != k)
-                 throw py::value_error("priorities: expected " + std::to_string(k) +
-                                       " values (one per step), got " +
-                                       std::to_string(pr.size()));
+               pr = ArrayOf<double>(priorities, "priorities");
+               CheckLength(pr.size(), k, "priorities", "step");
                p = pr.data();
              }
              py::array_t<int64_t> emitted(k);
@@ -122,7 +93,7 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            "float64 priorities [k] or None. Returns int64 [k]: elements each step yielded.")
       .def("keys_at",
            [](const TS& t, const py::handle& indices) {
-             auto idx = Vec<int64_t>(indices, "indices");
+             auto idx = ArrayOf<int64_t>(indices, "indices");
              py::array_t<int32_t> keys(idx.size());
              int32_t* k = keys.mutable_data();
              CallReleased([&] { return t.KeysAt(idx.data(), idx.size(), k); });
@@ -131,7 +102,7 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            py::arg("indices"), "int32 keys at dense indices (uniform draws).")
       .def("query",
            [](const TS& t, const py::handle& targets) {
-             auto tg = Vec<double>(targets, "targets");
+             auto tg = ArrayOf<double>(targets, "targets");
              py::array_t<int32_t> keys(tg.size());
              py::array_t<double> probs(tg.size());
              int32_t* k = keys.mutable_data();
@@ -142,17 +113,15 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            py::arg("targets"), "(int32 keys, float64 probabilities) for prefix-sum targets.")
       .def("update",
            [](TS& t, const py::handle& keys, const py::handle& values) {
-             auto k = Vec<int64_t>(keys, "keys");
-             auto v = Vec<double>(values, "priorities");
-             if (k.size() != v.size())
-               throw py::value_error("priorities: expected " + std::to_string(k.size()) +
-                                     " values (one per key), got " + std::to_string(v.size()));
+             auto k = ArrayOf<int64_t>(keys, "keys");
+             auto v = ArrayOf<double>(values, "priorities");
+             CheckLength(v.size(), k.size(), "priorities", "key");
              CallReleased([&] { return t.Update(k.data(), v.data(), k.size()); });
            },
            py::arg("keys"), py::arg("values"))
       .def("priorities",
            [](const TS& t, const py::handle& keys) {
-             auto k = Vec<int64_t>(keys, "keys");
+             auto k = ArrayOf<int64_t>(keys, "keys");
              py::array_t<double> out(k.size());
              double* o = out.mutable_data();
              CallReleased([&] { return t.Priorities(k.data(), k.size(), o); });
@@ -162,23 +131,23 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
       .def("gather",
            [](const TS& t, const py::handle& keys, py::array state, py::array action,
               py::array reward, py::array next_state, py::array terminal, py::array episode_end) {
-             auto k = Vec<int64_t>(keys, "keys");
+             auto k = ArrayOf<int64_t>(keys, "keys");
              const size_t n = k.size();
              const auto& o = t.options();
              const size_t sb = n * o.frame_bytes * o.stack_size;
-             uint8_t* s = Out(state, sb, "state");
-             uint8_t* a = Out(action, n * o.action_bytes, "action");
-             uint8_t* r = Out(reward, n * sizeof(double), "reward");
-             uint8_t* ns = Out(next_state, sb, "next_state");
-             uint8_t* te = Out(terminal, n, "is_terminal");
-             uint8_t* ee = Out(episode_end, n, "episode_end");
+             uint8_t* s = BytesOut(state, sb, "state");
+             uint8_t* a = BytesOut(action, n * o.action_bytes, "action");
+             uint8_t* r = BytesOut(reward, n * sizeof(double), "reward");
+             uint8_t* ns = BytesOut(next_state, sb, "next_state");
+             uint8_t* te = BytesOut(terminal, n, "is_terminal");
+             uint8_t* ee = BytesOut(episode_end, n, "episode_end");
              CallReleased([&] {
                return t.Gather(k.data(), n, s, a, reinterpret_cast<double*>(r), ns, te, ee);
              });
            },
            py::arg("keys"), py::arg("state"), py::arg("action"), py::arg("reward"),
            py::arg("next_state"), py::arg("is_terminal"), py::arg("episode_end"),
-           "Fills the outputs with the elements of `keys` (IndexError naming a missing key).")
+           "Fills the outputs with the elements of `keys` (KeyError(key) for a key not stored).")
       .def("clear", [](TS& t) {
         py::gil_scoped_release r;
         t.Clear();
@@ -221,31 +190,28 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
               py::array win_actions, py::array win_rewards, py::array win_terminals,
               py::array win_episode_ends) {
              const auto& o = t.options();
-             auto kbi = Vec<int64_t>(key_by_index, "key_by_index");
+             auto kbi = ArrayOf<int64_t>(key_by_index, "key_by_index");
              const size_t m = kbi.size();
              const size_t sb = m * o.frame_bytes * o.stack_size;
-             const uint8_t* s = In(states, sb, "states");
-             const uint8_t* a = In(actions, m * o.action_bytes, "actions");
-             const uint8_t* r = In(rewards, m * sizeof(double), "rewards");
-             const uint8_t* ns = In(next_states, sb, "next_states");
-             const uint8_t* te = In(terminals, m, "terminals");
-             const uint8_t* ee = In(episode_ends, m, "episode_ends");
+             const uint8_t* s = BytesIn(states, sb, "states");
+             const uint8_t* a = BytesIn(actions, m * o.action_bytes, "actions");
+             const uint8_t* r = BytesIn(rewards, m * sizeof(double), "rewards");
+             const uint8_t* ns = BytesIn(next_states, sb, "next_states");
+             const uint8_t* te = BytesIn(terminals, m, "terminals");
+             const uint8_t* ee = BytesIn(episode_ends, m, "episode_ends");
              const double* nd = nullptr;
-             py::array_t<double, py::array::c_style | py::array::forcecast> nodes_arr;
+             InArray<double> nodes_arr;
              if (!nodes.is_none()) {
-               nodes_arr = Vec<double>(nodes, "sum tree nodes");
-               if (nodes_arr.size() != t.num_nodes())
-                 throw py::value_error("sum tree nodes: expected " +
-                                       std::to_string(t.num_nodes()) + " nodes, got " +
-                                       std::to_string(nodes_arr.size()));
+               nodes_arr = ArrayOf<double>(nodes, "sum tree nodes");
+               CheckLength(nodes_arr.size(), t.num_nodes(), "sum tree nodes", "node");
                nd = nodes_arr.data();
              }
              const size_t w = win_rewards.size();
-             const uint8_t* wf = In(win_frames, w * o.frame_bytes, "accumulator observations");
-             const uint8_t* wa = In(win_actions, w * o.action_bytes, "accumulator actions");
-             const uint8_t* wr = In(win_rewards, w * sizeof(double), "accumulator rewards");
-             const uint8_t* wt = In(win_terminals, w, "accumulator terminals");
-             const uint8_t* we = In(win_episode_ends, w, "accumulator episode ends");
+             const uint8_t* wf = BytesIn(win_frames, w * o.frame_bytes, "accumulator observations");
+             const uint8_t* wa = BytesIn(win_actions, w * o.action_bytes, "accumulator actions");
+             const uint8_t* wr = BytesIn(win_rewards, w * sizeof(double), "accumulator rewards");
+             const uint8_t* wt = BytesIn(win_terminals, w, "accumulator terminals");
+             const uint8_t* we = BytesIn(win_episode_ends, w, "accumulator episode ends");
              CallReleased([&] {
                return t.Import(add_count, m, s, a, reinterpret_cast<const double*>(r), ns, te,
                                ee, kbi.data(), nd, w, wf, wa,

@@ -27,36 +27,41 @@ const char* ChunkIngest::ReasonName(int reason) {
   return reason >= 0 && reason < kNumReasons ? kNames[reason] : "invalid";
 }
 
-Status ChunkIngest::Make(std::shared_ptr<ReplayMemory> memory, const Options& options,
+Status ChunkIngest::Make(std::shared_ptr<EpisodeStore> store, const Options& options,
                          std::unique_ptr<ChunkIngest>* out) {
-  if (!memory) return Error(Code::kInvalidArgument, "ChunkIngest: expected a memory, got none");
-  std::unique_ptr<ChunkIngest> c(new ChunkIngest(std::move(memory), Options()));
+  if (!store) return Error(Code::kInvalidArgument, "ChunkIngest: expected a store, got none");
+  std::unique_ptr<ChunkIngest> c(new ChunkIngest(std::move(store), Options()));
   MEMOIRE_RETURN_IF_ERROR(c->SetOptions(options));
   *out = std::move(c);
   return Status::OK();
 }
 
-ChunkIngest::ChunkIngest(std::shared_ptr<ReplayMemory> memory, const Options& options)
-    : memory_(std::move(memory)), opt_(options) {
-  const Schema& schema = memory_->schema();
-  for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
-    spec_field_[f] = -1;
-    if (f == ReplayMemory::kQvest) continue;
-    const Field& fd = schema.field(f);
-    std::vector<int64_t> shape{-1};
-    shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
-    spec_field_[f] = static_cast<int>(spec_.size());
-    spec_.push_back({fd.name, fd.dtype, shape, false});
-  }
-  auto add = [&](const char* name, DType dtype, std::vector<int64_t> shape) {
-    spec_.push_back({name, dtype, std::move(shape), false});
+Status ChunkIngest::Make(std::shared_ptr<ReplayMemory> memory, const Options& options,
+                         std::unique_ptr<ChunkIngest>* out) {
+  if (!memory) return Error(Code::kInvalidArgument, "ChunkIngest: expected a memory, got none");
+  return Make(std::shared_ptr<EpisodeStore>(EpisodeStoreOf(std::move(memory))), options, out);
+}
+
+ChunkIngest::ChunkIngest(std::shared_ptr<EpisodeStore> store, const Options& options)
+    : store_(std::move(store)), spec_(store_->row_spec()), opt_(options) {
+  auto add = [&](const protocol::Column& c, std::vector<int64_t> shape, bool optional) {
+    spec_.push_back({c.name, c.dtype, std::move(shape), optional});
     return static_cast<int>(spec_.size()) - 1;
   };
-  spec_init_w_ = add("init_w", DType::kFloat32, {-1});
-  spec_uuid_ = add("uuid", DType::kUInt64, {});
-  spec_episode_ = add("episode", DType::kInt64, {});
-  spec_index_ = add("index", DType::kInt64, {});
-  spec_multiplier_ = add("multiplier", DType::kFloat32, {});
+  spec_uuid_ = add(protocol::kChunkScalars[0], {}, false);
+  spec_episode_ = add(protocol::kChunkScalars[1], {}, false);
+  spec_index_ = add(protocol::kChunkScalars[2], {}, false);
+  spec_multiplier_ = add(protocol::kChunkScalars[3], {}, false);
+  spec_info_ = add(protocol::kChunkInfo, {protocol::kChunkInfoSize}, true);
+}
+
+std::vector<ChunkIngest::Committed> ChunkIngest::TakeCommitted(int64_t* dropped) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Committed> out(committed_.begin(), committed_.end());
+  committed_.clear();
+  if (dropped != nullptr) *dropped = committed_dropped_;
+  committed_dropped_ = 0;
+  return out;
 }
 
 ChunkIngest::Options ChunkIngest::options() const {
@@ -88,8 +93,7 @@ ChunkIngest::Counters ChunkIngest::counters() const {
 }
 
 Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t* uuid,
-                          int64_t* episode, int64_t* index, float* multiplier,
-                          uint8_t* flags) const {
+                          int64_t* episode, int64_t* index, Tail* tail, uint8_t* flags) const {
   std::vector<uint64_t> sizes(n - 1);
   for (size_t k = 1; k < n; ++k) sizes[k - 1] = frames[k].size;
   codec::Limits limits;
@@ -99,8 +103,8 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
       codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(), n - 1, limits, &m));
   int64_t rows = -1;
   MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(m, spec_, /*allow_extra=*/false, &rows));
-  // CheckArrays proved every entry a top-level array of the spec, each present once.
-  const uint8_t* data[16] = {};
+  // CheckArrays proved every entry a top-level array of the spec, each present at most once.
+  std::vector<const uint8_t*> data(spec_.size(), nullptr);
   for (const codec::Entry& e : m.entries) {
     size_t s = 0;
     while (spec_[s].name != e.name) ++s;
@@ -109,14 +113,19 @@ Status ChunkIngest::Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t*
   chunk->rows = rows;
   chunk->bytes = kChunkOverhead + static_cast<int64_t>(frames[0].size);
   for (size_t k = 1; k < n; ++k) chunk->bytes += static_cast<int64_t>(frames[k].size);
-  for (int f = 0; f < ReplayMemory::kNumFields; ++f)
-    chunk->fields[f] = spec_field_[f] < 0 ? nullptr : data[spec_field_[f]];
-  chunk->init_w.resize(static_cast<size_t>(rows));
-  if (rows > 0) std::memcpy(chunk->init_w.data(), data[spec_init_w_], rows * sizeof(float));
+  const size_t columns = store_->row_spec().size();
+  chunk->columns.assign(data.begin(), data.begin() + columns);
   *uuid = LoadUnaligned<uint64_t>(data[spec_uuid_]);
   *episode = LoadUnaligned<int64_t>(data[spec_episode_]);
   *index = LoadUnaligned<int64_t>(data[spec_index_]);
-  *multiplier = LoadUnaligned<float>(data[spec_multiplier_]);
+  tail->multiplier = LoadUnaligned<float>(data[spec_multiplier_]);
+  tail->has_info = data[spec_info_] != nullptr;
+  if (tail->has_info)
+    for (int k = 0; k < protocol::kChunkInfoSize; ++k) {
+      tail->info[k] = LoadUnaligned<double>(data[spec_info_] + 8 * k);
+      if (!std::isfinite(tail->info[k]))
+        return Error(Code::kInvalidArgument, "info: expected finite values, got ", tail->info[k]);
+    }
   *flags = m.flags;
   return Status::OK();
 }
@@ -182,12 +191,12 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
   chunk.owner = owner;
   uint64_t uuid = 0;
   int64_t episode = 0, index = 0;
-  float multiplier = 1.0f;
+  Tail tail;
   uint8_t flags = 0;
   Stream done;
   {
     std::lock_guard<std::mutex> l(mu_);
-    Status st = Parse(frames, n, &chunk, &uuid, &episode, &index, &multiplier, &flags);
+    Status st = Parse(frames, n, &chunk, &uuid, &episode, &index, &tail, &flags);
     if (!st.ok()) {
       out->released.push_back(owner);
       return Reject(kMalformed, st.message(), out);
@@ -224,7 +233,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
     int reason = -1;
     if (index != s.next_index) {
       reason = kOutOfOrderChunk;
-    } else if (s.rows + chunk.rows > memory_->max_step()) {
+    } else if (s.rows + chunk.rows > store_->max_episode_rows()) {
       reason = kEpisodeTooLong;
     } else if (s.bytes + chunk.bytes > opt_.max_stream_bytes) {
       reason = kStreamBytes;
@@ -257,43 +266,50 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
   }
   // The last chunk: commit outside mu_, so other actors' chunks are taken meanwhile.
   int reason = kBadEpisode;
-  Status st = Commit(done, multiplier, flags, &reason);
+  Status st = Commit(done, tail, flags, &reason);
   for (const Chunk& c : done.chunks) out->released.push_back(c.owner);
-  if (!st.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!st.ok())
     return Reject(reason, "dropped episode " + std::to_string(episode) + " from " +
                               Hex8(uuid) + ": " + st.message(), out);
-  }
   out->outcome = Outcome::kCommitted;
   out->rows = done.rows;
+  if (done.rows == 0) return;
+  Committed c;
+  c.uuid = uuid;
+  c.episode = episode;
+  c.rows = done.rows;
+  c.has_info = tail.has_info;
+  std::copy(tail.info, tail.info + protocol::kChunkInfoSize, c.info);
+  if (committed_.size() == kCommittedLog) {
+    committed_.pop_front();
+    ++committed_dropped_;
+  }
+  committed_.push_back(c);
 }
 
-Status ChunkIngest::Commit(const Stream& st, float multiplier, uint8_t flags, int* reason) {
+Status ChunkIngest::Commit(const Stream& st, const Tail& tail, uint8_t flags, int* reason) {
   if (st.rows == 0) return Status::OK();  // nothing to store
-  // Check what the memory would refuse before touching it, so a bad episode evicts nothing.
-  *reason = kNonFinite;
-  if (!std::isfinite(multiplier))
-    return Error(Code::kInvalidArgument,
-                 "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
-  for (const Chunk& c : st.chunks)
-    MEMOIRE_RETURN_IF_ERROR(memory_->CheckFinite(c.rows, c.fields, c.init_w.data()));
+  std::vector<EpisodeStore::Part> parts(st.chunks.size());
+  for (size_t k = 0; k < parts.size(); ++k) {
+    parts[k].rows = st.chunks[k].rows;
+    parts[k].columns = st.chunks[k].columns;
+  }
+  EpisodeStore::End end;
+  end.multiplier = tail.multiplier;
+  end.terminal = flags & kTerminal;
+  end.update_value = flags & kUpdateValue;
+  end.update_weight = flags & kUpdateWeight;
+  // Checked before the store is touched, so a bad episode evicts nothing.
+  bool nonfinite = false;
+  Status s = store_->Check(parts, end, &nonfinite);
+  if (!s.ok()) {
+    *reason = nonfinite ? kNonFinite : kBadEpisode;
+    return s;
+  }
   *reason = kBadEpisode;
-  if (!(multiplier >= 0))
-    return Error(Code::kInvalidArgument,
-                 "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
-  for (const Chunk& c : st.chunks)
-    for (float w : c.init_w)
-      if (!(w >= 0))
-        return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ", w);
   std::lock_guard<std::mutex> l(commit_mu_);
-  Status s = memory_->NewEpisode();
-  for (size_t k = 0; s.ok() && k < st.chunks.size(); ++k)
-    s = memory_->AddEntries(st.chunks[k].rows, st.chunks[k].fields, st.chunks[k].init_w.data());
-  if (s.ok())
-    s = memory_->CloseEpisode(multiplier, flags & kUpdateValue, flags & kUpdateWeight,
-                              flags & kTerminal);
-  if (!s.ok()) memory_->NewEpisode();  // discards the partial episode
-  return s;
+  return store_->Commit(parts, end);
 }
 
 }  // namespace memoire

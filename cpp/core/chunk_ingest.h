@@ -1,26 +1,31 @@
-// ChunkIngest: central mode's receiving end. Actors stream each episode in CHUNK messages
-// (core/codec.h) of a header frame plus one data frame per entry:
-//   s, a, r, p, v, i   dtype[n, *shape] rows of the memory's fields (q is computed, not sent)
-//   init_w             float32[n]
+// ChunkIngest: the one receiving end of experience. Actors stream each episode in CHUNK
+// messages (core/codec.h) of a header frame plus one data frame per entry:
+//   the store's row columns   dtype[n, *shape] (EpisodeStore::row_spec(): for memoire's
+//                              memory s, a, r, p, v, i and init_w; for Dopamine's buffers
+//                              observation, action, reward, terminal, ...)
 //   uuid               uint64[]  the actor
 //   episode, index     int64[]   the actor's episode number and the chunk's place in it (0, 1, ..)
 //   multiplier         float32[] close_episode's episodic weight multiplier (read on the last)
+//   info               float64[3], optional: the actor's account of the episode (return,
+//                      length, terminated), read on the last chunk and handed back with the
+//                      committed episode (TakeCommitted); never stored
 // and flags kLast | kTerminal | kUpdateValue | kUpdateWeight (the last chunk closes the episode).
 //
-// Ingest checks a message (header, entry table, dtypes and shapes against the memory's schema),
-// keeps per-actor stream state and, on the last chunk, commits the episode into the memory
-// (NewEpisode, AddEntries per chunk, CloseEpisode). Rows are never copied before the commit:
+// Ingest checks a message (header, entry table, dtypes and shapes against the store's row
+// spec), keeps per-actor stream state and, on the last chunk, commits the whole episode into
+// the store (core/episode_store.h), so episodes of many actors never interleave in it. Rows
+// are never copied before the commit:
 // a stream keeps pointers into the received frames, which the caller keeps alive under an
 // opaque `owner` id until a Result lists that owner in `released`.
 //
-// Stream rules (per actor uuid; a rejected chunk never touches the memory):
+// Stream rules (per actor uuid; a rejected chunk never touches the store):
 //   - a chunk of another episode than the actor's open stream drops that stream
 //     (abandoned_episode), then is treated as a first chunk;
 //   - a first chunk must have index 0 (out_of_order_chunk);
 //   - opening a stream when max_streams are open drops the least recently seen one
 //     (stream_limit);
 //   - a chunk whose index is not the next one drops the stream (out_of_order_chunk);
-//   - a chunk that would make the episode longer than the memory's max_step drops the stream
+//   - a chunk that would make the episode longer than the store takes drops the stream
 //     (episode_too_long);
 //   - a chunk that would make its stream hold more than max_stream_bytes drops the stream
 //     (stream_bytes); a chunk is charged its frames' bytes plus kChunkOverhead, so a flood of
@@ -29,20 +34,18 @@
 //     largest stream (its own included) until it fits (open_bytes): a hog goes first;
 //   - streams silent for stream_timeout seconds are dropped (stale_episode), checked every
 //     min(10, stream_timeout) seconds of `now` (by Ingest, and by Reap when no chunk comes);
-//   - an episode with a NaN or infinite reward, prob or value (unless the memory's
-//     allow_nonfinite), init_w or multiplier is dropped (nonfinite; ReplayMemory::CheckFinite,
-//     the rule of every add), and one with a negative init_w or multiplier (bad_episode):
-//     nothing stored is touched;
+//   - an episode the store refuses before storing (EpisodeStore::Check: a NaN or infinite
+//     reward unless allowed, init_w or multiplier) is dropped (nonfinite), and one with a
+//     negative init_w or multiplier (bad_episode): nothing stored is touched;
 //   - a message that is no valid chunk is dropped (malformed).
 //
 // Cost per chunk: the header decode (a few hundred ns) and a hash lookup; a commit copies each
-// row once, into the memory's ring, under the memory's own lock per call, so samplers
-// interleave with a long commit.
+// row once, into the store, under the store's own lock per chunk, so samplers interleave with
+// a long commit.
 //
 // Thread safety: thread-safe. Stream state is guarded by mu_; commits are serialised by
-// commit_mu_ (the memory has a single open episode). Nothing else may open, fill or close
-// episodes of the same memory while a ChunkIngest commits into it; sampling and priority
-// updates may run concurrently.
+// commit_mu_ (an episode goes into a store contiguously). Nothing else may add to the store
+// while a ChunkIngest commits into it; sampling and priority updates may run concurrently.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +55,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include <deque>
+
 #include "core/codec.h"
+#include "core/episode_store.h"
+#include "core/protocol.h"
 #include "core/replay_memory.h"
 #include "core/status.h"
 
@@ -61,7 +68,9 @@ namespace memoire {
 class ChunkIngest {
  public:
   // Flags of a chunk message.
-  static constexpr uint8_t kLast = 1, kTerminal = 2, kUpdateValue = 4, kUpdateWeight = 8;
+  static constexpr uint8_t kLast = protocol::kChunkLast, kTerminal = protocol::kChunkTerminal,
+                           kUpdateValue = protocol::kChunkUpdateValue,
+                           kUpdateWeight = protocol::kChunkUpdateWeight;
 
   enum Reason {
     kMalformed = 0, kAbandonedEpisode, kOutOfOrderChunk, kStreamLimit, kStaleEpisode,
@@ -84,12 +93,10 @@ class ChunkIngest {
   // A received frame: caller-owned bytes.
   using Frame = codec::Frame;
 
-  enum class Outcome {
-    kNotChunk = 0,  // not a current-version chunk header: the caller decodes it another way
-    kStaged,        // accepted; the stream is still open
-    kCommitted,     // accepted, and the episode it closed is stored
-    kRejected,      // dropped: `reason`, `detail`
-  };
+  // kNotChunk (not a current-version chunk header: the caller decodes it another way),
+  // kStaged (accepted; the stream is still open), kCommitted (accepted, and the episode it
+  // closed is stored), kRejected (dropped: `reason`, `detail`).
+  using Outcome = protocol::IngestOutcome;
   struct Result {
     Outcome outcome = Outcome::kNotChunk;
     int64_t rows = 0;          // kStaged: rows of the chunk; kCommitted: rows of the episode
@@ -106,9 +113,26 @@ class ChunkIngest {
     int64_t rejected[kNumReasons] = {};
   };
 
-  // Fails (kInvalidArgument) on a null memory or options out of range.
+  // Fails (kInvalidArgument) on a null store or options out of range.
+  static Status Make(std::shared_ptr<EpisodeStore> store, const Options& options,
+                     std::unique_ptr<ChunkIngest>* out);
+  // Into memoire's episodic memory (EpisodeStoreOf(memory)).
   static Status Make(std::shared_ptr<ReplayMemory> memory, const Options& options,
                      std::unique_ptr<ChunkIngest>* out);
+
+  // A stored episode, as the owner of the store learns of it (TakeCommitted).
+  struct Committed {
+    uint64_t uuid = 0;
+    int64_t episode = 0;
+    int64_t rows = 0;
+    bool has_info = false;
+    double info[protocol::kChunkInfoSize] = {};  // the last chunk's `info`, when it had one
+  };
+  // The most Committed records kept for TakeCommitted; older ones go (counted).
+  static constexpr size_t kCommittedLog = 4096;
+  // Moves out the records of episodes stored since the last call, oldest first; *dropped (if
+  // not null) gets how many records were lost to the log's bound since the last call.
+  std::vector<Committed> TakeCommitted(int64_t* dropped);
 
   // Takes one message: frames[0] is the header, frames[1..n) the data frames. `now` is a
   // monotonic time in seconds. Every owner in out->released, this one included when it is not
@@ -128,8 +152,7 @@ class ChunkIngest {
     uint64_t owner;
     int64_t rows;
     int64_t bytes;  // charged against the budgets
-    const void* fields[ReplayMemory::kNumFields];  // into the owner's frames (q: null)
-    std::vector<float> init_w;  // copied: frames need not be aligned for float
+    std::vector<const void*> columns;  // into the owner's frames, one per row_spec column
   };
   struct Stream {
     int64_t episode = 0;
@@ -140,10 +163,16 @@ class ChunkIngest {
     std::vector<Chunk> chunks;
   };
 
-  ChunkIngest(std::shared_ptr<ReplayMemory> memory, const Options& options);
+  ChunkIngest(std::shared_ptr<EpisodeStore> store, const Options& options);
+  // The last chunk's episode-level entries.
+  struct Tail {
+    float multiplier = 1.0f;
+    bool has_info = false;
+    double info[protocol::kChunkInfoSize] = {};
+  };
   // Checks the message against the chunk layout; fills `chunk` (owner set by the caller).
   Status Parse(const Frame* frames, size_t n, Chunk* chunk, uint64_t* uuid, int64_t* episode,
-               int64_t* index, float* multiplier, uint8_t* flags) const;
+               int64_t* index, Tail* tail, uint8_t* flags) const;
   void DropLocked(std::unordered_map<uint64_t, Stream>::iterator it, int reason,
                   std::vector<uint64_t>* released);
   void ReapLocked(double now, std::vector<uint64_t>* released);
@@ -153,19 +182,20 @@ class ChunkIngest {
   bool MakeRoomLocked(std::unordered_map<uint64_t, Stream>::iterator it, int64_t bytes,
                       std::vector<uint64_t>* released);
   // Stores a finished stream; on failure *reason says why (kNonFinite or kBadEpisode).
-  Status Commit(const Stream& st, float multiplier, uint8_t flags, int* reason);
+  Status Commit(const Stream& st, const Tail& tail, uint8_t flags, int* reason);
 
-  const std::shared_ptr<ReplayMemory> memory_;
-  std::vector<codec::ArraySpec> spec_;  // the chunk layout of memory_'s schema
-  int spec_field_[ReplayMemory::kNumFields];  // spec index of each field (-1 for q)
-  int spec_init_w_, spec_uuid_, spec_episode_, spec_index_, spec_multiplier_;
+  const std::shared_ptr<EpisodeStore> store_;
+  std::vector<codec::ArraySpec> spec_;  // the chunk layout: store_'s rows, then the entries below
+  int spec_uuid_, spec_episode_, spec_index_, spec_multiplier_, spec_info_;
 
   mutable std::mutex mu_;
   Options opt_;                                  // guarded by mu_
   std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
   Counters counts_;                              // guarded by mu_ (open_bytes: the total)
   double last_reap_ = -1;                        // guarded by mu_; < 0 before the first chunk
-  std::mutex commit_mu_;  // serialises commits into memory_ (its single open episode)
+  std::mutex commit_mu_;  // serialises commits into store_ (episodes stay contiguous)
+  std::deque<Committed> committed_;  // guarded by mu_; at most kCommittedLog
+  int64_t committed_dropped_ = 0;    // guarded by mu_
 };
 
 }  // namespace memoire

@@ -124,7 +124,7 @@ bool RewardComputesInDouble(DType t) {
   }
 }
 
-// numpy's shape text in broadcast errors: "(3,)" and "(3,2)" (no spaces).
+// A shape as text for messages: "(3,)" and "(3,2)".
 std::string NpShape(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << "(";
@@ -132,6 +132,22 @@ std::string NpShape(const std::vector<int64_t>& shape) {
   if (shape.size() == 1) os << ",";
   os << ")";
   return os.str();
+}
+
+// Gather's errors where Dopamine's get_range asserts: an index its ring arithmetic rejects, and
+// a slot not yet written (detail "key": the start of the range, which Dopamine's text names).
+Status OutsideRing(int64_t index, int64_t capacity) {
+  return Error(Code::kOutOfRange, "indices: ", index, " is outside the ring of ", capacity,
+               " slots").With("index", index).With("bound", capacity);
+}
+Status NotAdded(int64_t slot) {
+  return Error(Code::kNotFound, "slot ", slot, " has not been added").With("key", slot);
+}
+
+Status AttemptsExhausted(int64_t attempts, int64_t sampled, int64_t n) {
+  return Error(Code::kFailedPrecondition, "sample: ", attempts,
+               " invalid draws (max_sample_attempts) with ", sampled, " of ", n,
+               " valid indices drawn").With("sampled", sampled);
 }
 
 }  // namespace
@@ -165,8 +181,9 @@ Status CircularBuffer::Make(const Schema& schema, const Options& options,
     return Error(Code::kInvalidArgument, "update_horizon: expected >= 1, got ",
                  options.update_horizon);
   if (options.capacity < static_cast<int64_t>(options.update_horizon) + options.stack_size)
-    return Error(Code::kInvalidArgument,
-                 "There is not enough capacity to cover update_horizon and stack_size.");
+    return Error(Code::kInvalidArgument, "capacity: expected >= stack_size + update_horizon = ",
+                 static_cast<int64_t>(options.update_horizon) + options.stack_size, ", got ",
+                 options.capacity);
   if (options.max_sample_attempts < 0)
     return Error(Code::kInvalidArgument, "max_sample_attempts: expected >= 0, got ",
                  options.max_sample_attempts);
@@ -199,8 +216,7 @@ bool CircularBuffer::Terminal(int64_t slot) const {
 Status CircularBuffer::CheckPriority(double p) const {
   if (std::isnan(p) || std::isinf(p))
     return Error(Code::kInvalidArgument, "priority: expected a finite value >= 0, got ", p);
-  if (p < 0.0)
-    return Error(Code::kInvalidArgument, "Sum tree values should be nonnegative. Got ", p);
+  if (p < 0.0) return Error(Code::kInvalidArgument, "priority: expected a value >= 0, got ", p);
   return Status::OK();
 }
 
@@ -343,9 +359,10 @@ Status CircularBuffer::SampleLocked(int64_t n, int64_t* out) {
       min_id = options_.stack_size - 1;
       max_id = c - options_.update_horizon;
       if (max_id <= min_id)
-        return Error(Code::kFailedPrecondition, "Cannot sample a batch with fewer than stack size (",
-                     options_.stack_size, ") + update_horizon (", options_.update_horizon,
-                     ") transitions.");
+        return Error(Code::kFailedPrecondition, "sample: needs more than stack_size + "
+                     "update_horizon = ", options_.stack_size + options_.update_horizon,
+                     " slots written, got ", c)
+            .With("needed", options_.stack_size + options_.update_horizon);
     }
     const uint64_t span = static_cast<uint64_t>(max_id - min_id);
     int64_t got = 0, attempts = 0;
@@ -354,20 +371,14 @@ Status CircularBuffer::SampleLocked(int64_t n, int64_t* out) {
       if (IsValidLocked(index)) out[got++] = index;
       else ++attempts;
     }
-    if (got != n)
-      return Error(Code::kFailedPrecondition, "Max sample attempts: Tried ", attempts_max,
-                   " times but only sampled ", got, " valid indices. Batch size is ", n);
+    if (got != n) return AttemptsExhausted(attempts_max, got, n);
     return Status::OK();
   }
-  if (!(tree_.Total() != 0.0))
-    return Error(Code::kInvalidArgument, "Cannot sample from an empty sum tree.");
   MEMOIRE_RETURN_IF_ERROR(tree_.Sample(rng_, n, /*stratified=*/true, out));
   int64_t allowed = attempts_max;
   for (int64_t i = 0; i < n; ++i) {
     if (IsValidLocked(out[i])) continue;
-    if (allowed == 0)
-      return Error(Code::kFailedPrecondition, "Max sample attempts: Tried ", attempts_max,
-                   " times but only sampled ", i, " valid indices. Batch size is ", n);
+    if (allowed == 0) return AttemptsExhausted(attempts_max, i, n);
     int64_t index = out[i];
     while (!IsValidLocked(index) && allowed > 0) {
       MEMOIRE_RETURN_IF_ERROR(tree_.Sample(rng_, 1, /*stratified=*/false, &index));
@@ -401,7 +412,7 @@ Status CircularBuffer::GatherLocked(const int64_t* indices, int64_t n, const Out
     const int64_t s = indices[b];
     // Past the ring: Dopamine's first get_range assertion below fails anyway; failing here
     // keeps s + j from overflowing for s near 2**63.
-    if (s >= cap) return Error(Code::kOutOfRange, "");
+    if (s >= cap) return OutsideRing(s, cap);
     int64_t len = horizon;
     for (int64_t j = 0; j < horizon; ++j) {
       if (Terminal(Mod(s + j))) {
@@ -412,30 +423,23 @@ Status CircularBuffer::GatherLocked(const int64_t* indices, int64_t n, const Out
     length[b] = len;
     const int64_t next = s + len;
     // get_range(reward, s, s + len)
-    if (!(next >= 0) || !(s < cap)) return Error(Code::kOutOfRange, "");
-    if (!is_full && next > c) return Error(Code::kOutOfRange, "Index ", s, " has not been added.");
+    if (!(next >= 0) || !(s < cap)) return OutsideRing(s, cap);
+    if (!is_full && next > c) return NotAdded(s);
     // get_range(observation, s - stack + 1, s + 1)
-    if (!(s + 1 >= 0) || !(s - stack + 1 < cap)) return Error(Code::kOutOfRange, "");
-    if (!is_full && s + 1 > c)
-      return Error(Code::kOutOfRange, "Index ", s - stack + 1, " has not been added.");
+    if (!(s + 1 >= 0) || !(s - stack + 1 < cap)) return OutsideRing(s, cap);
+    if (!is_full && s + 1 > c) return NotAdded(s - stack + 1);
     // numpy broadcasting of discount[len] * rewards[len, *reward_shape]
     if (!rshape.empty() && len > 1) {
-      std::vector<int64_t> full_shape = rshape;
-      full_shape.insert(full_shape.begin(), len);
-      if (r_last != len && r_last != 1)
-        return Error(Code::kInvalidArgument, "operands could not be broadcast together with shapes ",
-                     NpShape({len}), " ", NpShape(full_shape), " ");
-      if (r_last == 1) {
-        std::vector<int64_t> got = rshape;
-        got.back() = len;
-        return Error(Code::kInvalidArgument, "could not broadcast input array from shape ",
-                     NpShape(got), " into shape ", NpShape(rshape));
-      }
+      // numpy fails to broadcast unless the last axis is the trajectory's length, and with
+      // length the sum cannot be stored back into a last axis of 1.
+      if (r_last != len || r_last == 1)
+        return Error(Code::kInvalidArgument, "reward: the discounts of an n-step trajectory of ",
+                     len, " steps do not broadcast against rewards of shape ", NpShape(rshape))
+            .With("length", len);
     }
     // get_range(observation, m - stack + 1, m + 1) with m = (s + len) % capacity
     const int64_t m = Mod(next);
-    if (!is_full && m + 1 > c)
-      return Error(Code::kOutOfRange, "Index ", m - stack + 1, " has not been added.");
+    if (!is_full && m + 1 > c) return NotAdded(m - stack + 1);
   }
 
   // Pass 2: assembly.
@@ -543,7 +547,9 @@ Status CircularBuffer::SetPriorities(const int64_t* indices, const double* prior
   for (int64_t i = 0; i < n; ++i) {
     if (indices[i] < 0 || indices[i] >= options_.capacity)
       return Error(Code::kOutOfRange, "indices: expected values in [0, ", options_.capacity,
-                   "), got ", indices[i]);
+                   "), got ", indices[i])
+          .With("index", indices[i])
+          .With("bound", options_.capacity);
     MEMOIRE_RETURN_IF_ERROR(CheckPriority(priorities[i]));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -556,8 +562,10 @@ Status CircularBuffer::GetPriorities(const int64_t* indices, int64_t n, double* 
     return Error(Code::kFailedPrecondition, "get_priority: the buffer is not prioritized");
   for (int64_t i = 0; i < n; ++i)
     if (indices[i] < -padded_leaves_ || indices[i] >= padded_leaves_)
-      return Error(Code::kOutOfRange, "index ", indices[i], " is out of bounds for axis 0 with size ",
-                   padded_leaves_);
+      return Error(Code::kOutOfRange, "indices: expected values in [", -padded_leaves_, ", ",
+                   padded_leaves_, ") (the padded leaves), got ", indices[i])
+          .With("index", indices[i])
+          .With("bound", padded_leaves_);
   std::lock_guard<std::mutex> lock(mu_);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t j = indices[i] < 0 ? indices[i] + padded_leaves_ : indices[i];
@@ -585,8 +593,6 @@ Status CircularBuffer::SampleTree(int64_t n, bool stratified, int64_t* out) {
   if (!options_.prioritized)
     return Error(Code::kFailedPrecondition, "sample: the buffer is not prioritized");
   std::lock_guard<std::mutex> lock(mu_);
-  if (!(tree_.Total() != 0.0))
-    return Error(Code::kInvalidArgument, "Cannot sample from an empty sum tree.");
   return tree_.Sample(rng_, n, stratified, out);
 }
 
@@ -602,7 +608,9 @@ Status CircularBuffer::SetEpisodeEnds(const std::vector<int64_t>& slots) {
   for (int64_t s : slots)
     if (s < 0 || s >= options_.capacity)
       return Error(Code::kOutOfRange, "episode_end_indices: expected slots in [0, ",
-                   options_.capacity, "), got ", s);
+                   options_.capacity, "), got ", s)
+          .With("index", s)
+          .With("bound", options_.capacity);
   std::lock_guard<std::mutex> lock(mu_);
   std::fill(episode_end_.begin(), episode_end_.end(), 0);
   for (int64_t s : slots) episode_end_[s] = 1;

@@ -13,8 +13,10 @@
 //  - a leaf is set as old + (new - old), as Dopamine's delta update does;
 //  - n-step reward sums use numpy's float32/float64 summation order (pairwise over 8 lanes for
 //    8 or more terms) and numpy's type promotion, so sums agree to the bit;
-//  - Gather reproduces the AssertionError checks of Dopamine's get_range (code kOutOfRange, the
-//    binding raises AssertionError) and numpy's broadcast errors for vector rewards (kInvalidArgument).
+//  - Gather makes the checks of Dopamine's get_range, in its order: an index outside the ring
+//    is kOutOfRange (details index, bound), a slot not yet written kNotFound (detail key), and a
+//    vector reward numpy would not broadcast kInvalidArgument (detail length). Dopamine's
+//    wording (its AssertionErrors, numpy's texts) is memoire.dopamine_compat's.
 // Option `episode_end_breaks_stacks` fixes google/dopamine#213 (a stack may cross an episode
 // that ended by truncation); it is off by default, as in Dopamine.
 //
@@ -70,7 +72,7 @@ class CircularBuffer {
     float* probabilities = nullptr;
   };
 
-  // Fails when capacity < stack_size + update_horizon (Dopamine's message), stack_size or
+  // Fails when capacity < stack_size + update_horizon, stack_size or
   // update_horizon < 1, the schema lacks the four leading fields, terminal is not a scalar, the
   // reward dtype is float16, or memory cannot be allocated.
   static Status Make(const Schema& schema, const Options& options,
@@ -105,25 +107,28 @@ class CircularBuffer {
   void IsValidMany(const int64_t* indices, int64_t n, uint8_t* out) const;
 
   // Dopamine's sample_index_batch: uniform rejection sampling, or (prioritized) stratified
-  // sampling with non-stratified redraws of invalid indices. Errors carry Dopamine's messages:
-  // kFailedPrecondition (RuntimeError) or kInvalidArgument for an empty sum tree.
+  // sampling with non-stratified redraws of invalid indices. kFailedPrecondition when fewer
+  // slots than stack_size + update_horizon are written (detail "needed"), when the attempts run
+  // out (detail "sampled": valid indices drawn), or when every priority is 0 (no details).
   Status SampleIndices(int64_t n, int64_t* out);
   // Dopamine's sample_transition_batch body for the given indices (any int64, checked as
-  // Dopamine's get_range does).
+  // Dopamine's get_range does; see the header comment for the errors).
   Status Gather(const int64_t* indices, int64_t n, const Outputs& out) const;
   // SampleIndices then Gather under one lock; the indices land in indices_out[n].
   Status SampleAndGather(int64_t n, const Outputs& out, int64_t* indices_out);
 
   // Priorities (prioritized only). Set: indices in [0, capacity), priorities finite >= 0; all
   // are checked before any is set. Get: indices in [-P, P) where P is the padded leaf count
-  // (numpy's indexing of Dopamine's leaf array), values 0 past capacity.
+  // (numpy's indexing of Dopamine's leaf array), values 0 past capacity. A bad index is
+  // kOutOfRange with details index and bound (capacity, resp. P).
   Status SetPriorities(const int64_t* indices, const double* priorities, int64_t n);
   Status GetPriorities(const int64_t* indices, int64_t n, double* out) const;
   double max_recorded_priority() const;
   void set_max_recorded_priority(double v);
   double total_priority() const;
   int64_t padded_leaves() const { return padded_leaves_; }
-  // Non-stratified (n draws) or stratified samples straight from the tree, no validity check.
+  // Non-stratified (n draws) or stratified samples straight from the tree, no validity check;
+  // kFailedPrecondition when every priority is 0.
   Status SampleTree(int64_t n, bool stratified, int64_t* out);
 
   // Slots flagged as episode ends, ascending; and replacing them all (slots in [0, capacity)).

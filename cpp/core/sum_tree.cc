@@ -1,16 +1,18 @@
 #include "core/sum_tree.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace memoire {
 
-SumTree::SumTree(int64_t capacity) : capacity_(capacity) {
+SumTree::SumTree(int64_t capacity, Rule rule) : capacity_(capacity), rule_(rule) {
   leaf0_ = 1;
   while (leaf0_ < std::max<int64_t>(capacity, 1)) leaf0_ <<= 1;
   nodes_.assign(2 * leaf0_, 0.0);
 }
 
 void SumTree::Set(int64_t index, double priority) {
+  if (rule_ == Rule::kAddDeltas) return AddDeltas(&index, &priority, 1);
   int64_t i = leaf0_ + index;
   nodes_[i] = priority;
   if (priority > max_recorded_) max_recorded_ = priority;
@@ -19,6 +21,11 @@ void SumTree::Set(int64_t index, double priority) {
 
 void SumTree::SetMany(const int64_t* indices, const double* priorities, int64_t k) {
   if (k <= 0) return;
+  if (rule_ == Rule::kAddDeltas) return AddDeltas(indices, priorities, k);
+  SetExact(indices, priorities, k);
+}
+
+void SumTree::SetExact(const int64_t* indices, const double* priorities, int64_t k) {
   // Node numbers of the touched leaves, ascending and unique: then each level's parents are
   // ascending too, and duplicates are adjacent.
   std::vector<int64_t> level(static_cast<size_t>(k));
@@ -41,6 +48,26 @@ void SumTree::SetMany(const int64_t* indices, const double* priorities, int64_t 
   }
 }
 
+void SumTree::AddDeltas(const int64_t* indices, const double* priorities, int64_t k) {
+  // Dopamine: deltas against the current leaves, de-duplicated keeping the first occurrence
+  // and sorted by index (numpy.unique), then added level by level (numpy.add.at). A node only
+  // ever receives the deltas of its own leaves, in ascending leaf order, so adding each delta
+  // from its leaf to the root in that order rounds the same.
+  std::vector<std::pair<int64_t, double>> d;
+  d.reserve(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    d.emplace_back(indices[j], priorities[j] - nodes_[leaf0_ + indices[j]]);
+    if (priorities[j] > max_recorded_) max_recorded_ = priorities[j];
+  }
+  std::stable_sort(d.begin(), d.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  d.erase(std::unique(d.begin(), d.end(),
+                      [](const auto& a, const auto& b) { return a.first == b.first; }),
+          d.end());
+  for (const auto& [index, delta] : d)
+    for (int64_t i = leaf0_ + index; i >= 1; i >>= 1) nodes_[i] += delta;
+}
+
 int64_t SumTree::Find(double mass) const {
   if (!(nodes_[1] > 0.0)) return -1;
   if (mass < 0.0) mass = 0.0;
@@ -60,6 +87,20 @@ int64_t SumTree::Find(double mass) const {
   return i - leaf0_;
 }
 
+int64_t SumTree::Descend(double target) const {
+  int64_t i = 1;
+  while (i < leaf0_) {
+    const double left = nodes_[2 * i];
+    if (target < left) {
+      i = 2 * i;
+    } else {
+      target -= left;
+      i = 2 * i + 1;
+    }
+  }
+  return i - leaf0_;
+}
+
 Status SumTree::Sample(Rng& rng, int64_t n, bool stratified, int64_t* out) const {
   const double total = nodes_[1];
   if (!(total > 0.0))
@@ -71,6 +112,10 @@ Status SumTree::Sample(Rng& rng, int64_t n, bool stratified, int64_t* out) const
     out[k] = Find(mass);
   }
   return Status::OK();
+}
+
+void SumTree::SetHeap(const double* nodes) {
+  std::copy(nodes, nodes + heap_size(), nodes_.begin() + 1);
 }
 
 void SumTree::Rebuild() {

@@ -22,6 +22,10 @@ int64_t LeavesFor(int64_t tree_capacity, int64_t max_capacity) {
   return leaves;
 }
 
+Status NotStored(int64_t key) {
+  return Error(Code::kNotFound, "key ", key, " is not stored").With("key", key);
+}
+
 }  // namespace
 
 Status TransitionStore::Make(const Options& o, std::unique_ptr<TransitionStore>* out) {
@@ -52,11 +56,9 @@ bool TransitionStore::Allocated() const {
          index_of_.allocated();
 }
 
-TransitionStore::Bytes TransitionStore::AllocFrames(int64_t cap, size_t frame_bytes) {
-  const size_t bytes = static_cast<size_t>(cap + 1) * frame_bytes;
-  Bytes b(static_cast<uint8_t*>(std::malloc(bytes)));
-  if (!b) throw std::bad_alloc();
-  std::memset(b.get() + static_cast<size_t>(cap) * frame_bytes, 0, frame_bytes);
+ReservedBytes TransitionStore::AllocFrames(int64_t cap, size_t frame_bytes) {
+  ReservedBytes b(static_cast<size_t>(cap + 1) * frame_bytes);
+  if (!b.data()) throw std::bad_alloc();
   return b;
 }
 
@@ -79,13 +81,7 @@ TransitionStore::TransitionStore(const Options& o) : opt_(o) {
   e_action_ = ReservedArray<uint8_t>(static_cast<size_t>(c) * o.action_bytes);
   key_by_index_ = ReservedArray<int64_t>(c + 1);
   index_of_ = ReservedArray<int64_t>(c + 1);
-  if (o.prioritized) {
-    leaves_ = LeavesFor(o.tree_capacity, c);
-    depth_ = 1;
-    while ((int64_t{1} << (depth_ - 1)) < leaves_) ++depth_;
-    first_leaf_ = leaves_ - 1;
-    nodes_.assign(2 * leaves_ - 1, 0.0);
-  }
+  if (o.prioritized) tree_ = SumTree(LeavesFor(o.tree_capacity, c), SumTree::Rule::kAddDeltas);
 }
 
 int64_t TransitionStore::add_count() const {
@@ -98,7 +94,7 @@ int64_t TransitionStore::size() const {
 }
 double TransitionStore::tree_root() const {
   std::lock_guard<std::mutex> l(mu_);
-  return nodes_.empty() ? 0.0 : nodes_[0];
+  return opt_.prioritized ? tree_.Total() : 0.0;
 }
 int64_t TransitionStore::frame_capacity() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -122,9 +118,9 @@ void TransitionStore::EnsureRoom(int64_t extra) {
   const int64_t need = head_ + extra - low;
   if (need <= frame_cap_) return;
   const int64_t cap = std::max(need, frame_cap_ + frame_cap_ / 4 + 1);
-  Bytes grown = AllocFrames(cap, opt_.frame_bytes);
+  ReservedBytes grown = AllocFrames(cap, opt_.frame_bytes);
   for (int64_t p = low; p < head_; ++p)
-    std::memcpy(grown.get() + (p % cap) * opt_.frame_bytes, frame_at(p), opt_.frame_bytes);
+    std::memcpy(grown.data() + (p % cap) * opt_.frame_bytes, frame_at(p), opt_.frame_bytes);
   frames_ = std::move(grown);
   frame_cap_ = cap;
 }
@@ -139,43 +135,6 @@ int64_t TransitionStore::StackSlot(int64_t end, int valid, int k) const {
   const int s = opt_.stack_size;
   if (k < s - valid) return frame_cap_;  // the zero frame
   return (end - (s - 1 - k)) % frame_cap_;
-}
-
-// ---- sum tree (dopamine/jax/replay_memory/sum_tree.py arithmetic) ----
-
-void TransitionStore::TreeSet(const int64_t* idx, const double* val, int64_t k) {
-  // Deltas against the current leaves, then de-duplicated keeping the first occurrence and
-  // sorted by index (numpy.unique), then added level by level (numpy.add.at).
-  std::vector<std::pair<int64_t, double>> d;
-  d.reserve(k);
-  for (int64_t e = 0; e < k; ++e) d.emplace_back(first_leaf_ + idx[e], val[e] - nodes_[first_leaf_ + idx[e]]);
-  std::stable_sort(d.begin(), d.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  d.erase(std::unique(d.begin(), d.end(),
-                      [](const auto& a, const auto& b) { return a.first == b.first; }),
-          d.end());
-  for (int level = 0; level < depth_ - 1; ++level) {
-    for (auto& [node, delta] : d) {
-      nodes_[node] += delta;
-      node = (node - 1) / 2;
-    }
-  }
-  for (auto& [node, delta] : d) nodes_[node] += delta;  // the root
-}
-
-int64_t TransitionStore::TreeQuery(double target) const {
-  int64_t node = 0;
-  while (node < first_leaf_) {
-    const int64_t left = 2 * node + 1;
-    const double left_sum = nodes_[left];
-    if (target < left_sum) {
-      node = left;
-    } else {
-      node = left + 1;
-      target -= left_sum;
-    }
-  }
-  return node - first_leaf_;
 }
 
 // ---- accumulator ----
@@ -207,7 +166,7 @@ void TransitionStore::Emit(int i, int j, int first, bool terminal, double priori
   key_by_index_[index] = key;
   index_of_[key % (c + 1)] = index;
   ++size_;
-  if (opt_.prioritized) TreeSet(&index, &priority, 1);
+  if (opt_.prioritized) tree_.Set(index, priority);
   ++add_count_;
 
   if (add_count_ > c) {  // evict the oldest key: swap it with the last dense index
@@ -215,13 +174,13 @@ void TransitionStore::Emit(int i, int j, int first, bool terminal, double priori
     const int64_t idx = DenseIndexOf(oldest);
     const int64_t last = size_ - 1;
     if (opt_.prioritized) {
+      // Dopamine's remove: the last index's value moves to the freed one, the last is zeroed.
       if (idx == last) {
-        const double zero = 0.0;
-        TreeSet(&idx, &zero, 1);
+        tree_.Set(idx, 0.0);
       } else {
         const int64_t ii[2] = {idx, last};
-        const double vv[2] = {nodes_[first_leaf_ + last], 0.0};
-        TreeSet(ii, vv, 2);
+        const double vv[2] = {tree_.Get(last), 0.0};
+        tree_.SetMany(ii, vv, 2);
       }
     }
     std::swap(key_by_index_[idx], key_by_index_[last]);
@@ -330,7 +289,10 @@ Status TransitionStore::KeysAt(const int64_t* indices, int64_t n, int32_t* keys)
   std::lock_guard<std::mutex> l(mu_);
   for (int64_t b = 0; b < n; ++b)
     if (indices[b] < 0 || indices[b] >= size_)
-      return Error(Code::kOutOfRange, "index ", indices[b], " out of range for ", size_, " keys");
+      return Error(Code::kOutOfRange, "indices: expected values in [0, ", size_, "), got ",
+                   indices[b])
+          .With("index", indices[b])
+          .With("bound", size_);
   for (int64_t b = 0; b < n; ++b) keys[b] = static_cast<int32_t>(key_by_index_[indices[b]]);
   return Status::OK();
 }
@@ -338,20 +300,24 @@ Status TransitionStore::KeysAt(const int64_t* indices, int64_t n, int32_t* keys)
 Status TransitionStore::Query(const double* targets, int64_t n, int32_t* keys,
                               double* probabilities) const {
   std::lock_guard<std::mutex> l(mu_);
-  if (!opt_.prioritized || nodes_[0] == 0.0)
+  if (!opt_.prioritized || tree_.Total() == 0.0)
     return Error(Code::kFailedPrecondition, "prioritized query on an empty sum tree");
-  const double root = nodes_[0];
+  const double root = tree_.Total();
   std::vector<int64_t> idx(n);
   for (int64_t b = 0; b < n; ++b) {
     if (!(targets[b] >= 0.0 && targets[b] < root))
-      return Error(Code::kInvalidArgument, "Targets must be in the interval [0.0, ", root, ")");
-    idx[b] = TreeQuery(targets[b]);
+      return Error(Code::kInvalidArgument, "targets: expected values in [0, ", root,
+                   ") (the tree's total), got ", targets[b]);
+    idx[b] = tree_.Descend(targets[b]);
     if (idx[b] >= size_)  // rounding drift into padding: Dopamine raises IndexError here too
-      return Error(Code::kOutOfRange, "sum tree query reached empty leaf ", idx[b]);
+      return Error(Code::kOutOfRange, "sum tree query reached empty leaf ", idx[b], " of ",
+                   size_, " stored")
+          .With("index", idx[b])
+          .With("bound", size_);
   }
   for (int64_t b = 0; b < n; ++b) {
     keys[b] = static_cast<int32_t>(key_by_index_[idx[b]]);
-    probabilities[b] = nodes_[first_leaf_ + idx[b]] / root;
+    probabilities[b] = tree_.Get(idx[b]) / root;
   }
   return Status::OK();
 }
@@ -362,21 +328,21 @@ Status TransitionStore::Update(const int64_t* keys, const double* values, int64_
     return Error(Code::kFailedPrecondition, "update: the buffer is not prioritized");
   std::vector<int64_t> idx(n);
   for (int64_t b = 0; b < n; ++b) {
-    if (!Live(keys[b])) return Error(Code::kOutOfRange, keys[b]);
+    if (!Live(keys[b])) return NotStored(keys[b]);
     if (!(values[b] >= 0.0))
       return Error(Code::kInvalidArgument, "priorities: expected values >= 0, got ", values[b]);
     idx[b] = DenseIndexOf(keys[b]);
   }
-  TreeSet(idx.data(), values, n);
+  tree_.SetMany(idx.data(), values, n);
   return Status::OK();
 }
 
 Status TransitionStore::Priorities(const int64_t* keys, int64_t n, double* out) const {
   std::lock_guard<std::mutex> l(mu_);
   for (int64_t b = 0; b < n; ++b)
-    if (!Live(keys[b])) return Error(Code::kOutOfRange, keys[b]);
+    if (!Live(keys[b])) return NotStored(keys[b]);
   for (int64_t b = 0; b < n; ++b)
-    out[b] = opt_.prioritized ? nodes_[first_leaf_ + DenseIndexOf(keys[b])] : 1.0;
+    out[b] = opt_.prioritized ? tree_.Get(DenseIndexOf(keys[b])) : 1.0;
   return Status::OK();
 }
 
@@ -385,7 +351,7 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
                                uint8_t* episode_end) const {
   std::lock_guard<std::mutex> l(mu_);
   for (int64_t b = 0; b < n; ++b)
-    if (!Live(keys[b])) return Error(Code::kOutOfRange, keys[b]);
+    if (!Live(keys[b])) return NotStored(keys[b]);
   const int s = opt_.stack_size;
   const int64_t c = opt_.max_capacity;
   std::vector<int64_t> ss(n * s), ns(n * s);
@@ -403,8 +369,8 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
     episode_end[b] = e_episode_end_[slot];
   }
   const int64_t row_elems = static_cast<int64_t>(opt_.frame_bytes / opt_.elem_bytes);
-  GatherStackChannelLast(frames_.get(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
-  GatherStackChannelLast(frames_.get(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);
+  GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
+  GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);
   return Status::OK();
 }
 
@@ -416,7 +382,7 @@ void TransitionStore::Clear() {
   w_start_pos_ = -1;
   w_emitted_ = false;
   head_ = 0;
-  std::fill(nodes_.begin(), nodes_.end(), 0.0);
+  tree_.Clear();
 }
 
 void TransitionStore::ClearTrajectory() {
@@ -429,7 +395,7 @@ void TransitionStore::ClearTrajectory() {
 void TransitionStore::ExportSampler(int64_t* key_by_index, double* nodes) const {
   std::lock_guard<std::mutex> l(mu_);
   std::copy(key_by_index_.begin(), key_by_index_.begin() + size_, key_by_index);
-  if (nodes && opt_.prioritized) std::copy(nodes_.begin(), nodes_.end(), nodes);
+  if (nodes && opt_.prioritized) std::copy(tree_.heap(), tree_.heap() + tree_.heap_size(), nodes);
 }
 
 int64_t TransitionStore::window_size() const {
@@ -518,9 +484,9 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
     for (int k = overlap; k < s; ++k) {
       if (t.head_ + 1 > t.frame_cap_) {  // grow, keeping everything from position 0
         const int64_t cap = t.frame_cap_ + t.frame_cap_ / 2 + s;
-        Bytes grown = AllocFrames(cap, fb);
+        ReservedBytes grown = AllocFrames(cap, fb);
         for (int64_t p = 0; p < t.head_; ++p)
-          std::memcpy(grown.get() + (p % cap) * fb, t.frame_at(p), fb);
+          std::memcpy(grown.data() + (p % cap) * fb, t.frame_at(p), fb);
         t.frames_ = std::move(grown);
         t.frame_cap_ = cap;
       }
@@ -553,7 +519,7 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
     t.key_by_index_[k] = key_by_index[k];
     t.index_of_[key_by_index[k] % (c + 1)] = k;
   }
-  if (opt_.prioritized && nodes) std::copy(nodes, nodes + num_nodes(), t.nodes_.begin());
+  if (opt_.prioritized && nodes) t.tree_.SetHeap(nodes);
   for (int64_t k = 0; k < w; ++k) {
     const int64_t pos = t.PushFrame(win_frames + k * fb);
     if (k == 0) t.w_start_pos_ = pos;
@@ -584,7 +550,7 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
   size_ = t.size_;
   key_by_index_.swap(t.key_by_index_);
   index_of_.swap(t.index_of_);
-  nodes_.swap(t.nodes_);
+  std::swap(tree_, t.tree_);
   return Status::OK();
 }
 

@@ -10,7 +10,8 @@
 //   terminal step's own reward is left out of the n-step element; with stacks the terminal loop
 //   repeats the same transition with more and more zero frames, google/dopamine#228).
 //   `fix_terminal_duplicates` emits each terminal transition once, with its full stack.
-// - Frames go to a frame ring, one copy per step, addressed by a monotone position (slot =
+// - Frames go to a frame ring (reserved memory, reserved.h: pages are committed as frames
+//   arrive), one copy per step, addressed by a monotone position (slot =
 //   position % frame capacity). Frames of a trajectory that never yields an element are taken
 //   back when it is cleared. An element references its state and next-state stacks as
 //   (end position, number of real frames); missing frames read as zeros. The ring grows (copying
@@ -18,9 +19,8 @@
 // - Elements are keyed like Dopamine (key = add_count at insertion) and live in a ring of
 //   max_capacity records; the oldest is evicted after an add overflows, as Dopamine does.
 // - The sampler mirrors Dopamine's key <-> dense-index maps (swap-with-last removal) so the same
-//   random draws pick the same keys; the prioritized tree mirrors dopamine SumTree's layout and
-//   arithmetic (0-based heap, leaves padded to a power of two, parents updated by adding deltas,
-//   duplicate indices in one update keep the first value) so probabilities match exactly.
+//   random draws pick the same keys; the prioritized tree is the shared SumTree with Dopamine
+//   JAX's update rule (SumTree::Rule::kAddDeltas), so probabilities and nodes match exactly.
 //   Random numbers are drawn by the caller (memoire's Python face uses the numpy Generator that
 //   Dopamine's sampler would use) and passed in as indices or targets.
 //
@@ -30,13 +30,13 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "core/reserved.h"
 #include "core/status.h"
+#include "core/sum_tree.h"
 
 namespace memoire {
 
@@ -81,21 +81,23 @@ class TransitionStore {
   int64_t add_count() const;
   int64_t size() const;  // live elements (== sampler size)
   double tree_root() const;
-  int64_t tree_leaves() const { return leaves_; }
+  int64_t tree_leaves() const { return opt_.prioritized ? tree_.padded_leaves() : 0; }
 
-  // keys[b] = key at dense index indices[b] (uniform draws); kOutOfRange on a bad index.
+  // keys[b] = key at dense index indices[b] (uniform draws); kOutOfRange (details index,
+  // bound = size()) on a bad index.
   Status KeysAt(const int64_t* indices, int64_t n, int32_t* keys) const;
   // Prioritized draw: descends Dopamine's tree for each target; writes keys and
   // probabilities (leaf / root). kFailedPrecondition when the tree is empty.
   Status Query(const double* targets, int64_t n, int32_t* keys, double* probabilities) const;
-  // Sets the leaf values of `keys` (Dopamine's update after the exponent). kOutOfRange (named
-  // key) when a key is not stored; kInvalidArgument on a negative or NaN value.
+  // Sets the leaf values of `keys` (Dopamine's update after the exponent). kNotFound (detail
+  // "key") when a key is not stored; kInvalidArgument on a negative or NaN value.
   Status Update(const int64_t* keys, const double* values, int64_t n);
-  // Leaf values of `keys`.
+  // Leaf values of `keys` (1 each when not prioritized); kNotFound as Update.
   Status Priorities(const int64_t* keys, int64_t n, double* out) const;
 
   // Assembles elements of `keys` into caller arrays: state/next_state [n, *obs, stack]
   // channel-last, action [n, action_bytes], reward f64[n], terminal/episode_end bool[n].
+  // kNotFound (detail "key") when a key is not stored.
   Status Gather(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action, double* reward,
                 uint8_t* next_state, uint8_t* terminal, uint8_t* episode_end) const;
 
@@ -104,9 +106,9 @@ class TransitionStore {
   void ClearTrajectory();
 
   // ---- checkpoint pieces (Dopamine's state dict layout is built in Python) ----
-  // The dense index -> key map (size() entries) and the tree nodes (2 * leaves - 1).
+  // The dense index -> key map (size() entries) and the tree nodes (num_nodes(), root first).
   void ExportSampler(int64_t* key_by_index, double* nodes) const;
-  int64_t num_nodes() const { return 2 * leaves_ - 1; }
+  int64_t num_nodes() const { return opt_.prioritized ? tree_.heap_size() : 0; }
   // Accumulator window: its length, then its steps.
   int64_t window_size() const;
   void ExportWindow(uint8_t* frames, uint8_t* actions, double* rewards, uint8_t* terminals,
@@ -140,9 +142,9 @@ class TransitionStore {
   Status CheckRoomLocked(int64_t k) const;
   int64_t AddLocked(const uint8_t* frame, const uint8_t* action, double reward, bool terminal,
                     bool episode_end, double priority);  // returns elements yielded
-  uint8_t* frame_at(int64_t pos) { return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes; }
+  uint8_t* frame_at(int64_t pos) { return frames_.data() + (pos % frame_cap_) * opt_.frame_bytes; }
   const uint8_t* frame_at(int64_t pos) const {
-    return frames_.get() + (pos % frame_cap_) * opt_.frame_bytes;
+    return frames_.data() + (pos % frame_cap_) * opt_.frame_bytes;
   }
   int64_t OldestNeededPos() const;
   void EnsureRoom(int64_t extra);  // room for `extra` more frames at head_
@@ -151,8 +153,6 @@ class TransitionStore {
   // valid from window offset `first`; reward over [i, min(i + n - 1, last)].
   void Emit(int i, int j, int first, bool terminal, double priority);
   void ClearWindow();
-  void TreeSet(const int64_t* idx, const double* val, int64_t k);  // Dopamine's SumTree.set
-  int64_t TreeQuery(double target) const;
   int64_t DenseIndexOf(int64_t key) const { return index_of_[key % (opt_.max_capacity + 1)]; }
   bool Live(int64_t key) const { return key >= add_count_ - size_ && key < add_count_; }
   int64_t StackSlot(int64_t end, int valid, int k) const;
@@ -160,14 +160,10 @@ class TransitionStore {
   Options opt_;
   mutable std::mutex mu_;
 
-  // Frame ring (+ one zero frame at index frame_cap_). Allocated without zeroing (pages are
-  // touched as frames arrive); only the zero frame is cleared.
-  struct FreeBytes {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  using Bytes = std::unique_ptr<uint8_t[], FreeBytes>;
-  static Bytes AllocFrames(int64_t cap, size_t frame_bytes);
-  Bytes frames_;
+  // Frame ring (+ one zero frame at index frame_cap_), reserved: pages are committed as
+  // frames are written, and the zero frame reads as zeros untouched.
+  static ReservedBytes AllocFrames(int64_t cap, size_t frame_bytes);
+  ReservedBytes frames_;
   int64_t frame_cap_ = 0;
   int64_t head_ = 0;  // next frame position
 
@@ -193,11 +189,8 @@ class TransitionStore {
   ReservedArray<int64_t> index_of_;      // key % (max_capacity + 1) -> dense index
   bool Allocated() const;
 
-  // Dopamine-layout sum tree (prioritized only).
-  int depth_ = 0;
-  int64_t leaves_ = 0;
-  int64_t first_leaf_ = 0;
-  std::vector<double> nodes_;
+  // Priorities by dense index (prioritized only; else an unused one-leaf tree).
+  SumTree tree_;
 };
 
 }  // namespace memoire

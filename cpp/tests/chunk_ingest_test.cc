@@ -346,7 +346,7 @@ TEST(OptionsAreValidated) {
   o.max_stream_bytes = 1;
   o.max_open_bytes = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
-  CHECK(!ChunkIngest::Make(nullptr, {}, &ingest).ok());
+  CHECK(!ChunkIngest::Make(std::shared_ptr<ReplayMemory>(), {}, &ingest).ok());
 }
 
 TEST_MAIN()

@@ -79,7 +79,12 @@ TEST(NStepSumCutAtTerminal) {
   CHECK(reward[1] == 4.0f + 0.5f * 8.0f + 0.25f * 16.0f && terminal[1] == 0);
   CHECK(next_action[1] == 6 && next_state[2] == 6 && indices[1] == 2);
   int64_t unwritten[1] = {5};  // its next state is not written yet: Dopamine's assertion
-  CHECK(b->Gather(unwritten, 1, out).code() == Code::kOutOfRange);
+  const memoire::Status not_added = b->Gather(unwritten, 1, out);
+  CHECK(not_added.code() == Code::kNotFound && not_added.detail("key") == 5);
+  int64_t past[1] = {b->capacity()};  // outside the ring: the index and the ring's size
+  const memoire::Status outside = b->Gather(past, 1, out);
+  CHECK(outside.code() == Code::kOutOfRange && outside.detail("index") == b->capacity() &&
+        outside.detail("bound") == b->capacity());
 }
 
 TEST(PrioritiesCheckedBeforeAnyIsSet) {
@@ -87,7 +92,8 @@ TEST(PrioritiesCheckedBeforeAnyIsSet) {
   for (int i = 0; i < 4; ++i) Add(*b, i, 0.0f, false, 2.0);
   int64_t idx[2] = {1, 9};
   double pri[2] = {5.0, 1.0};
-  CHECK(b->SetPriorities(idx, pri, 2).code() == Code::kOutOfRange);
+  const memoire::Status bad = b->SetPriorities(idx, pri, 2);
+  CHECK(bad.code() == Code::kOutOfRange && bad.detail("index") == 9 && bad.detail("bound") == 9);
   double got[1];
   int64_t one[1] = {1};
   CHECK(b->GetPriorities(one, 1, got).ok() && got[0] == 2.0);

@@ -2,7 +2,9 @@
 // ever found, stratified sampling in proportion to priority, and Rebuild.
 #include "core/sum_tree.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -216,5 +218,89 @@ TEST(SetManyEqualsSetInOrder) {
     }
     b.SetMany(nullptr, nullptr, 0);  // k == 0 changes nothing
     CHECK(a.Total() == b.Total());
+  }
+}
+
+namespace {
+
+// Dopamine JAX's SumTree, transcribed: a 0-based heap of 2P - 1 nodes; set() takes deltas
+// against the leaves, keeps each index's first occurrence (numpy.unique, sorted), and adds them
+// level by level (numpy.add.at); query() descends left while target < the left sum.
+struct DopamineJaxTree {
+  explicit DopamineJaxTree(int64_t capacity) {
+    depth = 1;
+    while ((int64_t{1} << (depth - 1)) < capacity) ++depth;
+    first_leaf = (int64_t{1} << (depth - 1)) - 1;
+    nodes.assign((int64_t{1} << depth) - 1, 0.0);
+  }
+  void Set(const std::vector<int64_t>& idx, const std::vector<double>& val) {
+    std::vector<std::pair<int64_t, double>> d;
+    for (size_t j = 0; j < idx.size(); ++j)
+      d.emplace_back(first_leaf + idx[j], val[j] - nodes[first_leaf + idx[j]]);
+    std::vector<std::pair<int64_t, double>> unique;
+    for (size_t j = 0; j < d.size(); ++j) {
+      bool seen = false;
+      for (const auto& u : unique) seen = seen || u.first == d[j].first;
+      if (!seen) unique.push_back(d[j]);
+    }
+    std::sort(unique.begin(), unique.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int level = 0; level < depth - 1; ++level)
+      for (auto& [node, delta] : unique) {
+        nodes[node] += delta;
+        node = (node - 1) / 2;
+      }
+    for (auto& [node, delta] : unique) nodes[node] += delta;
+  }
+  int64_t Query(double target) const {
+    int64_t node = 0;
+    while (node < first_leaf) {
+      const int64_t left = 2 * node + 1;
+      if (target < nodes[left]) {
+        node = left;
+      } else {
+        target -= nodes[left];
+        node = left + 1;
+      }
+    }
+    return node - first_leaf;
+  }
+  int depth;
+  int64_t first_leaf;
+  std::vector<double> nodes;
+};
+
+}  // namespace
+
+// The kAddDeltas rule leaves every node bit-identical to Dopamine JAX's tree (heap layout, drift
+// of accumulated deltas, first value kept for a repeated index), and Descend is its query.
+TEST(AddDeltasIsDopamineJaxBitForBit) {
+  Rng rng(5);
+  for (int64_t cap : {1, 2, 3, 8, 100, 1024}) {
+    SumTree t(cap, SumTree::Rule::kAddDeltas);
+    DopamineJaxTree ref(cap);
+    CHECK(t.heap_size() == static_cast<int64_t>(ref.nodes.size()));
+    for (int round = 0; round < 200; ++round) {
+      const int64_t k = 1 + static_cast<int64_t>(rng.Uniform() * 6.0);
+      std::vector<int64_t> idx(k);
+      std::vector<double> val(k);
+      for (int64_t j = 0; j < k; ++j) {
+        idx[j] = static_cast<int64_t>(rng.Uniform() * static_cast<double>(cap));
+        val[j] = rng.Uniform() < 0.2 ? 0.0 : rng.Uniform() * 3.0;  // not exact in binary
+      }
+      if (k == 1) t.Set(idx[0], val[0]);
+      else t.SetMany(idx.data(), val.data(), k);
+      ref.Set(idx, val);
+      for (int64_t i = 0; i < t.heap_size(); ++i) CHECK(t.heap()[i] == ref.nodes[i]);
+      if (t.Total() > 0.0) {
+        const double target = rng.Uniform() * t.Total();
+        CHECK(t.Descend(target) == ref.Query(target));
+      }
+    }
+    // SetHeap round-trips the layout.
+    SumTree copy(cap, SumTree::Rule::kAddDeltas);
+    copy.SetHeap(t.heap());
+    for (int64_t i = 0; i < cap; ++i) CHECK(copy.Get(i) == t.Get(i));
+    CHECK(copy.Total() == t.Total());
   }
 }

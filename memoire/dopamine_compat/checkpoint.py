@@ -44,8 +44,9 @@ import zlib
 import numpy as np
 
 from memoire._core import ProtocolError
+from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX
+from memoire.dopamine_compat._ring import invalid_range
 
-STORE_FILENAME_PREFIX = "$store$_"
 _SLICE_BYTES = 1 << 20  # save and load pass a store column through slices of this size
 _READ_BYTES = 4 << 20  # load decompresses this much per call (fewer calls: faster)
 _COMPRESSLEVEL = 6  # zlib's default: Dopamine's level 9 costs much time for little space
@@ -288,14 +289,20 @@ class CheckpointError(ProtocolError):
   (a ValueError; memoire.ProtocolError). The message names the file and what was expected."""
 
 
+class _UnnamedError(CheckpointError):
+  """A CheckpointError raised where the file is not known (while unpickling bytes):
+  _read_file names the file."""
+
+
 _PLAIN_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 _BUDGET_SLACK = 1 << 16  # bytes of pickle framing allowed on top of a payload's own size
 
 
-def _check_plain_dtype(dtype, filename):
-  """Raises unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays, objects."""
+def _check_plain_dtype(dtype, filename, error=CheckpointError):
+  """Raises ``error`` unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays,
+  objects. ``filename`` starts the message (_UnnamedError's callers pass what they read)."""
   if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-    raise CheckpointError("{}: expected a plain numeric dtype (bool, int, uint or float), got "
+    raise error("{}: expected a plain numeric dtype (bool, int, uint or float), got "
                           "{}".format(filename, dtype))
 
 
@@ -344,31 +351,31 @@ def _pickled_dtype(*args):
 def _pickled_reconstruct(subtype, shape, dtype):
   del shape, dtype  # numpy's placeholder; the real ones arrive in the state (BUILD)
   if subtype is not _NDARRAY:
-    raise CheckpointError("checkpoint pickle reconstructs something other than numpy.ndarray")
+    raise _UnnamedError("checkpoint pickle reconstructs something other than numpy.ndarray")
   return _PickledArray()
 
 
 def _resolve_dtype(spelled):
   """The plain numeric numpy dtype a :class:`_PickledDType` spells, else CheckpointError."""
   if not isinstance(spelled, _PickledDType):
-    raise CheckpointError("checkpoint pickle: expected a numpy dtype, got {}".format(
+    raise _UnnamedError("checkpoint pickle: expected a numpy dtype, got {}".format(
         type(spelled).__name__))
   args, state = spelled.args, spelled.state
   if not 1 <= len(args) <= 3 or not isinstance(args[0], str) or len(args[0]) > 8:
-    raise CheckpointError("checkpoint pickle: expected a numeric dtype code such as 'f8', got "
+    raise _UnnamedError("checkpoint pickle: expected a numeric dtype code such as 'f8', got "
                           "dtype{!r}".format(args[:1]))
   try:
     dtype = np.dtype(args[0])
   except TypeError:
-    raise CheckpointError("checkpoint pickle: unknown dtype {!r}".format(args[0])) from None
-  _check_plain_dtype(dtype, "checkpoint pickle")
+    raise _UnnamedError("checkpoint pickle: unknown dtype {!r}".format(args[0])) from None
+  _check_plain_dtype(dtype, "checkpoint pickle", _UnnamedError)
   if state is not None:
     # numpy's dtype state: (version, byte order, subarray, names, fields, item size, alignment,
     # flags[, metadata]); for a plain dtype only the byte order may vary.
     if (not isinstance(state, tuple) or len(state) not in (8, 9) or
         state[1] not in ("<", ">", "|", "=") or any(s is not None for s in state[2:5]) or
         state[5] not in (-1, dtype.itemsize)):
-      raise CheckpointError("checkpoint pickle: dtype {} with a state other than a plain "
+      raise _UnnamedError("checkpoint pickle: dtype {} with a state other than a plain "
                             "numeric dtype's (fields, offsets or subarrays)".format(dtype))
     if state[1] in "<>":
       dtype = dtype.newbyteorder(state[1])
@@ -406,14 +413,14 @@ def _resolve_array(spelled, what):
 def _pickled_scalar(dtype, data=None):
   dtype = _resolve_dtype(dtype)
   if not isinstance(data, bytes) or len(data) != dtype.itemsize:
-    raise CheckpointError("checkpoint pickle: a numpy {} scalar needs {} bytes".format(
+    raise _UnnamedError("checkpoint pickle: a numpy {} scalar needs {} bytes".format(
         dtype, dtype.itemsize))
   return np.frombuffer(data, dtype=dtype)[0]
 
 
 def _pickled_reconstructor(cls, base, state):
   if cls is not PickledSumTree or base is not object or state is not None:
-    raise CheckpointError("checkpoint pickle builds an unexpected object")
+    raise _UnnamedError("checkpoint pickle builds an unexpected object")
   return object.__new__(PickledSumTree)
 
 
@@ -441,7 +448,7 @@ class _SafeUnpickler(pickle.Unpickler):
     try:
       return _ALLOWED_GLOBALS[(module, name)]
     except KeyError:
-      raise CheckpointError("checkpoint pickle refers to {}.{}, which memoire does not "
+      raise _UnnamedError("checkpoint pickle refers to {}.{}, which memoire does not "
                             "load".format(module, name)) from None
 
 
@@ -544,10 +551,10 @@ def _read_file(fs, filename, reader):
     with fs.open_read(filename) as raw:
       with gzip.GzipFile(fileobj=raw, mode="rb") as f:
         return reader(f)
-  except CheckpointError as e:
-    if str(e).startswith(str(filename)):
-      raise
-    raise CheckpointError("{}: {}".format(filename, e)) from None  # raised while unpickling
+  except _UnnamedError as e:
+    raise CheckpointError("{}: {}".format(filename, e)) from None
+  except CheckpointError:
+    raise
   except (OSError, EOFError, zlib.error, ValueError, pickle.UnpicklingError, TypeError,
           AttributeError, IndexError, KeyError, OverflowError) as e:
     raise CheckpointError("{}: not a readable checkpoint file ({}: {})".format(
@@ -640,7 +647,6 @@ def load(buffer, checkpoint_dir, suffix):
 
 
 def buffer_invalid_range(buffer, add_count):
-  from memoire.dopamine_compat.circular_replay_buffer import invalid_range  # pylint: disable=g-import-not-at-top
   return invalid_range(add_count % buffer._replay_capacity, buffer._replay_capacity,  # pylint: disable=protected-access
                        buffer._stack_size, buffer._update_horizon)  # pylint: disable=protected-access
 

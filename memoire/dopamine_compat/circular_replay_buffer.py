@@ -41,12 +41,11 @@ import numpy as np
 from memoire import _core
 from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import checkpoint as _checkpoint
+from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX  # pylint: disable=unused-import
+from memoire.dopamine_compat._ring import invalid_range
 
 # Dopamine's record type: equal (as a tuple) to Dopamine's own ReplayElement.
 ReplayElement = collections.namedtuple("shape_type", ["name", "shape", "type"])
-
-# A prefix that can not collide with variable names for checkpoint files (Dopamine's).
-STORE_FILENAME_PREFIX = "$store$_"
 
 _TRANSITION_NAMES = frozenset(
     ["observation", "state", "action", "reward", "next_state", "next_action", "next_reward",
@@ -63,17 +62,6 @@ def modulo_range(start, length, modulo):
   """Yields (start + i) % modulo for i < length (Dopamine's helper)."""
   for i in range(length):
     yield (start + i) % modulo
-
-
-def invalid_range(cursor, replay_capacity, stack_size, update_horizon):
-  """Dopamine's cursor-related invalid indices: c - N, ..., c + K - 1 (mod capacity).
-
-  Returns:
-    int64[stack_size + update_horizon].
-  """
-  assert cursor < replay_capacity
-  return np.array([(cursor - update_horizon + i) % replay_capacity
-                   for i in range(stack_size + update_horizon)])
 
 
 class OutOfGraphReplayBuffer(object):
@@ -184,9 +172,8 @@ class OutOfGraphReplayBuffer(object):
                    for i, e in enumerate(self.get_storage_signature())}
     self._batch_arrays_spec = {}
     self._sample_count = 0
-    self._fast_sampling = (
-        type(self).sample_index_batch in (OutOfGraphReplayBuffer.sample_index_batch,
-                                          _prioritized_sample_index_batch()))
+    # Sampling and gathering run in one native call unless a subclass draws its own indices.
+    self._fast_sampling = getattr(type(self).sample_index_batch, "_memoire_native", False)
 
   def __getattr__(self, name):
     # Only reached for attributes not found: an unbound buffer binds itself, then retries.
@@ -260,6 +247,22 @@ class OutOfGraphReplayBuffer(object):
     """Reseeds this buffer's sampling generator."""
     self._core.seed(int(seed) & (2**64 - 1))
 
+  def arguments(self):
+    """dict: the constructor arguments that fix this buffer's layout and sampling, by name
+    (``observation_shape``, ``stack_size``, ``replay_capacity``, ``batch_size``,
+    ``update_horizon``, ``gamma``, ``max_sample_attempts``, ``extra_storage_types``, the
+    dtypes and shapes, ``episode_end_breaks_stacks``): what builds an equal, empty buffer."""
+    return dict(
+        observation_shape=tuple(self._observation_shape), stack_size=self._stack_size,
+        replay_capacity=self._replay_capacity, batch_size=self._batch_size,
+        update_horizon=self._update_horizon, gamma=self._gamma,
+        max_sample_attempts=self._max_sample_attempts,
+        extra_storage_types=list(self._extra_storage_types),
+        observation_dtype=self._observation_dtype, terminal_dtype=self._terminal_dtype,
+        action_shape=tuple(self._action_shape), action_dtype=self._action_dtype,
+        reward_shape=tuple(self._reward_shape), reward_dtype=self._reward_dtype,
+        episode_end_breaks_stacks=self._episode_end_breaks_stacks)
+
   # ---- signatures ----------------------------------------------------------------------------
 
   def get_add_args_signature(self):
@@ -322,7 +325,52 @@ class OutOfGraphReplayBuffer(object):
       ValueError: wrong argument count or shape (Dopamine's messages), or a value numpy cannot
         store; nothing is added then.
     """
-    self._core.add(observation, action, reward, terminal, args, priority, episode_end)
+    try:
+      self._core.add(observation, action, reward, terminal, args, priority, episode_end)
+    except ValueError as e:
+      raise self._dopamine_add_error(e, [observation, action, reward, terminal, *args],
+                                     priority) from None
+
+  def _dopamine_add_error(self, error, values, priority):
+    """The ValueError Dopamine's add raises where the core raised ``error`` (its details say
+    which check failed); ``error`` itself for memoire's own checks (casts, NaN priorities)."""
+    if hasattr(error, "received"):  # _check_add_types: the argument count
+      return ValueError("Add expects {} elements, received {}".format(error.expected,
+                                                                      error.received))
+    if self._PRIORITIZED and priority is None and values:
+      priority = values.pop()  # given positionally, after the extras
+    if hasattr(error, "field"):  # _check_add_types: the shape of one argument
+      signature = self.get_add_args_signature()
+      value = values[error.field] if error.field < len(values) else priority
+      if isinstance(value, np.ndarray):
+        shape = value.shape
+      elif isinstance(value, (tuple, list)):
+        shape = np.array(value).shape
+      else:
+        shape = tuple()
+      return ValueError("arg has shape {}, expected {}".format(
+          shape, tuple(signature[error.field].shape)))
+    if self._PRIORITIZED and priority is not None and priority < 0.0:  # the SumTree's check
+      return ValueError("Sum tree values should be nonnegative. Got {}".format(priority))
+    return error
+
+  def chunk_ingest(self, allow_nonfinite=False, **limits):
+    """A native ingest that stores whole episodes, streamed by actors as chunk messages
+    (:mod:`memoire.experience`), into this buffer: each episode goes in as ``add_batch`` would
+    take it, its last row ending the episode; a prioritized buffer gives new rows the largest
+    recorded priority (Dopamine's add without a priority).
+
+    Args:
+      allow_nonfinite: store NaN or infinite rewards (refused, and the episode dropped, by
+        default: they come from peers).
+      limits: the ingest's budgets (``max_message_bytes``, ``max_streams``, ``stream_timeout``
+        seconds, ``max_stream_bytes``, ``max_open_bytes``).
+
+    Returns:
+      ``memoire._core.ChunkIngest`` whose ``row_spec`` is this buffer's columns (observation,
+      action, reward, terminal, extras). Nothing else may add while it stores.
+    """
+    return _core.ChunkIngest(self._core, allow_nonfinite=allow_nonfinite, **limits)
 
   def add_batch(self, observations, actions, rewards, terminals, *args, priorities=None,
                 episode_ends=None):
@@ -401,7 +449,43 @@ class OutOfGraphReplayBuffer(object):
       RuntimeError: fewer than stack_size + update_horizon transitions, or more than
         max_sample_attempts invalid draws (Dopamine's messages).
     """
-    return self._core.sample_indices(int(batch_size)).tolist()
+    try:
+      return self._core.sample_indices(int(batch_size)).tolist()
+    except RuntimeError as e:
+      raise self._dopamine_sample_error(e, batch_size) from None
+
+  sample_index_batch._memoire_native = True
+
+  def _dopamine_sample_error(self, error, batch_size):
+    """The exception Dopamine's sampling raises where the core raised ``error`` (its type and
+    details say which check failed); ``error`` itself when Dopamine has no counterpart."""
+    if isinstance(error, KeyError):  # get_range: a slot not yet written (the key: its start)
+      return AssertionError("Index {} has not been added.".format(error.key))
+    if isinstance(error, IndexError):  # get_range's bare assertions on the ring's bounds
+      return AssertionError()
+    if isinstance(error, RuntimeError):
+      if hasattr(error, "sampled"):
+        return RuntimeError(
+            "Max sample attempts: Tried {} times but only sampled {} valid indices. Batch size "
+            "is {}".format(self._max_sample_attempts, error.sampled, batch_size))
+      if hasattr(error, "needed"):
+        return RuntimeError(
+            "Cannot sample a batch with fewer than stack size ({}) + update_horizon ({}) "
+            "transitions.".format(self._stack_size, self._update_horizon))
+      if self._PRIORITIZED and self._core.total_priority == 0.0:
+        return ValueError("Cannot sample from an empty sum tree.")
+    if isinstance(error, ValueError) and hasattr(error, "length"):
+      # Vector rewards numpy does not broadcast against the discounts: numpy's own error, from
+      # the expression Dopamine evaluates (discounts[:length] * rewards, summed into a row).
+      try:
+        reward_dtype = _np_dtype(self._reward_dtype)
+        row = np.empty(self._reward_shape, reward_dtype)
+        row[...] = np.sum(self._cumulative_discount_vector[:error.length] *
+                          np.zeros((error.length,) + tuple(self._reward_shape), reward_dtype),
+                          axis=0)
+      except ValueError as numpy_error:
+        return numpy_error
+    return error
 
   def _create_batch_arrays(self, batch_size):
     """New output arrays for one batch, as Dopamine makes (np.empty per element).
@@ -445,7 +529,10 @@ class OutOfGraphReplayBuffer(object):
       batch_size = self._batch_size
     if indices is None and self._fast_sampling:
       arrays = self._create_batch_arrays(batch_size)
-      self._core.sample_into(batch_size, list(arrays))
+      try:
+        self._core.sample_into(batch_size, list(arrays))
+      except (KeyError, IndexError, RuntimeError, ValueError) as e:
+        raise self._dopamine_sample_error(e, batch_size) from None
       self._sample_count += int(batch_size)
       return arrays
     drawn = indices is None
@@ -456,7 +543,10 @@ class OutOfGraphReplayBuffer(object):
     if index_array.size and index_array.dtype.kind not in "iu":
       raise TypeError("indices: expected integers, got {}".format(index_array.dtype))
     arrays = self._create_batch_arrays(batch_size)
-    self._core.gather(index_array.astype(np.int64, copy=False).reshape(-1), list(arrays))
+    try:
+      self._core.gather(index_array.astype(np.int64, copy=False).reshape(-1), list(arrays))
+    except (KeyError, IndexError, ValueError) as e:
+      raise self._dopamine_sample_error(e, batch_size) from None
     if drawn:
       self._sample_count += int(batch_size)
     return arrays
@@ -533,12 +623,6 @@ def bind_memory(memory, wrapper_args):
   for a bound buffer or another object."""
   if isinstance(memory, OutOfGraphReplayBuffer) and "_unbound" in memory.__dict__:
     _bind(memory, wrapper_args)
-
-
-def _prioritized_sample_index_batch():
-  # The prioritized subclass's own sampler also runs natively (see prioritized_replay_buffer).
-  from memoire.dopamine_compat import prioritized_replay_buffer as prb  # pylint: disable=g-import-not-at-top
-  return prb.OutOfGraphPrioritizedReplayBuffer.sample_index_batch
 
 
 def _make_wrapped_replay_buffer():

@@ -38,7 +38,7 @@ In Python, memoire's classes may also be assigned into Dopamine's modules (e.g.
 ``prioritized_replay_buffer.WrappedPrioritizedReplayBuffer = WrappedPrioritizedReplayBuffer``);
 Dopamine's gin bindings of the replaced class then apply to memoire's.
 
-A TF agent's replay on a server (``python -m memoire.dopamine_compat.remote --serve circular``
+A TF agent's replay on a server (``memoire serve --buffer circular``
 hosts it; see configs/dqn_cartpole_tf_remote.gin)::
 
     WrappedReplayBuffer.wrapped_memory = @MemoireRemoteOutOfGraphReplayBuffer()

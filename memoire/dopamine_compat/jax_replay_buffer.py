@@ -277,10 +277,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         store = self._store()
         if store is None:
             raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
-        try:
-            store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)  # KeyError(key)
         self._record(values.reshape(-1))
 
     def sample(self, size: int) -> PrioritizedSampleMetadata:
@@ -578,6 +575,49 @@ class ReplayBuffer(checkpointers.Checkpointable):
             self._sampling_distribution._record(values[emitted > 0])
         return emitted
 
+    # ---- experience streamed by actors ----
+
+    def chunk_ingest(self, observation, action, **limits) -> "_core.ChunkIngest":
+        """A native ingest that stores whole episodes, streamed by actors as chunk messages
+        (:mod:`memoire.experience`), into this buffer: each episode goes in as ``add_batch``
+        would take it, its last step ending the episode.
+
+        Args:
+          observation, action: one step's; they fix the observation and action dtypes and
+            shapes as a first ``add`` would (ignored once something was added).
+          limits: the ingest's budgets (``max_message_bytes``, ``max_streams``,
+            ``stream_timeout`` seconds, ``max_stream_bytes``, ``max_open_bytes``).
+
+        Returns:
+          ``memoire._core.ChunkIngest`` whose ``row_spec`` is observation, action (this
+          buffer's dtypes and shapes), reward float64 and terminal bool. New elements of a
+          prioritized buffer get the priority of :meth:`set_ingest_priority` (1.0 until set).
+          Nothing else may add to this buffer while the ingest stores into it, and a ``load``
+          that replaces the store needs a new ingest.
+        """
+        if self._store is None:
+            self._build_store(np.asarray(observation), np.asarray(action))
+        return _core.ChunkIngest(self._store, observation_dtype=self._obs_dtype,
+                                 observation_shape=list(self._obs_shape),
+                                 action_dtype=self._action_dtype,
+                                 action_shape=list(self._action_shape), **limits)
+
+    def set_ingest_priority(self, ingest: "_core.ChunkIngest", priority: float) -> None:
+        """Gives the elements ``ingest`` stores from now on ``priority`` (as ``add``'s: raised
+        to the exponent), recorded in ``max_recorded_priority`` as ``add`` records it. A
+        uniform buffer ignores it.
+
+        Raises:
+          ValueError: a negative or non-finite priority.
+        """
+        if not self._prioritized:
+            return
+        leaf = self._sampling_distribution.leaf_value(priority)
+        if not np.isfinite(leaf):
+            raise ValueError(f"priority: expected a finite value >= 0, got {priority}")
+        ingest.priority = leaf
+        self._sampling_distribution._record(np.array([leaf]))
+
     # ---- sampling ----
 
     @property
@@ -596,10 +636,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def _gather(self, keys: np.ndarray) -> ReplayElement:
         keys = np.asarray(keys).reshape(-1)
         out = self._empty_batch(keys.size)
-        try:
-            self._store.gather(keys.astype(np.int64, copy=False), *out)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        self._store.gather(keys.astype(np.int64, copy=False), *out)  # KeyError(key)
         return ReplayElement(**dict(zip(_ELEMENT_FIELDS, out)))
 
     def sample(self, size: Optional[int] = None, *, with_sample_metadata: bool = False):
@@ -655,10 +692,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if self._store is None:
             raise KeyError(int(keys[0]) if keys.size else None)
-        try:
-            return self._store.priorities(keys)
-        except IndexError as e:
-            raise KeyError(int(str(e))) from None
+        return self._store.priorities(keys)  # KeyError(key) for a key not stored
 
     def update(self, keys, **kwargs: Any) -> None:
         """Forwards to the sampling distribution (``priorities=`` for a prioritized buffer)."""

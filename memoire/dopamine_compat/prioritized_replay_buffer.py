@@ -21,6 +21,16 @@ from memoire.dopamine_compat import circular_replay_buffer
 from memoire.dopamine_compat.circular_replay_buffer import ReplayElement
 
 
+def _leaf_index_error(error):
+  """The IndexError numpy raises (its own text) where Dopamine reads its leaf array, for the
+  core's IndexError ``error`` (details: index, bound = the padded leaf count)."""
+  try:
+    np.empty(error.bound)[error.index]  # pylint: disable=expression-not-assigned
+  except IndexError as numpy_error:
+    return numpy_error
+  return error
+
+
 class SumTreeView(object):
   """Dopamine's ``sum_tree`` attribute, backed by the buffer's native sum tree.
 
@@ -44,7 +54,10 @@ class SumTreeView(object):
 
   def get(self, node_index):
     """float: the priority of slot ``node_index``."""
-    return float(self._core.get_priorities(np.array([node_index], np.int64))[0])
+    try:
+      return float(self._core.get_priorities(np.array([node_index], np.int64))[0])
+    except IndexError as e:
+      raise _leaf_index_error(e) from None
 
   def set(self, node_index, value):
     """Sets slot ``node_index``'s priority (float >= 0; ValueError otherwise)."""
@@ -60,11 +73,23 @@ class SumTreeView(object):
     """
     if query_value is not None:
       raise NotImplementedError("memoire's sum tree samples with its own generator only")
-    return int(self._core.sample_tree(1, False)[0])
+    return int(self._sample_tree(1, False)[0])
 
   def stratified_sample(self, batch_size):
-    """list of ``batch_size`` slots, one per equal slice of the total priority."""
-    return self._core.sample_tree(int(batch_size), True).tolist()
+    """list of ``batch_size`` slots, one per equal slice of the total priority.
+
+    Raises:
+      ValueError: the tree is empty (Dopamine's message).
+    """
+    return self._sample_tree(int(batch_size), True).tolist()
+
+  def _sample_tree(self, n, stratified):
+    try:
+      return self._core.sample_tree(n, stratified)
+    except RuntimeError:
+      if self._core.total_priority == 0.0:
+        raise ValueError("Cannot sample from an empty sum tree.") from None
+      raise
 
   @property
   def nodes(self):
@@ -131,7 +156,12 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
       ValueError: every priority is 0 ('Cannot sample from an empty sum tree.').
       RuntimeError: the attempts ran out (Dopamine's message).
     """
-    return self._core.sample_indices(int(batch_size)).tolist()
+    try:
+      return self._core.sample_indices(int(batch_size)).tolist()
+    except RuntimeError as e:
+      raise self._dopamine_sample_error(e, batch_size) from None
+
+  sample_index_batch._memoire_native = True
 
   def set_priority(self, indices, priorities):
     """Sets the priorities of slots ``indices`` (int32[n]) to ``priorities`` (float[n]).
@@ -159,7 +189,10 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
     """
     assert indices.shape, "Indices must be an array."
     assert indices.dtype == np.int32, "Indices must be int32s, given: {}".format(indices.dtype)
-    return self._core.get_priorities(indices.astype(np.int64)).astype(np.float32)
+    try:
+      return self._core.get_priorities(indices.astype(np.int64)).astype(np.float32)
+    except IndexError as e:
+      raise _leaf_index_error(e) from None
 
   def get_transition_elements(self, batch_size=None):
     """The parent's elements plus ReplayElement('sampling_probabilities', (batch_size,), float32)."""

@@ -4,49 +4,60 @@ Roles:
 
 - **Actors** run the environment the gin configuration names (what Dopamine's runner would
   build: its ``create_environment_fn``, by default Atari with the gin-bound game; see
-  :func:`memoire.experiments.train.environment_fn`) with the agent's epsilon-greedy policy on the
-  learner's latest network parameters, and send their experience in chunks. An actor is the
-  gin-configured Dopamine agent with its replay memory swapped for a recorder: the agent's own
+  :func:`memoire.experiments.train.environment_fn`) with the agent's epsilon-greedy policy on
+  the learner's latest network parameters. An actor is the gin-configured Dopamine agent whose
+  replay memory is a :class:`memoire.experience.ChunkStream`: the agent's own
   ``begin_episode``/``step``/``end_episode`` choose actions and build transitions exactly as in
-  a single process, but nothing is trained there.
+  a single process, and each transition is streamed to the learner; nothing is trained there.
 - **The learner** is Dopamine's Runner (TrainRunner under ``create_runner.schedule =
-  'continuous_train'``) with memoire's trackers, whose training phase ingests actors'
-  transitions instead of stepping an environment: each transition goes into the
-  agent's replay memory and is followed by one ``_train_step`` (so ``update_period`` and
-  ``min_replay_history`` keep their single-process meaning), and every ``publish_period``
-  training steps the online parameters are published. On memoire's replay buffer (the
-  default, see :mod:`memoire.experiments.train`) the transitions up to each sampling training
-  step go in with one ``add_batch`` call (see :func:`ingest`). The evaluation phase and checkpoints
-  (replay memory included) are Dopamine's, so a killed run resumes like a local one.
+  'continuous_train'``) with memoire's trackers, whose training phase takes actors' episodes
+  instead of stepping an environment. Experience takes memoire's one path: chunk messages on a
+  ZeroMQ PULL socket, checked and stored whole by the native ingest straight into the agent's
+  replay buffer (memoire's JAX ``ReplayBuffer.chunk_ingest``), with the GIL released. After
+  each stored episode the learner runs one ``_train_step`` per transition (so
+  ``update_period`` and ``min_replay_history`` keep their single-process meaning, counted in
+  transitions), and every ``publish_period`` training steps it publishes the online
+  parameters on a PUB socket. The evaluation phase and checkpoints (replay memory included)
+  are Dopamine's, so a killed run resumes like a local one.
 
-The transport sits behind four small interfaces (:class:`ExperienceSink`,
-:class:`ExperienceSource`, :class:`ParameterPublisher`, :class:`ParameterSource`). This
-module implements them over ``multiprocessing`` queues (one machine, ``transport =
-'multiprocessing'``); a ZeroMQ implementation (``pub_bytes``/``sub_bytes`` for parameters,
-a memoire server in central mode for experience) plugs in at :func:`make_transport`.
-
-Parameters travel as ``flax.serialization.to_bytes`` (msgpack), never pickle. Experience
-chunks travel as :class:`Chunk` objects (numpy arrays); the ZeroMQ transport will encode them
-with memoire's codec.
+Sockets: the learner binds both. ``transport = 'multiprocessing'`` (actors spawned on this
+machine) uses ``ipc://`` endpoints in a private temporary folder; ``'zmq'`` uses TCP (loopback
+ports the OS picks unless ``experience_endpoint`` / ``param_endpoint`` name them), so actors on
+other machines can join with ``memoire actor``. Backpressure: an actor's PUSH socket queues at
+most ``queue_chunks`` chunks, then waits, so actors never run ahead of the learner without
+bound. When the learner ends it publishes a stop notice, and a spawned actor also has a stop
+event. Parameters travel as ``flax.serialization.to_bytes`` (msgpack), never pickle.
 
 Gin settings (``DistributedConfig.*``): ``num_actors`` (0 = single process), ``publish_period``,
-``chunk_size``, ``queue_chunks``, ``transport``, ``experience_endpoint``, ``param_endpoint``.
+``chunk_size``, ``queue_chunks``, ``transport``, ``experience_endpoint``, ``param_endpoint``,
+``actor_threads``, ``spawn_actors``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-import queue as queue_lib
-import sys
+import shutil
+import struct
+import tempfile
 import time
-from typing import Any, Protocol
+from typing import Any, Optional
 
 import gin
 import numpy as np
+import zmq
 
-from memoire import cli
+from memoire import cli, transport
+from memoire.experience import ChunkStream, ExperienceReceiver
+from memoire.gin_query import query
 from memoire.experiments import trackers
+
+log = logging.getLogger(__name__)
+
+PARAMS_TOPIC = b"params"
+STOP_TOPIC = b"stop"
+_VERSION = struct.Struct("<q")  # parameter version, before the payload
 
 
 @gin.configurable(module="memoire.distributed")
@@ -57,17 +68,16 @@ class DistributedConfig:
       num_actors: actor processes; 0 runs everything in one process.
       publish_period: learner training steps between parameter publications.
       chunk_size: transitions per experience chunk an actor sends (an episode end also sends).
-      queue_chunks: chunks in flight before actors block (backpressure keeps actors from
-        running ahead of the learner without bound).
-      transport: 'multiprocessing' (queues, this machine) or 'zmq' (a memoire server embedded
-        in the learner; actors may run on other machines).
-      experience_endpoint: the learner server's REP endpoint actors send experience to
-        (ZeroMQ transport); 'auto' lets the OS choose a loopback port.
-      param_endpoint: the learner server's PUB endpoint for parameters (ZeroMQ); 'auto' too.
+      queue_chunks: chunks an actor queues before it waits for the learner (backpressure).
+      transport: 'multiprocessing' (actors spawned on this machine, ``ipc://`` sockets) or
+        'zmq' (TCP sockets; actors may run on other machines).
+      experience_endpoint: the learner's PULL endpoint for experience ('zmq'); 'auto' lets the
+        OS choose a loopback port.
+      param_endpoint: the learner's PUB endpoint for parameters ('zmq'); 'auto' too.
       actor_threads: XLA CPU threads per actor process (actors only run small forward passes).
       spawn_actors: False starts no actor here: actors on this or other machines join with
-        ``memoire actor --rep ... --pub ...`` (ZeroMQ transport; bind the endpoints to an
-        interface they can reach, e.g. 'tcp://0.0.0.0:5555').
+        ``memoire actor --experience ... --params ...`` (transport 'zmq'; bind the endpoints to
+        an interface they can reach, e.g. 'tcp://0.0.0.0:5555').
 
     Raises:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
@@ -104,260 +114,6 @@ class DistributedConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Experience chunks.
-
-
-@dataclasses.dataclass
-class Chunk:
-    """Consecutive transitions of one actor, as the agent stored them.
-
-    Attributes:
-      observation: ``obs_dtype[n, *obs_shape]``, the observation each action was taken at.
-      action: ``int32[n]``.
-      reward: ``float32[n]``, as the agent received it (clipped if the runner clips).
-      terminal: ``bool[n]``, the environment reached a terminal state after this step.
-      episode_end: ``bool[n]``, the episode ended after this step (terminal or truncated).
-      episodes: ``float64[m, 3]``, one row per episode that ended in this chunk:
-        undiscounted unclipped return, length, terminated (1.0) or truncated (0.0).
-    """
-
-    observation: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    terminal: np.ndarray
-    episode_end: np.ndarray
-    episodes: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.action)
-
-    def validate(self) -> None:
-        """Raises ValueError naming the first field whose length, rank or dtype is wrong."""
-        n = len(self.action)
-        for name in ("observation", "action", "reward", "terminal", "episode_end"):
-            a = getattr(self, name)
-            if not isinstance(a, np.ndarray) or a.ndim < 1 or len(a) != n:
-                raise ValueError(f"chunk field {name}: expected an array of length {n}, got "
-                                 f"{getattr(a, 'shape', type(a).__name__)}")
-        for name in ("action", "reward", "terminal", "episode_end"):
-            if getattr(self, name).ndim != 1:
-                raise ValueError(f"chunk field {name}: expected shape [{n}], got "
-                                 f"{getattr(self, name).shape}")
-        if self.terminal.dtype != np.bool_ or self.episode_end.dtype != np.bool_:
-            raise ValueError("chunk fields terminal and episode_end must be bool, got "
-                             f"{self.terminal.dtype} and {self.episode_end.dtype}")
-        if np.any(self.terminal & ~self.episode_end):
-            raise ValueError("chunk: a terminal step must also be an episode end")
-        if (self.episodes.ndim != 2 or self.episodes.shape[1] != 3
-                or len(self.episodes) != int(self.episode_end.sum())):
-            raise ValueError(f"chunk field episodes: expected shape [{int(self.episode_end.sum())}"
-                             f", 3], got {self.episodes.shape}")
-
-    @staticmethod
-    def concatenate(chunks: list["Chunk"]) -> "Chunk":
-        return Chunk(*(np.concatenate([getattr(c, f.name) for c in chunks])
-                       for f in dataclasses.fields(Chunk)))
-
-    def split(self, n: int) -> tuple["Chunk", "Chunk"]:
-        """(first n transitions, the rest); episode rows follow their episode ends."""
-        m = int(self.episode_end[:n].sum())
-        head = Chunk(self.observation[:n], self.action[:n], self.reward[:n], self.terminal[:n],
-                     self.episode_end[:n], self.episodes[:m])
-        tail = Chunk(self.observation[n:], self.action[n:], self.reward[n:], self.terminal[n:],
-                     self.episode_end[n:], self.episodes[m:])
-        return head, tail
-
-
-class EpisodeAssembler:
-    """Releases each actor's transitions only up to its last episode end.
-
-    Dopamine's replay memories turn a single stream of transitions into training elements
-    (n-step returns, frame stacks), so interleaving two actors' half-episodes would splice
-    them. The learner keeps each actor's unfinished episode here until it ends.
-    """
-
-    def __init__(self):
-        self._pending: dict[int, list[Chunk]] = {}
-
-    def add(self, actor_id: int, chunk: Chunk) -> Chunk | None:
-        """Adds a chunk; returns the complete episodes now available from that actor, if any."""
-        parts = self._pending.setdefault(actor_id, [])
-        parts.append(chunk)
-        if not chunk.episode_end.any():
-            return None
-        whole = Chunk.concatenate(parts)
-        last_end = int(np.flatnonzero(whole.episode_end)[-1]) + 1
-        done, rest = whole.split(last_end)
-        self._pending[actor_id] = [rest] if len(rest) else []
-        return done
-
-    def pending(self, actor_id: int) -> int:
-        """Transitions held back for ``actor_id``."""
-        return sum(len(c) for c in self._pending.get(actor_id, []))
-
-
-# ---------------------------------------------------------------------------------------------
-# Transport interfaces and the multiprocessing implementation.
-
-
-class ExperienceSink(Protocol):
-    def add_chunk(self, actor_id: int, chunk: Chunk) -> bool:
-        """Sends a chunk; blocks while the learner is behind. False if shutting down."""
-
-
-class ExperienceSource(Protocol):
-    def get_chunk(self, timeout: float) -> tuple[int, Chunk] | None:
-        """The next ``(actor_id, chunk)``, or None after ``timeout`` seconds."""
-
-
-class ParameterPublisher(Protocol):
-    def publish(self, version: int, payload: bytes) -> None:
-        """Makes ``payload`` (serialized parameters) the latest, tagged ``version``. Never
-        blocks."""
-
-
-class ParameterSource(Protocol):
-    def latest(self) -> tuple[int, bytes] | None:
-        """The newest ``(version, payload)`` published since the last call, or None."""
-
-
-class QueueExperienceSink:
-    """ExperienceSink over a bounded ``multiprocessing`` queue; gives up when ``stop`` is set."""
-
-    def __init__(self, q, stop, poll_s: float = 0.2):
-        self._q, self._stop, self._poll = q, stop, poll_s
-
-    def add_chunk(self, actor_id: int, chunk: Chunk) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put((actor_id, chunk), timeout=self._poll)
-                return True
-            except queue_lib.Full:
-                continue
-        return False
-
-
-class QueueExperienceSource:
-    def __init__(self, q):
-        self._q = q
-
-    def get_chunk(self, timeout: float) -> tuple[int, Chunk] | None:
-        try:
-            return self._q.get(timeout=timeout)
-        except queue_lib.Empty:
-            return None
-
-
-class QueueParameterPublisher:
-    """Publishes to one small queue per actor; when one is full the oldest entry is dropped,
-    so a slow actor gets the newest parameters, not a backlog. Waits at most about 0.2 s per
-    actor queue."""
-
-    def __init__(self, queues):
-        self._queues = list(queues)
-
-    def publish(self, version: int, payload: bytes) -> None:
-        for q in self._queues:
-            for _ in range(4):  # bounded: the actor may race us for the slot
-                try:
-                    q.put_nowait((version, payload))
-                    break
-                except queue_lib.Full:
-                    try:  # drop the oldest; it may still be in the feeder thread, so wait a bit
-                        q.get(timeout=0.05)
-                    except queue_lib.Empty:
-                        pass
-
-
-class QueueParameterSource:
-    def __init__(self, q):
-        self._q = q
-
-    def latest(self) -> tuple[int, bytes] | None:
-        newest = None
-        while True:
-            try:
-                newest = self._q.get_nowait()
-            except queue_lib.Empty:
-                return newest
-
-
-@dataclasses.dataclass
-class LocalTransport:
-    """The multiprocessing transport's pieces.
-
-    Attributes:
-      source, publisher: the learner's ends.
-      actor_args: per actor, picklable arguments ``(experience_queue, param_queue, stop)``
-        for :func:`actor_main`.
-      stop: event that tells actors to finish.
-      queues: every queue, so shutdown can unblock and abandon them.
-    """
-
-    source: QueueExperienceSource
-    publisher: QueueParameterPublisher
-    actor_args: list
-    stop: Any
-    queues: list
-
-    def shutdown(self, procs, timeout_s: float = 10.0) -> None:
-        """Stops actors: sets ``stop``, drains experience so blocked puts return, joins with
-        a deadline, terminates stragglers, and abandons unsent queue data (a queue's feeder
-        thread would otherwise wait forever on a pipe no one reads)."""
-        self.stop.set()
-        exp_q = self.queues[0]
-        deadline = time.time() + timeout_s
-        while any(p.is_alive() for p in procs) and time.time() < deadline:
-            try:
-                exp_q.get(timeout=0.1)
-            except queue_lib.Empty:
-                pass
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.time()))
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-        for q in self.queues:
-            q.cancel_join_thread()
-            q.close()
-
-
-@dataclasses.dataclass
-class QueueActorEnds:
-    """An actor's ends of the multiprocessing transport (picklable into the spawned actor)."""
-
-    exp_q: Any
-    param_q: Any
-    stop: Any
-
-    def open(self):
-        """Returns ``(sink, parameter_source, should_stop, close)``."""
-        def close() -> None:
-            self.exp_q.cancel_join_thread()  # the learner may have stopped reading: don't hang
-        return (QueueExperienceSink(self.exp_q, self.stop), QueueParameterSource(self.param_q),
-                self.stop.is_set, close)
-
-
-def make_transport(config: DistributedConfig, ctx):
-    """Builds the transport ``config.transport`` names, for ``config.num_actors`` actors:
-    ``'multiprocessing'`` (queues, this machine) or ``'zmq'`` (a memoire server embedded in the
-    learner; see :mod:`memoire.experiments.distributed_zmq`). Each ``actor_args[i]`` is a
-    one-tuple of an object whose ``open()`` gives the actor its ends."""
-    if config.transport == "zmq":
-        from memoire.experiments import distributed_zmq
-
-        return distributed_zmq.make_zmq_transport(config, ctx)
-    exp_q = ctx.Queue(maxsize=config.queue_chunks)
-    param_qs = [ctx.Queue(maxsize=2) for _ in range(config.num_actors)]
-    stop = ctx.Event()
-    return LocalTransport(source=QueueExperienceSource(exp_q),
-                          publisher=QueueParameterPublisher(param_qs),
-                          actor_args=[(QueueActorEnds(exp_q, param_qs[i], stop),)
-                                      for i in range(config.num_actors)],
-                          stop=stop, queues=[exp_q] + param_qs)
-
-
-# ---------------------------------------------------------------------------------------------
 # Parameters.
 
 
@@ -386,88 +142,174 @@ def params_from_bytes(template: Any, payload: bytes) -> Any:
 # Actor.
 
 
-class _Recorder:
-    """Stands in for an actor agent's replay memory: keeps the transitions the agent stores.
+# ---------------------------------------------------------------------------------------------
+# Sockets.
+
+
+class LearnerSockets:
+    """The learner's sockets: PULL for actors' experience chunks, PUB for parameters and the
+    stop notice. Both bound here; :attr:`endpoints` says where (``experience``, ``params``).
+    Owned by the learner's thread; :meth:`close` unbinds and removes an ``ipc://`` folder."""
+
+    def __init__(self, config: DistributedConfig, host: str = "127.0.0.1"):
+        self._ctx = zmq.Context()
+        self._folder = None
+        if config.transport == "multiprocessing":
+            self._folder = tempfile.mkdtemp(prefix="memoire-ipc-")
+            experience = f"ipc://{self._folder}/experience"
+            params = f"ipc://{self._folder}/params"
+        else:
+            experience = _endpoint(config.experience_endpoint, host)
+            params = _endpoint(config.param_endpoint, host)
+        try:
+            self.pull = transport.open_socket(self._ctx, zmq.PULL, experience, "Bind",
+                                              hwm=config.queue_chunks)
+            self.pub = transport.open_socket(self._ctx, zmq.PUB, params, "Bind")
+        except Exception:
+            self.close()
+            raise
+        self.endpoints = {"experience": transport.last_endpoint(self.pull),
+                          "params": transport.last_endpoint(self.pub)}
+
+    def publish(self, version: int, payload: bytes) -> None:
+        """Sends parameters of training step ``version`` to every actor (slow ones skip to
+        the newest)."""
+        self.pub.send_multipart([PARAMS_TOPIC, _VERSION.pack(int(version)) + payload])
+
+    def stop_actors(self) -> None:
+        """Tells actors started by endpoint to finish."""
+        self.pub.send_multipart([STOP_TOPIC, b""])
+
+    def close(self) -> None:
+        for name in ("pull", "pub"):
+            sock = getattr(self, name, None)
+            if sock is not None:
+                sock.close(0)
+        self._ctx.term()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class ActorEndpoints:
+    """What an actor needs to reach the learner (picklable; also for actors started by hand
+    on other machines). ``stop`` is an optional multiprocessing Event set by the learner."""
+
+    experience: str
+    params: str
+    queue_chunks: int = 32
+    stop: Any = None
+
+    def open(self) -> "ActorLink":
+        return ActorLink(self)
+
+
+class ActorLink:
+    """An actor's sockets: PUSH for its chunks, SUB for parameters and the stop notice.
+
+    ``send`` waits while ``queue_chunks`` chunks are queued (the learner is behind) and gives
+    up after ``give_up_s`` seconds without progress (the learner is gone) or on a stop.
+    """
+
+    def __init__(self, ends: ActorEndpoints, give_up_s: float = 60.0):
+        self._ctx = zmq.Context()
+        self._push = transport.open_socket(self._ctx, zmq.PUSH, ends.experience, "Conn",
+                                           hwm=ends.queue_chunks)
+        self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn")
+        self._sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC)
+        self._sub.setsockopt(zmq.SUBSCRIBE, STOP_TOPIC)
+        self._event = ends.stop
+        self._stopped = False
+        self._newest: Optional[tuple] = None
+        self._give_up = give_up_s
+
+    def should_stop(self) -> bool:
+        self._drain()
+        return self._stopped or (self._event is not None and self._event.is_set())
+
+    def send(self, frames: list) -> bool:
+        """Queues one chunk message (copied); False on a stop or when the learner took
+        nothing for ``give_up_s`` seconds."""
+        since = time.monotonic()
+        while not self.should_stop():
+            try:
+                self._push.send_multipart(frames, flags=zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                if time.monotonic() - since > self._give_up:
+                    log.warning("the learner took no experience for %g s; stopping",
+                                self._give_up)
+                    self._stopped = True
+                    return False
+                time.sleep(0.005)
+        return False
+
+    def latest(self) -> Optional[tuple]:
+        """``(version, payload)`` of the newest parameters not yet taken, or None."""
+        self._drain()
+        got, self._newest = self._newest, None
+        return got
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                topic, data = self._sub.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:  # not two frames: not ours
+                continue
+            if topic == STOP_TOPIC:
+                self._stopped = True
+            elif topic == PARAMS_TOPIC and len(data) >= _VERSION.size:
+                (version,) = _VERSION.unpack_from(data)
+                self._newest = (version, data[_VERSION.size:])
+
+    def close(self) -> None:
+        self._push.close(0)
+        self._sub.close(0)
+        self._ctx.term()
+
+
+def _endpoint(configured: Optional[str], host: str) -> str:
+    """The configured endpoint, or an OS-chosen port on ``host`` when it is empty or 'auto'."""
+    if not configured or configured == "auto":
+        return f"tcp://{host}:*"
+    return configured
+
+
+# ---------------------------------------------------------------------------------------------
+# Actor.
+
+
+def actor_row_spec(agent) -> list:
+    """The rows an actor streams, as the learner's buffer takes them
+    (:meth:`memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer.chunk_ingest` built from the
+    same agent's observation shape and dtype): observation, action int32, reward float64,
+    terminal bool."""
+    return [("observation", np.dtype(agent.observation_dtype), tuple(agent.observation_shape)),
+            ("action", np.dtype(np.int32), ()), ("reward", np.dtype(np.float64), ()),
+            ("terminal", np.dtype(np.bool_), ())]
+
+
+class _StreamingMemory:
+    """Stands in for an actor agent's replay memory: streams each transition the agent stores.
 
     ``add_count`` stays 0, so the agent's ``_train_step`` never trains (it only counts steps,
-    which drives the epsilon schedule).
+    which drives the epsilon schedule). The episode's end is sent by the actor loop, which
+    knows its return.
     """
 
     add_count = 0
     _sampling_distribution = None  # the agent's isinstance check for prioritized replay
 
-    def __init__(self):
-        self.elements: list = []
+    def __init__(self, stream: ChunkStream):
+        self._stream = stream
+        self.ok = True
 
     def add(self, element, *args, **kwargs) -> None:
-        self.elements.append(element)
-
-    def take(self) -> list:
-        out, self.elements = self.elements, []
-        return out
-
-
-def _chunk_from_elements(elements: list, episodes: list) -> Chunk:
-    return Chunk(
-        observation=np.stack([np.asarray(e.observation) for e in elements]),
-        action=np.asarray([int(e.action) for e in elements], np.int32),
-        reward=np.asarray([float(e.reward) for e in elements], np.float32),
-        terminal=np.asarray([bool(e.is_terminal) for e in elements], np.bool_),
-        episode_end=np.asarray([bool(e.episode_end) for e in elements], np.bool_),
-        episodes=np.asarray(episodes, np.float64).reshape(-1, 3),
-    )
-
-
-def _default_priority(agent):
-    """The priority the agent's ``_store_transition`` gives a new transition (Dopamine 4.1.2's
-    JAX agents: None without a prioritized distribution, 1.0 for the 'uniform' scheme, else the
-    largest priority recorded)."""
-    from dopamine.jax.replay_memory import samplers
-
-    dist = agent._replay._sampling_distribution
-    if not isinstance(dist, samplers.PrioritizedSamplingDistribution):
-        return None
-    if getattr(agent, "_replay_scheme", None) == "uniform":
-        return 1.0
-    return dist._sum_tree.max_recorded_priority
-
-
-def ingest(agent, chunk: Chunk, after_step=lambda: None) -> None:
-    """Stores ``chunk`` in a JAX agent's replay memory with one ``_train_step`` per transition,
-    as if the agent had stepped the environment itself.
-
-    On a memory with ``add_batch`` (memoire's), the transitions up to and including the next
-    step whose ``_train_step`` samples (``training_steps % update_period == 0``) are added in
-    one call, then their training steps run: every sample sees exactly the transitions it would
-    have seen one add at a time, and the priority of new transitions (fixed between training
-    updates) is the agent's rule. Other memories get one ``_store_transition`` per transition.
-
-    Args:
-      agent: a Dopamine JAX agent (JaxDQNAgent or a subclass), not in eval mode.
-      chunk: the transitions, in order; episodes complete or continuing the previous chunk's.
-      after_step: called after every training step (the learner publishes parameters there).
-    """
-    replay = agent._replay
-    n = len(chunk)
-    if not hasattr(replay, "add_batch"):
-        for i in range(n):
-            agent._store_transition(chunk.observation[i], chunk.action[i], chunk.reward[i],
-                                    bool(chunk.terminal[i]),
-                                    episode_end=bool(chunk.episode_end[i]))
-            agent._train_step()
-            after_step()
-        return
-    period = int(agent.update_period)
-    start = 0
-    while start < n:
-        end = min(n, start + (-int(agent.training_steps)) % period + 1)
-        replay.add_batch(chunk.observation[start:end], chunk.action[start:end],
-                         chunk.reward[start:end], chunk.terminal[start:end],
-                         chunk.episode_end[start:end], priorities=_default_priority(agent))
-        for _ in range(end - start):
-            agent._train_step()
-            after_step()
-        start = end
+        self.ok = self._stream.add({"observation": element.observation,
+                                    "action": element.action, "reward": element.reward,
+                                    "terminal": element.is_terminal}) and self.ok
 
 
 def environment_from_gin():
@@ -479,9 +321,10 @@ def environment_from_gin():
     return environment_fn()()
 
 
-def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
-              chunk_size: int, seed: int, should_stop, max_steps: int | None = None) -> int:
-    """Runs one actor until ``should_stop()`` or ``max_steps`` environment steps.
+def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
+              max_steps: int | None = None) -> int:
+    """Runs one actor until the learner says stop, the link gives up, or ``max_steps``
+    environment steps.
 
     Gin must already be loaded. Returns the environment steps taken.
     """
@@ -489,36 +332,26 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
-    recorder = _Recorder()
-    agent._replay = recorder  # the actor trains nothing; its memory only collects
+    uuid = (int.from_bytes(os.urandom(4), "little") << 32) | (actor_id & 0xFFFFFFFF)
+    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size, uuid=uuid)
+    memory = _StreamingMemory(stream)
+    agent._replay = memory  # the actor trains nothing; its memory only streams
     agent.eval_mode = False
     ends = train._install_end_recorder(environment)
     train.seed_environment(environment, seed)
-    max_per_episode = train.query("Runner.max_steps_per_episode", 27000)
-    clip = train.query("Runner.clip_rewards", True)
+    max_per_episode = query("Runner.max_steps_per_episode", 27000)
+    clip = query("Runner.clip_rewards", True)
 
     def refresh():
-        got = params.latest()
+        got = link.latest()
         if got is not None:
             version, payload = got
             agent.online_params = params_from_bytes(agent.online_params, payload)
             agent.training_steps = max(agent.training_steps, int(version))
 
     steps = 0
-    episodes: list = []
-
-    def flush() -> bool:
-        nonlocal episodes
-        elements = recorder.take()
-        if not elements:
-            return True
-        ok = sink.add_chunk(actor_id, _chunk_from_elements(elements, episodes))
-        episodes = []
-        refresh()
-        return ok
-
     refresh()
-    while not should_stop() and (max_steps is None or steps < max_steps):
+    while not link.should_stop() and (max_steps is None or steps < max_steps):
         action = agent.begin_episode(environment.reset())
         length, total = 0, 0.0
         while True:
@@ -532,22 +365,20 @@ def run_actor(actor_id: int, sink: ExperienceSink, params: ParameterSource, *,
                 terminated = bool(ends.terminated if ends is not None
                                   else environment.game_over)
                 agent.end_episode(clipped, terminated)
-                episodes.append((total, length, float(terminated)))
+                memory.ok = stream.end_episode(terminated, info=(total, length, terminated))
                 break
             action = agent.step(clipped, observation)
-            if len(recorder.elements) >= chunk_size and not flush():
+            if steps % chunk_size == 0:
+                refresh()
+            if not memory.ok or link.should_stop():
                 return steps
-            if should_stop():
-                return steps
-        if not flush():
-            return steps
-    flush()
+        refresh()
     return steps
 
 
-def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
-    """Entry point of an actor process: loads gin, seeds, opens its transport ends
-    (``ends.open()``) and runs :func:`run_actor`."""
+def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -> None:
+    """Entry point of an actor process: loads gin, seeds, connects (``ends.open()``) and runs
+    :func:`run_actor`."""
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
                           f"intra_op_parallelism_threads={config['actor_threads']}")
     from absl import logging as absl_logging
@@ -558,14 +389,14 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends) -> None:
     seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
     train.load_gin(facts["gin_files"], facts["bindings"])
     train.seed_everything(seed)
-    sink, params, should_stop, close = ends.open()
+    link = ends.open()
     try:
-        run_actor(actor_id, sink, params, chunk_size=config["chunk_size"], seed=seed,
-                  should_stop=should_stop, max_steps=config.get("max_steps"))
+        run_actor(actor_id, link, chunk_size=config["chunk_size"], seed=seed,
+                  max_steps=config.get("max_steps"))
     except KeyboardInterrupt:
         pass
     finally:
-        close()
+        link.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -578,68 +409,72 @@ def _learner_class():
     base = runner_class()  # the schedule's: TrainRunner ('continuous_train') has no eval phase
 
     class LearnerRunner(base):
-        """Dopamine's Runner whose training phase ingests actors' experience."""
+        """Dopamine's Runner whose training phase takes actors' episodes."""
 
-        def __init__(self, base_dir, create_agent_fn, *, source: ExperienceSource,
-                     publisher: ParameterPublisher, publish_period: int,
-                     actors_alive=lambda: True, seed=None, **kwargs):
+        def __init__(self, base_dir, create_agent_fn, *, sockets: LearnerSockets,
+                     publish_period: int, actors_alive=lambda: True, seed=None, **kwargs):
             super().__init__(base_dir, create_agent_fn, seed=seed, **kwargs)
             from dopamine.jax.agents.dqn import dqn_agent
 
-            if not isinstance(self._agent, dqn_agent.JaxDQNAgent):
+            agent = self._agent
+            if not isinstance(agent, dqn_agent.JaxDQNAgent):
                 raise ValueError("distributed training needs a JAX agent (JaxDQNAgent or a "
-                                 f"subclass), got {type(self._agent).__name__}")
-            self._source = source
-            self._publisher = publisher
+                                 f"subclass), got {type(agent).__name__}")
+            if not hasattr(agent._replay, "chunk_ingest"):
+                raise ValueError("distributed training needs memoire's JAX replay buffer "
+                                 "(memoire.dopamine_compat ReplayBuffer, the default of "
+                                 f"`memoire train`), got {type(agent._replay).__name__}")
+            # Built after the checkpoint (if any) was restored: it stores into that buffer.
+            spec = actor_row_spec(agent)
+            ingest = agent._replay.chunk_ingest(np.zeros(spec[0][2], spec[0][1]), np.int32(0))
+            self._receiver = ExperienceReceiver(ingest, sockets.pull)
+            self._sockets = sockets
             self._publish_period = publish_period
             self._actors_alive = actors_alive
-            self._assembler = EpisodeAssembler()
-            self.dropped_chunks = 0
             self._publish()
 
         def _publish(self) -> None:
-            self._publisher.publish(int(self._agent.training_steps),
-                                    params_to_bytes(self._agent.online_params))
+            self._sockets.publish(int(self._agent.training_steps),
+                                  params_to_bytes(self._agent.online_params))
 
-        def _after_step(self) -> None:
-            if self._agent.training_steps % self._publish_period == 0:
-                self._publish()
-
-        def _ingest(self, chunk: Chunk) -> None:
-            ingest(self._agent, chunk, self._after_step)
+        def _new_priority(self) -> float:
+            """The priority the agent's ``_store_transition`` gives a new transition (Dopamine
+            4.1.2's JAX agents: 1.0 for the 'uniform' scheme, else the largest recorded)."""
+            if getattr(self._agent, "_replay_scheme", None) == "uniform":
+                return 1.0
+            return float(self._agent._replay.max_recorded_priority)
 
         def _run_train_phase(self, statistics):
             self._phase = "train"
-            self._agent.eval_mode = False
+            agent = self._agent
+            agent.eval_mode = False
+            replay = agent._replay
             start = time.time()
             steps, returns = 0, []
             idle_since = time.time()
             while steps < self._training_steps:
-                got = self._source.get_chunk(timeout=0.5)
-                if got is None:
+                replay.set_ingest_priority(self._receiver.ingest, self._new_priority())
+                stored = self._receiver.poll(timeout=0.5)
+                if not stored:
                     if not self._actors_alive():
                         raise RuntimeError("all actors have exited; see their output above")
                     if time.time() - idle_since > 600:
                         raise TimeoutError("no experience from any actor for 600 s")
                     continue
                 idle_since = time.time()
-                actor_id, chunk = got
-                try:
-                    chunk.validate()
-                except ValueError as e:  # counted and dropped: a peer never kills the learner
-                    self.dropped_chunks += 1
-                    print(f"[memoire] dropped a chunk from actor {actor_id}: {e}",
-                          file=sys.stderr, flush=True)
-                    continue
-                done = self._assembler.add(actor_id, chunk)
-                if done is None:
-                    continue
-                self._ingest(done)
-                steps += len(done)
-                for ret, length, terminated in done.episodes:
+                for uuid, _, rows, info in stored:
+                    for _ in range(rows):
+                        agent._train_step()
+                        if agent.training_steps % self._publish_period == 0:
+                            self._publish()
+                    steps += rows
+                    if info is None:
+                        continue
+                    ret, length, terminated = info
                     self._episodes.record(iteration=self._iteration, phase="train",
                                           episode_return=ret, length=int(length),
-                                          terminated=bool(terminated), actor=actor_id)
+                                          terminated=bool(terminated),
+                                          actor=int(uuid) & 0xFFFFFFFF)
                     returns.append(ret)
                     statistics.append({"train_episode_lengths": int(length),
                                        "train_episode_returns": ret})
@@ -655,42 +490,48 @@ def _learner_class():
 def run(facts: dict, config: DistributedConfig) -> int:
     """Starts ``config.num_actors`` actor processes and runs the learner here.
 
-    Actors are stopped (event, then join with a timeout, then terminate) however the learner
-    ends. Returns 0 on success.
+    Actors are stopped (stop notice and event, then join with a timeout, then terminate)
+    however the learner ends. Returns 0 on success.
     """
     import multiprocessing as mp
 
     from memoire.experiments import replay_routing, train
 
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
-    transport = make_transport(config, ctx)
+    sockets = LearnerSockets(config)
+    stop = ctx.Event()
+    ends = ActorEndpoints(sockets.endpoints["experience"], sockets.endpoints["params"],
+                          config.queue_chunks, stop)
     actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
     procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
-                         args=(i, actor_facts, config.as_dict(), *transport.actor_args[i]))
+                         args=(i, actor_facts, config.as_dict(), ends))
              for i in range(config.num_actors if config.spawn_actors else 0)]
-    for p in procs:
-        p.start()
-    alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
     runner = None
     try:
+        for p in procs:
+            p.start()
+        alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
         runner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
-                                  source=transport.source, publisher=transport.publisher,
-                                  publish_period=config.publish_period,
-                                  actors_alive=alive,
-                                  seed=facts["seed"])
+                                  sockets=sockets, publish_period=config.publish_period,
+                                  actors_alive=alive, seed=facts["seed"])
         train.write_operative_config(facts["dir"])
         if runner.start_iteration > 0:
-            print(f"[memoire] resuming {facts['dir']} at iteration {runner.start_iteration}",
-                  flush=True)
-        where = ""
-        if getattr(transport, "endpoints", None):
-            where = f" (server rep {transport.endpoints['rep']}, pub {transport.endpoints['pub']})"
+            log.info("resuming %s at iteration %d", facts["dir"], runner.start_iteration)
         who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
-        print(f"[memoire] learner with {who} over {config.transport}{where}", flush=True)
+        log.info("learner with %s (experience %s, parameters %s)", who,
+                 sockets.endpoints["experience"], sockets.endpoints["params"])
         runner.run_experiment()
         train.write_operative_config(facts["dir"])
     finally:
-        transport.shutdown(procs)
+        stop.set()
+        sockets.stop_actors()
+        deadline = time.time() + 10.0
+        for p in procs:
+            p.join(timeout=max(0.0, deadline - time.time()))
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        sockets.close()
         if runner is not None:
             runner.close()
     return 0
@@ -703,8 +544,10 @@ def build_actor_parser():
                         help="the learner's gin file (repeatable): same agent and environment")
     parser.add_argument("--gin_bindings", action="append", default=[],
                         help="gin binding (repeatable), as the learner's")
-    parser.add_argument("--rep", required=True, help="the learner server's REP endpoint")
-    parser.add_argument("--pub", required=True, help="the learner server's PUB endpoint")
+    parser.add_argument("--experience", "--rep", dest="experience", required=True,
+                        help="the learner's experience (PULL) endpoint")
+    parser.add_argument("--params", "--pub", dest="params", required=True,
+                        help="the learner's parameter (PUB) endpoint")
     parser.add_argument("--actor_id", type=int, default=0,
                         help="this actor's number among the learner's actors")
     parser.add_argument("--seed", type=int, default=0,
@@ -713,6 +556,8 @@ def build_actor_parser():
                         help="stop after this many environment steps (default: no limit)")
     parser.add_argument("--chunk_size", type=int, default=64,
                         help="steps per episode chunk streamed to the learner")
+    parser.add_argument("--queue_chunks", type=int, default=32,
+                        help="chunks queued before this actor waits for the learner")
     return parser
 
 
@@ -721,21 +566,22 @@ def actor_cli(argv=None) -> int:
     """``memoire actor``: one actor joining a learner by endpoint (another machine, or a learner
     started with ``DistributedConfig.spawn_actors = False``).
 
-        memoire actor --gin_files F [--gin_bindings B] --rep tcp://HOST:PORT --pub tcp://HOST:PORT
-                      [--actor_id K] [--seed S] [--max_steps N]
+        memoire actor --gin_files F [--gin_bindings B] --experience tcp://HOST:PORT
+                      --params tcp://HOST:PORT [--actor_id K] [--seed S] [--max_steps N]
 
     The gin files are the learner's (same agent and environment). It runs until ``--max_steps``
-    environment steps, Ctrl-C, or the learner stops answering.
+    environment steps, Ctrl-C, the learner's stop notice, or the learner taking nothing for
+    60 s. (``--rep`` and ``--pub`` are older names of ``--experience`` and ``--params``.)
     """
-    from memoire.experiments import distributed_zmq
-
     parser = build_actor_parser()
     args = parser.parse_args(argv)
-    if args.chunk_size < 1:
-        parser.error(f"--chunk_size must be >= 1, got {args.chunk_size}")
+    for flag in ("chunk_size", "queue_chunks"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     cli.check_files(args.gin_files, "--gin_files")
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
     config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}
-    actor_main(args.actor_id, facts, config, distributed_zmq.ActorEndpoints(args.rep, args.pub))
+    actor_main(args.actor_id, facts, config,
+               ActorEndpoints(args.experience, args.params, args.queue_chunks))
     return 0

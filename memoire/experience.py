@@ -1,0 +1,168 @@
+"""The sending end of memoire's one experience path: an actor's episodes as chunk messages.
+
+An actor appends rows (one environment step each) to a :class:`ChunkStream`; every
+``chunk_rows`` rows go out as one CHUNK message (memoire's codec: a header frame and one frame
+per column, no pickle), and :meth:`ChunkStream.end_episode` sends the last chunk of the episode.
+The receiving end is one native ingest (``memoire._core.ChunkIngest``) that checks the chunks
+and commits each finished episode whole into its store: memoire's ``ReplayMemory`` (a
+``ReplayMemoryServer`` in central mode), Dopamine's TF buffers
+(``OutOfGraphReplayBuffer.chunk_ingest``) or Dopamine's JAX buffer
+(``ReplayBuffer.chunk_ingest``). The same messages travel over ``tcp://``, ``ipc://`` or
+``inproc://`` sockets.
+
+A chunk's columns are the ingest's ``row_spec`` (for Dopamine's buffers: observation, action,
+reward, terminal, ...), plus ``uuid`` (the actor), ``episode``, ``index`` (the chunk's place in
+its episode), ``multiplier`` and, on the last chunk, an optional ``info`` (return, length,
+terminated) that the receiver hands back with the stored episode. See core/chunk_ingest.h for
+the receiver's rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import zmq
+
+from memoire import codec, transport
+from memoire.codec import Msg
+from memoire.protocol import CHUNK_INFO, CHUNK_LAST, CHUNK_TERMINAL
+
+log = logging.getLogger(__name__)
+
+
+class ChunkStream:
+    """Streams one actor's episodes, one row at a time, as chunk messages.
+
+    Args:
+      row_spec: ``[(name, dtype, row_shape)]``, the receiving ingest's ``row_spec``.
+      send: called with the frames of each message (a list of bytes-like); returns False when
+        the message could not be sent (the episode is then abandoned: its later chunks are not
+        sent, and the receiver drops its stream). The frames view a stage that the next rows
+        overwrite, so ``send`` must copy them (pyzmq's ``send_multipart`` does by default).
+      chunk_rows: rows per message (>= 1); an episode end also sends.
+      uuid: the actor's id (uint64); random by default.
+
+    Not thread-safe: one actor thread owns a stream.
+    """
+
+    def __init__(self, row_spec: Sequence[tuple], send: Callable[[list], bool],
+                 chunk_rows: int = 64, uuid: Optional[int] = None):
+        if int(chunk_rows) < 1:
+            raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
+        self._spec = [(str(name), np.dtype(dtype), tuple(int(d) for d in shape))
+                      for name, dtype, shape in row_spec]
+        self._send = send
+        self._rows = int(chunk_rows)
+        self.uuid = int.from_bytes(os.urandom(8), "little") if uuid is None else int(uuid)
+        self._stage = {name: np.zeros((self._rows, *shape), dtype)
+                       for name, dtype, shape in self._spec}
+        self._staged = 0
+        self._episode = 0
+        self._index = 0
+        self._broken = False  # a send failed: the rest of this episode is not sent
+        self.episodes_sent = 0
+        self.rows_sent = 0
+
+    def add(self, row: Mapping[str, object]) -> bool:
+        """Appends one row (a value per column, cast to the column's dtype and shape); sends a
+        full chunk. Returns False when a send failed (this episode is lost)."""
+        if set(row) != set(self._stage):
+            raise ValueError(f"row: expected the columns {sorted(self._stage)}, got {sorted(row)}")
+        for name, dtype, shape in self._spec:
+            value = np.asarray(row[name])
+            if value.shape != shape:
+                raise ValueError(f"{name}: expected {dtype}{list(shape)}, got "
+                                 f"{value.dtype}{list(value.shape)}")
+            self._stage[name][self._staged] = value
+        self._staged += 1
+        if self._staged == self._rows:
+            return self._flush(flags=0, info=None)
+        return not self._broken
+
+    def end_episode(self, terminal: bool, info: Optional[Sequence[float]] = None) -> bool:
+        """Sends the episode's last chunk (the receiver then stores the episode) and starts the
+        next episode. ``info``: (return, length, terminated), handed to the receiver's owner.
+        Returns False when the episode was lost (a send failed)."""
+        ok = self._flush(flags=CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0), info=info)
+        if ok:
+            self.episodes_sent += 1
+        self._episode += 1
+        self._index = 0
+        self._broken = False
+        return ok
+
+    def _flush(self, flags: int, info: Optional[Sequence[float]]) -> bool:
+        n, self._staged = self._staged, 0
+        if self._broken:
+            return False
+        values = {name: self._stage[name][:n] for name, _, _ in self._spec}
+        values.update({"uuid": np.array(self.uuid, np.uint64),
+                       "episode": np.array(self._episode, np.int64),
+                       "index": np.array(self._index, np.int64),
+                       "multiplier": np.array(1.0, np.float32)})
+        if info is not None:
+            name, dtype, size = CHUNK_INFO
+            values[name] = np.asarray(info, dtype).reshape(size)
+        frames = codec.encode(Msg.CHUNK, values, flags=flags)
+        if not self._send(frames):
+            self._broken = True
+            return False
+        self._index += 1
+        self.rows_sent += n
+        return True
+
+
+class ExperienceReceiver:
+    """The receiving end on a socket: every message goes into ``ingest`` (with the GIL
+    released, straight from libzmq when memoire's native message paths are on), and
+    :meth:`poll` returns the episodes stored since the last call.
+
+    Args:
+      ingest: a ``memoire._core.ChunkIngest`` (over any store).
+      sock: a PULL socket the owner bound or connected; the receiver reads it, the owner
+        closes it.
+
+    Not thread-safe: the owner's thread polls (a learner paces its training steps by what
+    :meth:`poll` returns). Rejected chunks are counted by the ingest (``counters()``) and
+    logged, sparsely under a flood; a message that is no chunk counts as ``not_chunk``.
+    """
+
+    def __init__(self, ingest, sock: zmq.Socket):
+        self.ingest = ingest
+        self._sock = sock
+        self._native = transport.native_libzmq()
+        self.not_chunk = 0
+
+    def poll(self, timeout: float) -> List[Tuple[int, int, int, Optional[tuple]]]:
+        """Waits up to ``timeout`` seconds for messages and takes what is queued. Returns the
+        episodes stored since the last call, oldest first: ``[(uuid, episode, rows, info)]``
+        (``info``: the actor's (return, length, terminated), or None)."""
+        self.ingest.reap()
+        ms = max(0, int(timeout * 1000))
+        other = None
+        if self._native:
+            _, _, rejected, other = self.ingest.receive(self._sock.underlying, ms, 64)
+            for reason, count, detail in rejected:
+                _log_rejection(reason, count, detail)
+        elif self._sock.poll(ms):
+            frames = self._sock.recv_multipart(copy=False)
+            got = self.ingest.ingest(frames)
+            if got is None:
+                other = frames
+            elif got[0] == 3:
+                _log_rejection(got[2], got[3], got[4])
+        if other is not None:
+            self.not_chunk += 1
+            _log_rejection("not_chunk", self.not_chunk, "a message that is no episode chunk")
+        records, dropped = self.ingest.take_committed()
+        if dropped:
+            log.warning("%d stored episodes were not reported (poll more often)", dropped)
+        return records
+
+
+def _log_rejection(reason: str, count: int, detail: str) -> None:
+    if count <= 10 or count % 1000 == 0:  # a flood of bad chunks must not flood the log
+        log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)

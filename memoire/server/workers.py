@@ -1,0 +1,371 @@
+"""The socket and worker plumbing every memoire server shares: counters, worker loops, proxies,
+the PUB socket and the logfile. No message is interpreted here except to route it.
+
+Threads and ownership:
+
+- :class:`Stats` is shared by a server and its services; its lock guards only its counters
+  (and its condition wakes waiters on them).
+- :class:`Workers` owns the ZeroMQ context, the authenticator and every socket a worker or
+  proxy loop opens. Each loop runs in the thread that called it (``start_threads`` makes
+  daemon threads) until :meth:`Workers.close`; a loop closes its own sockets when it ends.
+  Every handler error is counted (``rejected["internal"]``) and survived.
+- :class:`Publisher` owns the PUB socket, created by the constructor's thread and then used
+  only under its lock.
+- :class:`Logfile` owns the logfile, written under its lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import zmq
+
+from memoire import _core, codec
+from memoire.codec import ProtocolError
+from memoire.protocol import Msg
+from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
+                               open_socket, publication_frames)
+
+log = logging.getLogger("memoire.server")
+
+POLL_MS = 100  # loops check for close() this often
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+class Stats:
+    """Counters of a server: ``counts`` by name and ``rejected`` by reason. Thread-safe."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)  # notified when counts that waiters read grow
+        self.counts = collections.Counter()
+        self.rejected = collections.Counter()
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[key] += n
+
+    def get(self, key: str) -> int:
+        with self.lock:
+            return self.counts[key]
+
+    def reject(self, reason: str, detail: str) -> None:
+        """Counts a dropped message and logs it, sparsely under a flood."""
+        with self.lock:
+            self.rejected[reason] += 1
+            n = self.rejected[reason]
+        if n <= 10 or n % 1000 == 0:  # a flood of bad messages must not flood the log
+            log.warning("dropped a message (%s, %d so far): %s", reason, n, detail)
+
+
+def error_reply(kind: str, reason: str) -> list:
+    """The frames of an ERROR reply (:func:`memoire.remote.raise_for_error` raises it)."""
+    return codec.encode(Msg.ERROR, {"error": kind, "reason": reason})
+
+
+def decode(stats: Stats, frames, expect, max_bytes: int) -> Optional[codec.Message]:
+    """The message, or None when it is malformed or of another wire version (counted)."""
+    try:
+        return codec.decode(frames, max_bytes=max_bytes, expect=expect)
+    except ProtocolError as e:
+        version = codec.peek_version(frames[0]) if frames else None
+        stats.reject("version" if version not in (None, codec.WIRE_VERSION) else "malformed",
+                     str(e))
+        return None
+
+
+def rep_handler(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]],
+                max_bytes: int) -> Callable[[zmq.Socket, list], None]:
+    """A REP loop's handler: decodes a request, runs the handler of its type (message ->
+    reply frames) and sends the reply. Every request gets one: an undecodable one an ERROR
+    naming the version mismatch or the malformation, a failing handler an ERROR too."""
+    expect = tuple(handlers)
+
+    def handle(sock: zmq.Socket, frames: list) -> None:
+        try:
+            msg = decode(stats, frames, expect, max_bytes)
+            if msg is None:
+                version = codec.peek_version(frames[0]) if frames else None
+                if version not in (None, codec.WIRE_VERSION):
+                    reply = error_reply("ProtocolError", f"wire version mismatch: the server "
+                                        f"speaks version {codec.WIRE_VERSION}, the request "
+                                        f"came in version {version}; upgrade memoire on one "
+                                        "side")
+                else:
+                    reply = error_reply("ProtocolError", "malformed request (see the server log)")
+            else:
+                reply = handlers[msg.type](msg)
+        except Exception as e:  # noqa: BLE001 - REP must answer every request
+            stats.reject("internal", f"rep: {type(e).__name__}: {e}")
+            reply = error_reply("RuntimeError", f"server error: {type(e).__name__}: {e}")
+        sock.send_multipart(reply, copy=False)
+    return handle
+
+
+class Workers:
+    """Sockets and loops of one server (see the module docstring).
+
+    Args:
+      stats: the server's counters.
+      keys: CURVE keys for every socket bound on the server side (None: plain).
+      bind_host: the interface a ``*`` host binds.
+      max_message_bytes: the largest message a socket accepts.
+    """
+
+    def __init__(self, stats: Stats, *, keys: Optional[CurveKeys] = None,
+                 bind_host: str = LOOPBACK,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        self.stats = stats
+        self.keys = keys
+        self.bind_host = bind_host
+        self.max_message_bytes = int(max_message_bytes)
+        self.ctx = zmq.Context()
+        self._auth = Authenticator(self.ctx, keys) if keys is not None else None
+        self.closing = threading.Event()
+        self._active = 0  # loops running; guarded by stats.lock
+        self._threads: List[threading.Thread] = []
+        self.endpoints: Dict[str, List[str]] = collections.defaultdict(list)  # under stats.lock
+
+    # ---- sockets and loops
+
+    def open(self, kind: int, endpoint: str, mode: str, label: str,
+             server_side: bool = True) -> zmq.Socket:
+        """A socket bound or connected (``mode`` ``'Bind'``/``'Conn'``) and recorded in
+        :attr:`endpoints` under `label` (with the OS-chosen port when bound)."""
+        if self.closing.is_set():
+            raise RuntimeError(f"{label}: the server is closed")
+        sock = open_socket(self.ctx, kind, endpoint, mode,
+                           keys=self.keys if (is_bind(mode) and server_side) else None,
+                           bind_host=self.bind_host, max_bytes=self.max_message_bytes)
+        with self.stats.cond:
+            self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
+            self.stats.cond.notify_all()
+        return sock
+
+    def loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
+             name: str, idle: Optional[Callable[[], None]] = None) -> None:
+        """Polls `socks` until close(); `handle(sock, frames)` runs per message. `idle` runs
+        after a poll that found nothing."""
+        poller = zmq.Poller()
+        for s in socks:
+            poller.register(s, zmq.POLLIN)
+
+        def step():
+            ready = poller.poll(POLL_MS)
+            for sock, _ in ready:
+                frames = sock.recv_multipart(copy=False)
+                self.guarded(handle, name, sock, frames)
+            if not ready and idle is not None:
+                idle()
+        self.serve(socks, step)
+
+    def native_loop(self, sock: zmq.Socket, receivers: Mapping[int, Callable[[int, int], Optional[list]]],
+                    handle: Callable[[zmq.Socket, list], None], name: str,
+                    idle: Optional[Callable[[], None]] = None) -> None:
+        """A PULL loop whose messages are received in C++ (GIL released): `receivers` maps a
+        message type to ``receive(socket address, timeout_ms)``, which takes messages of its
+        type and returns the frames of the first other one (or None). The receiver of the type
+        last seen holds the socket; other messages go to `handle`. `idle` runs every step."""
+        address = sock.underlying
+        kinds = list(receivers)
+        current = kinds[0]
+
+        def step():
+            nonlocal current
+            if idle is not None:
+                idle()
+            try:
+                frames = receivers[current](address, POLL_MS)
+            except RuntimeError as e:  # a socket error: say so, do not spin on it
+                self.stats.reject("internal", f"{name}: {e}")
+                time.sleep(POLL_MS / 1000)
+                return
+            if frames is not None:
+                kind = _core.peek_header(frames[0]) if frames else None
+                if kind is not None and kind[0] == codec.WIRE_VERSION and kind[1] in receivers:
+                    current = kind[1]
+                self.guarded(handle, name, sock, frames)
+        self.serve([sock], step)
+
+    def guarded(self, handle, name, sock, frames) -> None:
+        try:
+            handle(sock, frames)
+        except Exception as e:  # noqa: BLE001 - a worker never dies from input
+            self.stats.reject("internal", f"{name}: {type(e).__name__}: {e}")
+            log.exception("%s: unexpected error", name)
+
+    def serve(self, socks: Sequence[zmq.Socket], step: Callable[[], None]) -> None:
+        """Runs `step` until close(), then closes `socks`."""
+        with self.stats.lock:
+            self._active += 1
+        try:
+            while not self.closing.is_set():
+                step()
+        finally:
+            for s in socks:
+                s.close(0)
+            with self.stats.cond:
+                self._active -= 1
+                self.stats.cond.notify_all()
+
+    # ---- proxies
+
+    def proxy(self, front_kind, front_ep, front_mode, back_kind, back_ep, label) -> None:
+        """Forwards messages both ways between a front socket and a bound back socket."""
+        front = self.open(front_kind, front_ep, front_mode, f"{label}_front")
+        back = self.open(back_kind, back_ep, "Bind", f"{label}_back")
+
+        def forward(sock, frames):
+            (back if sock is front else front).send_multipart(frames, copy=False)
+        self.loop([front, back], forward, f"{label} proxy")
+
+    def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to
+        `back_ep` (bound), and their replies back, until :meth:`close`."""
+        self.proxy(zmq.ROUTER, front_ep, "Bind", zmq.DEALER, back_ep, "rep_proxy")
+
+    def pull_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Forwards pushed messages from clients (bound at `front_ep`) to PULL workers that
+        connect to `back_ep` (bound), until :meth:`close`."""
+        self.proxy(zmq.PULL, front_ep, "Bind", zmq.PUSH, back_ep, "pull_proxy")
+
+    def pub_proxy_main(self, front_ep: str, back_ep: str) -> None:
+        """Relays a publisher (connects to `front_ep`, e.g. a server's PUB endpoint on another
+        machine) to subscribers that connect to `back_ep` (bound), until :meth:`close`."""
+        self.proxy(zmq.XSUB, front_ep, "Conn", zmq.XPUB, back_ep, "pub_proxy")
+
+    # ---- threads
+
+    def start_threads(self, targets: Sequence[tuple], timeout: float) -> Dict[str, str]:
+        """Runs each ``(main, endpoint, label)`` of `targets` as ``main(endpoint, "Bind")`` in
+        a daemon thread and returns ``{label: endpoint bound}`` once each has bound.
+
+        Raises:
+          TimeoutError: a loop did not bind within `timeout` seconds (its error is logged).
+        """
+        with self.stats.lock:
+            before = {label: len(self.endpoints[label]) for _, _, label in targets}
+        for main, endpoint, _ in targets:
+            t = threading.Thread(target=_logged(main), args=(endpoint, "Bind"), daemon=True,
+                                 name=f"memoire-{main.__name__}")
+            t.start()
+            self._threads.append(t)
+        deadline = time.monotonic() + timeout
+        with self.stats.cond:
+            while any(len(self.endpoints[label]) <= n for label, n in before.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("start: the workers did not bind in time (see the log)")
+                self.stats.cond.wait(left)
+            return {label: self.endpoints[label][n] for label, n in before.items()}
+
+    def close(self, timeout: float = 5.0, before_join: Callable[[], None] = lambda: None) -> bool:
+        """Stops every loop (each notices within ~0.1 s) and waits up to `timeout` seconds for
+        them; `before_join` runs once the loops are told to stop (to wake waits of their
+        own). Returns False when already closed (idempotent)."""
+        if self.closing.is_set() and self.ctx.closed:
+            return False
+        self.closing.set()
+        before_join()
+        deadline = time.monotonic() + timeout
+        with self.stats.cond:
+            while self._active > 0 and time.monotonic() < deadline:
+                self.stats.cond.wait(max(0.0, deadline - time.monotonic()))
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return True
+
+    def terminate(self) -> None:
+        """Stops the authenticator and ends the context (once the loops are gone)."""
+        if self._auth is not None:
+            self._auth.stop()
+        if self._active == 0:
+            self.ctx.term()
+
+
+class Publisher:
+    """A PUB socket bound at construction (see :meth:`publish`)."""
+
+    def __init__(self, workers: Workers, endpoint: str):
+        self._lock = threading.Lock()
+        self._closing = workers.closing
+        self._sock = open_socket(workers.ctx, zmq.PUB, endpoint, "Bind", keys=workers.keys,
+                                 bind_host=workers.bind_host)
+        self.endpoint = last_endpoint(self._sock)
+
+    def publish(self, topic, message) -> None:
+        """Publishes `message` (bytes-like or a numpy array, any size) under `topic` (str or
+        bytes) to every client subscribed with ``sub_bytes(topic)``."""
+        if self._closing.is_set():
+            raise RuntimeError("pub_bytes: the server is closed")
+        t = topic.encode() if isinstance(topic, str) else bytes(topic)
+        data = message if isinstance(message, (bytes, np.ndarray)) else memoryview(message)
+        if isinstance(data, np.ndarray):
+            data = memoryview(np.ascontiguousarray(data)).cast("B")
+        frames = publication_frames(t, data)
+        with self._lock:
+            if self._sock is None:
+                raise RuntimeError("pub_bytes: the server is closed")
+            self._sock.send_multipart(frames, copy=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close(0)
+                self._sock = None
+
+
+class Logfile:
+    """Actors' log lines, written to a file (see :meth:`open`); nothing until opened."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._file = None
+        self.path: Optional[str] = None
+
+    def open(self, path: str, mode: str = "a") -> None:
+        """Writes log lines to `path` (opened with `mode`: 'w', 'a' or 'x'), one line per
+        message: ``'%s,%08x,%s\\n' % (timestamp, uuid, message)``, timestamp in ISO 8601 local
+        time; newlines in a message are escaped as ``\\n``. Buffered; flushed by
+        :meth:`flush` and :meth:`close`."""
+        if mode not in ("w", "a", "x"):
+            raise ValueError(f"mode: expected 'w', 'a' or 'x', got {mode!r}")
+        f = open(path, mode, buffering=1 << 16, encoding="utf-8")
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+            self._file = f
+            self.path = path
+
+    def write(self, uuid: int, message: str) -> None:
+        line = "%s,%08x,%s\n" % (datetime.datetime.now().isoformat(), uuid,
+                                 message.replace("\\", "\\\\").replace("\n", "\\n"))
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def _logged(fn):
+    def run(*args):
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a failed bind is reported by start()'s timeout
+            log.exception("%s failed", fn.__name__)
+    return run

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The wheel as a user gets it: builds memoire's wheel for this machine's interpreter (CPython 3.12
+# where present, else python3), repairs it with auditwheel into a manylinux wheel, installs it with
+# the `test` and `gin` extras into a fresh virtual environment with no C/C++ compiler on PATH
+# (newest numpy 2.x and pyzmq, no Dopamine, TensorFlow, JAX, gym or matplotlib), checks
+# then runs every test that does not need Dopamine (-m "not dopamine") against the installed wheel,
+# mypy's stubtest of memoire/_core.pyi against the installed extension among them.
+#
+# The build writes nothing into the checkout (scikit-build-core builds in a temporary folder; the
+# script checks `git status --porcelain --ignored` before and after). Kept afterwards: the repaired
+# wheel in build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
+# Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/test_memory.py for a subset)
+# Environment: CORE_PYTHON (interpreter), WHEELHOUSE (where the repaired wheel goes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+if [ -z "${CORE_PYTHON:-}" ]; then
+  # pyenv installs a shim for every version it has; only a runnable one counts.
+  for CORE_PYTHON in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 python3; do
+    "$CORE_PYTHON" -c "" 2>/dev/null && break
+  done
+fi
+PY=$(command -v "$CORE_PYTHON")
+WHEELHOUSE=${WHEELHOUSE:-$ROOT/build/wheelhouse}
+TOOLS=$ROOT/build/wheel-tools
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/memoire-wheel.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+log() { echo "[wheel] $*"; }
+
+# auditwheel in a throwaway venv of its own (kept between runs: rebuilt when missing).
+if [ ! -x "$TOOLS/bin/auditwheel" ]; then
+  rm -rf "$TOOLS"
+  "$PY" -m venv "$TOOLS"
+  "$TOOLS/bin/python" -m pip install -q --upgrade pip
+  "$TOOLS/bin/python" -m pip install -q "auditwheel>=6"
+fi
+
+# 1. Build (isolated build environment, temporary build folder), checking the checkout stays clean.
+status() { git status --porcelain --ignored --untracked-files=all; }
+before=$(status)
+start=$SECONDS
+"$TOOLS/bin/python" -m pip wheel -q --no-deps -w "$TMP/dist" "$ROOT"
+after=$(status)
+if [ "$before" != "$after" ]; then
+  diff <(echo "$before") <(echo "$after") || true
+  echo "[wheel] the build wrote into the checkout (above: git status before/after)" >&2
+  exit 1
+fi
+log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; checkout unchanged"
+
+# 2. Repair: vendor any non-system library and take the manylinux tag the symbols allow.
+"$TOOLS/bin/auditwheel" repair -w "$TMP/wheelhouse" "$TMP"/dist/*.whl >"$TMP/repair.log" 2>&1 \
+  || { cat "$TMP/repair.log" >&2; exit 1; }
+WHEEL=$(echo "$TMP"/wheelhouse/*.whl)
+case "$WHEEL" in *manylinux*) ;; *) echo "[wheel] not a manylinux wheel: $WHEEL" >&2; exit 1;; esac
+mkdir -p "$WHEELHOUSE"
+rm -f "$WHEELHOUSE"/memoire-*.whl
+cp "$WHEEL" "$WHEELHOUSE/"
+WHEEL=$WHEELHOUSE/$(basename "$WHEEL")
+log "repaired: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
+
+# 3. A PATH without compilers: symlinks to every program of the system folders except C/C++
+# compilers, preprocessors, assemblers, linkers and build tools (and CC/CXX pointing at false),
+# so nothing can build an extension from source.
+NOCC=$TMP/bin
+mkdir "$NOCC"
+for dir in /usr/local/bin /usr/bin /bin; do
+  for f in "$dir"/*; do
+    name=${f##*/}
+    case "$name" in
+      cc|c++|cpp|gcc*|g++*|clang*|*-gcc*|*-g++*|*-cc|*-c++|*-cpp*|ld|ld.*|*-ld|*-ld.*|as|*-as) continue;;
+      cmake*|ninja*|make|gmake|tcc|icc|icx|icpx|nvcc|zig) continue;;
+    esac
+    [ -e "$NOCC/$name" ] || ln -s "$f" "$NOCC/$name"
+  done
+done
+VENV=$TMP/venv
+"$PY" -m venv "$VENV"
+NOCC_ENV=(env -i HOME="$HOME" PATH="$VENV/bin:$NOCC" CC=/bin/false CXX=/bin/false
+          LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1)
+for pip_var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_CONSTRAINT \
+               PIP_DEFAULT_TIMEOUT PIP_DISABLE_PIP_VERSION_CHECK PIP_CONFIG_FILE \
+               HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy; do
+  [ -n "${!pip_var:-}" ] && NOCC_ENV+=("$pip_var=${!pip_var}")
+done
+"${NOCC_ENV[@]}" sh -c 'for c in cc c++ gcc g++ clang clang++ x86_64-linux-gnu-gcc aarch64-linux-gnu-gcc ld; do
+  if command -v "$c" >/dev/null; then echo "[wheel] compiler on PATH: $(command -v "$c")" >&2; exit 1; fi
+done'
+
+# 4. Install the wheel and the extras' dependencies, binaries only (nothing may compile).
+cd "$TMP"  # from here on, the source tree is not on sys.path
+start=$SECONDS
+"${NOCC_ENV[@]}" python -m pip install -q --only-binary=:all: "memoire[test,gin,stubs] @ file://$WHEEL"
+log "installed in a fresh venv without a compiler in $((SECONDS - start)) s (with dependencies)"
+"${NOCC_ENV[@]}" python - "$VENV" <<'PY'
+import importlib.util, os, sys, numpy, zmq, memoire, memoire._core
+venv = os.path.realpath(sys.argv[1])
+for m in (memoire, memoire._core):
+    if not os.path.realpath(m.__file__).startswith(venv + os.sep):
+        sys.exit(f"[wheel] {m.__name__} comes from {m.__file__}, not the installed wheel")
+present = [m for m in ("dopamine", "tensorflow", "jax", "gym", "gymnasium", "matplotlib")
+           if importlib.util.find_spec(m) is not None]
+if present:
+    sys.exit(f"[wheel] the core-only environment unexpectedly has {present}")
+print(f"[wheel] python {sys.version.split()[0]}, numpy {numpy.__version__}, pyzmq {zmq.__version__},"
+      f" memoire {memoire.__version__} from {os.path.dirname(memoire.__file__)}")
+PY
+
+# 5. The core tests, stubtest of memoire/_core.pyi among them (tests/test_stubs.py). pytest, not
+# `python -m pytest`, run from $TMP: nothing puts the checkout's memoire/ on sys.path. Paths among
+# the arguments are the checkout's (tests/test_memory.py); none given: all of tests/.
+args=() paths=0
+for a in "$@"; do
+  if [ -e "$ROOT/${a%%::*}" ]; then args+=("$ROOT/$a"); paths=1; else args+=("$a"); fi
+done
+[ "$paths" = 1 ] || args+=("$ROOT/tests")
+"${NOCC_ENV[@]}" pytest -q -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" \
+  -m "not dopamine" "${args[@]}"
