@@ -75,6 +75,37 @@ def test_actor_link_waits_for_a_slow_learner_then_gives_up():
         sockets.close()
 
 
+def test_an_actor_starts_episodes_only_while_the_learner_keeps_up():
+    sockets, ends = _link_pair()
+    ends.episodes_ahead = 1
+    link = dist.ActorLink(ends, actor_id=3, give_up_s=0.3)
+    other = dist.ActorLink(ends, actor_id=4)
+    try:
+        assert link.uuid & 0xFFFFFFFF == 3
+        assert link.wait_for_learner(0) and link.wait_for_learner(1)  # 0 and 1 episode out
+        # two finished episodes, none stored: nothing for 0.3 s, so it gives up
+        assert link.wait_for_learner(2) is False
+        link = dist.ActorLink(ends, actor_id=3, give_up_s=10)
+        # the learner stores episodes 0..4 of this actor and 7 of another one
+        # (PUB drops what it sends before a subscription lands: the learner repeats the table)
+        got = _wait(lambda: sockets.acknowledge(
+            [(link.uuid, 4, 10, None), (other.uuid, 7, 3, None)]) or
+            link.should_stop() or link.stored_episode == 4)
+        assert got and link.stored_episode == 4
+        assert link.wait_for_learner(6)  # 6 finished, 5 stored: 1 out
+        assert _wait(lambda: other.should_stop() or other.stored_episode == 7)
+        # a learner that restarted knows less: what an actor learned stays
+        sockets.acknowledge([(link.uuid, 1, 1, None)])
+        assert link.wait_for_learner(6) and link.stored_episode == 4
+        # garbage on the table's topic is ignored
+        sockets.pub.send_multipart([dist.STORED_TOPIC, b"odd"])
+        assert not link.should_stop() and link.stored_episode == 4
+    finally:
+        link.close()
+        other.close()
+        sockets.close()
+
+
 @pytest.mark.dopamine
 def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
     from memoire.dopamine_compat import jax_replay_buffer as mj

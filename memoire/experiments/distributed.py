@@ -23,18 +23,23 @@ Roles:
 Sockets: the learner binds both. ``transport = 'multiprocessing'`` (actors spawned on this
 machine) uses ``ipc://`` endpoints in a private temporary folder; ``'zmq'`` uses TCP (loopback
 ports the OS picks unless ``experience_endpoint`` / ``param_endpoint`` name them), so actors on
-other machines can join with ``memoire actor``. Backpressure: an actor's PUSH socket queues at
-most ``queue_chunks`` chunks, then waits, so actors never run ahead of the learner without
-bound. When the learner ends it publishes a stop notice, and a spawned actor also has a stop
-event. Parameters travel as ``flax.serialization.to_bytes`` (msgpack), never pickle.
+other machines can join with ``memoire actor``. Backpressure: the learner publishes, per actor,
+the last episode it stored, and an actor starts a new episode only while at most
+``episodes_ahead`` of its finished episodes are not stored yet, so actors never run ahead of
+the learner by more than that (socket queues alone would not bound it: the kernel's buffers
+hold thousands of small chunks). When the learner ends it publishes a stop notice, and a
+spawned actor also has a stop event. Parameters travel as ``flax.serialization.to_bytes``
+(msgpack), never pickle.
 
 Gin settings (``DistributedConfig.*``): ``num_actors`` (0 = single process), ``publish_period``,
-``chunk_size``, ``queue_chunks``, ``transport``, ``experience_endpoint``, ``param_endpoint``,
+``chunk_size``, ``queue_chunks``, ``episodes_ahead``, ``transport``, ``experience_endpoint``,
+``param_endpoint``,
 ``actor_threads``, ``spawn_actors``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -57,6 +62,8 @@ log = logging.getLogger(__name__)
 
 PARAMS_TOPIC = b"params"
 STOP_TOPIC = b"stop"
+STORED_TOPIC = b"stored"  # uint64 pairs (actor uuid, last episode stored)
+MAX_ACTORS = 4096  # actors the learner tells about their stored episodes
 _VERSION = struct.Struct("<q")  # parameter version, before the payload
 
 
@@ -68,7 +75,9 @@ class DistributedConfig:
       num_actors: actor processes; 0 runs everything in one process.
       publish_period: learner training steps between parameter publications.
       chunk_size: transitions per experience chunk an actor sends (an episode end also sends).
-      queue_chunks: chunks an actor queues before it waits for the learner (backpressure).
+      queue_chunks: chunks an actor's socket queues before a send waits.
+      episodes_ahead: finished episodes an actor may have that the learner has not stored yet
+        when it starts the next one (0: lockstep); bounds how stale the learner's data is.
       transport: 'multiprocessing' (actors spawned on this machine, ``ipc://`` sockets) or
         'zmq' (TCP sockets; actors may run on other machines).
       experience_endpoint: the learner's PULL endpoint for experience ('zmq'); 'auto' lets the
@@ -84,12 +93,15 @@ class DistributedConfig:
     """
 
     def __init__(self, num_actors: int = 0, publish_period: int = 100, chunk_size: int = 64,
-                 queue_chunks: int = 32, transport: str = "multiprocessing",
+                 queue_chunks: int = 32, episodes_ahead: int = 1,
+                 transport: str = "multiprocessing",
                  experience_endpoint: str = "auto",
                  param_endpoint: str = "auto", actor_threads: int = 1,
                  spawn_actors: bool = True):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
+        if episodes_ahead < 0:
+            raise ValueError(f"episodes_ahead must be >= 0, got {episodes_ahead}")
         for name, v in (("publish_period", publish_period), ("chunk_size", chunk_size),
                         ("queue_chunks", queue_chunks), ("actor_threads", actor_threads)):
             if v < 1:
@@ -100,6 +112,7 @@ class DistributedConfig:
         self.publish_period = int(publish_period)
         self.chunk_size = int(chunk_size)
         self.queue_chunks = int(queue_chunks)
+        self.episodes_ahead = int(episodes_ahead)
         self.transport = transport
         self.experience_endpoint = experience_endpoint
         self.param_endpoint = param_endpoint
@@ -170,11 +183,29 @@ class LearnerSockets:
             raise
         self.endpoints = {"experience": transport.last_endpoint(self.pull),
                           "params": transport.last_endpoint(self.pub)}
+        self._stored: collections.OrderedDict = collections.OrderedDict()  # uuid -> episode
+        self._told = 0.0
 
     def publish(self, version: int, payload: bytes) -> None:
         """Sends parameters of training step ``version`` to every actor (slow ones skip to
         the newest)."""
         self.pub.send_multipart([PARAMS_TOPIC, _VERSION.pack(int(version)) + payload])
+
+    def acknowledge(self, stored: list) -> None:
+        """Tells actors which of their episodes are stored (``stored``: what
+        :meth:`memoire.experience.ExperienceReceiver.poll` returned). The whole table goes out
+        when something was stored and at least every 0.5 s, so an actor that joined late or
+        missed a message catches up."""
+        for uuid, episode, _, _ in stored:
+            uuid = int(uuid)
+            self._stored[uuid] = max(int(episode), self._stored.pop(uuid, -1))
+            if len(self._stored) > MAX_ACTORS:  # peers are not trusted: the table is bounded
+                self._stored.popitem(last=False)  # the actor heard from least recently
+        now = time.monotonic()
+        if self._stored and (stored or now - self._told >= 0.5):
+            table = np.array(list(self._stored.items()), np.uint64)
+            self.pub.send_multipart([STORED_TOPIC, table.tobytes()])
+            self._told = now
 
     def stop_actors(self) -> None:
         """Tells actors started by endpoint to finish."""
@@ -198,30 +229,40 @@ class ActorEndpoints:
     experience: str
     params: str
     queue_chunks: int = 32
+    episodes_ahead: int = 1
     stop: Any = None
 
-    def open(self) -> "ActorLink":
-        return ActorLink(self)
+    def open(self, actor_id: int = 0) -> "ActorLink":
+        return ActorLink(self, actor_id)
 
 
 class ActorLink:
-    """An actor's sockets: PUSH for its chunks, SUB for parameters and the stop notice.
+    """An actor's sockets: PUSH for its chunks, SUB for parameters, the learner's table of
+    stored episodes and the stop notice. :attr:`uuid` is the actor's stream id.
 
-    ``send`` waits while ``queue_chunks`` chunks are queued (the learner is behind) and gives
-    up after ``give_up_s`` seconds without progress (the learner is gone) or on a stop.
+    ``send`` waits while ``queue_chunks`` chunks are queued; :meth:`wait_for_learner` waits
+    while ``episodes_ahead`` finished episodes are not stored. Both give up after ``give_up_s``
+    seconds without progress (the learner is gone) or on a stop.
     """
 
-    def __init__(self, ends: ActorEndpoints, give_up_s: float = 60.0):
+    def __init__(self, ends: ActorEndpoints, actor_id: int = 0, give_up_s: float = 60.0):
+        # the low half names the actor in the learner's records; the high half tells apart
+        # actors started with the same id
+        self.uuid = ((int.from_bytes(os.urandom(4), "little") << 32)
+                     | (int(actor_id) & 0xFFFFFFFF))
         self._ctx = zmq.Context()
         self._push = transport.open_socket(self._ctx, zmq.PUSH, ends.experience, "Conn",
                                            hwm=ends.queue_chunks)
         self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn")
         self._sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STOP_TOPIC)
+        self._sub.setsockopt(zmq.SUBSCRIBE, STORED_TOPIC)
         self._event = ends.stop
         self._stopped = False
         self._newest: Optional[tuple] = None
         self._give_up = give_up_s
+        self._ahead = ends.episodes_ahead
+        self.stored_episode = -1  # the last of this actor's episodes the learner stored
 
     def should_stop(self) -> bool:
         self._drain()
@@ -244,6 +285,22 @@ class ActorLink:
                 time.sleep(0.005)
         return False
 
+    def wait_for_learner(self, finished: int) -> bool:
+        """Waits until at most ``episodes_ahead`` of this actor's ``finished`` episodes
+        (numbered from 0) are not stored by the learner. False on a stop or when nothing was
+        stored for ``give_up_s`` seconds."""
+        since = time.monotonic()
+        while not self.should_stop():
+            if finished - (self.stored_episode + 1) <= self._ahead:
+                return True
+            if time.monotonic() - since > self._give_up:
+                log.warning("the learner stored nothing of ours for %g s; stopping",
+                            self._give_up)
+                self._stopped = True
+                return False
+            time.sleep(0.002)
+        return False
+
     def latest(self) -> Optional[tuple]:
         """``(version, payload)`` of the newest parameters not yet taken, or None."""
         self._drain()
@@ -260,6 +317,11 @@ class ActorLink:
                 continue
             if topic == STOP_TOPIC:
                 self._stopped = True
+            elif topic == STORED_TOPIC and len(data) % 16 == 0:
+                table = np.frombuffer(data, np.uint64).reshape(-1, 2)
+                mine = table[table[:, 0] == np.uint64(self.uuid), 1]
+                if mine.size:
+                    self.stored_episode = max(self.stored_episode, int(mine.max()))
             elif topic == PARAMS_TOPIC and len(data) >= _VERSION.size:
                 (version,) = _VERSION.unpack_from(data)
                 self._newest = (version, data[_VERSION.size:])
@@ -332,8 +394,8 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
-    uuid = (int.from_bytes(os.urandom(4), "little") << 32) | (actor_id & 0xFFFFFFFF)
-    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size, uuid=uuid)
+    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size,
+                         uuid=link.uuid)
     memory = _StreamingMemory(stream)
     agent._replay = memory  # the actor trains nothing; its memory only streams
     agent.eval_mode = False
@@ -349,9 +411,11 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
             agent.online_params = params_from_bytes(agent.online_params, payload)
             agent.training_steps = max(agent.training_steps, int(version))
 
-    steps = 0
+    steps = finished = 0
     refresh()
     while not link.should_stop() and (max_steps is None or steps < max_steps):
+        if not link.wait_for_learner(finished):
+            return steps
         action = agent.begin_episode(environment.reset())
         length, total = 0, 0.0
         while True:
@@ -366,6 +430,7 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
                                   else environment.game_over)
                 agent.end_episode(clipped, terminated)
                 memory.ok = stream.end_episode(terminated, info=(total, length, terminated))
+                finished += 1
                 break
             action = agent.step(clipped, observation)
             if steps % chunk_size == 0:
@@ -389,7 +454,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -
     seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
     runner.load_gin(facts["gin_files"], facts["bindings"])
     runner.seed_everything(seed)
-    link = ends.open()
+    link = ends.open(actor_id)
     try:
         run_actor(actor_id, link, chunk_size=config["chunk_size"], seed=seed,
                   max_steps=config.get("max_steps"))
@@ -455,6 +520,7 @@ def _learner_class():
             while steps < self._training_steps:
                 replay.set_ingest_priority(self._receiver.ingest, self._new_priority())
                 stored = self._receiver.poll(timeout=0.5)
+                self._sockets.acknowledge(stored)
                 if not stored:
                     if not self._actors_alive():
                         raise RuntimeError("all actors have exited; see their output above")
@@ -501,7 +567,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
     sockets = LearnerSockets(config)
     stop = ctx.Event()
     ends = ActorEndpoints(sockets.endpoints["experience"], sockets.endpoints["params"],
-                          config.queue_chunks, stop)
+                          config.queue_chunks, config.episodes_ahead, stop)
     actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
     procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
                          args=(i, actor_facts, config.as_dict(), ends))
@@ -557,7 +623,10 @@ def build_actor_parser():
     parser.add_argument("--chunk_size", type=int, default=64,
                         help="steps per episode chunk streamed to the learner")
     parser.add_argument("--queue_chunks", type=int, default=32,
-                        help="chunks queued before this actor waits for the learner")
+                        help="chunks queued before this actor's sends wait")
+    parser.add_argument("--episodes_ahead", type=int, default=1,
+                        help="finished episodes not yet stored by the learner before this "
+                             "actor waits (0: lockstep)")
     return parser
 
 
@@ -578,10 +647,13 @@ def actor_cli(argv=None) -> int:
     for flag in ("chunk_size", "queue_chunks"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.episodes_ahead < 0:
+        parser.error(f"--episodes_ahead must be >= 0, got {args.episodes_ahead}")
     cli.check_files(args.gin_files, "--gin_files")
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
     config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}
     actor_main(args.actor_id, facts, config,
-               ActorEndpoints(args.experience, args.params, args.queue_chunks))
+               ActorEndpoints(args.experience, args.params, args.queue_chunks,
+                              args.episodes_ahead))
     return 0
