@@ -28,9 +28,12 @@ come from the priorities before it. Every later batch sees it.
 
 Lifetime of a batch: host batches are numpy views of a ring slot; the slot goes back to the
 samplers when every array of the batch is dropped (holding on to ``depth`` batches stalls the
-feed: ``next`` then raises RuntimeError after a short wait). JAX arrays made by ``device`` hold
-their slot until the transfer is complete (``next`` blocks on it before handing the batch out;
-on a CPU device JAX aliases host memory, so the array holds the slot while it lives).
+feed: ``next`` then raises RuntimeError after a short wait). With ``device``, ``jax.device_put``
+reads straight from the slot (no host copy) and the slot is released once that transfer is
+complete (``next`` blocks on it before handing the batch out; the transfer had the learner's
+previous step to finish). Copy-on-transfer on a CPU device: there JAX would alias the slot
+(and release it only at a garbage collection), so the feed copies the batch instead; that copy
+is the transfer. Metadata (keys, probabilities) stays on the host, viewing the slot.
 
 Errors: a failed draw raises on the ``next`` that receives it, with the exception the buffer's
 synchronous ``sample`` raises (ValueError("No samples in replay buffer!") for an empty JAX
@@ -199,7 +202,12 @@ class Feed:
         metadata (keys, probabilities) stays on the host, as ``sample`` returns it."""
         import jax
         host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
-        return host, jax.device_put(host, self._device), meta
+        source = host
+        if self._device.platform == "cpu":
+            # JAX's CPU client would alias the ring slot and let go of it only at a garbage
+            # collection: copy instead (on a CPU device that copy is the transfer).
+            source = jax.tree_util.tree_map(np.array, host)
+        return host, jax.device_put(source, self._device), meta
 
     def take(self):
         """Same as ``next(feed)``."""
