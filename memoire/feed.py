@@ -49,6 +49,7 @@ marks where a CUDA build would register it (cudaHostRegister). PyTorch is not su
 
 from __future__ import annotations
 
+import gc
 import sys
 import weakref
 from typing import Any, Optional
@@ -145,7 +146,15 @@ class Feed:
         if native is None:  # a JAX buffer before its first add, as sample() raises
             raise ValueError("No samples in replay buffer!")
         try:
-            parts = native.take()
+            try:
+                parts = native.take()
+            except RuntimeError as e:
+                if not hasattr(e, "held"):
+                    raise
+                # Every slot is referenced. A device copy may hold its source batch in a
+                # reference cycle (JAX defers that release): collect once, then give up.
+                gc.collect()
+                parts = native.take()
         except (KeyError, IndexError, RuntimeError, ValueError) as e:
             raise self._sample_error(e) from None
         self._buffer._sample_count += self._batch_size

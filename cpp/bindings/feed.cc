@@ -44,6 +44,9 @@ class PyFeed {
     Prefetcher::Options o;
     o.depth = depth;
     o.threads = threads;
+    // Short: memoire.feed retries once after a garbage collection (a device copy may hold
+    // the last reference to a batch in a cycle), then raises.
+    o.held_wait_ms = 250;
     for (const py::handle& h : templates) {
       py::array a = py::array::ensure(h);
       if (!a) ThrowInvalid("templates: expected numpy arrays");

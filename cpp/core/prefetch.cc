@@ -103,7 +103,8 @@ Status Prefetcher::Take(int* slot) {
   if (closing_) return Error(Code::kFailedPrecondition, "the feed is closed");
   if (ready_.empty())
     return Error(Code::kFailedPrecondition, "every one of the feed's ", opt_.depth,
-                 " slots is held by a batch still in use: drop a batch (or raise depth)");
+                 " slots is held by a batch still in use: drop a batch (or raise depth)")
+        .With("held", opt_.depth);
   const int s = ready_.front();
   ready_.pop_front();
   state_[s] = State::kTaken;
