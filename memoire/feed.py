@@ -109,7 +109,10 @@ class Feed:
         self._threads = int(threads)
         self._seed = int(seed)
         self._with_metadata = bool(with_sample_metadata)
-        self._device = _jax_device(device)
+        # The device to copy to (None: host batches), and what device_put is given: None for
+        # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
+        # committed array would make jitted steps compile a second variant).
+        self._device, self._put_to = _jax_device(device)
         self._source = None   # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
@@ -201,22 +204,25 @@ class Feed:
             self._pending = self._put(self._take_host())
         except (KeyError, IndexError, RuntimeError, ValueError, AssertionError) as e:
             self._pending_error = e
-        # The slot of `host` is reused once its views are dropped: the copy must be done first.
-        jax.block_until_ready(current)
-        del host
+        if host is not None:
+            # The slot of `host` is reused once its views are dropped: the copy must be done
+            # first (it had the learner's previous step to run).
+            jax.block_until_ready(current)
+            del host
         return current if meta is None else (current, meta)
 
     def _put(self, taken):
-        """(host batch, its device copy in flight, metadata or None) for a taken batch; the
-        metadata (keys, probabilities) stays on the host, as ``sample`` returns it."""
+        """(host batch or None, its device copy in flight, metadata or None) for a taken batch;
+        the metadata (keys, probabilities) stays on the host, as ``sample`` returns it."""
         import jax
         host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
-        source = host
         if self._device.platform == "cpu":
             # JAX's CPU client would alias the ring slot and let go of it only at a garbage
-            # collection: copy instead (on a CPU device that copy is the transfer).
-            source = jax.tree_util.tree_map(np.array, host)
-        return host, jax.device_put(source, self._device), meta
+            # collection: copy instead (on a CPU device that copy is the transfer), and the
+            # slot is free at once (no host batch kept).
+            copy = jax.tree_util.tree_map(np.array, host)
+            return None, jax.device_put(copy, self._put_to), meta
+        return host, jax.device_put(host, self._put_to), meta
 
     def take(self):
         """Same as ``next(feed)``."""
@@ -264,13 +270,14 @@ def _kind_of(buffer) -> str:
 
 
 def _jax_device(device):
+    """(the target jax.Device or None, the device argument for jax.device_put)."""
     if device is None:
-        return None
+        return None, None
     import jax
     if isinstance(device, str):
         if device != "jax":
             raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
-        return jax.devices()[0]
+        return jax.devices()[0], None
     if isinstance(device, jax.Device):
-        return device
+        return device, device
     raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
