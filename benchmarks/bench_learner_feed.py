@@ -124,6 +124,35 @@ def run_batch_size(ours, theirs, batch_size: int, steps: int, depth: int, thread
             {k: statistics.median(v) for k, v in waits.items()})
 
 
+def obtain_only(ours, theirs, batch_size: int, n: int, depth: int, threads: int,
+                step_s: float) -> dict:
+    """Median seconds for the learner's thread to obtain one batch when its step leaves the
+    host's cores free, as a step on an accelerator does (simulated by sleeping `step_s`
+    between batches): host batches and device batches, each way."""
+    out = {}
+
+    def median_of(get):
+        get()
+        ts = []
+        for _ in range(n):
+            time.sleep(step_s)
+            t = time.perf_counter()
+            b = get()
+            ts.append(time.perf_counter() - t)
+            del b
+        return statistics.median(ts)
+
+    out["inline sample"] = median_of(lambda: ours.sample(batch_size))
+    with Feed(ours, batch_size, depth=depth, threads=threads, seed=1) as feed:
+        out["feed, host"] = median_of(lambda: next(feed))
+    out["dopamine sample"] = median_of(lambda: theirs.sample(batch_size))
+    out["inline + device_put"] = median_of(
+        lambda: jax.block_until_ready(jax.device_put(ours.sample(batch_size))))
+    with Feed(ours, batch_size, depth=depth, threads=threads, seed=1, device="jax") as feed:
+        out["feed, device"] = median_of(lambda: jax.block_until_ready(next(feed)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fill", type=int, default=20000, help="transitions stored")
@@ -132,6 +161,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median kept)")
+    ap.add_argument("--obtain", type=int, default=200,
+                    help="batches timed with the step off the host (a sleep)")
+    ap.add_argument("--step-ms", type=float, default=10.0, help="that sleep")
     args = ap.parse_args()
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
@@ -149,6 +181,12 @@ def main() -> None:
             got = f"{wait[name] * 1e3:9.3f}" if name in wait else f"{'-':>9}"
             print(f"{b:>4} {name:<9} {1 / res[name]:>8.2f} {res['alone'] / res[name]:>7.2f}x"
                   f" {got}")
+    print(f"learner thread's median ms to obtain one batch, its step off the host's cores "
+          f"(a {args.step_ms} ms sleep):")
+    for b in sizes:
+        got = obtain_only(ours, theirs, b, args.obtain, args.depth, args.threads,
+                          args.step_ms / 1e3)
+        print(f"{b:>4} " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in got.items()))
 
 if __name__ == "__main__":
     main()
