@@ -21,6 +21,11 @@ Sources:
   are the tuple ``sample_transition_batch()`` returns (Dopamine's transition elements), drawn by
   the buffer's own generator (its seed; ``seed`` is unused), with Dopamine's validity rules.
 
+- ``memoire.ReplayMemory``: batches are the ``Batch`` its ``get_batch()`` returns (prev, next,
+  weight, prob, done, id), drawn by the memory's own generator, in proportion to weight. The
+  layout follows the settings when the feed starts; a later ``frame_stack`` change is picked
+  up (the ring is resized), a ``cache_flags`` change is not (start a new feed).
+
 Prioritized replay: each batch is drawn and gathered under the store's lock, so a priority
 update lands between two batches. Batches already in the ring were drawn before it: after an
 ``update``, at most ``depth`` batches (``depth + 1`` with ``device``, the batch in transfer)
@@ -71,8 +76,9 @@ class Feed:
     """Batches of ``buffer`` drawn ahead by native threads (see the module docstring).
 
     Args:
-      buffer: memoire's JAX ``ReplayBuffer`` or TF-face ``OutOfGraph(Prioritized)ReplayBuffer``.
-      batch_size: int >= 1 (default: the buffer's batch size).
+      buffer: memoire's JAX ``ReplayBuffer``, TF-face ``OutOfGraph(Prioritized)ReplayBuffer``
+        or ``memoire.ReplayMemory``.
+      batch_size: int >= 1 (default: the buffer's batch size; required for a ReplayMemory).
       depth: int >= 1, batches drawn ahead (ring slots).
       threads: int in [1, depth], sampler threads.
       seed: int >= 0 seeding the JAX-face draws (thread t uses seed + t); default 0.
@@ -91,6 +97,8 @@ class Feed:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
         if batch_size is None:
+            if self._kind == "memory":
+                raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
             batch_size = buffer._batch_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
@@ -125,7 +133,8 @@ class Feed:
     def _native(self):
         """The native feed over the buffer's current store (rebuilt when the buffer replaced
         its store, e.g. on load), or None when the JAX buffer has no store yet."""
-        source = self._buffer._store if self._kind == "jax" else self._buffer._core
+        source = {"jax": lambda b: b._store, "tf": lambda b: b._core,
+                  "memory": lambda b: b}[self._kind](self._buffer)
         if source is None:
             return None
         if source is not self._source:
@@ -134,8 +143,10 @@ class Feed:
             if self._kind == "jax":
                 templates = [np.empty(n, np.int32), np.empty(n, np.float64),
                              *self._buffer._empty_batch(n)]
-            else:
+            elif self._kind == "tf":
                 templates = list(self._buffer._create_batch_arrays(n))
+            else:
+                templates = []  # the native feed sizes a ReplayMemory batch from its settings
             self._holder.append(_core.Feed(source, templates, n, self._depth, self._threads,
                                            self._seed))
             self._source = source
@@ -152,6 +163,10 @@ class Feed:
             try:
                 parts = native.take()
             except RuntimeError as e:
+                if hasattr(e, "frame_stack"):
+                    # The ReplayMemory's frame_stack changed: size a new ring for it.
+                    self._source = None
+                    return self._take_host()
                 if not hasattr(e, "held"):
                     raise
                 # Every slot is referenced. A device copy may hold its source batch in a
@@ -160,6 +175,9 @@ class Feed:
                 parts = native.take()
         except (KeyError, IndexError, RuntimeError, ValueError) as e:
             raise self._sample_error(e) from None
+        if self._kind == "memory":
+            from memoire.memory import Batch
+            return Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:])
         self._buffer._sample_count += self._batch_size
         if self._kind == "tf":
             return parts
@@ -256,6 +274,8 @@ class Feed:
 
 
 def _kind_of(buffer) -> str:
+    if isinstance(buffer, _core.ReplayMemory):
+        return "memory"
     jrb = sys.modules.get("memoire.dopamine_compat.jax_replay_buffer")
     if jrb is not None and isinstance(buffer, jrb.ReplayBuffer):
         return "jax"
@@ -265,8 +285,9 @@ def _kind_of(buffer) -> str:
             raise TypeError(f"buffer: {type(buffer).__name__} draws its own indices "
                             "(sample_index_batch is overridden); the feed cannot draw for it")
         return "tf"
-    raise TypeError("buffer: expected memoire's JAX ReplayBuffer or OutOfGraphReplayBuffer "
-                    f"(memoire.dopamine_compat), got {type(buffer).__name__}")
+    raise TypeError("buffer: expected memoire.ReplayMemory, or memoire's JAX ReplayBuffer or "
+                    "OutOfGraphReplayBuffer (memoire.dopamine_compat), got "
+                    f"{type(buffer).__name__}")
 
 
 def _jax_device(device):

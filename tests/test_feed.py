@@ -1,4 +1,4 @@
-"""memoire.feed.Feed: the prefetching feed over the JAX and TF faces (CPU).
+"""memoire.feed.Feed: the prefetching feed over the JAX and TF faces and ReplayMemory (CPU).
 
 Distributions are checked with chi-square tests on fixed seeds (deterministic, so never flaky):
 the feed draws with the core's generator, the synchronous path with numpy's, so the streams
@@ -13,17 +13,25 @@ import textwrap
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.dopamine
+from _subprocess_env import subprocess_env
 
-pytest.importorskip("dopamine.jax.replay_memory.replay_buffer")
-stats = pytest.importorskip("scipy.stats")
+from memoire import ReplayMemory
+from memoire.bench.memory import proc_status
+from memoire.feed import Feed
 
-from memoire.bench.memory import proc_status  # noqa: E402
-from memoire.dopamine_compat import circular_replay_buffer as crb  # noqa: E402
-from memoire.dopamine_compat import jax_replay_buffer as jrb  # noqa: E402
-from memoire.feed import Feed  # noqa: E402
+try:  # the Dopamine faces (and scipy, which JAX brings); a core-only install has neither
+    import scipy.stats as stats
+    from memoire.dopamine_compat import circular_replay_buffer as crb
+    from memoire.dopamine_compat import jax_replay_buffer as jrb
+except ImportError:
+    stats = crb = jrb = None
 
-from _subprocess_env import subprocess_env  # noqa: E402
+
+def dopamine(test):
+    """Marks a test that needs the Dopamine faces (deselected in the core-only run)."""
+    return pytest.mark.dopamine(
+        pytest.mark.skipif(jrb is None, reason="needs dopamine-rl and scipy")(test))
+
 
 P_MIN = 1e-3  # chi-square p-value below which two samples are called different
 
@@ -55,6 +63,7 @@ def _same_distribution(a, b):
 
 # ---- distribution ----
 
+@dopamine
 def test_uniform_jax_feed_matches_inline_distribution():
     buf = _jax_buffer(20)
     inline = [buf.sample(with_sample_metadata=True)[1].keys for _ in range(400)]
@@ -72,6 +81,7 @@ def test_uniform_jax_feed_matches_inline_distribution():
     assert stats.chisquare(a)[1] > P_MIN  # and uniform
 
 
+@dopamine
 def test_prioritized_jax_feed_draws_in_proportion_to_priorities():
     buf = _jax_buffer(16, prioritized=True)
     priorities = np.arange(1, 17, dtype=np.float64)
@@ -91,6 +101,7 @@ def test_prioritized_jax_feed_draws_in_proportion_to_priorities():
     np.testing.assert_allclose(np.concatenate(probs), expected[np.concatenate(fed)])
 
 
+@dopamine
 def test_tf_face_feed_matches_inline_distribution():
     buf = crb.OutOfGraphReplayBuffer(observation_shape=(2, 2), stack_size=2, replay_capacity=40,
                                      batch_size=16, seed=5)
@@ -107,6 +118,7 @@ def test_tf_face_feed_matches_inline_distribution():
     assert _same_distribution(_counts(fed, 40), _counts(inline, 40)) > P_MIN
 
 
+@dopamine
 def test_single_thread_feed_is_deterministic_and_device_batches_match_host():
     jax = pytest.importorskip("jax")
     buf = _jax_buffer(50)
@@ -121,6 +133,7 @@ def test_single_thread_feed_is_deterministic_and_device_batches_match_host():
 
 # ---- prioritized updates land ----
 
+@dopamine
 def test_priority_updates_reach_batches_within_depth():
     depth = 3
     buf = _jax_buffer(30, prioritized=True)
@@ -136,6 +149,7 @@ def test_priority_updates_reach_batches_within_depth():
         assert all((k == 7).mean() > 0.9 for k in later[depth:])
 
 
+@dopamine
 def test_priority_updates_reach_device_batches_within_depth_plus_one():
     pytest.importorskip("jax")
     depth = 2
@@ -149,6 +163,7 @@ def test_priority_updates_reach_device_batches_within_depth_plus_one():
 
 # ---- errors ----
 
+@dopamine
 def test_empty_jax_buffer_raises_the_synchronous_error():
     acc = jrb.TransitionAccumulator(stack_size=1, update_horizon=1, gamma=0.99)
     buf = jrb.ReplayBuffer(acc, jrb.UniformSamplingDistribution(seed=0), batch_size=4,
@@ -179,6 +194,7 @@ def test_empty_jax_buffer_raises_the_synchronous_error():
         np.testing.assert_array_equal(batch.state, np.ones((4, 1, 1)))
 
 
+@dopamine
 def test_tf_face_feed_raises_dopamines_error():
     buf = crb.OutOfGraphReplayBuffer(observation_shape=(2,), stack_size=4, replay_capacity=40,
                                      batch_size=8, seed=0)
@@ -191,6 +207,7 @@ def test_tf_face_feed_raises_dopamines_error():
     assert "Cannot sample a batch" in str(fed.value)
 
 
+@dopamine
 @pytest.mark.parametrize("kwargs,match", [
     (dict(depth=0), "depth"), (dict(depth=2, threads=3), "threads"), (dict(threads=0), "threads"),
     (dict(batch_size=0), "batch_size"), (dict(seed=-1), "seed"), (dict(device="gpu"), "device"),
@@ -208,6 +225,7 @@ def test_unknown_buffer_raises_type_error():
 
 # ---- lifetime ----
 
+@dopamine
 def test_batches_stay_valid_after_close_and_take_after_close_raises():
     buf = _jax_buffer(10)
     feed = Feed(buf, depth=2, seed=0)
@@ -221,6 +239,7 @@ def test_batches_stay_valid_after_close_and_take_after_close_raises():
         next(feed)
 
 
+@dopamine
 def test_holding_every_slot_raises_instead_of_hanging():
     buf = _jax_buffer(10)
     with Feed(buf, depth=2) as feed:
@@ -231,6 +250,7 @@ def test_holding_every_slot_raises_instead_of_hanging():
         assert next(feed).state.shape[0] == 32  # released slots feed again
 
 
+@dopamine
 def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean():
     script = textwrap.dedent("""
         import numpy as np
@@ -257,6 +277,7 @@ def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean():
     assert "terminate called" not in proc.stderr
 
 
+@dopamine
 def test_many_thousand_batches_do_not_grow_memory():
     buf = _jax_buffer(200, obs_shape=(16, 16))
     with Feed(buf, depth=4, threads=2, with_sample_metadata=True) as feed:
@@ -273,6 +294,7 @@ def test_many_thousand_batches_do_not_grow_memory():
 
 # ---- the Dopamine agents ----
 
+@dopamine
 def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
     gin = pytest.importorskip("gin")
     from memoire.dopamine_compat import jax_agents
@@ -299,6 +321,7 @@ def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
         gin.clear_config()
 
 
+@dopamine
 def test_agent_default_keeps_synchronous_sampling():
     gin = pytest.importorskip("gin")
     from memoire.dopamine_compat import jax_agents
@@ -318,3 +341,85 @@ def test_agent_default_keeps_synchronous_sampling():
         assert fed._replay._feed is None
     finally:
         gin.clear_config()
+
+
+# ---- memoire's ReplayMemory (core only) ----
+
+def _memory(weights):
+    """A memory with one closed episode of len(weights) + 1 entries; entry k (state [k]) has
+    init weight weights[k] (the last entry is never sampleable with multi_step 1)."""
+    rem = ReplayMemory(np.zeros([1], np.int64), np.zeros([], np.float32),
+                       np.zeros([], np.float32), np.zeros([], np.float32),
+                       np.zeros([], np.float32), np.zeros([], np.float32),
+                       np.zeros([1], np.int64), 100)
+    rem.seed(0)
+    n = len(weights) + 1
+    pos = np.arange(n, dtype=np.int64)
+    rem.new_episode()
+    rem.add_entries(pos[:, None], pos.astype(np.float32), np.ones(n, np.float32),
+                    np.zeros(n, np.float32), np.zeros(n, np.float32), pos[:, None],
+                    np.append(np.asarray(weights, np.float32), 1).astype(np.float32))
+    rem.close_episode(do_update_value=False, do_update_weight=False)
+    return rem
+
+
+# Chi-square critical value at p = 0.001 for 9 degrees of freedom (10 categories).
+CHI2_9_P001 = 27.877
+
+
+def test_replay_memory_feed_draws_in_proportion_to_weight():
+    weights = np.arange(1, 11, dtype=np.float64)
+    rem = _memory(weights)
+    counts = np.zeros(10)
+    with Feed(rem, 64, depth=3, threads=2) as feed:
+        for _ in range(300):
+            batch = next(feed)
+            # Each draw is its entry: state [k] (frame_stack 1), id k, prob w_k / total.
+            k = batch.prev[0][:, 0, 0]
+            np.testing.assert_array_equal(batch.id, k)
+            np.testing.assert_allclose(batch.prob, weights[k] / weights.sum())
+            counts += np.bincount(k, minlength=10)
+    expected = weights / weights.sum() * counts.sum()
+    assert ((counts - expected) ** 2 / expected).sum() < CHI2_9_P001
+
+
+def test_replay_memory_feed_sees_weight_updates_and_frame_stack_changes():
+    rem = _memory(np.ones(10))
+    depth = 2
+    with Feed(rem, 16, depth=depth) as feed:
+        b = next(feed)
+        assert b.prev[0].shape == (16, 1, 1)
+        assert rem.update_weights(np.array([4], np.int64), np.array([0.0], np.float32)) == 1
+        later = [next(feed).id.copy() for _ in range(depth + 100)]
+        assert not any((ids == 4).any() for ids in later[depth:])
+        rem.frame_stack = 2  # resizes the outputs: the feed sizes a new ring
+        shapes = [next(feed).prev[0].shape for _ in range(depth + 3)]
+        assert shapes[-1] == (16, 2, 1)
+
+
+def test_replay_memory_feed_raises_the_synchronous_error_and_cache_flags_give_none():
+    rem = ReplayMemory(np.zeros([2], np.uint8), np.zeros([], np.float32),
+                       np.zeros([], np.float32), np.zeros([], np.float32),
+                       np.zeros([], np.float32), np.zeros([], np.float32),
+                       np.zeros([0], np.uint8), 50)
+    with pytest.raises(RuntimeError) as sync:
+        rem.get_batch(4)
+    with Feed(rem, 4) as feed, pytest.raises(RuntimeError) as fed:
+        next(feed)
+    assert type(fed.value) is type(sync.value) and str(fed.value) == str(sync.value)
+    flags = np.ones(14, bool)
+    flags[1] = False  # prev action
+    rem.cache_flags = flags
+    rem.new_episode()
+    for _ in range(5):
+        rem.add_entry(np.zeros(2, np.uint8), 0.0, 1.0, 0.0, 0.0, np.zeros(0, np.uint8))
+    rem.close_episode()
+    with Feed(rem, 4) as feed:
+        b = next(feed)
+        assert b.prev[1] is None and b.next[1] is not None
+        assert b.prev[0].shape == (4, 1, 2)
+
+
+def test_replay_memory_feed_needs_a_batch_size():
+    with pytest.raises(ValueError, match="batch_size"):
+        Feed(_memory(np.ones(3)))

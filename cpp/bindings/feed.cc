@@ -12,6 +12,7 @@
 #include "bindings/common.h"
 #include "core/circular_buffer.h"
 #include "core/prefetch.h"
+#include "core/replay_memory.h"
 #include "core/rng.h"
 #include "core/transition_store.h"
 
@@ -27,6 +28,7 @@ struct Part {
   py::dtype dtype;
   std::vector<py::ssize_t> shape;
   size_t bytes;
+  bool none = false;  // a field the memory's cache flags leave out: handed out as None
 };
 
 // Keeps a taken slot until the last array of its batch is gone.
@@ -47,7 +49,7 @@ class PyFeed {
     // Short: memoire.feed retries once after a garbage collection (a device copy may hold
     // the last reference to a batch in a cycle), then raises.
     o.held_wait_ms = 250;
-    for (const py::handle& h : templates) {
+    for (const py::handle& h : py::isinstance<ReplayMemory>(source) ? py::list() : templates) {
       py::array a = py::array::ensure(h);
       if (!a) ThrowInvalid("templates: expected numpy arrays");
       parts_.push_back({a.dtype(), std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()),
@@ -58,12 +60,16 @@ class PyFeed {
     if (py::isinstance<TransitionStore>(source)) {
       CheckStoreLayout(*source.cast<std::shared_ptr<TransitionStore>>(), templates, batch_size);
       fill = StoreFill(source.cast<std::shared_ptr<TransitionStore>>(), batch_size, threads, seed);
+    } else if (py::isinstance<ReplayMemory>(source)) {
+      auto rm = source.cast<std::shared_ptr<ReplayMemory>>();
+      o.part_bytes = MemoryLayout(*rm, batch_size);  // the templates are not used
+      fill = MemoryFill(rm, batch_size);
     } else if (py::isinstance<CircularBuffer>(source)) {
       auto cb = source.cast<std::shared_ptr<CircularBuffer>>();
       OutputsFrom(*cb, templates, batch_size);  // ValueError on a wrong layout
       fill = CircularFill(cb, batch_size, threads);
     } else {
-      ThrowInvalid("source: expected a TransitionStore or a CircularBuffer, got " +
+      ThrowInvalid("source: expected a TransitionStore, CircularBuffer or ReplayMemory, got " +
                    py::str(py::type::of(source).attr("__name__")).cast<std::string>());
     }
     std::unique_ptr<Prefetcher> p;
@@ -99,7 +105,9 @@ class PyFeed {
     uint8_t* const* data = ring->parts(slot);
     py::tuple out(parts_.size());
     for (size_t i = 0; i < parts_.size(); ++i)
-      out[i] = py::array(parts_[i].dtype, parts_[i].shape, data[i], lease);
+      out[i] = parts_[i].none ? py::object(py::none())
+                              : py::object(py::array(parts_[i].dtype, parts_[i].shape, data[i],
+                                                     lease));
     return out;
   }
 
@@ -147,6 +155,59 @@ class PyFeed {
     };
   }
 
+  // ReplayMemory: parts prev[0..7), next[0..7) (dtype[n, frame_stack, *shape], None where the
+  // cache flags leave a field out), weight f32[n], prob f64[n], done bool[n], id int64[n]:
+  // the settings read now fix the layout.
+  std::vector<size_t> MemoryLayout(const ReplayMemory& rm, int64_t n) {
+    const ReplayMemory::Options o = rm.options();
+    frame_stack_ = o.frame_stack;
+    std::vector<size_t> bytes;
+    auto add = [&](const py::dtype& dt, std::vector<py::ssize_t> shape, bool none) {
+      size_t b = none ? 0 : static_cast<size_t>(dt.itemsize());
+      for (py::ssize_t d : shape) b *= static_cast<size_t>(d);
+      parts_.push_back({dt, shape, b, none});
+      bytes.push_back(b);
+    };
+    for (int side = 0; side < 2; ++side)
+      for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
+        const Field& fd = rm.schema().field(f);
+        std::vector<py::ssize_t> shape{n, o.frame_stack};
+        shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
+        add(ToNumpy(fd.dtype), shape, !o.cache_flags[side * ReplayMemory::kNumFields + f]);
+      }
+    add(py::dtype::of<float>(), {n}, false);
+    add(py::dtype::of<double>(), {n}, false);
+    add(py::dtype::of<bool>(), {n}, false);
+    add(py::dtype::of<int64_t>(), {n}, false);
+    return bytes;
+  }
+
+  Prefetcher::Fill MemoryFill(std::shared_ptr<ReplayMemory> rm, int64_t n) {
+    std::vector<bool> none;
+    for (const Part& p : parts_) none.push_back(p.none);
+    const int frame_stack = frame_stack_;
+    return [rm, n, none, frame_stack](int, uint8_t* const* p) {
+      constexpr int F = ReplayMemory::kNumFields;
+      ReplayMemory::SampleOut out;
+      for (int f = 0; f < F; ++f) {
+        out.prev[f] = none[f] ? nullptr : p[f];
+        out.next[f] = none[F + f] ? nullptr : p[F + f];
+      }
+      out.weight = reinterpret_cast<float*>(p[2 * F]);
+      out.prob = reinterpret_cast<double*>(p[2 * F + 1]);
+      out.done = p[2 * F + 2];
+      out.id = reinterpret_cast<int64_t*>(p[2 * F + 3]);
+      out.frame_stack = frame_stack;
+      int now = frame_stack;
+      out.frame_stack_now = &now;
+      Status s = rm->Sample(n, out);
+      // The memory's frame_stack changed since the feed was sized: say so (memoire.feed
+      // rebuilds the ring for the new layout).
+      if (!s.ok() && now != frame_stack) s.With("frame_stack", now);
+      return s;
+    };
+  }
+
   static Prefetcher::Fill CircularFill(std::shared_ptr<CircularBuffer> cb, int64_t n,
                                        int threads) {
     auto scratch = std::make_shared<std::vector<std::vector<int64_t>>>(
@@ -171,6 +232,7 @@ class PyFeed {
   }
 
   std::vector<Part> parts_;
+  int frame_stack_ = 0;  // ReplayMemory: the setting the layout was sized for
   std::shared_ptr<Prefetcher> ring_;
 };
 
@@ -181,11 +243,12 @@ void BindFeed(py::module_& m) {
 Native prefetching feed (private: use memoire.feed.Feed).
 
 Feed(source, templates, batch_size, depth, threads, seed): `threads` sampler threads (no GIL)
-draw batches of `batch_size` from `source` (a TransitionStore or a CircularBuffer) into a ring of
+draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a ReplayMemory) into a ring of
 `depth` slots, each holding one 64-byte aligned buffer per template array (its dtype and shape).
 Layouts: TransitionStore [keys int32[n], probabilities float64[n], state, action,
 reward float64[n], next_state, is_terminal bool[n], episode_end bool[n]]; CircularBuffer
-Dopamine's transition elements in order. take() returns the next batch as a tuple of arrays
+Dopamine's transition elements in order; ReplayMemory (templates ignored) prev[7], next[7]
+(None where the cache flags leave a field out), weight, prob, done, id. take() returns the next batch as a tuple of arrays
 viewing a slot; the slot is reused once every array of the batch is dropped. A failed draw
 raises on the take that receives it. Thread-safe.
 )doc")
