@@ -121,6 +121,8 @@ class Feed:
         # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
         # committed array would make jitted steps compile a second variant).
         self._device, self._put_to = _jax_device(device)
+        if self._device is not None and self._kind == "memory":
+            raise ValueError("device: a ReplayMemory feed hands out host batches (device=None)")
         self._source = None   # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
@@ -221,7 +223,8 @@ class Feed:
         try:
             self._pending = self._put(self._take_host())
         except (KeyError, IndexError, RuntimeError, ValueError, AssertionError) as e:
-            self._pending_error = e
+            # Without its traceback: the frame it holds would keep `host` (a slot) alive.
+            self._pending_error = e.with_traceback(None)
         if host is not None:
             # The slot of `host` is reused once its views are dropped: the copy must be done
             # first (it had the learner's previous step to run).

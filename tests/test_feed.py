@@ -420,6 +420,8 @@ def test_replay_memory_feed_raises_the_synchronous_error_and_cache_flags_give_no
         assert b.prev[0].shape == (4, 1, 2)
 
 
-def test_replay_memory_feed_needs_a_batch_size():
+def test_replay_memory_feed_needs_a_batch_size_and_host_batches():
     with pytest.raises(ValueError, match="batch_size"):
         Feed(_memory(np.ones(3)))
+    with pytest.raises(ValueError, match="device"):
+        Feed(_memory(np.ones(3)), 4, device="jax")
