@@ -41,8 +41,8 @@ class PyFeed {
  public:
   PyFeed(const py::object& source, const py::list& templates, int64_t batch_size, int depth,
          int threads, uint64_t seed) {
-    CheckCount(batch_size, "batch_size");
-    if (batch_size < 1) ThrowInvalid("batch_size: expected >= 1, got " + std::to_string(batch_size));
+    if (batch_size < 1)
+      ThrowInvalid("batch_size: expected >= 1, got " + std::to_string(batch_size));
     Prefetcher::Options o;
     o.depth = depth;
     o.threads = threads;
@@ -201,8 +201,8 @@ class PyFeed {
       int now = frame_stack;
       out.frame_stack_now = &now;
       Status s = rm->Sample(n, out);
-      // The memory's frame_stack changed since the feed was sized: say so (memoire.feed
-      // rebuilds the ring for the new layout).
+      // The memory's frame_stack changed since the feed was sized: say so with the detail
+      // "frame_stack" (the setting now; memoire.feed rebuilds the ring for the new layout).
       if (!s.ok() && now != frame_stack) s.With("frame_stack", now);
       return s;
     };
@@ -243,14 +243,15 @@ void BindFeed(py::module_& m) {
 Native prefetching feed (private: use memoire.feed.Feed).
 
 Feed(source, templates, batch_size, depth, threads, seed): `threads` sampler threads (no GIL)
-draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a ReplayMemory) into a ring of
-`depth` slots, each holding one 64-byte aligned buffer per template array (its dtype and shape).
-Layouts: TransitionStore [keys int32[n], probabilities float64[n], state, action,
-reward float64[n], next_state, is_terminal bool[n], episode_end bool[n]]; CircularBuffer
-Dopamine's transition elements in order; ReplayMemory (templates ignored) prev[7], next[7]
-(None where the cache flags leave a field out), weight, prob, done, id. take() returns the next batch as a tuple of arrays
-viewing a slot; the slot is reused once every array of the batch is dropped. A failed draw
-raises on the take that receives it. Thread-safe.
+draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a
+ReplayMemory) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
+template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
+probabilities float64[n], state, action, reward float64[n], next_state, is_terminal bool[n],
+episode_end bool[n]]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
+(templates ignored) prev[7], next[7] (None where the cache flags leave a field out), weight,
+prob, done, id. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
+reused once every array of the batch is dropped. A failed draw raises on the take that
+receives it. Thread-safe.
 )doc")
       .def(py::init<const py::object&, const py::list&, int64_t, int, int, uint64_t>(),
            py::arg("source"), py::arg("templates"), py::arg("batch_size"), py::arg("depth"),
