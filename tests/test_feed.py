@@ -131,6 +131,32 @@ def test_single_thread_feed_is_deterministic_and_device_batches_match_host():
             np.testing.assert_array_equal(np.asarray(d.action), h.action)
 
 
+@dopamine
+def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
+    """Each batch is drawn and gathered under one lock: with adds (and evictions, capacity 300)
+    running in another thread, every element is still the one its key names."""
+    import threading
+    buf = _jax_buffer(50, capacity=300)
+    def adder():
+        for i in range(51, 3000):
+            buf.add(jrb.TransitionElement(np.full((4, 4), i % 251, np.uint8), i % 3, float(i),
+                                          False, False))
+
+    t = threading.Thread(target=adder)
+    with Feed(buf, depth=4, threads=2, seed=4, with_sample_metadata=True) as feed:
+        t.start()
+        try:
+            for _ in range(500):
+                batch, meta = next(feed)
+                np.testing.assert_array_equal(batch.state[:, 0, 0, 0], meta.keys % 251)
+                np.testing.assert_array_equal(batch.next_state[:, 0, 0, 0],
+                                              (meta.keys + 1) % 251)
+                np.testing.assert_array_equal(batch.reward, meta.keys.astype(np.float64))
+        finally:
+            t.join()
+    assert len(buf) == 300
+
+
 # ---- prioritized updates land ----
 
 @dopamine
