@@ -196,6 +196,10 @@ void AddOne(CB& self, std::vector<py::handle> args, py::handle priority,
   CallReleased([&] { return self.Add(ptrs, end != 0, p); });
 }
 
+}  // namespace
+
+// Checks `outs` (Dopamine's transition elements for a batch of n, in order) and points an
+// Outputs at them. Shared with the feed (bindings/feed.cc).
 CB::Outputs OutputsFrom(const CB& self, const py::list& outs, int64_t n) {
   const Schema& schema = self.schema();
   const size_t extras = schema.size() - CB::kFirstExtra;
@@ -234,7 +238,6 @@ CB::Outputs OutputsFrom(const CB& self, const py::list& outs, int64_t n) {
   return o;
 }
 
-}  // namespace
 
 void BindCircularBuffer(py::module_& m) {
   py::class_<CB, std::shared_ptr<CB>> c(m, "CircularBuffer", R"doc(

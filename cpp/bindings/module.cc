@@ -13,6 +13,7 @@ void BindCodec(py::module_& m);
 void BindProtocol(py::module_& m);
 void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
+void BindFeed(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -26,4 +27,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindProtocol(m);
   memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
+  memoire::BindFeed(m);
 }

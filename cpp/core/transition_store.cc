@@ -352,6 +352,44 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
   std::lock_guard<std::mutex> l(mu_);
   for (int64_t b = 0; b < n; ++b)
     if (!Live(keys[b])) return NotStored(keys[b]);
+  GatherLocked(keys, n, state, action, reward, next_state, terminal, episode_end);
+  return Status::OK();
+}
+
+Status TransitionStore::SampleGather(Rng* rng, int64_t n, int32_t* keys, double* probabilities,
+                                     uint8_t* state, uint8_t* action, double* reward,
+                                     uint8_t* next_state, uint8_t* terminal,
+                                     uint8_t* episode_end) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
+                         .With("needed", 1);
+  std::vector<int64_t> k64(n);
+  const double root = opt_.prioritized ? tree_.Total() : 0.0;
+  if (root > 0.0) {
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t idx = tree_.Descend(rng->Uniform() * root);
+      if (idx >= size_)  // rounding drift into padding, as Query
+        return Error(Code::kOutOfRange, "sum tree query reached empty leaf ", idx, " of ", size_,
+                     " stored")
+            .With("index", idx)
+            .With("bound", size_);
+      k64[b] = key_by_index_[idx];
+      probabilities[b] = tree_.Get(idx) / root;
+    }
+  } else {
+    for (int64_t b = 0; b < n; ++b) {
+      k64[b] = key_by_index_[static_cast<int64_t>(rng->Below(static_cast<uint64_t>(size_)))];
+      probabilities[b] = 1.0 / static_cast<double>(size_);
+    }
+  }
+  for (int64_t b = 0; b < n; ++b) keys[b] = static_cast<int32_t>(k64[b]);
+  GatherLocked(k64.data(), n, state, action, reward, next_state, terminal, episode_end);
+  return Status::OK();
+}
+
+void TransitionStore::GatherLocked(const int64_t* keys, int64_t n, uint8_t* state,
+                                   uint8_t* action, double* reward, uint8_t* next_state,
+                                   uint8_t* terminal, uint8_t* episode_end) const {
   const int s = opt_.stack_size;
   const int64_t c = opt_.max_capacity;
   std::vector<int64_t> ss(n * s), ns(n * s);
@@ -371,7 +409,6 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
   const int64_t row_elems = static_cast<int64_t>(opt_.frame_bytes / opt_.elem_bytes);
   GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
   GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);
-  return Status::OK();
 }
 
 void TransitionStore::Clear() {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/reserved.h"
+#include "core/rng.h"
 #include "core/status.h"
 #include "core/sum_tree.h"
 
@@ -101,6 +102,18 @@ class TransitionStore {
   Status Gather(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action, double* reward,
                 uint8_t* next_state, uint8_t* terminal, uint8_t* episode_end) const;
 
+  // The prefetching feed's draw (core/prefetch.h): draws n elements and gathers them under one
+  // lock, so a priority update lands between two batches, never inside one. Uniform over the
+  // stored elements (dense index rng->Below(size())), or, when prioritized with a positive
+  // total, by targets rng->Uniform() * total descended as Query does; probabilities[b] is the
+  // element's probability (1 / size() when drawn uniformly, as the JAX face's fallback).
+  // keys int32[n], probabilities f64[n], the rest as Gather. kFailedPrecondition when nothing
+  // is stored; kOutOfRange as Query. The draws come from `rng`, not from the numpy Generator
+  // the JAX face shares with Dopamine, so the stream differs from the face's sample().
+  Status SampleGather(Rng* rng, int64_t n, int32_t* keys, double* probabilities, uint8_t* state,
+                      uint8_t* action, double* reward, uint8_t* next_state, uint8_t* terminal,
+                      uint8_t* episode_end) const;
+
   void Clear();
   // Drops the accumulator's partial trajectory (Dopamine's TransitionAccumulator.clear).
   void ClearTrajectory();
@@ -156,6 +169,10 @@ class TransitionStore {
   int64_t DenseIndexOf(int64_t key) const { return index_of_[key % (opt_.max_capacity + 1)]; }
   bool Live(int64_t key) const { return key >= add_count_ - size_ && key < add_count_; }
   int64_t StackSlot(int64_t end, int valid, int k) const;
+  // Gather's copies; every key live.
+  void GatherLocked(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action,
+                    double* reward, uint8_t* next_state, uint8_t* terminal,
+                    uint8_t* episode_end) const;
 
   Options opt_;
   mutable std::mutex mu_;

@@ -29,6 +29,15 @@ hosted there (:class:`memoire.dopamine_compat.remote.RemoteReplayBuffer`; serve 
 ``MemoireJaxDQNAgent.replay_endpoint = 'tcp://127.0.0.1:PORT'``; checkpoints of the replay are
 then written and read by the server, in the server's directories.
 
+Prefetching: ``prefetch_depth`` (default 0: today's synchronous sampling, batch for batch
+Dopamine's) > 0 makes the agent train from a prefetching feed
+(:meth:`ReplayBuffer.start_feed`, :mod:`memoire.feed`): native threads draw ``prefetch_depth``
+batches ahead, and with ``prefetch_to_device`` (default True) each batch is copied to JAX's
+default device one step ahead. The distribution is the same, the random stream is not (the
+feed draws with the core's generator, seeded from the agent's seed), and a priority update
+reaches the batches at most ``prefetch_depth + 1`` steps later. ``prefetch_threads`` sets the
+sampler threads. E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
+
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
 ``Runner.create_agent_fn = ...`` would be silently ignored by ``dopamine.discrete_domains.train``.
@@ -76,11 +85,24 @@ class _MemoireReplayMixin:
     """Builds memoire's buffer from the one the Dopamine parent would build."""
 
     def __init__(self, *args, fix_terminal_duplicates: bool = False,
-                 replay_endpoint: str | None = None, replay_name: str = "replay", **kwargs):
+                 replay_endpoint: str | None = None, replay_name: str = "replay",
+                 prefetch_depth: int = 0, prefetch_threads: int = 1,
+                 prefetch_to_device: bool = True, **kwargs):
+        if isinstance(prefetch_depth, bool) or not isinstance(prefetch_depth, int) \
+                or prefetch_depth < 0:
+            raise ValueError(f"prefetch_depth: expected an int >= 0, got {prefetch_depth!r}")
+        if prefetch_depth and replay_endpoint:
+            raise ValueError("prefetch_depth: the feed serves a local buffer; unset "
+                             "replay_endpoint or prefetch_depth")
         self._memoire_fix_terminal_duplicates = bool(fix_terminal_duplicates)
         self._memoire_replay_endpoint = replay_endpoint
         self._memoire_replay_name = replay_name
         super().__init__(*args, **kwargs)
+        if prefetch_depth:
+            # Dopamine's agents keep their seed in _seed; the feed's stream derives from it.
+            seed = int(getattr(self, "_seed", 0) or 0) % (1 << 63)
+            self._replay.start_feed(prefetch_depth, threads=prefetch_threads, seed=seed,
+                                    device="jax" if prefetch_to_device else None)
 
     def _build_replay_buffer(self):
         endpoint = getattr(self, "_memoire_replay_endpoint", None)

@@ -391,6 +391,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         self._action_shape = None
         self._action_dtype = None
         self._sample_count = 0
+        self._feed = None  # a memoire.feed.Feed serving sample(), see start_feed
 
     @classmethod
     def from_dopamine(cls, buffer, *, fix_terminal_duplicates: bool = False) -> "ReplayBuffer":
@@ -654,9 +655,16 @@ class ReplayBuffer(checkpointers.Checkpointable):
           tuple ``(batch, metadata)``: ``SampleMetadata(keys=int32[size])``, or for a
           prioritized buffer ``PrioritizedSampleMetadata(keys, probabilities=float64[size])``.
 
+        After :meth:`start_feed`, a batch of the feed's size is the feed's next batch instead
+        (same layout; not Dopamine's random stream).
+
         Raises:
           ValueError: nothing stored, or ``size < 1``.
         """
+        feed = self._feed
+        if feed is not None and (size is None or size == feed.batch_size):
+            batch, metadata = next(feed)
+            return (batch, metadata) if with_sample_metadata else batch
         if self.add_count < 1:
             raise ValueError("No samples in replay buffer!")
         if size is None:
@@ -667,6 +675,30 @@ class ReplayBuffer(checkpointers.Checkpointable):
         batch = self._gather(samples.keys)
         self._sample_count += int(size)
         return (batch, samples) if with_sample_metadata else batch
+
+    def start_feed(self, depth: int = 4, *, threads: int = 1, seed: int = 0, device=None):
+        """Serves ``sample()`` at the default batch size from a prefetching feed from now on.
+
+        Native threads draw ``depth`` batches ahead (:class:`memoire.feed.Feed`, which see):
+        the same distribution as ``sample()``, but drawn with the core's generator (``seed``),
+        so batches are no longer Dopamine's stream; after a priority ``update`` at most
+        ``depth`` (``depth + 1`` with ``device``) batches come from the old priorities. With
+        ``device`` (``"jax"`` or a ``jax.Device``) the batch arrays arrive as JAX arrays, copied
+        one step ahead (metadata stays numpy). Returns the feed; :meth:`stop_feed` ends it.
+        """
+        from memoire.feed import Feed
+
+        self.stop_feed()
+        self._feed = Feed(self, self._batch_size, depth=depth, threads=threads, seed=seed,
+                          device=device, with_sample_metadata=True)
+        return self._feed
+
+    def stop_feed(self) -> None:
+        """Closes the feed started by :meth:`start_feed` (if any); ``sample()`` draws inline
+        again, continuing the numpy Generator's stream."""
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.close()
 
     def get_elements(self, keys) -> ReplayElement:
         """The stored elements of ``keys`` (``int[n]``) as one batch, like ``sample``.

@@ -1,0 +1,270 @@
+// _core.Feed: the prefetching feed (core/prefetch.h) over a TransitionStore (the JAX face) or a
+// CircularBuffer (the TF face). Python-facing batches are numpy views of a ring slot; the slot
+// goes back to the samplers when the last view of the batch is dropped.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/common.h"
+#include "core/circular_buffer.h"
+#include "core/prefetch.h"
+#include "core/replay_memory.h"
+#include "core/rng.h"
+#include "core/transition_store.h"
+
+namespace memoire {
+
+// bindings/circular_buffer.cc: checks Dopamine's transition element arrays for a batch of n.
+CircularBuffer::Outputs OutputsFrom(const CircularBuffer& self, const py::list& outs, int64_t n);
+
+namespace {
+
+// One part of a batch: dtype and shape of the numpy view handed out.
+struct Part {
+  py::dtype dtype;
+  std::vector<py::ssize_t> shape;
+  size_t bytes;
+  bool none = false;  // a field the memory's cache flags leave out: handed out as None
+};
+
+// Keeps a taken slot until the last array of its batch is gone.
+struct Lease {
+  std::shared_ptr<Prefetcher> ring;
+  int slot;
+};
+
+class PyFeed {
+ public:
+  PyFeed(const py::object& source, const py::list& templates, int64_t batch_size, int depth,
+         int threads, uint64_t seed) {
+    if (batch_size < 1)
+      ThrowInvalid("batch_size: expected >= 1, got " + std::to_string(batch_size));
+    Prefetcher::Options o;
+    o.depth = depth;
+    o.threads = threads;
+    // Short: memoire.feed retries once after a garbage collection (a device copy may hold
+    // the last reference to a batch in a cycle), then raises.
+    o.held_wait_ms = 250;
+    for (const py::handle& h : py::isinstance<ReplayMemory>(source) ? py::list() : templates) {
+      py::array a = py::array::ensure(h);
+      if (!a) ThrowInvalid("templates: expected numpy arrays");
+      parts_.push_back({a.dtype(), std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()),
+                        static_cast<size_t>(a.nbytes())});
+      o.part_bytes.push_back(static_cast<size_t>(a.nbytes()));
+    }
+    Prefetcher::Fill fill;
+    if (py::isinstance<TransitionStore>(source)) {
+      CheckStoreLayout(*source.cast<std::shared_ptr<TransitionStore>>(), templates, batch_size);
+      fill = StoreFill(source.cast<std::shared_ptr<TransitionStore>>(), batch_size, threads, seed);
+    } else if (py::isinstance<ReplayMemory>(source)) {
+      auto rm = source.cast<std::shared_ptr<ReplayMemory>>();
+      o.part_bytes = MemoryLayout(*rm, batch_size);  // the templates are not used
+      fill = MemoryFill(rm, batch_size);
+    } else if (py::isinstance<CircularBuffer>(source)) {
+      auto cb = source.cast<std::shared_ptr<CircularBuffer>>();
+      OutputsFrom(*cb, templates, batch_size);  // ValueError on a wrong layout
+      fill = CircularFill(cb, batch_size, threads);
+    } else {
+      ThrowInvalid("source: expected a TransitionStore, CircularBuffer or ReplayMemory, got " +
+                   py::str(py::type::of(source).attr("__name__")).cast<std::string>());
+    }
+    std::unique_ptr<Prefetcher> p;
+    ThrowIfError(Prefetcher::Make(o, std::move(fill), &p));
+    ring_ = std::shared_ptr<Prefetcher>(std::move(p));
+  }
+
+  ~PyFeed() {
+    // Joins the samplers (they never take the GIL, so holding it cannot deadlock them).
+    if (ring_) ring_->Close();
+  }
+
+  // The next ready batch as a tuple of arrays (the templates' dtypes and shapes), or the error
+  // its draw met (the synchronous path's exception type).
+  py::tuple Take() {
+    if (!ring_) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
+    std::shared_ptr<Prefetcher> ring = ring_;
+    int slot = -1;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = ring->Take(&slot);
+    }
+    if (!s.ok()) {
+      if (slot >= 0) ring->Release(slot);
+      ThrowIfError(s);
+    }
+    py::capsule lease(new Lease{ring, slot}, [](void* p) {
+      auto* l = static_cast<Lease*>(p);
+      l->ring->Release(l->slot);
+      delete l;
+    });
+    uint8_t* const* data = ring->parts(slot);
+    py::tuple out(parts_.size());
+    for (size_t i = 0; i < parts_.size(); ++i)
+      out[i] = parts_[i].none ? py::object(py::none())
+                              : py::object(py::array(parts_[i].dtype, parts_[i].shape, data[i],
+                                                     lease));
+    return out;
+  }
+
+  void Close() {
+    if (!ring_) return;
+    std::shared_ptr<Prefetcher> ring = ring_;
+    {
+      py::gil_scoped_release release;
+      ring->Close();
+    }
+  }
+
+  int depth() const { return ring_->depth(); }
+  int threads() const { return ring_->threads(); }
+  int64_t taken() const { return ring_->taken(); }
+  int64_t filled() const { return ring_->filled(); }
+
+ private:
+  // ValueError unless `templates` is SampleGather's layout for a batch of n.
+  static void CheckStoreLayout(const TransitionStore& t, const py::list& templates, int64_t n) {
+    CheckLength(static_cast<int64_t>(templates.size()), 8, "templates", "output");
+    const auto& o = t.options();
+    auto arr = [&](int i) { return templates[i].cast<py::array>(); };
+    CheckOutput(arr(0), DType::kInt32, {n}, "keys");
+    CheckOutput(arr(1), DType::kFloat64, {n}, "probabilities");
+    CheckOutput(arr(4), DType::kFloat64, {n}, "reward");
+    CheckOutput(arr(6), DType::kBool, {n}, "is_terminal");
+    CheckOutput(arr(7), DType::kBool, {n}, "episode_end");
+    const size_t sb = static_cast<size_t>(n) * o.frame_bytes * o.stack_size;
+    py::array state = arr(2), action = arr(3), next_state = arr(5);
+    BytesOut(state, sb, "state");
+    BytesOut(action, static_cast<size_t>(n) * o.action_bytes, "action");
+    BytesOut(next_state, sb, "next_state");
+  }
+
+  static Prefetcher::Fill StoreFill(std::shared_ptr<TransitionStore> store, int64_t n,
+                                    int threads, uint64_t seed) {
+    // One generator per sampler thread (no lock): thread t's stream is seeded seed + t.
+    auto rngs = std::make_shared<std::vector<Rng>>();
+    for (int t = 0; t < threads; ++t) rngs->emplace_back(seed + static_cast<uint64_t>(t));
+    return [store, rngs, n](int t, uint8_t* const* p) {
+      return store->SampleGather(&(*rngs)[t], n, reinterpret_cast<int32_t*>(p[0]),
+                                 reinterpret_cast<double*>(p[1]), p[2], p[3],
+                                 reinterpret_cast<double*>(p[4]), p[5], p[6], p[7]);
+    };
+  }
+
+  // ReplayMemory: parts prev[0..7), next[0..7) (dtype[n, frame_stack, *shape], None where the
+  // cache flags leave a field out), weight f32[n], prob f64[n], done bool[n], id int64[n]:
+  // the settings read now fix the layout.
+  std::vector<size_t> MemoryLayout(const ReplayMemory& rm, int64_t n) {
+    const ReplayMemory::Options o = rm.options();
+    frame_stack_ = o.frame_stack;
+    std::vector<size_t> bytes;
+    auto add = [&](const py::dtype& dt, std::vector<py::ssize_t> shape, bool none) {
+      size_t b = none ? 0 : static_cast<size_t>(dt.itemsize());
+      for (py::ssize_t d : shape) b *= static_cast<size_t>(d);
+      parts_.push_back({dt, shape, b, none});
+      bytes.push_back(b);
+    };
+    for (int side = 0; side < 2; ++side)
+      for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
+        const Field& fd = rm.schema().field(f);
+        std::vector<py::ssize_t> shape{n, o.frame_stack};
+        shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
+        add(ToNumpy(fd.dtype), shape, !o.cache_flags[side * ReplayMemory::kNumFields + f]);
+      }
+    add(py::dtype::of<float>(), {n}, false);
+    add(py::dtype::of<double>(), {n}, false);
+    add(py::dtype::of<bool>(), {n}, false);
+    add(py::dtype::of<int64_t>(), {n}, false);
+    return bytes;
+  }
+
+  Prefetcher::Fill MemoryFill(std::shared_ptr<ReplayMemory> rm, int64_t n) {
+    std::vector<bool> none;
+    for (const Part& p : parts_) none.push_back(p.none);
+    const int frame_stack = frame_stack_;
+    return [rm, n, none, frame_stack](int, uint8_t* const* p) {
+      constexpr int F = ReplayMemory::kNumFields;
+      ReplayMemory::SampleOut out;
+      for (int f = 0; f < F; ++f) {
+        out.prev[f] = none[f] ? nullptr : p[f];
+        out.next[f] = none[F + f] ? nullptr : p[F + f];
+      }
+      out.weight = reinterpret_cast<float*>(p[2 * F]);
+      out.prob = reinterpret_cast<double*>(p[2 * F + 1]);
+      out.done = p[2 * F + 2];
+      out.id = reinterpret_cast<int64_t*>(p[2 * F + 3]);
+      out.frame_stack = frame_stack;
+      int now = frame_stack;
+      out.frame_stack_now = &now;
+      Status s = rm->Sample(n, out);
+      // The memory's frame_stack changed since the feed was sized: say so with the detail
+      // "frame_stack" (the setting now; memoire.feed rebuilds the ring for the new layout).
+      if (!s.ok() && now != frame_stack) s.With("frame_stack", now);
+      return s;
+    };
+  }
+
+  static Prefetcher::Fill CircularFill(std::shared_ptr<CircularBuffer> cb, int64_t n,
+                                       int threads) {
+    auto scratch = std::make_shared<std::vector<std::vector<int64_t>>>(
+        threads, std::vector<int64_t>(n));
+    const size_t extras = cb->schema().size() - CircularBuffer::kFirstExtra;
+    const bool prioritized = cb->options().prioritized;
+    return [cb, scratch, n, extras, prioritized](int t, uint8_t* const* p) {
+      // The order OutputsFrom checked: Dopamine's transition elements.
+      CircularBuffer::Outputs o;
+      o.state = p[0];
+      o.action = p[1];
+      o.reward = p[2];
+      o.next_state = p[3];
+      o.next_action = p[4];
+      o.next_reward = p[5];
+      o.terminal = p[6];
+      o.indices = reinterpret_cast<int32_t*>(p[7]);
+      for (size_t e = 0; e < extras; ++e) o.extras.push_back(p[8 + e]);
+      if (prioritized) o.probabilities = reinterpret_cast<float*>(p[8 + extras]);
+      return cb->SampleAndGather(n, o, (*scratch)[t].data());
+    };
+  }
+
+  std::vector<Part> parts_;
+  int frame_stack_ = 0;  // ReplayMemory: the setting the layout was sized for
+  std::shared_ptr<Prefetcher> ring_;
+};
+
+}  // namespace
+
+void BindFeed(py::module_& m) {
+  py::class_<PyFeed>(m, "Feed", R"doc(
+Native prefetching feed (private: use memoire.feed.Feed).
+
+Feed(source, templates, batch_size, depth, threads, seed): `threads` sampler threads (no GIL)
+draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a
+ReplayMemory) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
+template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
+probabilities float64[n], state, action, reward float64[n], next_state, is_terminal bool[n],
+episode_end bool[n]]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
+(templates ignored) prev[7], next[7] (None where the cache flags leave a field out), weight,
+prob, done, id. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
+reused once every array of the batch is dropped. A failed draw raises on the take that
+receives it. Thread-safe.
+)doc")
+      .def(py::init<const py::object&, const py::list&, int64_t, int, int, uint64_t>(),
+           py::arg("source"), py::arg("templates"), py::arg("batch_size"), py::arg("depth"),
+           py::arg("threads"), py::arg("seed"))
+      .def("take", &PyFeed::Take,
+           "The next batch (tuple of arrays); blocks until one is ready. Raises the draw's error "
+           "(KeyError, IndexError, RuntimeError, ValueError as the synchronous path), or "
+           "RuntimeError when closed or when every slot is held by a batch still referenced.")
+      .def("close", &PyFeed::Close, "Stops and joins the sampler threads (idempotent).")
+      .def_property_readonly("depth", &PyFeed::depth)
+      .def_property_readonly("threads", &PyFeed::threads)
+      .def_property_readonly("taken", &PyFeed::taken, "batches handed out so far")
+      .def_property_readonly("filled", &PyFeed::filled, "draws completed so far (ok or not)");
+}
+
+}  // namespace memoire

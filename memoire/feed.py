@@ -1,0 +1,307 @@
+"""A prefetching feed: native threads sample batches ahead of the learner.
+
+``Feed(buffer, batch_size)`` starts ``threads`` sampler threads in C++ (no GIL) that draw batches
+from ``buffer`` into a ring of ``depth`` reusable, 64-byte aligned host buffers
+(``cpp/core/prefetch.h``). The learner's ``next(feed)`` takes the next ready batch: when one is
+ready that is a hand-over of a few microseconds (no sampling, no copy, no allocation on the
+learner's thread). With ``device`` set, each batch is ``jax.device_put`` one step ahead, straight
+from the ring, so the copy to the accelerator overlaps the learner's step.
+
+Sources:
+
+- memoire's JAX ``ReplayBuffer`` (``memoire.dopamine_compat.jax_replay_buffer``): batches are the
+  ``ReplayElement`` its ``sample()`` returns (state/next_state ``dtype[B, *obs_shape, stack]``,
+  action ``dtype[B, *action_shape]``, reward ``float64[B]``, is_terminal/episode_end
+  ``bool[B]``); with ``with_sample_metadata=True`` a tuple ``(batch, metadata)`` as
+  ``sample(with_sample_metadata=True)``: ``SampleMetadata(keys=int32[B])``, or for a prioritized
+  buffer ``PrioritizedSampleMetadata(keys, probabilities=float64[B])``. Draws use the core's
+  seedable generator (``seed``), not the numpy Generator the buffer shares with Dopamine: the
+  distribution is the same, the stream is not (``sample()`` stays bit-identical to Dopamine).
+- memoire's TF-face ``OutOfGraphReplayBuffer`` / ``OutOfGraphPrioritizedReplayBuffer``: batches
+  are the tuple ``sample_transition_batch()`` returns (Dopamine's transition elements), drawn by
+  the buffer's own generator (its seed; ``seed`` is unused), with Dopamine's validity rules.
+
+- ``memoire.ReplayMemory``: batches are the ``Batch`` its ``get_batch()`` returns (prev, next,
+  weight, prob, done, id), drawn by the memory's own generator, in proportion to weight. The
+  layout follows the settings when the feed starts; a later ``frame_stack`` change is picked
+  up (the ring is resized), a ``cache_flags`` change is not (start a new feed).
+
+Prioritized replay: each batch is drawn and gathered under the store's lock, so a priority
+update lands between two batches. Batches already in the ring were drawn before it: after an
+``update``, at most ``depth`` batches (``depth + 1`` with ``device``, the batch in transfer)
+come from the priorities before it. Every later batch sees it.
+
+Lifetime of a batch: host batches are numpy views of a ring slot; the slot goes back to the
+samplers when every array of the batch is dropped (holding on to ``depth`` batches stalls the
+feed: ``next`` then raises RuntimeError after a short wait). With ``device``, ``jax.device_put``
+reads straight from the slot (no host copy) and the slot is released once that transfer is
+complete (``next`` blocks on it before handing the batch out; the transfer had the learner's
+previous step to finish). Copy-on-transfer on a CPU device: there JAX would alias the slot
+(and release it only at a garbage collection), so the feed copies the batch instead; that copy
+is the transfer. Metadata (keys, probabilities) stays on the host, viewing the slot.
+
+Errors: a failed draw raises on the ``next`` that receives it, with the exception the buffer's
+synchronous ``sample`` raises (ValueError("No samples in replay buffer!") for an empty JAX
+buffer; Dopamine's RuntimeError/ValueError for the TF face). Draws go on after an error, so a
+buffer that fills later feeds again (after at most ``depth`` stale errors).
+
+Shutdown: ``close()`` (or ``with Feed(...) as feed``, or garbage collection, or interpreter
+exit) stops and joins the threads. Thread-safety: one consumer thread per feed.
+
+Page-locked memory: without CUDA the ring is ordinary host memory; ``cpp/core/prefetch.cc``
+marks where a CUDA build would register it (cudaHostRegister). PyTorch is not supported yet.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from typing import Any, Optional
+
+import numpy as np
+
+from memoire import _core
+
+__all__ = ["Feed"]
+
+
+def _close_native(holder: list) -> None:
+    for native in holder:
+        native.close()
+    holder.clear()
+
+
+class Feed:
+    """Batches of ``buffer`` drawn ahead by native threads (see the module docstring).
+
+    Args:
+      buffer: memoire's JAX ``ReplayBuffer``, TF-face ``OutOfGraph(Prioritized)ReplayBuffer``
+        or ``memoire.ReplayMemory``.
+      batch_size: int >= 1 (default: the buffer's batch size; required for a ReplayMemory).
+      depth: int >= 1, batches drawn ahead (ring slots).
+      threads: int in [1, depth], sampler threads.
+      seed: int >= 0 seeding the JAX-face draws (thread t uses seed + t); default 0.
+      device: None for host numpy batches; ``"jax"`` for JAX's default device, or a
+        ``jax.Device``: batches arrive as JAX arrays, transferred one step ahead.
+      with_sample_metadata: JAX face: yield ``(batch, metadata)`` as ``sample`` does.
+
+    Raises:
+      TypeError: ``buffer`` is not one of the supported buffers.
+      ValueError: a bad batch_size, depth, threads or seed.
+    """
+
+    def __init__(self, buffer, batch_size: Optional[int] = None, *, depth: int = 4,
+                 threads: int = 1, seed: Optional[int] = None, device: Any = None,
+                 with_sample_metadata: bool = False) -> None:
+        self._buffer = buffer
+        self._kind = _kind_of(buffer)
+        if batch_size is None:
+            if self._kind == "memory":
+                raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
+            batch_size = buffer._batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+        for name, value in (("depth", depth), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if threads > depth:
+            raise ValueError(f"threads: expected <= depth ({depth}), got {threads}")
+        seed = 0 if seed is None else seed
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+                or not 0 <= seed < 2**64:
+            raise ValueError(f"seed: expected an int in [0, 2**64), got {seed!r}")
+        self._batch_size = int(batch_size)
+        self._depth = int(depth)
+        self._threads = int(threads)
+        self._seed = int(seed)
+        self._with_metadata = bool(with_sample_metadata)
+        # The device to copy to (None: host batches), and what device_put is given: None for
+        # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
+        # committed array would make jitted steps compile a second variant).
+        self._device, self._put_to = _jax_device(device)
+        if self._device is not None and self._kind == "memory":
+            raise ValueError("device: a ReplayMemory feed hands out host batches (device=None)")
+        self._source = None   # the native store the ring draws from
+        self._holder: list = []  # the native feed, shared with the finalizer
+        self._finalizer = weakref.finalize(self, _close_native, self._holder)
+        self._pending = None  # (host batch, device batch) in transfer
+        self._pending_error: Optional[Exception] = None  # the draw after the pending one failed
+        self._closed = False
+
+    # ---- the native ring ----
+
+    def _native(self):
+        """The native feed over the buffer's current store (rebuilt when the buffer replaced
+        its store, e.g. on load), or None when the JAX buffer has no store yet."""
+        source = {"jax": lambda b: b._store, "tf": lambda b: b._core,
+                  "memory": lambda b: b}[self._kind](self._buffer)
+        if source is None:
+            return None
+        if source is not self._source:
+            _close_native(self._holder)
+            n = self._batch_size
+            if self._kind == "jax":
+                templates = [np.empty(n, np.int32), np.empty(n, np.float64),
+                             *self._buffer._empty_batch(n)]
+            elif self._kind == "tf":
+                templates = list(self._buffer._create_batch_arrays(n))
+            else:
+                templates = []  # the native feed sizes a ReplayMemory batch from its settings
+            self._holder.append(_core.Feed(source, templates, n, self._depth, self._threads,
+                                           self._seed))
+            self._source = source
+        return self._holder[0]
+
+    def _take_host(self):
+        """The next batch as host arrays (views of a ring slot), in the buffer's layout."""
+        if self._closed:
+            raise RuntimeError("the feed is closed")
+        native = self._native()
+        if native is None:  # a JAX buffer before its first add, as sample() raises
+            raise ValueError("No samples in replay buffer!")
+        try:
+            try:
+                parts = native.take()
+            except RuntimeError as e:
+                if hasattr(e, "frame_stack"):
+                    # The ReplayMemory's frame_stack changed: size a new ring for it.
+                    self._source = None
+                    return self._take_host()
+                if not hasattr(e, "held"):
+                    raise
+                # Every slot is referenced. A device copy may hold its source batch in a
+                # reference cycle (JAX defers that release): collect once, then give up.
+                gc.collect()
+                parts = native.take()
+        except (KeyError, IndexError, RuntimeError, ValueError) as e:
+            raise self._sample_error(e) from None
+        if self._kind == "memory":
+            from memoire.memory import Batch
+            return Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:])
+        self._buffer._sample_count += self._batch_size
+        if self._kind == "tf":
+            return parts
+        from memoire.dopamine_compat import jax_replay_buffer as jrb
+        batch = jrb.ReplayElement(*parts[2:])
+        if not self._with_metadata:
+            return batch
+        if self._buffer._prioritized:
+            meta = jrb.PrioritizedSampleMetadata(keys=parts[0], probabilities=parts[1])
+        else:
+            meta = jrb.SampleMetadata(keys=parts[0])
+        return batch, meta
+
+    def _sample_error(self, error: Exception) -> Exception:
+        """The exception the buffer's synchronous sample raises where the draw raised ``error``."""
+        if self._kind == "tf":
+            return self._buffer._dopamine_sample_error(error, self._batch_size)
+        if isinstance(error, RuntimeError) and hasattr(error, "needed"):
+            return ValueError("No samples in replay buffer!")
+        return error
+
+    # ---- the learner's side ----
+
+    def __iter__(self) -> "Feed":
+        return self
+
+    def __next__(self):
+        """The next batch (host arrays, or JAX arrays with ``device``); blocks until ready."""
+        if self._device is None:
+            return self._take_host()
+        import jax
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+        if self._pending is None:
+            self._pending = self._put(self._take_host())
+        host, current, meta = self._pending
+        self._pending = None
+        # Start the next transfer before handing this one out, so it overlaps the learner's
+        # step on `current`. An error in the next draw is kept for the next call.
+        try:
+            self._pending = self._put(self._take_host())
+        except (KeyError, IndexError, RuntimeError, ValueError, AssertionError) as e:
+            # Without its traceback: the frame it holds would keep `host` (a slot) alive.
+            self._pending_error = e.with_traceback(None)
+        if host is not None:
+            # The slot of `host` is reused once its views are dropped: the copy must be done
+            # first (it had the learner's previous step to run).
+            jax.block_until_ready(current)
+            del host
+        return current if meta is None else (current, meta)
+
+    def _put(self, taken):
+        """(host batch or None, its device copy in flight, metadata or None) for a taken batch;
+        the metadata (keys, probabilities) stays on the host, as ``sample`` returns it."""
+        import jax
+        host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
+        if self._device.platform == "cpu":
+            # JAX's CPU client would alias the ring slot and let go of it only at a garbage
+            # collection: copy instead (on a CPU device that copy is the transfer), and the
+            # slot is free at once (no host batch kept).
+            copy = jax.tree_util.tree_map(np.array, host)
+            return None, jax.device_put(copy, self._put_to), meta
+        return host, jax.device_put(host, self._put_to), meta
+
+    def take(self):
+        """Same as ``next(feed)``."""
+        return next(self)
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def close(self) -> None:
+        """Stops and joins the sampler threads; later ``next`` calls raise RuntimeError.
+        Batches already handed out stay valid. Idempotent."""
+        self._closed = True
+        self._pending = None
+        self._pending_error = None
+        self._finalizer()
+
+    def __enter__(self) -> "Feed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _kind_of(buffer) -> str:
+    if isinstance(buffer, _core.ReplayMemory):
+        return "memory"
+    jrb = sys.modules.get("memoire.dopamine_compat.jax_replay_buffer")
+    if jrb is not None and isinstance(buffer, jrb.ReplayBuffer):
+        return "jax"
+    crb = sys.modules.get("memoire.dopamine_compat.circular_replay_buffer")
+    if crb is not None and isinstance(buffer, crb.OutOfGraphReplayBuffer):
+        if not buffer._fast_sampling:
+            raise TypeError(f"buffer: {type(buffer).__name__} draws its own indices "
+                            "(sample_index_batch is overridden); the feed cannot draw for it")
+        return "tf"
+    raise TypeError("buffer: expected memoire.ReplayMemory, or memoire's JAX ReplayBuffer or "
+                    "OutOfGraphReplayBuffer (memoire.dopamine_compat), got "
+                    f"{type(buffer).__name__}")
+
+
+def _jax_device(device):
+    """(the target jax.Device or None, the device argument for jax.device_put)."""
+    if device is None:
+        return None, None
+    import jax
+    if isinstance(device, str):
+        if device != "jax":
+            raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
+        return jax.devices()[0], None
+    if isinstance(device, jax.Device):
+        return device, device
+    raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
