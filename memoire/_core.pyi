@@ -237,7 +237,7 @@ class ChunkIngest(metaclass=_pybind11_type):
     max_stream_bytes: int
     max_open_bytes: int
 
-class Feed:
+class Feed(metaclass=_pybind11_type):
     """Native prefetching feed (memoire.feed.Feed): `threads` sampler threads draw batches of
     `batch_size` from a TransitionStore or CircularBuffer into `depth` ring slots, one 64-byte
     aligned buffer per template array (its dtype and shape)."""

@@ -183,14 +183,16 @@ class Feed:
         self._buffer._sample_count += self._batch_size
         if self._kind == "tf":
             return parts
-        from memoire.dopamine_compat import jax_replay_buffer as jrb
-        batch = jrb.ReplayElement(*parts[2:])
+        # Dopamine's own element types, which the JAX face returns (the library does not
+        # import the face)
+        from dopamine.jax.replay_memory import elements, samplers
+        batch = elements.ReplayElement(*parts[2:])
         if not self._with_metadata:
             return batch
         if self._buffer._prioritized:
-            meta = jrb.PrioritizedSampleMetadata(keys=parts[0], probabilities=parts[1])
+            meta = samplers.PrioritizedSampleMetadata(keys=parts[0], probabilities=parts[1])
         else:
-            meta = jrb.SampleMetadata(keys=parts[0])
+            meta = samplers.SampleMetadata(keys=parts[0])
         return batch, meta
 
     def _sample_error(self, error: Exception) -> Exception:

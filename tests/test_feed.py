@@ -324,18 +324,19 @@ def test_many_thousand_batches_do_not_grow_memory():
 def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
     gin = pytest.importorskip("gin")
     from memoire.dopamine_compat import jax_agents
-    from memoire.experiments import train
+    from memoire.experiments import runner as runner_lib
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     gin.clear_config()
-    train.load_gin(
+    runner_lib.load_gin(
         [os.path.join(root, "configs", "dqn_cartpole_jax_feed.gin")],
         ["Runner.num_iterations = 1", "Runner.training_steps = 300",
          "Runner.evaluation_steps = 20", "ReplayBuffer.max_capacity = 1000",
          "ReplayBuffer.batch_size = 32", "JaxDQNAgent.min_replay_history = 100",
          "JaxDQNAgent.seed = 7"])
     try:
-        runner = train.create_runner(str(tmp_path), create_agent=jax_agents.create_memoire_agent)
+        runner = runner_lib.create_runner(str(tmp_path),
+                                          create_agent=jax_agents.create_memoire_agent)
         agent = runner._agent
         replay = agent._replay
         assert replay._feed is not None and replay._feed.depth == 4
