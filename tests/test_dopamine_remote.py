@@ -87,6 +87,14 @@ def test_two_actors_then_learner_matches_local(prioritized):
         rb = remote.RemoteOutOfGraphReplayBuffer(ep["rep"], "replay", timeout=10)
         assert int(rb.add_count) == int(local.add_count) > 0
         assert isinstance(rb.add_count, np.ndarray)
+        # The served buffer's arguments (public), and Dopamine's attributes made of them.
+        assert rb.arguments() == local.arguments()
+        for name in ("observation_shape", "stack_size", "replay_capacity", "batch_size",
+                     "update_horizon", "gamma", "observation_dtype", "extra_storage_types",
+                     "state_shape"):
+            assert getattr(rb, "_" + name) == getattr(local, "_" + name), name
+        np.testing.assert_array_equal(rb._cumulative_discount_vector,
+                                      local._cumulative_discount_vector)
         assert rb.cursor() == local.cursor() and rb.is_full() == local.is_full()
         assert rb.is_empty() == local.is_empty()
         assert rb.episode_end_indices == local.episode_end_indices

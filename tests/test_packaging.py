@@ -93,3 +93,23 @@ def test_core_imports_without_extras(tmp_path):
     core = out.stdout.split("CORE", 1)[1].split()
     assert {"memoire", "memoire.dopamine_compat", "memoire.server", "memoire.client",
             "memoire.serve", "memoire.dopamine_compat.remote"} <= set(core), core
+
+
+def test_hung_test_fails(tmp_path):
+    """pytest-timeout with the project's settings (thread method) ends a test that hangs:
+    here a recv on a socket nobody sends to, with the timeout lowered to 1 s."""
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent("""
+        import socket
+
+        def test_hang():
+            a, b = socket.socketpair()
+            a.recv(1)
+    """))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+         os.path.join(ROOT, "pyproject.toml"), "--rootdir", str(tmp_path), "-o", "timeout=1",
+         str(tmp_path / "test_hang.py")],
+        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    # The thread method's report: the hung test's stack, between "+++ Timeout +++" rules.
+    assert out.returncode != 0, out.stdout[-2000:]
+    assert "+ Timeout +" in out.stdout and "a.recv(1)" in out.stdout, out.stdout[-2000:]

@@ -8,7 +8,6 @@
 #include "bindings/common.h"
 #include "core/chunk_ingest.h"
 #include "core/codec.h"
-#include "core/replay_memory.h"
 
 namespace memoire {
 namespace {
@@ -25,7 +24,6 @@ static_assert(static_cast<int>(ChunkIngest::Outcome::kCommitted) ==
               static_cast<int>(protocol::IngestOutcome::kCommitted), "ingest outcome");
 static_assert(static_cast<int>(ChunkIngest::Outcome::kRejected) ==
               static_cast<int>(protocol::IngestOutcome::kRejected), "ingest outcome");
-static_assert(ReplayMemory::kNumFields == protocol::kNumFields, "fields");
 
 std::string Upper(const char* s) {
   std::string out(s);
@@ -54,11 +52,7 @@ void BindProtocol(py::module_& m) {
     kinds[py::str(Upper(codec::KindName(static_cast<codec::Kind>(k))))] = k;
   p.attr("KINDS") = kinds;
   py::tuple fields(protocol::kNumFields);
-  for (int f = 0; f < protocol::kNumFields; ++f) {
-    if (std::string(ReplayMemory::kFieldNames[f]) != protocol::kFieldNames[f])
-      throw std::logic_error("core/replay_memory.cc and core/protocol.h name the fields apart");
-    fields[f] = protocol::kFieldNames[f];
-  }
+  for (int f = 0; f < protocol::kNumFields; ++f) fields[f] = protocol::kFieldNames[f];
   p.attr("FIELDS") = fields;
   p.attr("QVEST_FIELD") = protocol::kQvestField;
   p.attr("CACHE_PREV") = protocol::kCachePrev;

@@ -10,7 +10,6 @@
 
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
-#include "core/protocol.h"
 
 namespace memoire {
 namespace {
@@ -65,7 +64,7 @@ py::array ReadField(const RM& m, int f) {
 // Converts the six user rows (s, a, r, p, v, i) and adds them.
 void AddRows(RM& m, int64_t n, const std::vector<py::handle>& rows, const py::handle& init_w,
              bool batched) {
-  const char* const* kNames = protocol::kFieldNames;
+  const char* const* kNames = RM::kFieldNames;
   RowScratch scratch;
   const void* ptrs[RM::kNumFields] = {};
   int user = 0;

@@ -12,7 +12,9 @@
 
 namespace memoire {
 
-const char* const ReplayMemory::kFieldNames[kNumFields] = {"s", "a", "r", "p", "v", "q", "i"};
+static_assert(ReplayMemory::kNumFields == protocol::kNumFields &&
+                  ReplayMemory::kQvest == protocol::kQvestField,
+              "core/protocol.h names the memory's fields in schema order");
 
 namespace {
 bool Finite(double x) { return std::isfinite(x); }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/columns.h"
+#include "core/protocol.h"
 #include "core/rng.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -46,7 +47,7 @@ class ReplayMemory {
  public:
   // Schema field order. q is computed by the memory; add calls ignore its input.
   enum FieldId { kState = 0, kAction, kReward, kProb, kValue, kQvest, kInfo, kNumFields };
-  static const char* const kFieldNames[kNumFields];  // "s", "a", "r", "p", "v", "q", "i"
+  static constexpr const char* const* kFieldNames = protocol::kFieldNames;  // s a r p v q i
   static constexpr int kNumCacheFlags = 2 * kNumFields;
 
   // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [] (seed 001),

@@ -119,7 +119,8 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
 
   Args:
     endpoint: the server's REP endpoint.
-    name: the name the buffer was hosted under (:func:`serve_buffer`).
+    name: the name the buffer was hosted under
+      (:func:`memoire.dopamine_compat.buffer_server.serve_buffer`).
     flush_rows: pending adds that trigger a bulk send (episode ends always do).
     keys, timeout, retries: as :class:`memoire.remote.RemoteObject`.
 

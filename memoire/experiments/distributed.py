@@ -4,7 +4,7 @@ Roles:
 
 - **Actors** run the environment the gin configuration names (what Dopamine's runner would
   build: its ``create_environment_fn``, by default Atari with the gin-bound game; see
-  :func:`memoire.experiments.train.environment_fn`) with the agent's epsilon-greedy policy on
+  :func:`memoire.experiments.runner.environment_fn`) with the agent's epsilon-greedy policy on
   the learner's latest network parameters. An actor is the gin-configured Dopamine agent whose
   replay memory is a :class:`memoire.experience.ChunkStream`: the agent's own
   ``begin_episode``/``step``/``end_episode`` choose actions and build transitions exactly as in
@@ -314,9 +314,9 @@ class _StreamingMemory:
 
 def environment_from_gin():
     """Builds the environment Dopamine's Runner would for the loaded gin configuration (see
-    :func:`memoire.experiments.train.environment_fn`: the runner's ``create_environment_fn``,
+    :func:`memoire.experiments.runner.environment_fn`: the runner's ``create_environment_fn``,
     else Atari with the gin-bound game)."""
-    from memoire.experiments.train import environment_fn
+    from memoire.experiments.runner import environment_fn
 
     return environment_fn()()
 
@@ -328,7 +328,7 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
 
     Gin must already be loaded. Returns the environment steps taken.
     """
-    from memoire.experiments import replay_routing, train
+    from memoire.experiments import replay_routing, runner
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
@@ -337,8 +337,8 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
     memory = _StreamingMemory(stream)
     agent._replay = memory  # the actor trains nothing; its memory only streams
     agent.eval_mode = False
-    ends = train._install_end_recorder(environment)
-    train.seed_environment(environment, seed)
+    ends = runner._install_end_recorder(environment)
+    runner.seed_environment(environment, seed)
     max_per_episode = query("Runner.max_steps_per_episode", 27000)
     clip = query("Runner.clip_rewards", True)
 
@@ -384,11 +384,11 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)
-    from memoire.experiments import train
+    from memoire.experiments import runner
 
     seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
-    train.load_gin(facts["gin_files"], facts["bindings"])
-    train.seed_everything(seed)
+    runner.load_gin(facts["gin_files"], facts["bindings"])
+    runner.seed_everything(seed)
     link = ends.open()
     try:
         run_actor(actor_id, link, chunk_size=config["chunk_size"], seed=seed,
@@ -404,7 +404,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -
 
 
 def _learner_class():
-    from memoire.experiments.train import runner_class
+    from memoire.experiments.runner import runner_class
 
     base = runner_class()  # the schedule's: TrainRunner ('continuous_train') has no eval phase
 
@@ -495,7 +495,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
     """
     import multiprocessing as mp
 
-    from memoire.experiments import replay_routing, train
+    from memoire.experiments import replay_routing, runner
 
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     sockets = LearnerSockets(config)
@@ -506,22 +506,22 @@ def run(facts: dict, config: DistributedConfig) -> int:
     procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
                          args=(i, actor_facts, config.as_dict(), ends))
              for i in range(config.num_actors if config.spawn_actors else 0)]
-    runner = None
+    learner = None
     try:
         for p in procs:
             p.start()
         alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
-        runner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
+        learner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
                                   sockets=sockets, publish_period=config.publish_period,
                                   actors_alive=alive, seed=facts["seed"])
-        train.write_operative_config(facts["dir"])
-        if runner.start_iteration > 0:
-            log.info("resuming %s at iteration %d", facts["dir"], runner.start_iteration)
+        runner.write_operative_config(facts["dir"])
+        if learner.start_iteration > 0:
+            log.info("resuming %s at iteration %d", facts["dir"], learner.start_iteration)
         who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
         log.info("learner with %s (experience %s, parameters %s)", who,
                  sockets.endpoints["experience"], sockets.endpoints["params"])
-        runner.run_experiment()
-        train.write_operative_config(facts["dir"])
+        learner.run_experiment()
+        runner.write_operative_config(facts["dir"])
     finally:
         stop.set()
         sockets.stop_actors()
@@ -532,8 +532,8 @@ def run(facts: dict, config: DistributedConfig) -> int:
                 p.terminate()
                 p.join(timeout=5)
         sockets.close()
-        if runner is not None:
-            runner.close()
+        if learner is not None:
+            learner.close()
     return 0
 
 
