@@ -143,7 +143,7 @@ def test_stock_jax_config_trains_with_two_actors(tmp_path, name):
                  _short(agent_class, prioritized)
                  + ["import memoire.experiments.distributed", "DistributedConfig.num_actors = 2",
                     "DistributedConfig.chunk_size = 25", "DistributedConfig.publish_period = 10"])
-    assert "learner with 2 actor(s)" in out.stdout
+    assert "INFO memoire.experiments.distributed: learner with 2 actor(s)" in out.stderr  # logged
     _check_run(base, memory=JAX_MEMORY, actors=True)
 
 

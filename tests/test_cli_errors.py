@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from _subprocess_env import subprocess_env
 
 from memoire import cli
 
@@ -21,7 +22,7 @@ EPISODE_HEADER = "iteration,phase,episode,env_steps,return,length,terminated,tru
 
 def _run(args, cwd, timeout=180):
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+                          timeout=timeout, env=subprocess_env())
 
 
 def _error_line(out, prog, *, alone=True):
@@ -312,7 +313,7 @@ def test_successful_tiny_run_logs_no_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "memoire.cli", "train", "--gin_files",
                           os.path.join("cfg", "tiny.gin"), "--base_dir", "runs"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ))
+                         env=subprocess_env())
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert "INFO memoire.experiments.runner: iteration 1/1" in out.stderr  # logged, once

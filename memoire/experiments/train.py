@@ -58,11 +58,6 @@ from memoire.experiments import replay_routing
 from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
 
-# Until distributed.py takes these from runner (as train itself does), it reaches them here.
-from memoire.experiments.runner import (  # noqa: F401
-    _install_end_recorder, environment_fn, load_gin, runner_class, seed_environment,
-    seed_everything, write_operative_config)
-
 log = logging.getLogger(__name__)
 
 
