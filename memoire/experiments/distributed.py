@@ -271,31 +271,30 @@ class ActorLink:
     def send(self, frames: list) -> bool:
         """Queues one chunk message (copied); False on a stop or when the learner took
         nothing for ``give_up_s`` seconds."""
-        since = time.monotonic()
-        while not self.should_stop():
+        def sent() -> bool:
             try:
                 self._push.send_multipart(frames, flags=zmq.NOBLOCK)
                 return True
             except zmq.Again:
-                if time.monotonic() - since > self._give_up:
-                    log.warning("the learner took no experience for %g s; stopping",
-                                self._give_up)
-                    self._stopped = True
-                    return False
-                time.sleep(0.005)
-        return False
+                return False
+        return self._until(sent, "took no experience")
 
     def wait_for_learner(self, finished: int) -> bool:
         """Waits until at most ``episodes_ahead`` of this actor's ``finished`` episodes
         (numbered from 0) are not stored by the learner. False on a stop or when nothing was
         stored for ``give_up_s`` seconds."""
+        return self._until(lambda: finished - (self.stored_episode + 1) <= self._ahead,
+                           "stored nothing of ours")
+
+    def _until(self, ready, what: str) -> bool:
+        """Polls ``ready()`` every few ms: True once it is, False on a stop or after
+        ``give_up_s`` seconds (the learner is gone: this link then stops)."""
         since = time.monotonic()
         while not self.should_stop():
-            if finished - (self.stored_episode + 1) <= self._ahead:
+            if ready():
                 return True
             if time.monotonic() - since > self._give_up:
-                log.warning("the learner stored nothing of ours for %g s; stopping",
-                            self._give_up)
+                log.warning("the learner %s for %g s; stopping", what, self._give_up)
                 self._stopped = True
                 return False
             time.sleep(0.002)
