@@ -277,7 +277,7 @@ def test_holding_every_slot_raises_instead_of_hanging():
 
 
 @dopamine
-def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean():
+def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean(tmp_path):
     script = textwrap.dedent("""
         import numpy as np
         from memoire.dopamine_compat import jax_replay_buffer as jrb
@@ -296,8 +296,10 @@ def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean():
         kept = next(jax_feed)
         print("OK", flush=True)
     """)
+    # cwd: not the checkout, whose memoire/ (no extension in CI) `-c` would import first
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env=subprocess_env(os.path.dirname(__file__)))
+                          timeout=120, env=subprocess_env(os.path.dirname(__file__)),
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("OK")
     assert "terminate called" not in proc.stderr
