@@ -120,9 +120,9 @@ class Feed:
         # The device to copy to (None: host batches), and what device_put is given: None for
         # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
         # committed array would make jitted steps compile a second variant).
-        self._device, self._put_to = _jax_device(device)
-        if self._device is not None and self._kind == "memory":
+        if device is not None and self._kind == "memory":
             raise ValueError("device: a ReplayMemory feed hands out host batches (device=None)")
+        self._device, self._put_to = _jax_device(device)
         self._source = None   # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
@@ -299,7 +299,11 @@ def _jax_device(device):
     """(the target jax.Device or None, the device argument for jax.device_put)."""
     if device is None:
         return None, None
-    import jax
+    try:
+        import jax
+    except ImportError:
+        raise ImportError(f"device={device!r} needs JAX (pip install jax); device=None hands "
+                          "out host batches") from None
     if isinstance(device, str):
         if device != "jax":
             raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
