@@ -27,25 +27,16 @@ import jax
 import numpy as np
 from dopamine.jax import networks
 from dopamine.jax.agents.dqn import dqn_agent
-from dopamine.jax.replay_memory import accumulator, elements, replay_buffer, samplers
+from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
 
 from memoire.dopamine_compat import jax_replay_buffer as mj
 from memoire.feed import Feed
 
+# The same Atari-like stream as the buffer benchmark (this script's folder is on sys.path).
+from bench_dopamine_jax import steps as atari_steps  # noqa: E402
+
 NUM_ACTIONS = 18
 STACK = 4
-
-
-def atari_steps(n: int, seed: int = 0) -> list:
-    """n Atari-like transitions: uint8[84, 84] frames with structure, episodes of ~1,000."""
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 255, size=(16, 84, 84), dtype=np.uint8)
-    out = []
-    for t in range(n):
-        frame = base[t % 16].copy()
-        frame[t % 84] = t % 251
-        out.append(elements.TransitionElement(frame, t % NUM_ACTIONS, 1.0, (t + 1) % 1000 == 0))
-    return out
 
 
 def build_buffers(fill: int, capacity: int):
