@@ -119,18 +119,27 @@ def _no_check(what: str, **arrays) -> None:
   del what, arrays  # in-process use: values are the caller's own (Dopamine stores them)
 
 
-class _CircularService:
-  """The hosted face of an OutOfGraph(Prioritized)ReplayBuffer: codec-friendly arguments and
-  results only."""
+class _HostedBuffer:
+  """What every hosted buffer face keeps: the buffer, the checkpoint root and the server's
+  checks (batch sizes; finite priorities always, since sampling by priority needs them; finite
+  rewards unless allow_nonfinite)."""
 
-  def __init__(self, buffer: _crb.OutOfGraphReplayBuffer, checkpoint_root: Optional[str] = None,
+  def __init__(self, buffer, checkpoint_root: Optional[str] = None,
                check_batch: Callable = _no_limit, check_finite: Callable = _no_check,
                allow_nonfinite: bool = True):
     self._b = buffer
     self._root = checkpoint_root
     self._check_batch = check_batch
-    self._check_finite = check_finite  # priorities: always (sampling by priority needs finite ones)
+    self._check_finite = check_finite
     self._check_rewards = _no_check if allow_nonfinite else check_finite
+
+
+class _CircularService(_HostedBuffer):
+  """The hosted face of an OutOfGraph(Prioritized)ReplayBuffer: codec-friendly arguments and
+  results only."""
+
+  def __init__(self, buffer: _crb.OutOfGraphReplayBuffer, **checks):
+    super().__init__(buffer, **checks)
     names = [e.name for e in buffer.get_storage_signature()]
     self._reward_column = names.index("reward")
 
@@ -196,17 +205,8 @@ class _CircularService:
       raise
 
 
-class _JaxService:
+class _JaxService(_HostedBuffer):
   """The hosted face of a JAX ``ReplayBuffer``."""
-
-  def __init__(self, buffer, checkpoint_root: Optional[str] = None,
-               check_batch: Callable = _no_limit, check_finite: Callable = _no_check,
-               allow_nonfinite: bool = True):
-    self._b = buffer
-    self._root = checkpoint_root
-    self._check_batch = check_batch
-    self._check_finite = check_finite  # priorities: always (sampling by priority needs finite ones)
-    self._check_rewards = _no_check if allow_nonfinite else check_finite
 
   def describe(self) -> dict:
     return {"batch_size": int(self._b._batch_size), "prioritized": bool(self._b._prioritized)}
@@ -303,13 +303,13 @@ def serve_buffer(server, buffer, name: str = "replay", *,
     if not os.path.isdir(root):
       raise ValueError(f"checkpoint_root: expected an existing folder, got {checkpoint_root!r}")
   if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
-    server.host(name, _CircularService(buffer, root, **checks),
+    server.host(name, _CircularService(buffer, checkpoint_root=root, **checks),
                 methods=_CIRCULAR_METHODS)
     return
   from memoire.dopamine_compat import jax_replay_buffer as _jrb
 
   if isinstance(buffer, _jrb.ReplayBuffer):
-    server.host(name, _JaxService(buffer, root, **checks),
+    server.host(name, _JaxService(buffer, checkpoint_root=root, **checks),
                 methods=("describe", "add_many", "sample", "update", "state",
                          "max_recorded_priority", "save", "load"))
     return
