@@ -28,7 +28,7 @@ import zmq
 
 from memoire import codec, transport
 from memoire.codec import Msg
-from memoire.protocol import CHUNK_INFO, CHUNK_LAST, CHUNK_TERMINAL
+from memoire.protocol import CHUNK_INFO, CHUNK_LAST, CHUNK_TERMINAL, INGEST_REJECTED
 
 log = logging.getLogger(__name__)
 
@@ -146,23 +146,20 @@ class ExperienceReceiver:
         if self._native:
             _, _, rejected, other = self.ingest.receive(self._sock.underlying, ms, 64)
             for reason, count, detail in rejected:
-                _log_rejection(reason, count, detail)
+                transport.log_dropped(log, "a chunk", reason, count, detail)
         elif self._sock.poll(ms):
             frames = self._sock.recv_multipart(copy=False)
             got = self.ingest.ingest(frames)
             if got is None:
                 other = frames
-            elif got[0] == 3:
-                _log_rejection(got[2], got[3], got[4])
+            elif got[0] == INGEST_REJECTED:
+                transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
         if other is not None:
             self.not_chunk += 1
-            _log_rejection("not_chunk", self.not_chunk, "a message that is no episode chunk")
+            transport.log_dropped(log, "a message", "not_chunk", self.not_chunk,
+                                  "it is no episode chunk")
         records, dropped = self.ingest.take_committed()
         if dropped:
             log.warning("%d stored episodes were not reported (poll more often)", dropped)
         return records
 
-
-def _log_rejection(reason: str, count: int, detail: str) -> None:
-    if count <= 10 or count % 1000 == 0:  # a flood of bad chunks must not flood the log
-        log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)

@@ -219,6 +219,14 @@ class RequestChannel:
                 self._sock = None
 
 
+def log_dropped(logger: logging.Logger, what: str, reason: str, count: int,
+                detail: str) -> None:
+    """Logs the ``count``-th ``what`` (e.g. "a chunk") dropped for ``reason``: the first ten,
+    then every thousandth, so a peer's flood of bad messages does not flood the log."""
+    if count <= 10 or count % 1000 == 0:
+        logger.warning("dropped %s (%s, %d so far): %s", what, reason, count, detail)
+
+
 def publication_frames(topic: bytes, data) -> list:
     """The frames a server publishes for ``pub_bytes(topic, data)``: the topic (ZeroMQ's
     subscription prefix), then a PUB message repeating it (so prefix matches of other topics

@@ -28,6 +28,7 @@ from memoire import codec
 from memoire.memory import Batch
 from memoire.protocol import INGEST_COMMITTED, QVEST, Msg
 from memoire.server.workers import Stats, error_reply
+from memoire.transport import log_dropped
 
 log = logging.getLogger("memoire.server")
 
@@ -102,8 +103,7 @@ class CentralService:
                 self._stats.counts["steps_in"] += rows
                 self._stats.cond.notify_all()
         for reason, count, detail in rejected:
-            if count <= 10 or count % 1000 == 0:
-                log.warning("dropped a chunk (%s, %d so far): %s", reason, count, detail)
+            log_dropped(log, "a chunk", reason, count, detail)
 
     @property
     def rows_in(self) -> int:

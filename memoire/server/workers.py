@@ -30,7 +30,7 @@ from memoire import _core, codec
 from memoire.codec import ProtocolError
 from memoire.protocol import Msg
 from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               open_socket, publication_frames)
+                               log_dropped, open_socket, publication_frames)
 
 log = logging.getLogger("memoire.server")
 
@@ -60,8 +60,7 @@ class Stats:
         with self.lock:
             self.rejected[reason] += 1
             n = self.rejected[reason]
-        if n <= 10 or n % 1000 == 0:  # a flood of bad messages must not flood the log
-            log.warning("dropped a message (%s, %d so far): %s", reason, n, detail)
+        log_dropped(log, "a message", reason, n, detail)
 
 
 def error_reply(kind: str, reason: str) -> list:
