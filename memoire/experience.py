@@ -69,7 +69,7 @@ class ChunkStream:
     def add(self, row: Mapping[str, object]) -> bool:
         """Appends one row (a value per column, cast to the column's dtype and shape); sends a
         full chunk. Returns False when a send failed (this episode is lost)."""
-        if set(row) != set(self._stage):
+        if row.keys() != self._stage.keys():
             raise ValueError(f"row: expected the columns {sorted(self._stage)}, got {sorted(row)}")
         for name, dtype, shape in self._spec:
             value = np.asarray(row[name])
