@@ -204,9 +204,15 @@ class RequestChannel:
             for _ in range(attempts):
                 if self._sock is None:
                     self._sock = self._open()
-                self._sock.send_multipart(frames, copy=False)
-                if self._sock.poll(int(timeout * 1000), zmq.POLLIN):
-                    return self._sock.recv_multipart(copy=False)
+                # A REQ socket has no pipe to send into while a peer refuses its CURVE
+                # handshake, and a send would then block for ever: bound it too.
+                self._sock.sndtimeo = int(timeout * 1000)
+                try:
+                    self._sock.send_multipart(frames, copy=False)
+                    if self._sock.poll(int(timeout * 1000), zmq.POLLIN):
+                        return self._sock.recv_multipart(copy=False)
+                except zmq.Again:
+                    pass
                 self._sock.close(0)  # lazy pirate: drop the stuck socket, reconnect, resend
                 self._sock = None
         raise TimeoutError(f"no reply from {self.endpoint} after {attempts} attempt(s) of "

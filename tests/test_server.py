@@ -11,7 +11,7 @@ import zmq
 from memoire import ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
 from memoire.remote import RemoteMemory, RemoteObject
-from memoire.transport import CurveKeys, bind_address, generate_keys
+from memoire.transport import CurveKeys, RequestChannel, bind_address, generate_keys
 
 TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
              np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
@@ -203,6 +203,34 @@ def test_bind_defaults_to_loopback():
     assert bind_address("tcp://10.1.2.3:7") == "tcp://10.1.2.3:7"
     with pytest.raises(ValueError, match="tcp://host:port"):
         bind_address("tcp://nohost")
+
+
+def test_a_request_that_cannot_be_sent_times_out_instead_of_blocking():
+    # A REQ socket without a pipe (here ZMQ_IMMEDIATE with no peer; in the wild a peer that
+    # refuses the CURVE handshake) blocks in send: the channel bounds the send by its timeout.
+    ctx = zmq.Context()
+    probe = ctx.socket(zmq.REP)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(0)  # a port nobody listens on any more
+    channel = RequestChannel(ctx, f"tcp://127.0.0.1:{port}", timeout=0.2, retries=1)
+    opened = []
+
+    def open_without_pipe():
+        sock = ctx.socket(zmq.REQ)
+        sock.linger = 0
+        sock.immediate = 1
+        sock.connect(channel.endpoint)
+        opened.append(sock)
+        return sock
+
+    channel._open = open_without_pipe
+    try:
+        with pytest.raises(TimeoutError, match="2 attempt"):
+            channel.request(codec.encode(Msg.HELLO, {"uuid": 1}))
+        assert len(opened) == 2 and all(s.closed for s in opened)
+    finally:
+        channel.close()
+        ctx.term()
 
 
 def test_curve_refuses_peers_without_the_key(tmp_path):
