@@ -2,7 +2,8 @@
 
 Dopamine's ``Runner`` / ``TrainRunner`` with memoire's trackers (:class:`TrackingMixin`:
 ``episodes.csv``, ``replay.csv`` and a progress line per iteration, see
-:mod:`memoire.experiments.trackers`), built by the one runner factory :func:`create_runner`;
+:mod:`memoire.experiments.trackers`; the replay figures also as TensorBoard scalars through
+Dopamine's collector dispatcher), built by the one runner factory :func:`create_runner`;
 the environment the runner would build (:func:`environment_fn`), how an episode ended, seeds,
 gin loading and the operative config. The command line is :mod:`memoire.experiments.train`.
 """
@@ -200,16 +201,32 @@ class TrackingMixin:
         start = time.time()
         steps0 = self._episodes.env_steps
         statistics = super()._run_one_iteration(iteration)
-        self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
-                                    replay_size=self._probe.size,
-                                    add_count=self._probe.add_count,
-                                    sampled=self._probe.sampled, memory=self._probe.name)
+        sampled = self._probe.sampled
+        row = self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
+                                          replay_size=self._probe.size,
+                                          add_count=self._probe.add_count,
+                                          sampled=sampled, memory=self._probe.name)
+        self._write_replay_statistics(iteration, row, sampled)
         log.info(_iteration_line(iteration, self._num_iterations, statistics,
                                  self._episodes.env_steps,
                                  (self._episodes.env_steps - steps0) / max(time.time() - start,
                                                                            1e-9),
                                  self._probe.size))
         return statistics
+
+    def _write_replay_statistics(self, iteration, row, sampled) -> None:
+        """The replay figures (:func:`~.trackers.replay_scalars`) to Dopamine's collector
+        dispatcher, at step ``iteration``: its TensorBoard collector writes them into the run's
+        event files beside Dopamine's ``Train/...`` summaries (and its other collectors take
+        them as they take Dopamine's). Nothing without a dispatcher."""
+        dispatcher = getattr(self, "_collector_dispatcher", None)
+        if dispatcher is None:
+            return
+        from dopamine.metrics import statistics_instance
+
+        values = trackers.replay_scalars(row, self._probe.priorities(), sampled)
+        dispatcher.write([statistics_instance.StatisticsInstance(tag, value, iteration)
+                          for tag, value in values.items()])
 
     def close(self) -> None:
         self._episodes.close()
