@@ -126,6 +126,7 @@ class TrackingMixin:
 
     def __init__(self, base_dir, create_agent_fn, *, seed: int | None = None, **kwargs):
         super().__init__(base_dir, create_agent_fn, **kwargs)
+        _write_tensorboard_without_tf(getattr(self, "_collector_dispatcher", None))
         self._seed = seed
         self._ends = _install_end_recorder(self._environment)
         if seed is not None:
@@ -231,6 +232,64 @@ class TrackingMixin:
     def close(self) -> None:
         self._episodes.close()
         self._replay_tracker.close()
+
+
+def _write_tensorboard_without_tf(dispatcher) -> None:
+    """Swaps Dopamine's 'tensorboard' collector in ``dispatcher`` for
+    :func:`tensorboard_collector`'s when TensorFlow runs in graph mode, where Dopamine's writes
+    nothing: its ``tf.summary.scalar`` calls build ops no session runs, and its file writer is
+    never initialized. ``memoire train`` (as Dopamine's train.py) disables TF2 behaviour, and
+    Dopamine's JAX agents turn it back on only in ``debug_mode``: without this, such runs have
+    no TensorBoard files at all, neither Dopamine's ``Train/...`` figures nor the replay's.
+    The same figures then go to the same folder (``metrics/tensorboard``)."""
+    if dispatcher is None:
+        return
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return
+    from dopamine.metrics import tensorboard_collector as dopamine_tensorboard
+
+    # The dispatcher keeps its collectors in a list; the agent holds the same dispatcher.
+    collectors = dispatcher._collectors
+    for i, c in enumerate(collectors):
+        if isinstance(c, dopamine_tensorboard.TensorboardCollector):
+            collectors[i] = tensorboard_collector()(os.path.dirname(os.path.dirname(
+                c._base_dir)))
+
+
+@functools.lru_cache(maxsize=None)
+def tensorboard_collector():
+    """The class of a Dopamine collector named 'tensorboard' that writes scalars with
+    :class:`memoire.tensorboard.SummaryWriter` (no TensorFlow), into
+    ``base_dir/metrics/tensorboard`` as Dopamine's does. Registered nowhere by default (see
+    :func:`_write_tensorboard_without_tf`); ``collector_dispatcher.add_collector`` takes it."""
+    from dopamine.metrics import collector
+
+    from memoire.tensorboard import SummaryWriter
+
+    class TensorboardCollector(collector.Collector):
+        def __init__(self, base_dir: str):
+            if not isinstance(base_dir, str):
+                raise ValueError("Must specify a base directory for TensorboardCollector.")
+            super().__init__(base_dir)
+            self._writer = SummaryWriter(self._base_dir)
+
+        def get_name(self) -> str:
+            return "tensorboard"
+
+        def write(self, statistics) -> None:
+            by_step: dict[int, dict[str, float]] = {}
+            for s in statistics:
+                if self.check_type(s.type):
+                    by_step.setdefault(int(s.step), {})[s.name] = float(s.value)
+            for step, values in by_step.items():
+                self._writer.scalars(step, values)
+
+        def close(self) -> None:
+            self._writer.close()
+
+    return TensorboardCollector
 
 
 def _iteration_line(iteration, num_iterations, statistics, env_steps, steps_per_s, size):
