@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = plot(args.base_dir, args.out, args.phase, args.bin_steps)
     except (FileNotFoundError, ValueError, ImportError) as e:
         raise cli.UsageError(e) from None
-    print(path)
+    cli.emit(path)
     return 0
 
 
