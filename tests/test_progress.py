@@ -49,3 +49,34 @@ def test_bar_draws_on_stderr_and_keeps_log_lines_out_of_it(monkeypatch, caplog):
     assert p.done == 2
     assert "bench" in err.getvalue() and "2/2" in err.getvalue()
     assert _messages(caplog) == []  # the bar shows the stages; no log lines besides
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_bench_counts_every_stage_and_prints_only_its_report(monkeypatch, capsys, caplog, quick):
+    """memoire bench's stages (workloads stubbed out): the count reaches its total exactly, the
+    stages are log lines (no terminal here), and stdout holds the report alone."""
+    from memoire import bench
+    from memoire.bench import ingest
+
+    for name in ("sample_workload", "add_workload", "checkpoint_workload"):
+        monkeypatch.setattr(bench, name, lambda *a, **k: [])
+    monkeypatch.setattr(bench, "scaling_plot", lambda *a, **k: [])
+    monkeypatch.setattr(bench, "memory_workload", lambda *a, **k: ([], {}))
+    monkeypatch.setattr(ingest, "ingest_workload", lambda *a, **k: [])
+    totals = []
+    real = progress.Progress
+
+    class Counted(real):
+        def close(self, finished=True):
+            super().close(finished)
+            totals.append((self.done, self.total))
+
+    monkeypatch.setattr(bench, "Progress", Counted)
+    with caplog.at_level(logging.INFO, logger="memoire.bench"):
+        assert bench.main(["--quick"] if quick else []) == 0
+    (done, total), = totals
+    assert done == total == (8 if quick else 10)
+    stages = [r.getMessage() for r in caplog.records if r.name == "memoire.bench"]
+    assert stages[0] == f"0/{total} atari uniform n1" and stages[-1] == f"{total - 1}/{total} memory"
+    out = capsys.readouterr().out
+    assert out.startswith("# memoire benchmark results") and "[bench]" not in out
