@@ -139,11 +139,12 @@ def test_serve_writes_counters_that_read_back(tmp_path):
                 c.rem.add_entry(np.zeros(4, np.float32), k, 1.0, 0.5, 0.0)
             c.rem.close_episode()
             c.update_counter()
+            c.push_cache()  # 4 rows (cache mode)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # bounded: the counters reach the file
             files = list(logdir.glob("events.out.tfevents.*"))
-            sizes = tb.read_scalars(str(logdir)).get("server/episodes", []) if files else []
-            if sizes and sizes[-1].value >= 1:
+            caches = tb.read_scalars(str(logdir)).get("server/caches_held", []) if files else []
+            if caches and caches[-1].value >= 1:
                 break
             time.sleep(0.2)
         proc.terminate()
@@ -161,6 +162,8 @@ def test_serve_writes_counters_that_read_back(tmp_path):
     steps = [e.step for e in back["replay/size"]]
     assert steps == list(range(1, len(steps) + 1))
     assert back["server/episodes"][-1].value == 1.0
+    assert back["server/caches_held"][-1].value == 1.0 and back["replay/inserts"][-1].value == 4.0
+    assert sum(e.value for e in back["replay/inserts_per_s"]) > 0
 
 
 @pytest.mark.dopamine  # TensorBoard's reader
