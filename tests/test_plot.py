@@ -13,8 +13,13 @@ def _fake_run(base, setting, run, slope, episodes=40):
     d = os.path.join(base, f"setting_{setting}", f"run_{run}")
     t = trackers.EpisodeTracker(d)
     for i in range(episodes):
-        t.record(iteration=i // 10, phase="train", episode_return=slope * i + run,
-                 length=50, terminated=i % 3 != 0)
+        t.record(
+            iteration=i // 10,
+            phase="train",
+            episode_return=slope * i + run,
+            length=50,
+            terminated=i % 3 != 0,
+        )
     t.close()
     with open(os.path.join(d, "setting.json"), "w") as f:
         json.dump({"bindings": [f"A.x = {slope}"]}, f)
@@ -52,7 +57,7 @@ def test_align_puts_runs_on_common_x_with_nan_where_a_run_stopped():
 
 def test_iqm_of_known_sets_equals_hand_computation():
     # 8 runs: drop the 2 lowest and 2 highest, mean of the middle 4 (rliable's IQM).
-    eight = [10.0, 0.0, 7.0, 1.0, 100.0, 3.0, 5.0, -50.0]   # sorted: -50 0 1 3 5 7 10 100
+    eight = [10.0, 0.0, 7.0, 1.0, 100.0, 3.0, 5.0, -50.0]  # sorted: -50 0 1 3 5 7 10 100
     assert plot.iqm(eight) == pytest.approx((1 + 3 + 5 + 7) / 4)
     # 3 runs: the middle 50% of the quantiles holds 1/4 of the lowest and highest run's mass
     # and all of the median's: weights 1/6, 2/3, 1/6.
@@ -102,8 +107,9 @@ def test_bad_input_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="no runs"):
         plot.align([])
     with pytest.raises(ValueError, match=r"run 1: x and y must be 1-D arrays of one length"):
-        plot.align([(np.array([1, 2]), np.array([1.0, 2.0])),
-                    (np.array([1, 2, 3]), np.array([1.0, 2.0]))])
+        plot.align(
+            [(np.array([1, 2]), np.array([1.0, 2.0])), (np.array([1, 2, 3]), np.array([1.0, 2.0]))]
+        )
     with pytest.raises(ValueError, match="distinct"):
         plot.align([(np.array([1, 1]), np.array([1.0, 2.0]))])
     for bad in ([], np.zeros((0, 3)), np.zeros((2, 2, 2)), 5.0):

@@ -101,8 +101,10 @@ def align(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     for i, (x, y) in enumerate(curves):
         x, y = np.asarray(x), np.asarray(y, dtype=np.float64)
         if x.ndim != 1 or x.shape != y.shape:
-            raise ValueError(f"run {i}: x and y must be 1-D arrays of one length, got shapes "
-                             f"{x.shape} and {y.shape}")
+            raise ValueError(
+                f"run {i}: x and y must be 1-D arrays of one length, got shapes "
+                f"{x.shape} and {y.shape}"
+            )
         if len(np.unique(x)) != len(x):
             raise ValueError(f"run {i}: x values must be distinct (one y per x)")
         pairs.append((x, y))
@@ -116,16 +118,18 @@ def align(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
 def _check_scores(scores) -> np.ndarray:
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim not in (1, 2) or s.shape[0] == 0:
-        raise ValueError(f"scores must be float[runs] or float[runs, points] with at least one "
-                         f"run, got shape {s.shape}")
+        raise ValueError(
+            f"scores must be float[runs] or float[runs, points] with at least one "
+            f"run, got shape {s.shape}"
+        )
     return s
 
 
 def _iqm_runs_first(s: np.ndarray) -> np.ndarray:
     """IQM over axis 0 of ``s`` (runs first, any trailing shape; NaN = no score)."""
     runs = s.shape[0]
-    ordered = np.sort(s, axis=0)                       # NaN sort last
-    n = np.sum(~np.isnan(s), axis=0)                   # scores per column, shape s.shape[1:]
+    ordered = np.sort(s, axis=0)  # NaN sort last
+    n = np.sum(~np.isnan(s), axis=0)  # scores per column, shape s.shape[1:]
     # The i-th smallest of n scores holds the quantiles [i/n, (i+1)/n]; its weight is the part
     # of that interval inside [0.25, 0.75], over 0.5. With n a multiple of 4 this is the plain
     # mean of the middle n/2 scores (scipy.stats.trim_mean(s, 0.25), rliable's IQM); otherwise
@@ -154,8 +158,14 @@ def iqm(scores) -> np.ndarray:
     return _iqm_runs_first(_check_scores(scores))
 
 
-def iqm_ci(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0,
-           max_elements: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+def iqm_ci(
+    scores,
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    max_elements: int = 1 << 24,
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap confidence interval of ``iqm(scores)``, as rliable computes it.
 
     Each of ``reps`` resamples draws ``runs`` runs with replacement from the runs (the stratum:
@@ -186,8 +196,8 @@ def iqm_ci(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0,
     stats = np.empty((reps,) + s.shape[1:])
     block = max(1, max_elements // s.size)
     for start in range(0, reps, block):  # a few blocks, each one array op over its resamples
-        sample = s[idx[start:start + block]]          # (b, runs, ...)
-        stats[start:start + block] = _iqm_runs_first(np.moveaxis(sample, 1, 0))
+        sample = s[idx[start : start + block]]  # (b, runs, ...)
+        stats[start : start + block] = _iqm_runs_first(np.moveaxis(sample, 1, 0))
     tail = 100.0 * (1.0 - confidence) / 2.0
     with warnings.catch_warnings():  # a point no run reached: NaN, said by the return value
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -195,9 +205,16 @@ def iqm_ci(scores, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0,
     return low, high
 
 
-def plot(base_dir: str, out: str | None = None, phase: str = "auto",
-         bin_steps: int = 1000, *, raw: bool = False, reps: int = 2000,
-         seed: int = 0) -> str:
+def plot(
+    base_dir: str,
+    out: str | None = None,
+    phase: str = "auto",
+    bin_steps: int = 1000,
+    *,
+    raw: bool = False,
+    reps: int = 2000,
+    seed: int = 0,
+) -> str:
     """Draws the learning curves of ``base_dir`` to a PNG and returns its path.
 
     Each setting: the IQM over its runs and the 95% bootstrap confidence band (iqm, iqm_ci).
@@ -224,9 +241,12 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
     if not runs:
         raise FileNotFoundError(f"no setting_*/run_*/{trackers.EPISODES_FILE} under {base_dir}")
     if phase == "auto":
-        has_eval = any("eval" in set(trackers.read_columns(
-            os.path.join(d, trackers.EPISODES_FILE)).get("phase", []))
-            for ds in runs.values() for d in ds)
+        has_eval = any(
+            "eval"
+            in set(trackers.read_columns(os.path.join(d, trackers.EPISODES_FILE)).get("phase", []))
+            for ds in runs.values()
+            for d in ds
+        )
         phase = "eval" if has_eval else "train"
 
     drawn = {}
@@ -236,9 +256,11 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
         if curves:
             drawn[setting] = (dirs, curves)
     if not drawn:
-        raise ValueError(f"nothing to draw: no {phase} episode in the "
-                         f"{sum(map(len, runs.values()))} run(s) under {base_dir} "
-                         "(did they fail before finishing an episode?)")
+        raise ValueError(
+            f"nothing to draw: no {phase} episode in the "
+            f"{sum(map(len, runs.values()))} run(s) under {base_dir} "
+            "(did they fail before finishing an episode?)"
+        )
 
     # Only now: what there is to draw was checked without matplotlib (not a core dependency).
     try:
@@ -253,7 +275,7 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
         x, table = align(curves)
         center = iqm(table)
         label = f"{setting_label(dirs, setting)} ({len(curves)} run{'s' * (len(curves) > 1)})"
-        line, = ax.plot(x, center, label=label[:90], linewidth=2)
+        (line,) = ax.plot(x, center, label=label[:90], linewidth=2)
         if len(curves) > 1:
             low, high = iqm_ci(table, reps=reps, seed=seed)
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
@@ -261,8 +283,10 @@ def plot(base_dir: str, out: str | None = None, phase: str = "auto",
             for row in table:
                 ax.plot(x, row, color=line.get_color(), linewidth=0.7, alpha=0.45)
     ax.set_xlabel("training environment steps")
-    ax.set_ylabel(f"{phase} episode return\n(IQM over runs, band: 95% bootstrap CI"
-                  + (", thin: each run)" if raw else ")"))
+    ax.set_ylabel(
+        f"{phase} episode return\n(IQM over runs, band: 95% bootstrap CI"
+        + (", thin: each run)" if raw else ")")
+    )
     ax.set_title(os.path.basename(os.path.abspath(base_dir)))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
@@ -278,22 +302,42 @@ def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="memoire plot", description=__doc__.split("\n")[0])
     p.add_argument("base_dir", help="an experiment directory (memoire train's --base_dir)")
     p.add_argument("--out", default=None, help="PNG path (default D/learning_curves.png)")
-    p.add_argument("--phase", default="auto", choices=("auto", "train", "eval"),
-                   help="which episodes to draw; auto: eval if any run evaluated, else train")
-    p.add_argument("--bin", type=int, default=1000, dest="bin_steps",
-                   help="env steps per bin (use the runner's training_steps for eval curves)")
+    p.add_argument(
+        "--phase",
+        default="auto",
+        choices=("auto", "train", "eval"),
+        help="which episodes to draw; auto: eval if any run evaluated, else train",
+    )
+    p.add_argument(
+        "--bin",
+        type=int,
+        default=1000,
+        dest="bin_steps",
+        help="env steps per bin (use the runner's training_steps for eval curves)",
+    )
     add_statistics_arguments(p)
     return p
 
 
 def add_statistics_arguments(p: cli.ArgumentParser) -> None:
     """``memoire plot``'s flags for the IQM band and the raw curves."""
-    p.add_argument("--raw", action="store_true",
-                   help="also draw each run's own curve beside the IQM and its band")
-    p.add_argument("--reps", type=int, default=2000,
-                   help="bootstrap resamples of the 95%% confidence band (default 2000)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="the bootstrap's random seed (default 0: the same band every time)")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="also draw each run's own curve beside the IQM and its band",
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=2000,
+        help="bootstrap resamples of the 95%% confidence band (default 2000)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the bootstrap's random seed (default 0: the same band every time)",
+    )
 
 
 @cli.entry_point("memoire plot")
@@ -305,8 +349,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None:
         cli.check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
     try:
-        path = plot(args.base_dir, args.out, args.phase, args.bin_steps, raw=args.raw,
-                    reps=args.reps, seed=args.seed)
+        path = plot(
+            args.base_dir,
+            args.out,
+            args.phase,
+            args.bin_steps,
+            raw=args.raw,
+            reps=args.reps,
+            seed=args.seed,
+        )
     except (FileNotFoundError, ValueError, ImportError) as e:
         raise cli.UsageError(e) from None
     print(path)
