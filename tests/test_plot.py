@@ -130,6 +130,38 @@ def test_binned_curve_groups_train_steps(tmp_path):
     np.testing.assert_allclose(y, [0.5, 2.5])
 
 
+def test_eval_points_align_on_iterations_not_on_drifting_steps(tmp_path):
+    # Train phases end on episode boundaries: run 0 trains 120 steps an iteration, run 1 180,
+    # so their eval rows' env steps drift apart; each iteration is still one point.
+    for run, (length, scale) in enumerate(((40, 1.0), (60, 10.0))):
+        t = trackers.EpisodeTracker(str(tmp_path / "setting_0" / f"run_{run}"))
+        for it in range(3):
+            for _ in range(3):
+                t.record(
+                    iteration=it, phase="train", episode_return=1.0, length=length, terminated=True
+                )
+            t.record(
+                iteration=it, phase="eval", episode_return=scale * it, length=200, terminated=False
+            )
+            t.record(
+                iteration=it,
+                phase="eval",
+                episode_return=scale * (it + 1),
+                length=200,
+                terminated=False,
+            )
+        t.close()
+    dirs = plot.find_runs(str(tmp_path))[0]
+    it, steps, ret = plot.iteration_curve(dirs[0], "eval")
+    assert list(it) == [0, 1, 2]
+    np.testing.assert_allclose(steps, [120, 240, 360])
+    np.testing.assert_allclose(ret, [0.5, 1.5, 2.5])
+    x, table = plot.run_table(dirs, "eval", 100)
+    np.testing.assert_allclose(x, [150, 300, 450])  # the runs' mean training steps
+    np.testing.assert_allclose(table, [[0.5, 1.5, 2.5], [5.0, 15.0, 25.0]])
+    assert plot.run_table(dirs, "nothing", 100) is None
+
+
 @pytest.mark.dopamine
 def test_plot_main_errors_without_runs(tmp_path, capsys):
     assert plot.main([str(tmp_path)]) == 2

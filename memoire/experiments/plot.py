@@ -4,8 +4,9 @@ Reads every ``D/setting_<s>/run_<k>/episodes.csv`` and draws one line per settin
 interquartile mean (IQM) over runs of the episode return against training environment steps,
 with a band of its 95% bootstrap confidence interval (no band for a single run), as rliable
 (Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice") reports results.
-``--raw`` also draws every run's own curve. Each run's episodes are first averaged in bins of
-``--bin`` environment steps, so runs with different episode boundaries line up. The legend names
+``--raw`` also draws every run's own curve. Each run's train episodes are first averaged in bins
+of ``--bin`` environment steps, so runs with different episode boundaries line up; its eval
+episodes per iteration, the runs' points of one iteration lining up. The legend names
 each setting by its bindings (from ``setting.json``). Writes ``D/learning_curves.png`` unless
 ``--out`` says otherwise.
 """
@@ -53,14 +54,53 @@ def binned_curve(run_dir: str, phase: str, bin_steps: int) -> tuple[np.ndarray, 
         return np.zeros(0, np.int64), np.zeros(0)
     mask = cols["phase"] == phase
     steps, returns = cols["env_steps"][mask], cols["return"][mask]
-    # Eval rows carry the training steps of their iteration, a little past a multiple of the
-    # iteration length (phases end on episode boundaries): rounding to the nearest bin puts
-    # them on it, and aligns runs as it aligns train rows.
     bins = (np.maximum(1, np.round(steps / bin_steps)) * bin_steps).astype(np.int64)
     keys, inverse = np.unique(bins, return_inverse=True)
     sums = np.bincount(inverse, weights=returns)
     counts = np.bincount(inverse)
     return keys, sums / counts
+
+
+def iteration_curve(run_dir: str, phase: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One run's mean return per iteration, and the training env steps at its end.
+
+    Eval rows carry the training steps of their iteration: a little past a multiple of the
+    iteration length, by an amount that grows with each iteration and differs between runs
+    (phases end on episode boundaries), so runs are aligned on the iteration, not on steps.
+
+    Returns:
+      (iteration int64[n], env_steps float64[n], mean_return float64[n]); iterations with no
+      episode of ``phase`` are left out.
+    """
+    cols = trackers.read_columns(os.path.join(run_dir, trackers.EPISODES_FILE))
+    if not cols:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    mask = cols["phase"] == phase
+    keys, inverse = np.unique(cols["iteration"][mask].astype(np.int64), return_inverse=True)
+    counts = np.bincount(inverse)
+    steps = np.bincount(inverse, weights=cols["env_steps"][mask]) / counts
+    return keys, steps, np.bincount(inverse, weights=cols["return"][mask]) / counts
+
+
+def run_table(run_dirs: Sequence[str], phase: str, bin_steps: int):
+    """One setting's runs on common points: train episodes in bins of ``bin_steps`` env steps
+    (binned_curve), eval episodes per iteration (iteration_curve) placed at the runs' mean
+    training env steps.
+
+    Returns:
+      (x float64[m], table float64[runs, m]) as align's, or None when no run has an episode of
+      ``phase`` (runs without one are left out).
+    """
+    if phase != "eval":
+        curves = [binned_curve(d, phase, bin_steps) for d in run_dirs]
+        curves = [c for c in curves if len(c[0])]
+        return align(curves) if curves else None
+    per_run = [c for c in (iteration_curve(d, phase) for d in run_dirs) if len(c[0])]
+    if not per_run:
+        return None
+    _, table = align([(it, ret) for it, _, ret in per_run])
+    _, steps = align([(it, st) for it, st, _ in per_run])
+    return np.nanmean(steps, axis=0), table
 
 
 def setting_label(run_dirs: Sequence[str], setting: int) -> str:
@@ -251,10 +291,9 @@ def plot(
 
     drawn = {}
     for setting, dirs in runs.items():
-        curves = [binned_curve(d, phase, bin_steps) for d in dirs]
-        curves = [c for c in curves if len(c[0])]
-        if curves:
-            drawn[setting] = (dirs, curves)
+        table = run_table(dirs, phase, bin_steps)
+        if table is not None:
+            drawn[setting] = (dirs, table)
     if not drawn:
         raise ValueError(
             f"nothing to draw: no {phase} episode in the "
@@ -271,12 +310,12 @@ def plot(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-    for setting, (dirs, curves) in drawn.items():
-        x, table = align(curves)
+    for setting, (dirs, (x, table)) in drawn.items():
         center = iqm(table)
-        label = f"{setting_label(dirs, setting)} ({len(curves)} run{'s' * (len(curves) > 1)})"
+        n = len(table)
+        label = f"{setting_label(dirs, setting)} ({n} run{'s' * (n > 1)})"
         (line,) = ax.plot(x, center, label=label[:90], linewidth=2)
-        if len(curves) > 1:
+        if n > 1:
             low, high = iqm_ci(table, reps=reps, seed=seed)
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
         if raw:
@@ -313,7 +352,7 @@ def build_parser() -> cli.ArgumentParser:
         type=int,
         default=1000,
         dest="bin_steps",
-        help="env steps per bin (use the runner's training_steps for eval curves)",
+        help="env steps per bin of train episodes (eval episodes: one point per iteration)",
     )
     add_statistics_arguments(p)
     return p
