@@ -39,8 +39,15 @@ class Progress:
     (tqdm's ``logging_redirect_tqdm``) instead of through it.
     """
 
-    def __init__(self, total: int, desc: str, logger: logging.Logger, *, unit: str = "step",
-                 bar: Optional[bool] = None):
+    def __init__(
+        self,
+        total: int,
+        desc: str,
+        logger: logging.Logger,
+        *,
+        unit: str = "step",
+        bar: Optional[bool] = None,
+    ):
         self.total, self.done, self.desc = int(total), 0, desc
         self._log = logger
         self._note = ""
@@ -48,8 +55,11 @@ class Progress:
         tqdm = _tqdm()
         if bar is None:
             bar = tqdm is not None and sys.stderr.isatty()
-        self._bar = (tqdm.tqdm(total=self.total, desc=desc, unit=unit, file=sys.stderr,
-                               dynamic_ncols=True) if bar and tqdm is not None else None)
+        self._bar = (
+            tqdm.tqdm(total=self.total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+            if bar and tqdm is not None
+            else None
+        )
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> "Progress":

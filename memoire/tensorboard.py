@@ -46,6 +46,7 @@ FILE_PREFIX = "events.out.tfevents."
 # ---------------------------------------------------------------------------------------------
 # CRC32C (Castagnoli), as TFRecord frames use it.
 
+
 def _crc32c_table() -> Tuple[int, ...]:
     poly = 0x82F63B78  # reflected Castagnoli polynomial
     table = []
@@ -79,12 +80,17 @@ def masked_crc32c(data: bytes) -> int:
 def frame_record(data: bytes) -> bytes:
     """``data`` framed as one TFRecord."""
     length = struct.pack("<Q", len(data))
-    return (length + struct.pack("<I", masked_crc32c(length)) + data
-            + struct.pack("<I", masked_crc32c(data)))
+    return (
+        length
+        + struct.pack("<I", masked_crc32c(length))
+        + data
+        + struct.pack("<I", masked_crc32c(data))
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Protocol buffer encoding of the few fields used.
+
 
 def _varint(n: int) -> bytes:
     n &= 0xFFFFFFFFFFFFFFFF  # int64: negative numbers take ten bytes, as protobuf writes them
@@ -107,8 +113,13 @@ def _length_delimited(field: int, payload: bytes) -> bytes:
     return _key(field, 2) + _varint(len(payload)) + payload
 
 
-def encode_event(wall_time: float, step: int = 0, *, file_version: Optional[str] = None,
-                 scalars: Optional[Mapping[str, float]] = None) -> bytes:
+def encode_event(
+    wall_time: float,
+    step: int = 0,
+    *,
+    file_version: Optional[str] = None,
+    scalars: Optional[Mapping[str, float]] = None,
+) -> bytes:
     """One serialized ``Event``: ``wall_time`` (seconds since the epoch, float64), ``step``
     (int64), and either ``file_version`` or a summary of ``scalars`` (tag -> value, written as
     float32 ``simple_value``, in the mapping's order)."""
@@ -119,9 +130,14 @@ def encode_event(wall_time: float, step: int = 0, *, file_version: Optional[str]
         out += _length_delimited(3, file_version.encode())
     if scalars:
         summary = b"".join(
-            _length_delimited(1, _length_delimited(1, str(tag).encode())
-                              + _key(2, 5) + struct.pack("<f", float(value)))
-            for tag, value in scalars.items())
+            _length_delimited(
+                1,
+                _length_delimited(1, str(tag).encode())
+                + _key(2, 5)
+                + struct.pack("<f", float(value)),
+            )
+            for tag, value in scalars.items()
+        )
         out += _length_delimited(5, summary)
     return out
 
@@ -151,8 +167,10 @@ class SummaryWriter:
     def __init__(self, logdir: str, filename_suffix: str = ""):
         self.logdir = check_logdir(logdir)
         os.makedirs(self.logdir, exist_ok=True)
-        name = (f"{FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
-                f"{next(_file_counter)}{filename_suffix}")
+        name = (
+            f"{FILE_PREFIX}{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}."
+            f"{next(_file_counter)}{filename_suffix}"
+        )
         self.path = os.path.join(self.logdir, name)
         self._lock = threading.Lock()
         self._file: Optional[BinaryIO] = open(self.path, "wb")
@@ -165,8 +183,9 @@ class SummaryWriter:
             self._file.write(frame_record(event))
             self._file.flush()
 
-    def scalars(self, step: int, values: Mapping[str, float],
-                wall_time: Optional[float] = None) -> None:
+    def scalars(
+        self, step: int, values: Mapping[str, float], wall_time: Optional[float] = None
+    ) -> None:
         """Writes ``values`` (tag -> number) at ``step`` as one event.
 
         Args:
@@ -187,11 +206,11 @@ class SummaryWriter:
                 float(value)
             except (TypeError, ValueError):
                 raise TypeError(f"scalar {tag!r}: expected a number, got {value!r}") from None
-        self._write(encode_event(time.time() if wall_time is None else wall_time, step,
-                                 scalars=values))
+        self._write(
+            encode_event(time.time() if wall_time is None else wall_time, step, scalars=values)
+        )
 
-    def scalar(self, tag: str, value: float, step: int,
-               wall_time: Optional[float] = None) -> None:
+    def scalar(self, tag: str, value: float, step: int, wall_time: Optional[float] = None) -> None:
         """Writes one value (see :meth:`scalars`)."""
         self.scalars(step, {tag: value}, wall_time)
 
@@ -228,8 +247,7 @@ def check_logdir(logdir: str) -> str:
             break
         probe = parent
     if not os.path.isdir(probe):
-        raise ValueError(f"tensorboard: {probe!r} is a file; expected a directory for "
-                         f"{path!r}")
+        raise ValueError(f"tensorboard: {probe!r} is a file; expected a directory for {path!r}")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"tensorboard: cannot write in {probe!r} (permission denied)")
     return path
@@ -237,6 +255,7 @@ def check_logdir(logdir: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Reader.
+
 
 class ScalarEvent(NamedTuple):
     wall_time: float
@@ -267,12 +286,12 @@ def _fields(buf: bytes) -> Iterator[Tuple[int, int, object]]:
         if wire == 0:
             value, pos = _read_varint(buf, pos)
         elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
+            value, pos = buf[pos : pos + 8], pos + 8
         elif wire == 2:
             n, pos = _read_varint(buf, pos)
-            value, pos = buf[pos:pos + n], pos + n
+            value, pos = buf[pos : pos + n], pos + n
         elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
+            value, pos = buf[pos : pos + 4], pos + 4
         else:
             raise ValueError(f"unsupported wire type {wire}")
         yield field, wire, value
@@ -305,8 +324,9 @@ def read_records(path: str) -> Iterator[bytes]:
 def read_scalars(path: str) -> Dict[str, List[ScalarEvent]]:
     """tag -> [(wall_time, step, value)] of every ``simple_value`` in an event file, or in
     every ``events.out.tfevents.*`` file of a directory (files in name order)."""
-    files = (sorted(glob.glob(os.path.join(path, FILE_PREFIX + "*")))
-             if os.path.isdir(path) else [path])
+    files = (
+        sorted(glob.glob(os.path.join(path, FILE_PREFIX + "*"))) if os.path.isdir(path) else [path]
+    )
     out: Dict[str, List[ScalarEvent]] = {}
     for name in files:
         for record in read_records(name):

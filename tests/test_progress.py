@@ -74,9 +74,10 @@ def test_bench_counts_every_stage_and_prints_only_its_report(monkeypatch, capsys
     monkeypatch.setattr(bench, "Progress", Counted)
     with caplog.at_level(logging.INFO, logger="memoire.bench"):
         assert bench.main(["--quick"] if quick else []) == 0
-    (done, total), = totals
+    ((done, total),) = totals
     assert done == total == (8 if quick else 10)
     stages = [r.getMessage() for r in caplog.records if r.name == "memoire.bench"]
-    assert stages[0] == f"0/{total} atari uniform n1" and stages[-1] == f"{total - 1}/{total} memory"
+    assert stages[0] == f"0/{total} atari uniform n1"
+    assert stages[-1] == f"{total - 1}/{total} memory"
     out = capsys.readouterr().out
     assert out.startswith("# memoire benchmark results") and "[bench]" not in out

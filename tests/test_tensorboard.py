@@ -34,8 +34,7 @@ def _tb_values(path):
     acc = _accumulator(path)
     out = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]}
     for t in acc.Tags()["tensors"]:
-        out[t] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
-                  for e in acc.Tensors(t)]
+        out[t] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(t)]
     return out
 
 
@@ -54,8 +53,13 @@ def test_crc32c_and_record_framing_match_the_published_values():
 
 
 def test_writer_round_trip_is_bit_exact(tmp_path):
-    values = {"replay/size": 1234567.0, "a/neg": -0.15625, "a/tiny": float(np.float32(1e-30)),
-              "a/int": np.int64(42), "a/f32": np.float32(3.1415927)}
+    values = {
+        "replay/size": 1234567.0,
+        "a/neg": -0.15625,
+        "a/tiny": float(np.float32(1e-30)),
+        "a/int": np.int64(42),
+        "a/f32": np.float32(3.1415927),
+    }
     with tb.SummaryWriter(str(tmp_path / "run")) as w:
         w.scalars(7, values, wall_time=1700000000.123456)
         w.scalar("a/neg", float("inf"), step=-3, wall_time=2.5)
@@ -119,16 +123,28 @@ def test_tensorboard_reads_the_writer_files_bit_exact(tmp_path):
 
 def _serve(args, cwd, **kw):
     cmd = [sys.executable, "-m", "memoire", "serve", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(cwd), **kw)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(cwd), **kw
+    )
 
 
 def test_serve_writes_counters_that_read_back(tmp_path):
     from memoire.client import ReplayMemoryClient
 
     logdir = tmp_path / "tb"
-    proc = _serve(["--state_shape", "4", "--cache_size", "4", "--interval", "0.2",
-                   "--tensorboard", str(logdir)], tmp_path)
+    proc = _serve(
+        [
+            "--state_shape",
+            "4",
+            "--cache_size",
+            "4",
+            "--interval",
+            "0.2",
+            "--tensorboard",
+            str(logdir),
+        ],
+        tmp_path,
+    )
     try:
         first = proc.stdout.readline()
         m = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)", first)
@@ -155,9 +171,18 @@ def test_serve_writes_counters_that_read_back(tmp_path):
     assert proc.returncode == 0, err
     assert "INFO memoire.serve: inserts/s" in err and "INFO memoire.serve: stopped" in err
     back = tb.read_scalars(str(logdir))
-    for tag in ("replay/size", "replay/inserts", "replay/samples", "replay/inserts_per_s",
-                "replay/samples_per_s", "replay/batches_per_s", "replay/priority_mean",
-                "server/caches_held", "server/episodes", "server/rejected"):
+    for tag in (
+        "replay/size",
+        "replay/inserts",
+        "replay/samples",
+        "replay/inserts_per_s",
+        "replay/samples_per_s",
+        "replay/batches_per_s",
+        "replay/priority_mean",
+        "server/caches_held",
+        "server/episodes",
+        "server/rejected",
+    ):
         assert tag in back, tag
     steps = [e.step for e in back["replay/size"]]
     assert steps == list(range(1, len(steps) + 1))
@@ -169,18 +194,36 @@ def test_serve_writes_counters_that_read_back(tmp_path):
 @pytest.mark.dopamine  # TensorBoard's reader
 def test_serve_event_files_read_back_with_tensorboard(tmp_path):
     logdir = tmp_path / "tb"
-    proc = _serve(["--duration", "0.7", "--interval", "0.2", "--max_step", "100",
-                   "--tensorboard", str(logdir)], tmp_path)
+    proc = _serve(
+        [
+            "--duration",
+            "0.7",
+            "--interval",
+            "0.2",
+            "--max_step",
+            "100",
+            "--tensorboard",
+            str(logdir),
+        ],
+        tmp_path,
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     values = _tb_values(str(logdir))
-    assert {"replay/size", "replay/inserts_per_s", "replay/samples_per_s",
-            "replay/priority_total", "server/rejected"} <= set(values)
+    assert {
+        "replay/size",
+        "replay/inserts_per_s",
+        "replay/samples_per_s",
+        "replay/priority_total",
+        "server/rejected",
+    } <= set(values)
     assert all(v == 0.0 for _, v in values["replay/size"]) and len(values["replay/size"]) >= 3
 
 
-@pytest.mark.parametrize("bad,why", [("file", "is a file; expected a directory"),
-                                     ("file/sub", "is a file; expected a directory")])
+@pytest.mark.parametrize(
+    "bad,why",
+    [("file", "is a file; expected a directory"), ("file/sub", "is a file; expected a directory")],
+)
 def test_serve_bad_tensorboard_dir_is_a_usage_error(tmp_path, bad, why):
     (tmp_path / "file").write_text("x")
     proc = _serve(["--duration", "0.1", "--tensorboard", str(tmp_path / bad)], tmp_path)
@@ -218,16 +261,22 @@ def test_replay_probe_reads_priorities_of_every_prioritized_buffer():
         replay_buffer.ReplayBuffer(
             accumulator.TransitionAccumulator(stack_size=1, update_horizon=1, gamma=0.9),
             samplers.PrioritizedSamplingDistribution(0, max_capacity=50, priority_exponent=1.0),
-            batch_size=4, max_capacity=50),
-        mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.9),
-                        mj.PrioritizedSamplingDistribution(0, max_capacity=50,
-                                                           priority_exponent=1.0),
-                        batch_size=4, max_capacity=50),
+            batch_size=4,
+            max_capacity=50,
+        ),
+        mj.ReplayBuffer(
+            mj.TransitionAccumulator(1, 1, 0.9),
+            mj.PrioritizedSamplingDistribution(0, max_capacity=50, priority_exponent=1.0),
+            batch_size=4,
+            max_capacity=50,
+        ),
     ]
     for b in jax_buffers:
         for i in range(20):
-            b.add(elements.TransitionElement(np.zeros(2, np.float32), 1, 1.0, False, i % 7 == 6),
-                  priority=1.0)
+            b.add(
+                elements.TransitionElement(np.zeros(2, np.float32), 1, 1.0, False, i % 7 == 6),
+                priority=1.0,
+            )
         keys = np.asarray(b.keys() if hasattr(b, "keys") else list(b._memory))
         b.update(keys[:3], priorities=set_to)
         p = ReplayProbe(agent(b)).priorities()
@@ -236,21 +285,33 @@ def test_replay_probe_reads_priorities_of_every_prioritized_buffer():
         assert (p[3:] == 1.0).all()
     for cls in (OutOfGraphPrioritizedReplayBuffer, dopamine_prb.OutOfGraphPrioritizedReplayBuffer):
         b = cls((2,), 1, 20, 4)
-        for i in range(5):
+        for _ in range(5):
             b.add(np.zeros(2, np.uint8), 0, 0.0, False, 1.0)
         b.set_priority(np.array([1, 2], np.int32), np.array([0.5, 8.0]))
         p = ReplayProbe(agent(types.SimpleNamespace(memory=b))).priorities()
         np.testing.assert_array_equal(p, [1.0, 0.5, 8.0, 1.0, 1.0])
-        assert priority_spread(p) == {"min": 0.5, "mean": 2.3, "max": 8.0,
-                                      "std": float(np.std(p))}
-    uniform = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.9),
-                              mj.UniformSamplingDistribution(0), batch_size=4, max_capacity=50)
+        assert priority_spread(p) == {"min": 0.5, "mean": 2.3, "max": 8.0, "std": float(np.std(p))}
+    uniform = mj.ReplayBuffer(
+        mj.TransitionAccumulator(1, 1, 0.9),
+        mj.UniformSamplingDistribution(0),
+        batch_size=4,
+        max_capacity=50,
+    )
     assert ReplayProbe(agent(uniform)).priorities() is None
-    row = {"replay_size": 5, "add_count": 6, "inserts_per_s": float("nan"),
-           "samples_per_s": 2.0, "env_steps": 9}
-    assert replay_scalars(row, None, 11) == {"replay/size": 5.0, "replay/inserts": 6.0,
-                                             "replay/samples_per_s": 2.0,
-                                             "replay/env_steps": 9.0, "replay/samples": 11.0}
+    row = {
+        "replay_size": 5,
+        "add_count": 6,
+        "inserts_per_s": float("nan"),
+        "samples_per_s": 2.0,
+        "env_steps": 9,
+    }
+    assert replay_scalars(row, None, 11) == {
+        "replay/size": 5.0,
+        "replay/inserts": 6.0,
+        "replay/samples_per_s": 2.0,
+        "replay/env_steps": 9.0,
+        "replay/samples": 11.0,
+    }
 
 
 @pytest.mark.dopamine
@@ -264,15 +325,29 @@ def test_cartpole_run_writes_replay_scalars_beside_dopamines(tmp_path, debug_mod
     import csv
 
     base = tmp_path / "exp"
-    cmd = [sys.executable, "-m", "memoire", "--log-level", "warning", "train",
-           "--gin_files", os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin"),
-           "--base_dir", str(base)]
-    for b in ("Runner.num_iterations = 2", "Runner.training_steps = 120",
-              "Runner.evaluation_steps = 30", "Runner.max_steps_per_episode = 12",
-              "Runner.fine_grained_print_to_console = False",
-              "JaxDQNAgent.min_replay_history = 40", "JaxDQNAgent.update_period = 2",
-              "ClassicControlDQNNetwork.hidden_units = 16",
-              f"create_agent.debug_mode = {debug_mode}"):
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire",
+        "--log-level",
+        "warning",
+        "train",
+        "--gin_files",
+        os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin"),
+        "--base_dir",
+        str(base),
+    ]
+    for b in (
+        "Runner.num_iterations = 2",
+        "Runner.training_steps = 120",
+        "Runner.evaluation_steps = 30",
+        "Runner.max_steps_per_episode = 12",
+        "Runner.fine_grained_print_to_console = False",
+        "JaxDQNAgent.min_replay_history = 40",
+        "JaxDQNAgent.update_period = 2",
+        "ClassicControlDQNNetwork.hidden_units = 16",
+        f"create_agent.debug_mode = {debug_mode}",
+    ):
         cmd += ["--gin_bindings", b]
     out = subprocess.run(cmd, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -283,12 +358,16 @@ def test_cartpole_run_writes_replay_scalars_beside_dopamines(tmp_path, debug_mod
     assert {"Train/AverageReturns", "Eval/AverageReturns"} <= set(values)  # Dopamine's own
     rows = list(csv.DictReader(open(run / "replay.csv")))
     assert len(rows) == 2
-    for tag, column in (("replay/size", "replay_size"), ("replay/inserts", "add_count"),
-                        ("replay/env_steps", "env_steps"),
-                        ("replay/samples_per_s", "samples_per_s")):
+    for tag, column in (
+        ("replay/size", "replay_size"),
+        ("replay/inserts", "add_count"),
+        ("replay/env_steps", "env_steps"),
+        ("replay/samples_per_s", "samples_per_s"),
+    ):
         assert [s for s, _ in values[tag]] == [0, 1], tag
-        np.testing.assert_allclose([v for _, v in values[tag]],
-                                   [float(r[column]) for r in rows], rtol=1e-6, err_msg=tag)
+        np.testing.assert_allclose(
+            [v for _, v in values[tag]], [float(r[column]) for r in rows], rtol=1e-6, err_msg=tag
+        )
     samples = [v for _, v in values["replay/samples"]]
     assert samples[1] > samples[0] > 0
     assert "replay/priority_mean" not in values  # DQN samples uniformly
