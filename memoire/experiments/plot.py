@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (FileNotFoundError, ValueError, ImportError) as e:
         raise cli.UsageError(e) from None
-    print(path)
+    cli.emit(path)
     return 0
 
 
