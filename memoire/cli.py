@@ -28,6 +28,8 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from memoire import paths
+
 EXIT_USAGE = 2  # the status of every user mistake (argparse's own)
 
 
@@ -162,18 +164,10 @@ def check_output_dir(path: str, flag: str) -> None:
     Raises:
       UsageError: naming ``flag`` (e.g. ``--base_dir``) and what is in the way.
     """
-    if not path:
-        raise UsageError(f"{flag}: expected a directory, got an empty path")
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise UsageError(f"{flag}: {probe!r} is a file; expected a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag}: cannot write in {probe!r} (permission denied)")
+    try:
+        paths.check_writable_dir(path, flag)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def check_files(paths: Sequence[str], flag: str) -> None:

@@ -39,6 +39,8 @@ import threading
 import time
 from typing import BinaryIO, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
+from memoire import paths
+
 FILE_VERSION = "brain.Event:2"
 FILE_PREFIX = "events.out.tfevents."
 
@@ -237,20 +239,7 @@ def check_logdir(logdir: str) -> str:
     Raises:
       ValueError: naming what is in the way (an empty path, a file, no permission).
     """
-    if not logdir or not str(logdir).strip():
-        raise ValueError("tensorboard: expected a directory, got an empty path")
-    path = os.path.abspath(os.fspath(logdir))
-    probe = path
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise ValueError(f"tensorboard: {probe!r} is a file; expected a directory for {path!r}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"tensorboard: cannot write in {probe!r} (permission denied)")
-    return path
+    return paths.check_writable_dir(logdir, "tensorboard")
 
 
 # ---------------------------------------------------------------------------------------------
