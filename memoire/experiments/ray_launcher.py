@@ -119,6 +119,11 @@ def actor_name(run_dir: str, actor_id: int) -> str:
     return f"memoire-actor-{actor_id}:{os.path.abspath(run_dir)}"
 
 
+def learner_name(run_dir: str) -> str:
+    """The Ray name of the learner of the run in ``run_dir`` (namespace ``memoire``)."""
+    return f"memoire-learner:{os.path.abspath(run_dir)}"
+
+
 # ---------------------------------------------------------------------------------------------
 # The processes Ray starts. Plain classes here; `ray.remote` wraps them when a launch needs them,
 # so importing this module does not import Ray.
@@ -240,7 +245,8 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
     if host == "auto" and started_here:
         host = "127.0.0.1"
     learner_cls = ray.remote(LearnerProcess).options(
-        num_cpus=ray_config.learner_cpus, num_gpus=ray_config.learner_gpus, max_restarts=0,
+        name=learner_name(facts["dir"]), num_cpus=ray_config.learner_cpus,
+        num_gpus=ray_config.learner_gpus, max_restarts=0,
         max_concurrency=2)  # run() and actors_gone() at once
     actor_cls = ray.remote(ActorProcess)
     learner = learner_cls.remote(facts, config, host)
@@ -251,7 +257,9 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
         actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
         for i in range(config.num_actors):
             actors.append(actor_cls.options(
-                name=actor_name(facts["dir"], i), num_cpus=ray_config.actor_cpus,
+                # max_concurrency: chunks_sent() and pid() answer while join() waits
+                name=actor_name(facts["dir"], i), max_concurrency=4,
+                num_cpus=ray_config.actor_cpus,
                 max_restarts=ray_config.actor_restarts, max_task_retries=-1,
                 scheduling_strategy="SPREAD").remote(i, actor_facts, config.as_dict(), ends))
         log.info("ray: learner and %d actor(s) started (experience %s, parameters %s)",
@@ -296,7 +304,7 @@ def _run_command(command: list, log_path: str) -> int:
         return subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT).returncode
 
 
-def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float = 0.0) -> dict:
+def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float = 0.0):
     """Runs sweep jobs as Ray tasks, as many at once as the cluster's resources allow.
 
     Args:
@@ -304,29 +312,24 @@ def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float =
       address: the Ray cluster ('' starts a local one for the call).
       cpus, gpus: resources of each task.
 
-    Returns:
-      ``{index: exit status}`` (-1 for a task Ray could not run).
+    Yields:
+      ``(index, exit status)`` as each task ends (-1: Ray could not run it).
     """
     ray = import_ray()
-    started_here = connect(address)
+    started_here = connect(address, cpus)
     try:
         task = ray.remote(_run_command).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
         refs = {task.remote(command, log_path): index for index, command, log_path in jobs}
-        codes = {}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             index = refs[ready[0]]
             try:
-                codes[index] = int(ray.get(ready[0]))
+                code = int(ray.get(ready[0]))
             except ray.exceptions.RayError as e:
                 log.error("index %d: Ray could not run it: %s", index, cli.one_line(e))
-                codes[index] = -1
-            if codes[index] == 0:
-                log.info("index %d done", index)
-            else:
-                log.error("index %d FAILED (exit %d)", index, codes[index])
-        return codes
+                code = -1
+            yield index, code
     finally:
         if started_here:
             ray.shutdown()
