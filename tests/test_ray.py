@@ -92,22 +92,24 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     try:
         actors = [_wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150,
                         f"Ray actor {i}") for i in range(2)]
-        pids = []
         for a in actors:
             _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150, "chunks from an actor")
-            pids.append(_call(a, "pid"))
         import ray
 
+        pids, sent = [], 0
         for a in actors:
+            pids.append(_call(a, "pid"))
+            sent += _call(a, "chunks_sent")
             ray.kill(a, no_restart=False)  # the process dies; Ray restarts it
         for a, pid in zip(actors, pids):
             _wait(lambda a=a, pid=pid: _call(a, "pid", pid) != pid, 150, "restarted actor")
-        # Iteration 0 needs 300 steps, more than the killed processes sent: the restarted
-        # ones must have rejoined to complete it.
+        # Iteration 0 needs 300 steps, more than the killed processes sent (chunks of at most
+        # 8 steps): the restarted ones must have rejoined to complete it.
+        assert sent * 8 < 300
         ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
         _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
         assert proc.poll() is None and os.path.exists(ckpt0)
-        assert all(_call(a, "chunks_sent", 0) > 0 for a in actors)  # the new processes
+        assert sum(_call(a, "chunks_sent", 0) for a in actors) > 0  # the new processes
         # 2. The learner's process dies during iteration 1: the command fails and says how to
         # go on.
         ray.kill(_named(ray_launcher.learner_name(run)))
