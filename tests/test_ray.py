@@ -15,6 +15,8 @@ import pytest
 
 from memoire.experiments import sweep as sw
 
+from _subprocess_env import subprocess_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIST_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
 # test_distributed's tiny run, two iterations.
@@ -88,7 +90,8 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     # 1. Both actors are placed and stream; then both processes are killed, so the run can
     # only go on if Ray restarts them and they rejoin the learner.
     out_path = tmp_path / "first.out"  # a file, not a pipe nobody reads while we wait
-    proc = subprocess.Popen(cmd, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT,
+                            env=subprocess_env())
     try:
         actors = [_wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150,
                         f"Ray actor {i}") for i in range(2)]
@@ -124,7 +127,8 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     assert "learner with 2 Ray actor(s) (experience tcp://127.0.0.1:" in out
 
     # 3. The same command again resumes after checkpoint 0 and finishes.
-    again = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=300,
+                           env=subprocess_env())
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {run} at iteration 1" in again.stdout + again.stderr
     assert os.path.exists(os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.1"))
@@ -216,3 +220,26 @@ def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys
     assert code == 2
     assert err == "memoire sweep: error: the Ray launcher needs Ray: pip install memoire[ray]\n"
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
+# `memoire train` in a fresh interpreter where `import ray` fails (as without the extra).
+_NO_RAY = "import sys; sys.modules['ray'] = None; from memoire.cli import main; sys.exit(main())"
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("gin, ray_missing, expect", [
+    (LOCAL_GIN, False,
+     "DistributedConfig.launcher = 'ray' needs DistributedConfig.num_actors >= 1"),
+    (DIST_GIN, True, "the Ray launcher needs Ray: pip install memoire[ray]"),
+])
+def test_train_launcher_mistakes_are_one_line_and_write_nothing(tmp_path, gin, ray_missing,
+                                                                 expect):
+    cmd = ["-c", _NO_RAY, "train"] if ray_missing else ["-m", "memoire.cli", "train"]
+    out = subprocess.run([sys.executable, *cmd, "--gin_files", gin, "--base_dir", "runs",
+                          "--launcher", "ray"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180, env=subprocess_env())
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"memoire train: error: {expect}"
+    assert not (tmp_path / "runs").exists()

@@ -13,7 +13,8 @@ parameters keep flowing over memoire's ZeroMQ sockets (:mod:`memoire.experiments
   ``memoire`` namespace. Each one's loop runs from its constructor, so when its process dies Ray
   restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
   stream (a fresh uuid with the same actor number; the dead process's unfinished episode is
-  never stored, finished ones were).
+  never stored, and the learner's ingest drops it after its stream timeout; finished ones
+  were stored).
 
 This command is Ray's driver: it waits for the learner, then stops the actors. A learner that
 dies ends the command with an error; running the same command again resumes from the last
@@ -157,11 +158,24 @@ class LearnerProcess:
         self._facts = facts
         self._config = config
         self._sockets = distributed.LearnerSockets(config, host=host)
+        self._host = host
         self._actors_gone = threading.Event()
 
     def endpoints(self) -> dict:
-        """``{'experience': 'tcp://IP:PORT', 'params': 'tcp://IP:PORT'}``."""
-        return dict(self._sockets.endpoints)
+        """``{'experience': 'tcp://IP:PORT', 'params': 'tcp://IP:PORT'}``, as actors reach
+        them (a socket bound on every interface is reached at this node's address)."""
+        out = {}
+        for key, endpoint in self._sockets.endpoints.items():
+            for anywhere in ("tcp://0.0.0.0:", "tcp://*:"):
+                if endpoint.startswith(anywhere):
+                    import ray
+
+                    host = self._host
+                    if host in ("0.0.0.0", "*"):
+                        host = ray.util.get_node_ip_address()
+                    endpoint = f"tcp://{host}:{endpoint[len(anywhere):]}"
+            out[key] = endpoint
+        return out
 
     def actors_gone(self) -> None:
         """Told by the driver when every actor has ended for good: the learner stops waiting."""
