@@ -60,7 +60,8 @@ class RayConfig:
       learner_cpus: CPUs Ray reserves for the learner.
       learner_gpus: GPUs (accelerators) Ray reserves for the learner (may be fractional).
       actor_cpus: CPUs Ray reserves for each actor.
-      actor_restarts: times Ray restarts an actor whose process died (-1: without limit).
+      actor_restarts: times Ray restarts an actor whose process died or whose loop raised
+        (-1: without limit).
       learner_host: the address the learner binds on; 'auto' is loopback on a local cluster,
         else the learner's node IP address as Ray knows it.
 
@@ -216,9 +217,16 @@ class ActorProcess:
     def __init__(self, actor_id: int, facts: dict, config: dict, ends: dict):
         self._ends = _RayEndpoints(**ends)
         self._thread = threading.Thread(
-            target=distributed.actor_main, name=f"memoire-actor-{actor_id}", daemon=True,
-            args=(actor_id, facts, config, self._ends))
+            target=self._act, name=f"memoire-actor-{actor_id}", daemon=True,
+            args=(actor_id, facts, config))
         self._thread.start()
+
+    def _act(self, actor_id: int, facts: dict, config: dict) -> None:
+        try:
+            distributed.actor_main(actor_id, facts, config, self._ends)
+        except BaseException:  # the process ends, so Ray restarts it (within actor_restarts)
+            log.exception("actor %d failed; its process exits", actor_id)
+            os._exit(1)
 
     def chunks_sent(self) -> int:
         """Chunk messages this process has sent so far (0 before it connected)."""
@@ -292,8 +300,9 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
             log.error("the learner's process died; run the same command again to resume "
                       "from its last checkpoint in %s", facts["dir"])
             return 1
-        except RayTaskError as e:
-            raise RuntimeError(f"the learner failed: {e}") from None
+        except RayTaskError as e:  # the learner raised: Ray's message holds its traceback
+            log.error("the learner failed: %s", e)
+            return 1
         ray.wait(joins, num_returns=len(joins), timeout=15.0)  # actors heard the stop notice
         return 0
     finally:

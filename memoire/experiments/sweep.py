@@ -487,7 +487,8 @@ def write_slurm(args) -> str:
 def _add_launcher_arguments(p_run, sub) -> None:
     """``sweep run``'s Ray options and the ``sweep slurm`` sub-command."""
     p_run.add_argument("--launcher", choices=("local", "ray"), default="local",
-                       help="local: --parallel processes here; ray: each index a Ray task "
+                       help="local: --parallel processes here; ray: each index a Ray task, "
+                            "as many at once as the cluster's CPUs and GPUs allow "
                             "(pip install memoire[ray])")
     p_run.add_argument("--ray_address", default="",
                        help="Ray cluster to join ('auto', 'HOST:PORT'); none: a local one")
