@@ -520,7 +520,7 @@ def _add_launcher_arguments(p_run, sub) -> None:
 
 
 def build_parser() -> cli.ArgumentParser:
-    """The parser of ``memoire sweep`` (sub-commands ``list`` and ``run``)."""
+    """The parser of ``memoire sweep`` (sub-commands ``list``, ``run`` and ``slurm``)."""
     parser = cli.ArgumentParser(prog="memoire sweep", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="{list,run,slurm}",
                                 help="list: print the table of indices; run: run indices; "
@@ -546,7 +546,7 @@ def build_parser() -> cli.ArgumentParser:
 
 @cli.entry_point("memoire sweep")
 def main(argv: Sequence[str] | None = None) -> int:
-    """``memoire sweep list|run``. Returns the process exit code."""
+    """``memoire sweep list|run|slurm``. Returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -562,6 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.launcher == "ray":
             from memoire.experiments import ray_launcher
+
+            if args.cpus < 0 or args.gpus < 0:
+                parser.error(f"--cpus and --gpus must be >= 0, got {args.cpus}, {args.gpus}")
 
             ray_launcher.import_ray()  # one line saying what to install, before anything runs
         if args.parallel < 1:

@@ -41,7 +41,9 @@ Dopamine's stock TF files ``import gin.tf.external_configurables``, which needs
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs
-a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead.
+a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead;
+with ``--launcher ray`` (gin: ``DistributedConfig.launcher = 'ray'``) they are Ray actors on a
+Ray cluster (see :mod:`memoire.experiments.ray_launcher`).
 """
 
 from __future__ import annotations
