@@ -129,4 +129,4 @@ for a in "$@"; do
 done
 [ "$paths" = 1 ] || args+=("$ROOT/tests")
 "${NOCC_ENV[@]}" pytest -q -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" \
-  -m "not dopamine" "${args[@]}"
+  -m "not dopamine and not ray" "${args[@]}"

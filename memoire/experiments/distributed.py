@@ -34,7 +34,7 @@ spawned actor also has a stop event. Parameters travel as ``flax.serialization.t
 Gin settings (``DistributedConfig.*``): ``num_actors`` (0 = single process), ``publish_period``,
 ``chunk_size``, ``queue_chunks``, ``episodes_ahead``, ``transport``, ``experience_endpoint``,
 ``param_endpoint``,
-``actor_threads``, ``spawn_actors``.
+``actor_threads``, ``spawn_actors``, ``launcher``.
 """
 
 from __future__ import annotations
@@ -87,6 +87,9 @@ class DistributedConfig:
       spawn_actors: False starts no actor here: actors on this or other machines join with
         ``memoire actor --experience ... --params ...`` (transport 'zmq'; bind the endpoints to
         an interface they can reach, e.g. 'tcp://0.0.0.0:5555').
+      launcher: 'local' (actor processes spawned here) or 'ray' (the learner and the actors
+        are Ray actors on a Ray cluster, see :mod:`memoire.experiments.ray_launcher`; needs
+        ``pip install memoire[ray]``).
 
     Raises:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
@@ -97,7 +100,7 @@ class DistributedConfig:
                  transport: str = "multiprocessing",
                  experience_endpoint: str = "auto",
                  param_endpoint: str = "auto", actor_threads: int = 1,
-                 spawn_actors: bool = True):
+                 spawn_actors: bool = True, launcher: str = "local"):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
         if episodes_ahead < 0:
@@ -118,6 +121,9 @@ class DistributedConfig:
         self.param_endpoint = param_endpoint
         self.actor_threads = int(actor_threads)
         self.spawn_actors = bool(spawn_actors)
+        if launcher not in ("local", "ray"):
+            raise ValueError(f"launcher must be 'local' or 'ray', got {launcher!r}")
+        self.launcher = launcher
         if not self.spawn_actors and transport != "zmq":
             raise ValueError("spawn_actors=False needs transport 'zmq' (actors started by "
                              "endpoint with `memoire actor`)")
@@ -560,8 +566,6 @@ def run(facts: dict, config: DistributedConfig) -> int:
     """
     import multiprocessing as mp
 
-    from memoire.experiments import replay_routing, runner
-
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     sockets = LearnerSockets(config)
     stop = ctx.Event()
@@ -571,22 +575,12 @@ def run(facts: dict, config: DistributedConfig) -> int:
     procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
                          args=(i, actor_facts, config.as_dict(), ends))
              for i in range(config.num_actors if config.spawn_actors else 0)]
-    learner = None
     try:
         for p in procs:
             p.start()
         alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
-        learner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
-                                  sockets=sockets, publish_period=config.publish_period,
-                                  actors_alive=alive, seed=facts["seed"])
-        runner.write_operative_config(facts["dir"])
-        if learner.start_iteration > 0:
-            log.info("resuming %s at iteration %d", facts["dir"], learner.start_iteration)
         who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
-        log.info("learner with %s (experience %s, parameters %s)", who,
-                 sockets.endpoints["experience"], sockets.endpoints["params"])
-        learner.run_experiment()
-        runner.write_operative_config(facts["dir"])
+        run_learner(facts, config, sockets, who, alive)
     finally:
         stop.set()
         sockets.stop_actors()
@@ -597,9 +591,30 @@ def run(facts: dict, config: DistributedConfig) -> int:
                 p.terminate()
                 p.join(timeout=5)
         sockets.close()
-        if learner is not None:
-            learner.close()
     return 0
+
+
+def run_learner(facts: dict, config: DistributedConfig, sockets: LearnerSockets, who: str,
+                actors_alive=lambda: True) -> None:
+    """Runs the learner on bound ``sockets`` until its last iteration (resuming from
+    ``facts['dir']``'s checkpoints), in this process, with gin loaded. ``who`` names the actors
+    in the log; ``actors_alive()`` False ends the run with an error. The caller stops the
+    actors and closes the sockets."""
+    from memoire.experiments import replay_routing, runner
+
+    learner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
+                              sockets=sockets, publish_period=config.publish_period,
+                              actors_alive=actors_alive, seed=facts["seed"])
+    try:
+        runner.write_operative_config(facts["dir"])
+        if learner.start_iteration > 0:
+            log.info("resuming %s at iteration %d", facts["dir"], learner.start_iteration)
+        log.info("learner with %s (experience %s, parameters %s)", who,
+                 sockets.endpoints["experience"], sockets.endpoints["params"])
+        learner.run_experiment()
+        runner.write_operative_config(facts["dir"])
+    finally:
+        learner.close()
 
 
 def build_actor_parser():

@@ -27,6 +27,12 @@ Command line (``memoire sweep ...`` or ``python -m memoire.experiments.sweep ...
 
     memoire sweep list SWEEP.gin [--runs R]
     memoire sweep run SWEEP.gin --base_dir D --indices 0-7 [--parallel 2] [--gin_bindings B]
+    memoire sweep run SWEEP.gin --base_dir D --indices 0-7 --launcher ray [--ray_address A]
+    memoire sweep slurm SWEEP.gin --base_dir D --indices 0-99 [--submit] [--cpus 4 --gpus 1]
+
+``--launcher ray`` runs each index as a Ray task (:mod:`memoire.experiments.ray_launcher`);
+``slurm`` writes (and submits) a SLURM job array (:mod:`memoire.experiments.slurm`). Every
+launcher runs the same ``memoire train`` command per index, so the records are the same.
 """
 
 from __future__ import annotations
@@ -381,6 +387,8 @@ def run_indices(args) -> int:
     sweep = load_sweep(args.sweep)
     indices = parse_indices(args.indices)
     with Progress(len(indices), "memoire sweep", log, unit="run") as progress:
+        if getattr(args, "launcher", "local") == "ray":
+            return _run_on_ray(args, sweep, indices, progress)
         return _run_children(args, sweep, indices, progress)
 
 
@@ -417,11 +425,119 @@ def _run_children(args, sweep, indices: list[int], progress) -> int:
     return failed
 
 
+def _absolute(args):
+    """``args`` with the sweep file, base_dir and gin files as absolute paths, for commands
+    run from another directory or machine."""
+    import copy
+
+    out = copy.copy(args)
+    out.sweep = os.path.abspath(args.sweep)
+    out.base_dir = os.path.abspath(args.base_dir)
+    out.gin_files = [os.path.abspath(f) for f in args.gin_files]
+    return out
+
+
+def _run_on_ray(args, sweep: Sweep, indices: list[int], progress) -> int:
+    """:func:`run_indices` with each index a Ray task; returns the number that failed."""
+    from memoire.experiments import ray_launcher
+
+    args = _absolute(args)
+    jobs = []
+    for index in indices:
+        s, r = sweep.locate(index)
+        d = run_dir(args.base_dir, s, r)
+        jobs.append((index, _train_command(args, index), os.path.join(d, "train.log")))
+        log.info("submitted index %d (setting %d, run %d) -> %s", index, s, r, d)
+    failed = 0
+    for index, code in ray_launcher.run_sweep(jobs, address=args.ray_address or "",
+                                              cpus=args.cpus, gpus=args.gpus):
+        failed += code != 0
+        if code == 0:
+            log.info("index %d done", index)
+        else:
+            log.error("index %d FAILED (exit %d)", index, code)
+        progress.update(1, quiet=True)
+        progress.note(f"done, {failed} failed")
+    log.info("%d/%d succeeded", len(indices) - failed, len(indices))
+    return failed
+
+
+def write_slurm(args) -> str:
+    """``memoire sweep slurm``: writes ``base_dir/sweep.sbatch`` (and submits it with
+    ``--submit``); returns its path."""
+    from memoire.experiments import slurm
+
+    sweep = load_sweep(args.sweep)
+    indices = parse_indices(args.indices)
+    args = _absolute(args)
+    command = _train_command(args, slurm.INDEX)
+    if args.python:
+        command[0] = args.python
+    try:
+        text = slurm.sbatch_script(
+            command, indices=indices, num_settings=sweep.num_settings,
+            base_dir=args.base_dir, workdir=os.getcwd(), job_name=args.job_name,
+            cpus=args.cpus, gpus=args.gpus, mem=args.mem, time=args.time,
+            partition=args.partition, max_parallel=args.max_parallel,
+            options=args.sbatch_option)
+    except ValueError as e:
+        raise cli.UsageError(e) from None
+    os.makedirs(os.path.join(args.base_dir, "slurm"), exist_ok=True)
+    path = os.path.join(args.base_dir, slurm.SCRIPT_NAME)
+    with open(path, "w") as f:
+        f.write(text)
+    print(path)
+    if args.submit:
+        try:
+            job = slurm.submit(path)
+        except RuntimeError as e:
+            raise cli.UsageError(e) from None
+        log.info("submitted job array %s (%d task(s))", job, len(indices))
+        print(job)
+    return path
+
+
+def _add_launcher_arguments(p_run, sub) -> None:
+    """``sweep run``'s Ray options and the ``sweep slurm`` sub-command."""
+    p_run.add_argument("--launcher", choices=("local", "ray"), default="local",
+                       help="local: --parallel processes here; ray: each index a Ray task, "
+                            "as many at once as the cluster's CPUs and GPUs allow "
+                            "(pip install memoire[ray])")
+    p_run.add_argument("--ray_address", default="",
+                       help="Ray cluster to join ('auto', 'HOST:PORT'); none: a local one")
+    p_run.add_argument("--cpus", type=float, default=1.0, help="CPUs per Ray task")
+    p_run.add_argument("--gpus", type=float, default=0.0, help="GPUs per Ray task")
+    p = sub.add_parser("slurm", help="write (and submit) a SLURM job array of indices")
+    p.add_argument("sweep", help="sweep gin file")
+    p.add_argument("--base_dir", required=True,
+                   help="experiment directory (on storage the nodes share); the script is "
+                        "written to base_dir/sweep.sbatch")
+    p.add_argument("--indices", required=True, help="e.g. 0-99 or 0,3,5-6: the array's task ids")
+    p.add_argument("--submit", action="store_true", help="run sbatch on the script")
+    p.add_argument("--cpus", type=int, default=1, help="--cpus-per-task of each index")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs of each index (--gres=gpu:N)")
+    p.add_argument("--mem", default=None, help="memory of each index, e.g. 8G")
+    p.add_argument("--time", default=None, help="time limit of each index, e.g. 4:00:00")
+    p.add_argument("--partition", default=None, help="SLURM partition")
+    p.add_argument("--max_parallel", type=int, default=None,
+                   help="tasks running at once (--array=...%%N)")
+    p.add_argument("--job_name", default="memoire-sweep", help="SLURM job name")
+    p.add_argument("--sbatch_option", action="append", default=[],
+                   help="another #SBATCH option, e.g. --account=rl (repeatable)")
+    p.add_argument("--python", default=None,
+                   help="the Python the tasks run (default: this one)")
+    p.add_argument("--gin_files", action="append", default=[],
+                   help="extra gin files, parsed after the sweep's own includes")
+    p.add_argument("--gin_bindings", action="append", default=[],
+                   help="gin binding passed to every run (repeatable); wins over the sweep")
+
+
 def build_parser() -> cli.ArgumentParser:
-    """The parser of ``memoire sweep`` (sub-commands ``list`` and ``run``)."""
+    """The parser of ``memoire sweep`` (sub-commands ``list``, ``run`` and ``slurm``)."""
     parser = cli.ArgumentParser(prog="memoire sweep", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,run}",
-                                help="list: print the table of indices; run: run indices")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,run,slurm}",
+                                help="list: print the table of indices; run: run indices; "
+                                     "slurm: a SLURM job array of indices")
     p_list = sub.add_parser("list", help="print the table of indices and settings")
     p_list.add_argument("sweep", help="sweep gin file")
     p_list.add_argument("--runs", type=int, default=1, help="runs per setting to list")
@@ -437,12 +553,13 @@ def build_parser() -> cli.ArgumentParser:
                             "they win over them)")
     p_run.add_argument("--gin_bindings", action="append", default=[],
                        help="gin binding passed to every run (repeatable); wins over the sweep")
+    _add_launcher_arguments(p_run, sub)
     return parser
 
 
 @cli.entry_point("memoire sweep")
 def main(argv: Sequence[str] | None = None) -> int:
-    """``memoire sweep list|run``. Returns the process exit code."""
+    """``memoire sweep list|run|slurm``. Returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -451,6 +568,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"--runs must be >= 1, got {args.runs}")
             cli.emit(format_table(load_sweep(args.sweep), args.runs))
             return 0
+        if args.command == "slurm":
+            cli.check_files(args.gin_files, "--gin_files")
+            cli.check_output_dir(args.base_dir, "--base_dir")
+            write_slurm(args)
+            return 0
+        if args.launcher == "ray":
+            from memoire.experiments import ray_launcher
+
+            if args.cpus < 0 or args.gpus < 0:
+                parser.error(f"--cpus and --gpus must be >= 0, got {args.cpus}, {args.gpus}")
+
+            ray_launcher.import_ray()  # one line saying what to install, before anything runs
         if args.parallel < 1:
             parser.error(f"--parallel must be >= 1, got {args.parallel}")
         cli.check_files(args.gin_files, "--gin_files")

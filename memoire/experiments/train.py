@@ -41,7 +41,9 @@ Dopamine's stock TF files ``import gin.tf.external_configurables``, which needs
 Gin is loaded in this order, later winning: the sweep's included files, ``--gin_files``, the
 sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only if no file bound
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs
-a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead.
+a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead;
+with ``--launcher ray`` (gin: ``DistributedConfig.launcher = 'ray'``) they are Ray actors on a
+Ray cluster (see :mod:`memoire.experiments.ray_launcher`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import gin
 
 from memoire import cli
 from memoire.experiments import distributed  # registers DistributedConfig before gin is read
+from memoire.experiments import ray_launcher  # registers RayConfig (Ray itself: only when used)
 from memoire.experiments import replay_routing
 from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
@@ -85,7 +88,39 @@ def build_parser() -> cli.ArgumentParser:
                    help="whose replay buffer the agent uses (default: gin's "
                         "replay_backend.name, else memoire)")
     p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
+    _add_launcher_flags(p)
     return p
+
+
+def _add_launcher_flags(p: cli.ArgumentParser) -> None:
+    """``--launcher`` and ``--ray_address``: shorthands for their gin bindings."""
+    p.add_argument("--launcher", choices=("local", "ray"), default=None,
+                   help="who starts a distributed run's learner and actors (default: gin's "
+                        "DistributedConfig.launcher, else local); ray: Ray actors "
+                        "(pip install memoire[ray])")
+    p.add_argument("--ray_address", default=None,
+                   help="Ray cluster to join ('auto', 'HOST:PORT'; gin: RayConfig.address); "
+                        "none: a local Ray cluster for this command")
+
+
+def _launcher_bindings(args) -> list[str]:
+    out = []
+    if getattr(args, "launcher", None):
+        out.append(f"DistributedConfig.launcher = '{args.launcher}'")
+    if getattr(args, "ray_address", None) is not None:
+        out.append(f"RayConfig.address = {args.ray_address!r}")
+    return out
+
+
+def _check_launcher() -> None:
+    """A Ray launch needs actors and Ray itself (checked before anything is written)."""
+    config = distributed.DistributedConfig()
+    if config.launcher == "ray":
+        if config.num_actors < 1:
+            raise ValueError("DistributedConfig.launcher = 'ray' needs "
+                             "DistributedConfig.num_actors >= 1")
+        ray_launcher.RayConfig()
+        ray_launcher.import_ray()
 
 
 def prepare(args) -> dict:
@@ -113,6 +148,7 @@ def prepare(args) -> dict:
     extra = list(args.gin_bindings)
     if getattr(args, "replay", None):
         extra.append(f"replay_backend.name = '{args.replay}'")
+    extra += _launcher_bindings(args)
     bindings = setting_bindings + extra
     gin.clear_config()
     try:
@@ -128,6 +164,7 @@ def prepare(args) -> dict:
                 gin.parse_config(seed_bindings)
             replay_routing.replay_backend()  # a bad name fails here, before anything runs
             replay_routing.tf_replay_bindings(seed)
+        _check_launcher()
     except ValueError as e:
         raise cli.UsageError(e) from None
     sweep_lib.write_setting_record(directory, index=args.index, setting=setting, run=run,
@@ -167,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("setting %d run %d seed %d -> %s", facts["setting"], facts["run"], facts["seed"],
              facts["dir"])
     config = distributed.DistributedConfig()
+    if config.num_actors > 0 and config.launcher == "ray":
+        return ray_launcher.run(facts, config)
     if config.num_actors > 0:
         return distributed.run(facts, config)
     return run_local(facts)

@@ -1,0 +1,78 @@
+"""Environment steps per second of distributed JAX DQN CartPole: the Ray launcher against the
+local launcher (actor processes spawned by the learner), with 1, 2 and 4 actors.
+
+Same config (configs/dqn_cartpole_jax_distributed.gin, ``--training_steps`` per iteration),
+runs alternating local / ray for each actor count, ``--repeats`` rounds. The rate is the
+training phase's env steps/s from episodes.csv, iterations after the first (start-up, Ray's
+included, and compilation are left out), as benchmarks/bench_train_throughput.py measures it.
+Ray runs join one local Ray cluster (loopback) started here, as a cluster would be running.
+
+    PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_ray_launcher.py [--actors 1,2,4]
+        [--iterations 3] [--training_steps 500] [--repeats 1]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_train_throughput import steps_per_second  # noqa: E402  one definition of the rate
+
+
+def run(base, launcher, actors, iterations, training_steps, address):
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
+           "--gin_files", os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
+           "--launcher", launcher,
+           "--gin_bindings", f"DistributedConfig.num_actors = {actors}",
+           "--gin_bindings", f"Runner.num_iterations = {iterations}",
+           "--gin_bindings", f"Runner.training_steps = {training_steps}",
+           "--gin_bindings", "Runner.evaluation_steps = 50"]
+    if launcher == "ray":
+        cmd += ["--ray_address", address]
+    os.makedirs(base)
+    with open(os.path.join(base, "out.txt"), "w") as out:
+        subprocess.run(cmd, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=1200,
+                       cwd=base)
+    return steps_per_second(os.path.join(base, "setting_0", "run_0"))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--actors", default="1,2,4")
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--training_steps", type=int, default=500)
+    p.add_argument("--repeats", type=int, default=1)
+    args = p.parse_args()
+    counts = [int(n) for n in args.actors.split(",")]
+    import ray
+
+    ray.init(num_cpus=1 + max(counts), include_dashboard=False, _node_ip_address="127.0.0.1",
+             log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    rates = {(launcher, n): [] for n in counts for launcher in ("local", "ray")}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for k in range(args.repeats):
+                for n in counts:
+                    for launcher in ("local", "ray") if k % 2 == 0 else ("ray", "local"):
+                        rate = run(os.path.join(tmp, f"{launcher}_{n}_{k}"), launcher, n,
+                                   args.iterations, args.training_steps, address)
+                        rates[(launcher, n)].append(rate)
+                        print(f"round {k}: {n} actor(s), {launcher:5s} {rate:8.1f} env steps/s",
+                              flush=True)
+    finally:
+        ray.shutdown()
+    print(f"{'actors':>6}  {'local':>8}  {'ray':>8}  ray/local   (env steps/s, median of "
+          f"{args.repeats})")
+    for n in counts:
+        local = statistics.median(rates[("local", n)])
+        on_ray = statistics.median(rates[("ray", n)])
+        print(f"{n:>6}  {local:8.1f}  {on_ray:8.1f}  {on_ray / local:9.2f}")
+
+
+if __name__ == "__main__":
+    main()

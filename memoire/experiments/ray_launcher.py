@@ -1,0 +1,358 @@
+"""Ray as a launcher: the learner, its actors and sweep indices as Ray actors and tasks.
+
+Ray only places, starts, restarts and stops processes and hands over endpoints; experience and
+parameters keep flowing over memoire's ZeroMQ sockets (:mod:`memoire.experiments.distributed`).
+
+``memoire train --launcher ray`` (gin: ``DistributedConfig.launcher = 'ray'``) runs:
+
+- the **learner** as one Ray actor (``RayConfig.learner_cpus``/``learner_gpus``). It binds its
+  PULL and PUB sockets on TCP, on its node's IP address (loopback when Ray runs a local cluster
+  for this command) with OS-chosen ports, and hands the endpoints back to this driver;
+- ``num_actors`` **actors** as Ray actors (``RayConfig.actor_cpus`` each), spread across the
+  cluster's nodes (Ray's ``SPREAD`` scheduling), named ``memoire-actor-<k>:<run dir>`` in the
+  ``memoire`` namespace. Each one's loop runs from its constructor, so when its process dies Ray
+  restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
+  stream (a fresh uuid with the same actor number; the dead process's unfinished episode is
+  never stored, and the learner's ingest drops it after its stream timeout; finished ones
+  were stored).
+
+This command is Ray's driver: it waits for the learner, then stops the actors. A learner that
+dies ends the command with an error; running the same command again resumes from the last
+complete checkpoint in the run directory, as a local run does. The run directory must be on a
+file system the learner's node sees (shared storage on a multi-node cluster).
+
+``memoire sweep run --launcher ray`` runs each index as a Ray task (``--cpus``/``--gpus`` each),
+which runs ``memoire train`` for that index exactly as the local launcher does (same command,
+same ``train.log``, same records; run again, an index resumes from its checkpoints).
+
+``ray.init(address=RayConfig.address)``: '' starts a local Ray cluster for the command (and stops
+it at the end); 'auto' or 'HOST:PORT' joins a running cluster (``ray start --head`` on one node,
+``ray start --address HOST:PORT`` on the others). Ray is optional: ``pip install memoire[ray]``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any
+
+import gin
+
+from memoire import cli
+from memoire.experiments import distributed
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "memoire"
+INSTALL_HINT = "the Ray launcher needs Ray: pip install memoire[ray]"
+
+
+@gin.configurable(module="memoire.ray")
+class RayConfig:
+    """Where and with what resources the Ray launcher runs (all gin-bindable).
+
+    Args:
+      address: Ray cluster to join ('auto', 'HOST:PORT'); '' starts a local one.
+      learner_cpus: CPUs Ray reserves for the learner.
+      learner_gpus: GPUs (accelerators) Ray reserves for the learner (may be fractional).
+      actor_cpus: CPUs Ray reserves for each actor.
+      actor_restarts: times Ray restarts an actor whose process died or whose loop raised
+        (-1: without limit).
+      learner_host: the address the learner binds on; 'auto' is loopback on a local cluster,
+        else the learner's node IP address as Ray knows it.
+
+    Raises:
+      ValueError: on negative resources or restarts below -1.
+    """
+
+    def __init__(self, address: str = "", learner_cpus: float = 1.0, learner_gpus: float = 0.0,
+                 actor_cpus: float = 1.0, actor_restarts: int = 3, learner_host: str = "auto"):
+        for name, v in (("learner_cpus", learner_cpus), ("learner_gpus", learner_gpus),
+                        ("actor_cpus", actor_cpus)):
+            if v < 0:
+                raise ValueError(f"{name} must be >= 0, got {v}")
+        if actor_restarts < -1:
+            raise ValueError(f"actor_restarts must be >= -1, got {actor_restarts}")
+        self.address = address or ""
+        self.learner_cpus = float(learner_cpus)
+        self.learner_gpus = float(learner_gpus)
+        self.actor_cpus = float(actor_cpus)
+        self.actor_restarts = int(actor_restarts)
+        self.learner_host = learner_host
+
+
+def import_ray():
+    """Returns the ``ray`` module.
+
+    Raises:
+      cli.UsageError: with :data:`INSTALL_HINT` when Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise cli.UsageError(INSTALL_HINT) from None
+    return ray
+
+
+def connect(address: str, cpus_needed: float = 0.0) -> bool:
+    """Connects this process to Ray (``address`` '' starts a local cluster with at least
+    ``cpus_needed`` logical CPUs, so a run that the local launcher would start here also fits
+    Ray's bookkeeping). Returns True when this call started Ray here (the caller then calls
+    ``ray.shutdown()`` at the end)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
+    if address:
+        kwargs["address"] = address
+    else:  # a cluster of this machine alone: keep it on loopback, without its dashboard
+        kwargs.update(include_dashboard=False, _node_ip_address="127.0.0.1",
+                      num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)))
+    ray.init(**kwargs)
+    return True
+
+
+def actor_name(run_dir: str, actor_id: int) -> str:
+    """The Ray name of actor ``actor_id`` of the run in ``run_dir`` (namespace ``memoire``)."""
+    return f"memoire-actor-{actor_id}:{os.path.abspath(run_dir)}"
+
+
+def learner_name(run_dir: str) -> str:
+    """The Ray name of the learner of the run in ``run_dir`` (namespace ``memoire``)."""
+    return f"memoire-learner:{os.path.abspath(run_dir)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The processes Ray starts. Plain classes here; `ray.remote` wraps them when a launch needs them,
+# so importing this module does not import Ray.
+
+
+def _prepare_process(facts: dict) -> None:
+    """What ``memoire train`` does in its own process before training: logging, gin, seeds,
+    TF's graph mode (Dopamine's train.py), in a process Ray started."""
+    from absl import logging as absl_logging
+
+    from memoire.experiments import runner
+
+    cli.configure_logging()
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    runner.load_gin(facts["gin_files"], facts["bindings"])
+    runner.seed_everything(facts["seed"])
+    import tensorflow as tf
+
+    tf.compat.v1.disable_v2_behavior()
+
+
+class LearnerProcess:
+    """The learner in a Ray actor: binds its sockets when built; :meth:`run` trains."""
+
+    def __init__(self, facts: dict, config: distributed.DistributedConfig, host: str):
+        if host == "auto":
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        _prepare_process(facts)
+        self._facts = facts
+        self._config = config
+        self._sockets = distributed.LearnerSockets(config, host=host)
+        self._host = host
+        self._actors_gone = threading.Event()
+
+    def endpoints(self) -> dict:
+        """``{'experience': 'tcp://IP:PORT', 'params': 'tcp://IP:PORT'}``, as actors reach
+        them (a socket bound on every interface is reached at this node's address)."""
+        out = {}
+        for key, endpoint in self._sockets.endpoints.items():
+            for anywhere in ("tcp://0.0.0.0:", "tcp://*:"):
+                if endpoint.startswith(anywhere):
+                    import ray
+
+                    host = self._host
+                    if host in ("0.0.0.0", "*"):
+                        host = ray.util.get_node_ip_address()
+                    endpoint = f"tcp://{host}:{endpoint[len(anywhere):]}"
+            out[key] = endpoint
+        return out
+
+    def actors_gone(self) -> None:
+        """Told by the driver when every actor has ended for good: the learner stops waiting."""
+        self._actors_gone.set()
+
+    def run(self, who: str) -> int:
+        try:
+            distributed.run_learner(self._facts, self._config, self._sockets, who,
+                                    lambda: not self._actors_gone.is_set())
+        finally:
+            self._sockets.stop_actors()
+            time.sleep(0.2)  # let the stop notice leave before the socket closes
+            self._sockets.close()
+        return 0
+
+
+class _CountingLink(distributed.ActorLink):
+    """An :class:`~memoire.experiments.distributed.ActorLink` that counts the chunks it sent."""
+
+    chunks = 0
+
+    def send(self, frames: list) -> bool:
+        ok = super().send(frames)
+        self.chunks += ok
+        return ok
+
+
+class _RayEndpoints(distributed.ActorEndpoints):
+    def open(self, actor_id: int = 0) -> distributed.ActorLink:
+        self.link = _CountingLink(self, actor_id)
+        return self.link
+
+
+class ActorProcess:
+    """An actor in a Ray actor. Its loop starts in the constructor, so a process Ray restarts
+    after a crash acts again without being asked (it joins as a new stream)."""
+
+    def __init__(self, actor_id: int, facts: dict, config: dict, ends: dict):
+        self._ends = _RayEndpoints(**ends)
+        self._thread = threading.Thread(
+            target=self._act, name=f"memoire-actor-{actor_id}", daemon=True,
+            args=(actor_id, facts, config))
+        self._thread.start()
+
+    def _act(self, actor_id: int, facts: dict, config: dict) -> None:
+        try:
+            distributed.actor_main(actor_id, facts, config, self._ends)
+        except BaseException:  # the process ends, so Ray restarts it (within actor_restarts)
+            log.exception("actor %d failed; its process exits", actor_id)
+            os._exit(1)
+
+    def chunks_sent(self) -> int:
+        """Chunk messages this process has sent so far (0 before it connected)."""
+        link = getattr(self._ends, "link", None)
+        return link.chunks if link is not None else 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def join(self) -> int:
+        """Waits until the actor's loop ends (the learner's stop notice, or it gave up)."""
+        while self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+        return self.chunks_sent()
+
+
+# ---------------------------------------------------------------------------------------------
+# memoire train --launcher ray
+
+
+def run(facts: dict, config: distributed.DistributedConfig) -> int:
+    """Runs the learner and ``config.num_actors`` actors on Ray (see the module docstring).
+
+    Returns 0 when the learner finished, 1 when it died (the command can be run again to
+    resume).
+    """
+    ray = import_ray()
+    from ray.exceptions import RayActorError, RayTaskError
+
+    ray_config = RayConfig()
+    started_here = connect(ray_config.address, ray_config.learner_cpus
+                           + config.num_actors * ray_config.actor_cpus)
+    facts = dict(facts, dir=os.path.abspath(facts["dir"]),
+                 gin_files=[os.path.abspath(f) for f in facts["gin_files"]])
+    config = copy.copy(config)
+    config.transport = "zmq"  # actors may be on other nodes: TCP, not ipc://
+    host = ray_config.learner_host
+    if host == "auto" and started_here:
+        host = "127.0.0.1"
+    learner_cls = ray.remote(LearnerProcess).options(
+        name=learner_name(facts["dir"]), num_cpus=ray_config.learner_cpus,
+        num_gpus=ray_config.learner_gpus, max_restarts=0,
+        max_concurrency=2)  # run() and actors_gone() at once
+    actor_cls = ray.remote(ActorProcess)
+    learner = learner_cls.remote(facts, config, host)
+    actors: list = []
+    try:
+        ends = dict(ray.get(learner.endpoints.remote()), queue_chunks=config.queue_chunks,
+                    episodes_ahead=config.episodes_ahead)
+        actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
+        for i in range(config.num_actors):
+            actors.append(actor_cls.options(
+                # max_concurrency: chunks_sent() and pid() answer while join() waits
+                name=actor_name(facts["dir"], i), max_concurrency=4,
+                num_cpus=ray_config.actor_cpus,
+                max_restarts=ray_config.actor_restarts, max_task_retries=-1,
+                scheduling_strategy="SPREAD").remote(i, actor_facts, config.as_dict(), ends))
+        log.info("ray: learner and %d actor(s) started (experience %s, parameters %s)",
+                 len(actors), ends["experience"], ends["params"])
+        done = learner.run.remote(f"{len(actors)} Ray actor(s)")
+        joins = [a.join.remote() for a in actors]
+        told = False
+        while not ray.wait([done], timeout=1.0)[0]:
+            if not told and joins and len(ray.wait(joins, num_returns=len(joins),
+                                                   timeout=0)[0]) == len(joins):
+                learner.actors_gone.remote()  # every actor ended for good
+                told = True
+        try:
+            ray.get(done)
+        except RayActorError:
+            log.error("the learner's process died; run the same command again to resume "
+                      "from its last checkpoint in %s", facts["dir"])
+            return 1
+        except RayTaskError as e:  # the learner raised: Ray's message holds its traceback
+            log.error("the learner failed: %s", e)
+            return 1
+        ray.wait(joins, num_returns=len(joins), timeout=15.0)  # actors heard the stop notice
+        return 0
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        ray.kill(learner, no_restart=True)
+        if started_here:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# memoire sweep run --launcher ray
+
+
+def _run_command(command: list, log_path: str) -> int:
+    """A Ray task: runs one sweep index's ``memoire train`` with its output appended to
+    ``log_path``; returns its exit status."""
+    import subprocess
+
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "ab") as log_file:
+        return subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT).returncode
+
+
+def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float = 0.0):
+    """Runs sweep jobs as Ray tasks, as many at once as the cluster's resources allow.
+
+    Args:
+      jobs: ``(index, command, log_path)`` per index (``memoire train`` for that index).
+      address: the Ray cluster ('' starts a local one for the call).
+      cpus, gpus: resources of each task.
+
+    Yields:
+      ``(index, exit status)`` as each task ends (-1: Ray could not run it).
+    """
+    ray = import_ray()
+    started_here = connect(address, cpus)
+    try:
+        task = ray.remote(_run_command).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+        refs = {task.remote(command, log_path): index for index, command, log_path in jobs}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            index = refs[ready[0]]
+            try:
+                code = int(ray.get(ready[0]))
+            except ray.exceptions.RayError as e:
+                log.error("index %d: Ray could not run it: %s", index, cli.one_line(e))
+                code = -1
+            yield index, code
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,245 @@
+"""The Ray launcher on a local Ray cluster (loopback, one per module): a distributed CartPole
+DQN whose Ray-placed actors and learner are killed and come back, and a sweep through Ray
+that leaves the local launcher's records. Without Ray, one line says what to install."""
+
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from memoire.experiments import sweep as sw
+
+from _subprocess_env import subprocess_env
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIST_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
+# test_distributed's tiny run, two iterations.
+TINY = ("Runner.num_iterations = 2", "Runner.training_steps = 300",
+        "Runner.evaluation_steps = 50", "JaxDQNAgent.min_replay_history = 50",
+        "ClassicControlDQNNetwork.hidden_units = 32",
+        "DistributedConfig.publish_period = 20", "DistributedConfig.chunk_size = 8")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster on loopback for this module; yields its address."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
+             namespace="memoire", log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _wait(predicate, seconds, what):
+    """Polls ``predicate()`` every 0.2 s until it returns something true; fails after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {seconds} s")
+
+
+def _call(handle, method, default=None):
+    """``handle.method()`` through Ray, or ``default`` when the actor is not there (yet)."""
+    import ray
+
+    try:
+        return ray.get(getattr(handle, method).remote(), timeout=10)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return default
+
+
+def _named(name):
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace="memoire")
+    except ValueError:
+        return None
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.dopamine
+@pytest.mark.ray
+def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(cluster, tmp_path):
+    from memoire.experiments import ray_launcher
+
+    base = str(tmp_path)
+    run = os.path.join(base, "setting_0", "run_0")
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
+           "--gin_files", DIST_GIN, "--launcher", "ray", "--ray_address", cluster]
+    for b in TINY:
+        cmd += ["--gin_bindings", b]
+
+    # 1. Both actors are placed and stream; then both processes are killed, so the run can
+    # only go on if Ray restarts them and they rejoin the learner.
+    out_path = tmp_path / "first.out"  # a file, not a pipe nobody reads while we wait
+    proc = subprocess.Popen(cmd, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT,
+                            env=subprocess_env())
+    try:
+        actors = [_wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150,
+                        f"Ray actor {i}") for i in range(2)]
+        for a in actors:
+            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150, "chunks from an actor")
+        import ray
+
+        pids, sent = [], 0
+        for a in actors:
+            pids.append(_call(a, "pid"))
+            sent += _call(a, "chunks_sent")
+            ray.kill(a, no_restart=False)  # the process dies; Ray restarts it
+        for a, pid in zip(actors, pids):
+            _wait(lambda a=a, pid=pid: _call(a, "pid", pid) != pid, 150, "restarted actor")
+        # Iteration 0 needs 300 steps, more than the killed processes sent (chunks of at most
+        # 8 steps): the restarted ones must have rejoined to complete it.
+        assert sent * 8 < 300
+        ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
+        _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
+        assert proc.poll() is None and os.path.exists(ckpt0)
+        assert sum(_call(a, "chunks_sent", 0) for a in actors) > 0  # the new processes
+        # 2. The learner's process dies during iteration 1: the command fails and says how to
+        # go on.
+        ray.kill(_named(ray_launcher.learner_name(run)))
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = out_path.read_text()
+    assert proc.returncode == 1, out[-3000:]
+    assert "run the same command again to resume" in out
+    assert "learner with 2 Ray actor(s) (experience tcp://127.0.0.1:" in out
+
+    # 3. The same command again resumes after checkpoint 0 and finishes.
+    again = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=300,
+                           env=subprocess_env())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming {run} at iteration 1" in again.stdout + again.stderr
+    assert os.path.exists(os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.1"))
+    rows = _rows(os.path.join(run, "episodes.csv"))
+    train = [r for r in rows if r["phase"] == "train"]
+    assert {r["actor"] for r in rows if r["phase"] == "eval"} == {"-1"}
+    assert {r["actor"] for r in train if r["iteration"] == "0"} == {"0", "1"}
+    replay = _rows(os.path.join(run, "replay.csv"))
+    assert [r["iteration"] for r in replay] == ["0", "1"]  # the interrupted one was dropped
+    for it, rec in enumerate(replay):
+        episodes = [r for r in train if int(r["iteration"]) <= it]
+        assert sum(int(r["length"]) for r in train if r["iteration"] == str(it)) >= 300
+        # Counts consistent: what killed processes left unfinished was never stored; every
+        # stored episode of L steps is L - 1 transitions in Dopamine's JAX buffer (update
+        # horizon 1), and is recorded once.
+        assert int(rec["add_count"]) == sum(int(r["length"]) - 1 for r in episodes)
+    assert replay[0]["memory"] == "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer"
+
+
+# A stand-in for `memoire train --sweep S --base_dir D --index N`: writes the records a launch
+# writes before training (setting.json, as train.prepare does) and prints; odd indices fail.
+_CHILD = """
+import sys
+from memoire.experiments import sweep as sw
+path, base, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sweep = sw.load_sweep(path)
+s, r = sweep.locate(index)
+sw.write_setting_record(sw.run_dir(base, s, r), index=index, setting=s, run=r,
+                        seed=sw.seed_for_run(r), bindings=sweep.bindings(s),
+                        gin_files=sweep.gin_files, sweep_file=path)
+print("child", index, s, r)
+sys.exit(3 * (index % 2))
+"""
+
+
+def _tree(base):
+    """{relative path: content} of a sweep's base_dir, setting.json without its clock."""
+    out = {}
+    for d, _, files in os.walk(base):
+        for f in files:
+            path = os.path.join(d, f)
+            text = open(path).read()
+            if f == sw.SETTING_FILE:
+                rec = json.loads(text)
+                rec.pop("written_at")
+                text = rec
+            out[os.path.relpath(path, base)] = text
+    return out
+
+
+@pytest.mark.ray
+def test_a_sweep_through_ray_leaves_the_local_launchers_records(cluster, tmp_path,
+                                                               monkeypatch, caplog):
+    monkeypatch.setattr(sw, "_train_command", lambda args, index: [
+        sys.executable, "-c", _CHILD, args.sweep, args.base_dir, str(index)])
+    (tmp_path / "s.gin").write_text("A.x = [1, 2]\nB.y = ['u', 'v']\n")
+    records, messages = {}, {}
+    for launcher in ("local", "ray"):
+        base = tmp_path / launcher
+        args = types.SimpleNamespace(sweep=str(tmp_path / "s.gin"), base_dir=str(base),
+                                     indices="0-3", parallel=2, gin_files=[], gin_bindings=[],
+                                     launcher=launcher, ray_address=cluster, cpus=1, gpus=0)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="memoire.experiments.sweep"):
+            assert sw.run_indices(args) == 2  # indices 1 and 3 fail, under either launcher
+        records[launcher] = _tree(str(base))
+        messages[launcher] = {r.getMessage() for r in caplog.records
+                              if "index" in r.getMessage() or "succeeded" in r.getMessage()}
+    assert records["ray"] == records["local"]
+    assert len(records["ray"]) == 8  # setting.json and train.log of each of the 4 indices
+    assert records["ray"][os.path.join("setting_1", "run_0", "train.log")] == "child 1 1 0\n"
+    for launcher in ("local", "ray"):
+        assert {"index 0 done", "index 2 done", "index 1 FAILED (exit 3)",
+                "index 3 FAILED (exit 3)", "2/4 succeeded"} <= messages[launcher]
+    # Resumable: run again, every index runs again into the same directory (memoire train
+    # resumes from its checkpoints), and the records stay where they were.
+    args.indices = "0"
+    assert sw.run_indices(args) == 0
+    log_0 = tmp_path / "ray" / "setting_0" / "run_0" / "train.log"
+    assert log_0.read_text() == "child 0 0 0\nchild 0 0 0\n"
+
+
+def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
+    code = sw.main(["run", str(tmp_path / "s.gin"), "--base_dir", str(tmp_path / "runs"),
+                    "--indices", "0-1", "--launcher", "ray"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "memoire sweep: error: the Ray launcher needs Ray: pip install memoire[ray]\n"
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
+# `memoire train` in a fresh interpreter where `import ray` fails (as without the extra).
+_NO_RAY = "import sys; sys.modules['ray'] = None; from memoire.cli import main; sys.exit(main())"
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("gin, ray_missing, expect", [
+    (LOCAL_GIN, False,
+     "DistributedConfig.launcher = 'ray' needs DistributedConfig.num_actors >= 1"),
+    (DIST_GIN, True, "the Ray launcher needs Ray: pip install memoire[ray]"),
+])
+def test_train_launcher_mistakes_are_one_line_and_write_nothing(tmp_path, gin, ray_missing,
+                                                                 expect):
+    cmd = ["-c", _NO_RAY, "train"] if ray_missing else ["-m", "memoire.cli", "train"]
+    out = subprocess.run([sys.executable, *cmd, "--gin_files", gin, "--base_dir", "runs",
+                          "--launcher", "ray"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180, env=subprocess_env())
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"memoire train: error: {expect}"
+    assert not (tmp_path / "runs").exists()
