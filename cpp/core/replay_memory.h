@@ -132,6 +132,24 @@ class ReplayMemory {
   size_t memory_bytes() const;  // bytes held by storage, metadata and tree
   std::string Info() const;
 
+  // ---- checkpoints (the file format: replay_memory_checkpoint.cc) ----
+  // Writes everything the memory holds (stored entries, episodes, weights, settings, uuid,
+  // the generator's state, counters) to `fd` from its current offset, streaming each stored
+  // column straight from storage in pieces of kCheckpointPiece bytes. Holds the memory's lock
+  // throughout (adds and samples wait). I/O failures: kInternal with detail "errno".
+  Status SaveTo(int fd) const;
+  // Replaces the whole memory with the checkpoint in `fd` (a regular file read from offset 0).
+  // Strict: the header (magic, version, byte order, its checksum), this memory's schema and
+  // max_step, every count and the file's exact size are checked before anything is allocated;
+  // every section is checksummed and checked (episodes consistent, weights finite and >= 0,
+  // settings valid) while it is read into a staging memory, which replaces this one's contents
+  // only once all of it was read. Any problem: kDataLoss naming what was expected, and this
+  // memory is unchanged.
+  Status LoadFrom(int fd);
+  static constexpr size_t kCheckpointPiece = size_t{4} << 20;
+  // The checksum stored after section `section` of `n` bytes (for tools and tests).
+  static uint64_t CheckpointChecksum(const void* data, size_t n, int section);
+
  private:
   ReplayMemory(const Schema& schema, int64_t max_step);
   int64_t head_locked() const;
@@ -139,6 +157,7 @@ class ReplayMemory {
   void EvictOldestLocked();
   void RebuildTreeLocked();
   Status CheckCanAddLocked(int64_t n) const;
+  void AdoptLocked(ReplayMemory& other);  // takes `other`'s whole state (same schema, max_step)
 
   const Schema schema_;
   const int64_t max_step_;
