@@ -49,6 +49,7 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 max_stream_bytes=None, max_open_bytes=None, reply_cache_bytes=None,
                 max_batch=None, max_counter_clients=None, allow_nonfinite=None,
                 buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None)
+DEFAULTS.update(checkpoint_dir=None, checkpoint_every=None)  # the memory server's checkpoints
 BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
 LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
           "max_counter_clients", "allow_nonfinite")
@@ -97,10 +98,17 @@ HELP = dict(
                     "remote checkpoints)",
     seed="seeds the server's sampling (its memory, or the --buffer's)",
 )
+HELP.update(
+    checkpoint_dir="folder of the memory's checkpoints: the newest is loaded at start, one is "
+                   "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
+                   "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept",
+    checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
+)
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
           "multi_step": int, "priority_exponent": float, "discount_factor": float,
           "interval": float, "duration": float, "max_stream_bytes": int, "max_open_bytes": int,
-          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int}
+          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int,
+          "checkpoint_every": float}
 _ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
 
 
@@ -136,6 +144,7 @@ def build_server(cfg: dict):
         limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
+    limits.update(_checkpoint_settings(cfg))
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
                              bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
@@ -144,6 +153,27 @@ def build_server(cfg: dict):
     if cfg["logfile"]:
         srv.set_logfile(cfg["logfile"], cfg["logmode"])
     return srv
+
+
+def _checkpoint_settings(cfg: dict) -> dict:
+    """The server's checkpoint arguments from ``--checkpoint_dir`` / ``--checkpoint_every``."""
+    out = {}
+    if cfg["checkpoint_dir"] is not None:
+        out["checkpoint_dir"] = str(cfg["checkpoint_dir"])
+    if cfg["checkpoint_every"] is not None:
+        out["checkpoint_every"] = float(cfg["checkpoint_every"])
+    return out
+
+
+def _last_checkpoint(srv) -> None:
+    """A last checkpoint when the server stops (SIGTERM, Ctrl-C, --duration), after its
+    workers stopped: it holds everything stored. A failure is reported, not raised."""
+    if srv.checkpoint_dir is None:
+        return
+    try:
+        print(f"memoire serve: checkpoint {srv.checkpoint()}", flush=True)
+    except OSError as e:
+        print(f"memoire serve: last checkpoint failed: {e}", file=sys.stderr, flush=True)
 
 
 def _flag(value) -> Optional[bool]:
@@ -293,6 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         srv.close()  # flushes and closes the logfile
         print("memoire serve: stopped", flush=True)
+    _last_checkpoint(srv)
     return 0
 
 
