@@ -102,7 +102,19 @@ class Hasher {
       Stripe(buf_);
       held_ = 0;
     }
-    for (; n >= 32; p += 32, n -= 32) Stripe(p);
+    // The lanes live in locals: stores through v_ could alias `p` (bytes alias anything), so
+    // the compiler would reload and store them on every stripe.
+    uint64_t a = v_[0], b = v_[1], c = v_[2], d = v_[3];
+    for (; n >= 32; p += 32, n -= 32) {
+      a = Round(a, Load64(p));
+      b = Round(b, Load64(p + 8));
+      c = Round(c, Load64(p + 16));
+      d = Round(d, Load64(p + 24));
+    }
+    v_[0] = a;
+    v_[1] = b;
+    v_[2] = c;
+    v_[3] = d;
     std::memcpy(buf_, p, n);
     held_ = n;
   }

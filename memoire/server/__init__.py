@@ -481,6 +481,8 @@ class ReplayMemoryServer:
             raise ValueError(f"checkpoint_every: expected seconds > 0, got {every}")
         checkpoints = MemoryCheckpoints(self._rem, folder)
         checkpoints.load_newest()
+        if self._rem.episode_open:  # saved in the middle of an episode's commit: it goes
+            self._rem.new_episode()  # (its actor's stream is lost with the crash anyway)
         return checkpoints
 
     @property
