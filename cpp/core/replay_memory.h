@@ -36,6 +36,7 @@
 
 #include "core/columns.h"
 #include "core/protocol.h"
+#include "core/reserved.h"
 #include "core/rng.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -158,6 +159,13 @@ class ReplayMemory {
   void RebuildTreeLocked();
   Status CheckCanAddLocked(int64_t n) const;
   void AdoptLocked(ReplayMemory& other);  // takes `other`'s whole state (same schema, max_step)
+  bool Allocated() const {
+    return cols_.allocated() && weight_.allocated() && pos1_.allocated() &&
+           ep_start_.allocated() && ep_len_.allocated() && ep_term_.allocated();
+  }
+  // The absolute position of the entry in `slot`, -1 when none.
+  int64_t pos(int64_t slot) const { return pos1_[slot] - 1; }
+  void set_pos(int64_t slot, int64_t position) { pos1_[slot] = position + 1; }
 
   const Schema schema_;
   const int64_t max_step_;
@@ -167,11 +175,13 @@ class ReplayMemory {
   mutable std::mutex mu_;
   Options opt_;                 // guarded by mu_
   Columns cols_;                // guarded by mu_
-  std::vector<float> weight_;   // per slot: init_w until close, then w
-  std::vector<int64_t> pos_;    // per slot: absolute position
-  std::vector<int64_t> ep_start_;  // per slot: position of its episode's first entry
-  std::vector<int64_t> ep_len_;    // per slot: episode length (0 while open)
-  std::vector<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
+  // Per-slot bookkeeping, reserved like the columns (core/reserved.h): zero until written, and
+  // resident only where slots were used, so an empty memory costs little beyond its tree.
+  ReservedArray<float> weight_;     // per slot: init_w until close, then w
+  ReservedArray<int64_t> pos1_;     // per slot: absolute position + 1 (0: no entry); pos()
+  ReservedArray<int64_t> ep_start_;  // per slot: position of its episode's first entry
+  ReservedArray<int64_t> ep_len_;    // per slot: episode length (0 while open)
+  ReservedArray<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
   SumTree tree_;
   Rng rng_;
   struct Episode { int64_t start, length; };

@@ -418,7 +418,7 @@ Status ReplayMemory::LoadFrom(int fd) {
 
   // ---- the rest goes into a staging memory; this one changes only once all of it is read
   std::unique_ptr<ReplayMemory> s(new ReplayMemory(schema_, max_step_));
-  if (!s->cols_.allocated())
+  if (!s->Allocated())
     return Error(Code::kResourceExhausted, "load: cannot allocate ",
                  schema_.row_bytes() * max_step_, " bytes for max_step=", max_step_);
   Options o;
@@ -494,7 +494,7 @@ Status ReplayMemory::LoadFrom(int fd) {
     const int64_t start = p;
     for (; p < start + lengths[e]; ++p) {
       const int64_t slot = p % max_step_;
-      s->pos_[slot] = p;
+      s->set_pos(slot, p);
       s->ep_start_[slot] = start;
       s->ep_len_[slot] = lengths[e];
       s->ep_term_[slot] = terminated[e];
@@ -503,7 +503,7 @@ Status ReplayMemory::LoadFrom(int fd) {
   }
   for (; p < h.tail; ++p) {  // the open episode's entries
     const int64_t slot = p % max_step_;
-    s->pos_[slot] = p;
+    s->set_pos(slot, p);
     s->ep_start_[slot] = h.open_start;
   }
   s->open_ = h.open != 0;
@@ -521,7 +521,7 @@ void ReplayMemory::AdoptLocked(ReplayMemory& o) {
   uuid_ = o.uuid_;
   cols_.TakeContents(o.cols_);
   weight_.swap(o.weight_);
-  pos_.swap(o.pos_);
+  pos1_.swap(o.pos1_);
   ep_start_.swap(o.ep_start_);
   ep_len_.swap(o.ep_len_);
   ep_term_.swap(o.ep_term_);
