@@ -309,3 +309,46 @@ def test_mutated_checkpoints_load_consistently_or_are_refused(tmp_path, edits, f
         assert m.size == src.size  # a header edit may change settings, never the contents
         if m.num_sampleable:
             m.get_batch(8)
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_an_empty_large_memory_and_a_small_checkpoint_loaded_into_it_stay_small(tmp_path):
+    """Storage and per-slot bookkeeping take memory only where entries are: an empty
+    1,000,000-entry Atari memory (6.8 GB reserved) holds its sum tree, and loading 2,000
+    entries into it adds what they hold (the staging memory's pages move in)."""
+    def atari(max_step):
+        return ReplayMemory(np.zeros([84, 84], np.uint8), np.zeros([], np.int64),
+                            np.zeros([], np.float32), np.zeros([], np.float32),
+                            np.zeros([], np.float32), np.zeros([], np.float32),
+                            np.zeros([0], np.uint8), max_step)
+
+    small = atari(2000)
+    small.new_episode()
+    frames = np.random.default_rng(0).integers(0, 256, (2000, 84, 84), dtype=np.uint8)
+    small.add_entries(frames, np.zeros(2000, np.int64), np.zeros(2000, np.float32),
+                      np.zeros(2000, np.float32), np.zeros(2000, np.float32),
+                      np.zeros((2000, 0), np.uint8), np.ones(2000, np.float32))
+    small.close_episode()
+    small.save(tmp_path / "small")
+    # The same entries, saved by a 1,000,000-entry memory (max_step must match to load).
+    before = _rss_mib()
+    big = atari(1_000_000)
+    empty = _rss_mib() - before
+    assert big.memory_bytes > 6_000_000_000 and empty < 40, empty
+    big.new_episode()
+    big.add_entries(frames, np.zeros(2000, np.int64), np.zeros(2000, np.float32),
+                    np.zeros(2000, np.float32), np.zeros(2000, np.float32),
+                    np.zeros((2000, 0), np.uint8), np.ones(2000, np.float32))
+    big.close_episode()
+    big.save(tmp_path / "big")
+    del big
+    before = _rss_mib()
+    loaded = atari(1_000_000)
+    loaded.load(tmp_path / "big")
+    grown = _rss_mib() - before
+    assert loaded.size == 2000 and grown < 40 + 2000 * 84 * 84 / 2**20 + 40, grown
