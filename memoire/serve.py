@@ -101,7 +101,9 @@ HELP = dict(
 HELP.update(
     checkpoint_dir="folder of the memory's checkpoints: the newest is loaded at start, one is "
                    "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
-                   "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept",
+                   "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept. A loaded "
+                   "checkpoint brings its settings (flags given here win) and its generator "
+                   "state (--seed only seeds a fresh memory)",
     checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
 )
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
@@ -165,15 +167,18 @@ def _checkpoint_settings(cfg: dict) -> dict:
     return out
 
 
-def _last_checkpoint(srv) -> None:
+def _last_checkpoint(srv) -> int:
     """A last checkpoint when the server stops (SIGTERM, Ctrl-C, --duration), after its
-    workers stopped: it holds everything stored. A failure is reported, not raised."""
+    workers stopped: it holds everything stored. Returns the exit status: 1 when it failed
+    (reported on stderr; what was stored since the previous checkpoint is lost)."""
     if srv.checkpoint_dir is None:
-        return
+        return 0
     try:
         print(f"memoire serve: checkpoint {srv.checkpoint()}", flush=True)
     except OSError as e:
         print(f"memoire serve: last checkpoint failed: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def _flag(value) -> Optional[bool]:
@@ -323,8 +328,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         srv.close()  # flushes and closes the logfile
         print("memoire serve: stopped", flush=True)
-    _last_checkpoint(srv)
-    return 0
+    return _last_checkpoint(srv)
 
 
 def _serve_buffer(cfg: dict) -> int:
