@@ -21,6 +21,10 @@
 // Entry k of an episode is sampleable when frame_stack-1 <= k, k + multi_step <= L-1, the
 // episode is closed, and w[k] > 0.
 //
+// Memory: the columns and the per-slot bookkeeping are reserved (core/reserved.h) and become
+// resident only where entries are written; the sum tree (16 bytes per slot, padded to a power
+// of two) is allocated up front. Checkpoints: SaveTo / LoadFrom (replay_memory_checkpoint.cc).
+//
 // Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
 // may add while others sample; the copies run under that lock (and, from Python, without the
 // GIL). Sample copies a batch of more than 512 KiB with one extra, short-lived thread (the
