@@ -7,11 +7,13 @@ the two constructors of the seeds, docstrings and the :class:`Batch` result.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterator
 
 import numpy as np
 
 from memoire import _core
+from memoire.checkpoint_io import CheckpointError, atomic_create, open_regular
 from memoire.protocol import FIELDS  # the field names (cpp/core/protocol.h)
 
 
@@ -54,6 +56,17 @@ class Batch:
         the largest is 1."""
         w = (num_sampleable * self.prob) ** (-beta)
         return (w / w.max()).astype(np.float32)
+
+
+def _os_error(call, fd):
+    """``call(fd)``; an I/O failure in the core (RuntimeError carrying ``errno``) as OSError."""
+    try:
+        call(fd)
+    except RuntimeError as e:
+        code = getattr(e, "errno", None)
+        if code is None:
+            raise
+        raise OSError(code, str(e)) from None
 
 
 def _legacy_templates(state_size, action_size, reward_size, prob_size, value_size):
@@ -178,6 +191,51 @@ class ReplayMemory(_core.ReplayMemory):
         return Batch(*self._sample(int(batch_size)))
 
     sample = get_batch
+
+    def save(self, path) -> None:
+        """Writes the whole memory to the file `path`, atomically.
+
+        Saved: every stored entry (the open episode's included), the closed episodes, weights
+        (so priorities), the settings, ``uuid``, the generator's state and the counters.
+        :meth:`load` of the file makes a memory that holds the same, and samples the same
+        batches from the same generator state (or after the same :meth:`seed`).
+
+        Streamed: each stored column goes from the memory to the file in 4 MiB pieces, in C++
+        without the GIL, with no copy of the memory. The memory's lock is held while it writes,
+        so adds and samples from other threads wait for it. Atomic: the file is written under a
+        temporary name beside `path` (``path.tmp-<token>``), fsync-ed, then renamed over `path`;
+        a crash leaves `path` as it was. Format: ``cpp/core/replay_memory_checkpoint.cc``
+        (version 1; a header with a magic, then checksummed sections).
+
+        Raises:
+          OSError: the file cannot be written (no space, no folder, ...); `path` is untouched.
+        """
+        with atomic_create(path) as fd:
+            _os_error(self._save_fd, fd)
+
+    def load(self, path) -> None:
+        """Replaces this memory's contents with the checkpoint `path` written by :meth:`save`.
+
+        The file is treated as hostile: it must be a regular file (no FIFO, device or symlink),
+        start with the magic and a version this memoire reads, and have been written by a
+        memory of the same templates (dtypes and shapes) and ``max_step``. Every count is
+        checked against the memory and the file's exact size before anything is allocated,
+        and every section against its checksum as it is read into a staging memory; this
+        memory changes only once all of it was read and checked. Settings, ``uuid`` and the
+        generator's state are those saved.
+
+        Raises:
+          CheckpointError (a ValueError; memoire.ProtocolError): a truncated, altered or
+            foreign file, or one of another memory's shape; the message names the file and what
+            was expected. The memory is unchanged.
+          FileNotFoundError, OSError: the file cannot be read; the memory is unchanged.
+        """
+        path = os.fspath(path)
+        with open_regular(path) as f:
+            try:
+                _os_error(self._load_fd, f.fileno())
+            except _core.ProtocolError as e:
+                raise CheckpointError(f"{path}: {e}") from None
 
     def print_info(self) -> None:
         """Prints the schema, counts and settings."""

@@ -56,6 +56,7 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 max_batch=None, max_counter_clients=None, allow_nonfinite=None,
                 buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None,
                 tensorboard=None)
+DEFAULTS.update(checkpoint_dir=None, checkpoint_every=None)  # the memory server's checkpoints
 BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
 LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
           "max_counter_clients", "allow_nonfinite")
@@ -106,10 +107,19 @@ HELP = dict(
     tensorboard="write the counters as TensorBoard scalars to event files in this directory "
                 "every interval (no TensorFlow needed)",
 )
+HELP.update(
+    checkpoint_dir="folder of the memory's checkpoints: the newest is loaded at start, one is "
+                   "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
+                   "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept. A loaded "
+                   "checkpoint brings its settings (flags given here win) and its generator "
+                   "state (--seed only seeds a fresh memory)",
+    checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
+)
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
           "multi_step": int, "priority_exponent": float, "discount_factor": float,
           "interval": float, "duration": float, "max_stream_bytes": int, "max_open_bytes": int,
-          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int}
+          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int,
+          "checkpoint_every": float}
 _ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
 
 
@@ -145,6 +155,7 @@ def build_server(cfg: dict):
         limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
+    limits.update(_checkpoint_settings(cfg))
     srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
                              bind_host=cfg["bind_host"], keys=keys, **limits)
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
@@ -153,6 +164,30 @@ def build_server(cfg: dict):
     if cfg["logfile"]:
         srv.set_logfile(cfg["logfile"], cfg["logmode"])
     return srv
+
+
+def _checkpoint_settings(cfg: dict) -> dict:
+    """The server's checkpoint arguments from ``--checkpoint_dir`` / ``--checkpoint_every``."""
+    out = {}
+    if cfg["checkpoint_dir"] is not None:
+        out["checkpoint_dir"] = str(cfg["checkpoint_dir"])
+    if cfg["checkpoint_every"] is not None:
+        out["checkpoint_every"] = float(cfg["checkpoint_every"])
+    return out
+
+
+def _last_checkpoint(srv) -> int:
+    """A last checkpoint when the server stops (SIGTERM, Ctrl-C, --duration), after its
+    workers stopped: it holds everything stored. Returns the exit status: 1 when it failed
+    (logged; what was stored since the previous checkpoint is lost)."""
+    if srv.checkpoint_dir is None:
+        return 0
+    try:
+        log.info("checkpoint %s", srv.checkpoint())
+    except OSError as e:
+        log.error("last checkpoint failed: %s", e)
+        return 1
+    return 0
 
 
 def _flag(value) -> Optional[bool]:
@@ -379,7 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if writer is not None:
             writer.close()
         log.info("stopped")
-    return 0
+    return _last_checkpoint(srv)
 
 
 def _serve_buffer(cfg: dict) -> int:

@@ -313,6 +313,19 @@ void BindReplayMemory(py::module_& m) {
   }, py::arg("socket"), py::arg("header"), py::arg("cache_size"), py::arg("uuid"),
      py::arg("timeout_ms"));
 
+  // Checkpoints: memoire.memory.ReplayMemory.save/load open the files (atomic rename, safe
+  // opens); these stream to and from the descriptor without the GIL.
+  c.def("_save_fd", [](const RM& self, int fd) {
+    CallReleased([&] { return self.SaveTo(fd); });
+  }, py::arg("fd"));
+  c.def("_load_fd", [](RM& self, int fd) {
+    CallReleased([&] { return self.LoadFrom(fd); });
+  }, py::arg("fd"));
+  c.def_static("_checkpoint_checksum", [](const py::bytes& data, int section) {
+    const std::string bytes = data;
+    return RM::CheckpointChecksum(bytes.data(), bytes.size(), section);
+  }, py::arg("data"), py::arg("section"));
+
   c.def("update_weights",
         [](RM& self, const py::handle& ids, const py::handle& weights) {
           auto i = InArray<int64_t>::ensure(ids);

@@ -25,11 +25,11 @@ ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step)
     : schema_(schema),
       max_step_(max_step),
       cols_(schema, max_step),
-      weight_(max_step, 0.0f),
-      pos_(max_step, -1),
-      ep_start_(max_step, 0),
-      ep_len_(max_step, 0),
-      ep_term_(max_step, 0),
+      weight_(max_step),
+      pos1_(max_step),
+      ep_start_(max_step),
+      ep_len_(max_step),
+      ep_term_(max_step),
       tree_(max_step) {
   reward_elems_ = schema.field(kReward).num_elements();
   opt_.discount_factor.assign(reward_elems_, 0.99f);
@@ -71,7 +71,7 @@ Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
   if (max_step < 1)
     return Error(Code::kInvalidArgument, "max_step: expected >= 1, got ", max_step);
   std::unique_ptr<ReplayMemory> m(new ReplayMemory(schema, max_step));
-  if (!m->cols_.allocated())
+  if (!m->Allocated())
     return Error(Code::kResourceExhausted, "ReplayMemory: cannot allocate ",
                  schema.row_bytes() * max_step, " bytes for max_step=", max_step);
   *out = std::move(m);
@@ -150,8 +150,8 @@ int64_t ReplayMemory::head_locked() const {
 
 bool ReplayMemory::Sampleable(int64_t slot) const {
   const int64_t len = ep_len_[slot];
-  if (len == 0 || pos_[slot] < 0) return false;
-  const int64_t k = pos_[slot] - ep_start_[slot];
+  if (len == 0 || pos(slot) < 0) return false;
+  const int64_t k = pos(slot) - ep_start_[slot];
   return k >= opt_.frame_stack - 1 && k + opt_.multi_step <= len - 1;
 }
 
@@ -162,7 +162,7 @@ void ReplayMemory::EvictOldestLocked() {
   for (int64_t p = ep.start; p < ep.start + ep.length; ++p) {
     const int64_t slot = p % max_step_;
     if (tree_.Get(slot) > 0) cleared.push_back(slot);
-    pos_[slot] = -1;
+    set_pos(slot, -1);
     ep_len_[slot] = 0;
   }
   const std::vector<double> zeros(cleared.size(), 0.0);
@@ -182,7 +182,7 @@ void ReplayMemory::RebuildTreeLocked() {
 Status ReplayMemory::NewEpisode() {
   std::lock_guard<std::mutex> l(mu_);
   if (open_) {
-    for (int64_t p = open_start_; p < tail_; ++p) pos_[p % max_step_] = -1;
+    for (int64_t p = open_start_; p < tail_; ++p) set_pos(p % max_step_, -1);
     total_added_ -= static_cast<uint64_t>(tail_ - open_start_);
     tail_ = open_start_;
   }
@@ -231,7 +231,7 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
       }
     }
     std::copy(init_w + done, init_w + done + run, weight_.begin() + slot0);
-    for (int64_t j = 0; j < run; ++j) pos_[slot0 + j] = tail_ + j;
+    for (int64_t j = 0; j < run; ++j) set_pos(slot0 + j, tail_ + j);
     std::fill_n(ep_start_.begin() + slot0, run, open_start_);
     std::fill_n(ep_len_.begin() + slot0, run, 0);
     std::fill_n(ep_term_.begin() + slot0, run, 0);
@@ -398,7 +398,7 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   const double total = tree_.Total();
   for (int64_t b = 0; b < n; ++b) {
     const int64_t slot = slots[b];
-    const int64_t p = pos_[slot];
+    const int64_t p = pos(slot);
     for (int j = 0; j < fs; ++j) {
       prev_slots[b * fs + j] = (p - (fs - 1) + j) % max_step_;
       next_slots[b * fs + j] = (p + ms - (fs - 1) + j) % max_step_;
@@ -467,7 +467,7 @@ Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* w
     const int64_t id = ids[k];
     if (id < 0 || id >= tail_) continue;
     const int64_t slot = id % max_step_;
-    if (pos_[slot] != id || !Sampleable(slot)) continue;  // evicted, open or never sampleable
+    if (pos(slot) != id || !Sampleable(slot)) continue;  // evicted, open or never sampleable
     const bool was = tree_.Get(slot) > 0;
     weight_[slot] = weights[k];
     tree_.Set(slot, weights[k]);

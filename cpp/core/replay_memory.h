@@ -21,6 +21,10 @@
 // Entry k of an episode is sampleable when frame_stack-1 <= k, k + multi_step <= L-1, the
 // episode is closed, and w[k] > 0.
 //
+// Memory: the columns and the per-slot bookkeeping are reserved (core/reserved.h) and become
+// resident only where entries are written; the sum tree (16 bytes per slot, padded to a power
+// of two) is allocated up front. Checkpoints: SaveTo / LoadFrom (replay_memory_checkpoint.cc).
+//
 // Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
 // may add while others sample; the copies run under that lock (and, from Python, without the
 // GIL). Sample copies a batch of more than 512 KiB with one extra, short-lived thread (the
@@ -36,6 +40,7 @@
 
 #include "core/columns.h"
 #include "core/protocol.h"
+#include "core/reserved.h"
 #include "core/rng.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -132,6 +137,24 @@ class ReplayMemory {
   size_t memory_bytes() const;  // bytes held by storage, metadata and tree
   std::string Info() const;
 
+  // ---- checkpoints (the file format: replay_memory_checkpoint.cc) ----
+  // Writes everything the memory holds (stored entries, episodes, weights, settings, uuid,
+  // the generator's state, counters) to `fd` from its current offset, streaming each stored
+  // column straight from storage in pieces of kCheckpointPiece bytes. Holds the memory's lock
+  // throughout (adds and samples wait). I/O failures: kInternal with detail "errno".
+  Status SaveTo(int fd) const;
+  // Replaces the whole memory with the checkpoint in `fd` (a regular file read from offset 0).
+  // Strict: the header (magic, version, byte order, its checksum), this memory's schema and
+  // max_step, every count and the file's exact size are checked before anything is allocated;
+  // every section is checksummed and checked (episodes consistent, weights finite and >= 0,
+  // settings valid) while it is read into a staging memory, which replaces this one's contents
+  // only once all of it was read. Any problem: kDataLoss naming what was expected, and this
+  // memory is unchanged.
+  Status LoadFrom(int fd);
+  static constexpr size_t kCheckpointPiece = size_t{4} << 20;
+  // The checksum stored after section `section` of `n` bytes (for tools and tests).
+  static uint64_t CheckpointChecksum(const void* data, size_t n, int section);
+
  private:
   ReplayMemory(const Schema& schema, int64_t max_step);
   int64_t head_locked() const;
@@ -139,6 +162,14 @@ class ReplayMemory {
   void EvictOldestLocked();
   void RebuildTreeLocked();
   Status CheckCanAddLocked(int64_t n) const;
+  void AdoptLocked(ReplayMemory& other);  // takes `other`'s whole state (same schema, max_step)
+  bool Allocated() const {
+    return cols_.allocated() && weight_.allocated() && pos1_.allocated() &&
+           ep_start_.allocated() && ep_len_.allocated() && ep_term_.allocated();
+  }
+  // The absolute position of the entry in `slot`, -1 when none.
+  int64_t pos(int64_t slot) const { return pos1_[slot] - 1; }
+  void set_pos(int64_t slot, int64_t position) { pos1_[slot] = position + 1; }
 
   const Schema schema_;
   const int64_t max_step_;
@@ -148,11 +179,13 @@ class ReplayMemory {
   mutable std::mutex mu_;
   Options opt_;                 // guarded by mu_
   Columns cols_;                // guarded by mu_
-  std::vector<float> weight_;   // per slot: init_w until close, then w
-  std::vector<int64_t> pos_;    // per slot: absolute position
-  std::vector<int64_t> ep_start_;  // per slot: position of its episode's first entry
-  std::vector<int64_t> ep_len_;    // per slot: episode length (0 while open)
-  std::vector<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
+  // Per-slot bookkeeping, reserved like the columns (core/reserved.h): zero until written, and
+  // resident only where slots were used, so an empty memory costs little beyond its tree.
+  ReservedArray<float> weight_;     // per slot: init_w until close, then w
+  ReservedArray<int64_t> pos1_;     // per slot: absolute position + 1 (0: no entry); pos()
+  ReservedArray<int64_t> ep_start_;  // per slot: position of its episode's first entry
+  ReservedArray<int64_t> ep_len_;    // per slot: episode length (0 while open)
+  ReservedArray<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
   SumTree tree_;
   Rng rng_;
   struct Episode { int64_t start, length; };

@@ -29,13 +29,11 @@ local file is opened by :func:`open_regular` (non-blocking, not following a syml
 a FIFO, device, folder or symlink at a checkpoint file name is refused at once.
 """
 
-import errno
 import gzip
 import io
 import logging
 import os
 import pickle
-import stat
 import sys
 import tokenize
 import uuid
@@ -43,7 +41,7 @@ import zlib
 
 import numpy as np
 
-from memoire._core import ProtocolError
+from memoire.checkpoint_io import CheckpointError, open_regular  # noqa: F401 (re-exported)
 from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX
 from memoire.dopamine_compat._ring import invalid_range
 
@@ -91,36 +89,6 @@ class _LocalFS(object):
   def sync(f):
     f.flush()
     os.fsync(f.fileno())
-
-
-def open_regular(path):
-  """``path`` opened for binary reading, refused unless it is a regular file.
-
-  The open itself is safe (O_NONBLOCK, O_NOFOLLOW): a FIFO swapped in at `path` does not block
-  (a blocked open would hang a buffer server's only request worker), a symlink is not followed,
-  and the fd is fstat-ed, so what is read is the file that was checked.
-
-  Raises:
-    CheckpointError: `path` is a symlink, FIFO, device, socket or folder.
-    OSError: it cannot be opened (FileNotFoundError when missing).
-  """
-  try:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-  except OSError as e:
-    if e.errno == errno.ELOOP:
-      raise CheckpointError("{}: a symlink; checkpoint files must be regular files".format(
-          path)) from None
-    raise
-  try:
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-      raise CheckpointError("{}: not a regular file (a FIFO, device, socket or folder); "
-                            "refused".format(path))
-    os.set_blocking(fd, True)  # no effect on a regular file's reads; plain semantics after
-    return os.fdopen(fd, "rb")
-  except BaseException:
-    os.close(fd)
-    raise
 
 
 class _GFileFS(object):
@@ -282,11 +250,6 @@ def save(buffer, checkpoint_dir, iteration_number):
 
 
 # ---- reading ---------------------------------------------------------------------------------
-
-
-class CheckpointError(ProtocolError):
-  """A checkpoint file that is unreadable, malformed, or does not fit the buffer loading it
-  (a ValueError; memoire.ProtocolError). The message names the file and what was expected."""
 
 
 class _UnnamedError(CheckpointError):

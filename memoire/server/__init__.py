@@ -39,6 +39,7 @@ lock (the PUB socket is created by the constructor's thread and then only used u
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -51,6 +52,7 @@ from memoire.protocol import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE,  #
                               CHUNK_UPDATE_WEIGHT, SETTINGS, WIRE_VERSION, Msg, cache_layout,
                               cache_spec, describe_schema)
 from memoire.server.cache_service import CacheBatch, CacheService
+from memoire.server.checkpoints import MemoryCheckpoints
 from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLIENTS,  # noqa: F401
                                             CentralService, ClientCounters,
                                             default_stream_budgets)
@@ -91,6 +93,9 @@ class _MemoryService:
 
     def stats(self) -> dict:
         return self._server.stats()
+
+    def checkpoint(self) -> str:
+        return os.path.basename(self._server.checkpoint())
 
 
 def _ingest_limit(name: str, kind: type, doc: str) -> property:
@@ -136,6 +141,12 @@ class ReplayMemoryServer:
         further clients are refused (``counter_clients``).
       allow_nonfinite: store NaN/infinite rewards, probs and values from actors (default:
         their episodes are dropped, ``nonfinite``); sets :attr:`rem`'s ``allow_nonfinite``.
+      checkpoint_dir: a folder for checkpoints of :attr:`rem` (created if missing). The newest
+        one that loads is loaded here (its entries, settings and generator state; `seed` then
+        only seeds a fresh memory); :meth:`checkpoint` writes one (also remotely:
+        ``RemoteMemory(rep).checkpoint()``). See :mod:`memoire.server.checkpoints`.
+      checkpoint_every: seconds between periodic checkpoints (needs `checkpoint_dir`; None:
+        only on request).
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -153,7 +164,8 @@ class ReplayMemoryServer:
                  reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
-                 allow_nonfinite: bool = False):
+                 allow_nonfinite: bool = False, checkpoint_dir: Optional[str] = None,
+                 checkpoint_every: Optional[float] = None):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         self._stats = Stats()
@@ -164,6 +176,7 @@ class ReplayMemoryServer:
         ring_seed = int(np.random.default_rng(seed).integers(1 << 63))
         if seed is not None:
             self._rem.seed(int(seed))
+        self._checkpoints = self._open_checkpoints(checkpoint_dir, checkpoint_every)
         self._rem.allow_nonfinite = bool(allow_nonfinite)
         self._schema = describe_schema(
             (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
@@ -186,13 +199,16 @@ class ReplayMemoryServer:
                                               Msg.CALL: self._rpc.handle_call},
                                 self._workers.max_message_bytes)
         self.host("memory", _MemoryService(self),
-                  methods=("sample", "get_batch", "update_priorities", "stats"), serialize=False)
+                  methods=("sample", "get_batch", "update_priorities", "stats", "checkpoint"),
+                  serialize=False)
         self._pub: Optional[Publisher] = None
         self.pub_endpoint: Optional[str] = None
         if pub_endpoint is not None:
             self._pub = Publisher(self._workers, pub_endpoint)
             self.pub_endpoint = self._pub.endpoint
             self.endpoints["pub"].append(self.pub_endpoint)
+        if checkpoint_every is not None:
+            self._checkpoints.every(checkpoint_every)
 
     # ------------------------------------------------------------------ properties (seed)
 
@@ -451,11 +467,51 @@ class ReplayMemoryServer:
                                           timeout)
         return {"pub": self.pub_endpoint, **got}
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def _open_checkpoints(self, folder, every) -> Optional[MemoryCheckpoints]:
+        """The checkpoint folder's manager (None without a folder), having loaded the newest
+        checkpoint there into :attr:`rem`; checks `every` (the period starts at the end of
+        the constructor)."""
+        if folder is None:
+            if every is not None:
+                raise ValueError("checkpoint_every: needs a checkpoint_dir")
+            return None
+        if every is not None and not float(every) > 0:
+            raise ValueError(f"checkpoint_every: expected seconds > 0, got {every}")
+        checkpoints = MemoryCheckpoints(self._rem, folder)
+        checkpoints.load_newest()
+        if self._rem.episode_open:  # saved in the middle of an episode's commit: it goes
+            self._rem.new_episode()  # (its actor's stream is lost with the crash anyway)
+        return checkpoints
+
+    @property
+    def checkpoint_dir(self) -> Optional[str]:
+        """The checkpoint folder (absolute), or None."""
+        return None if self._checkpoints is None else self._checkpoints.folder
+
+    def checkpoint(self) -> str:
+        """Writes a checkpoint of :attr:`rem` into the checkpoint folder now (atomically; the
+        oldest beyond the newest 3 are removed) and returns its path. Episodes still being
+        streamed by actors are not in it (they enter :attr:`rem` when their last chunk
+        arrives). Adds and samples wait while it is written.
+
+        Raises:
+          RuntimeError: the server has no checkpoint folder. OSError: the write failed.
+        """
+        if self._checkpoints is None:
+            raise RuntimeError("checkpoint: this server has no checkpoint folder "
+                               "(checkpoint_dir, memoire serve --checkpoint_dir)")
+        return self._checkpoints.save()
+
     # ------------------------------------------------------------------ lifetime
 
     def close(self, timeout: float = 5.0) -> None:
         """Stops every worker and proxy loop (each notices within ~0.1 s), flushes and closes
-        the logfile, and closes the sockets. Idempotent."""
+        the logfile, and closes the sockets, and ends periodic checkpoints (it writes none:
+        call :meth:`checkpoint` for a last one). Idempotent."""
+        if self._checkpoints is not None:
+            self._checkpoints.stop(timeout)
         if not self._workers.close(timeout, before_join=self._caches.close):
             return
         if self._pub is not None:
