@@ -34,7 +34,8 @@ def cluster():
     ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
              namespace="memoire", log_to_driver=False)
     try:
-        yield ray.get_runtime_context().gcs_address
+        # Ray's servers listen on every interface; the tests reach them through loopback.
+        yield "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
     finally:
         ray.shutdown()
 
@@ -99,20 +100,20 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
             _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150, "chunks from an actor")
         import ray
 
-        pids, sent = [], 0
+        pids = []
         for a in actors:
             pids.append(_call(a, "pid"))
-            sent += _call(a, "chunks_sent")
             ray.kill(a, no_restart=False)  # the process dies; Ray restarts it
         for a, pid in zip(actors, pids):
             _wait(lambda a=a, pid=pid: _call(a, "pid", pid) != pid, 150, "restarted actor")
-        # Iteration 0 needs 300 steps, more than the killed processes sent (chunks of at most
-        # 8 steps): the restarted ones must have rejoined to complete it.
-        assert sent * 8 < 300
+        # The new processes rejoin: each streams chunks again (a counter of the
+        # new process, which starts at 0), and the run goes on to its first checkpoint.
+        for a in actors:
+            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150,
+                  "chunks from a restarted actor")
         ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
         _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
         assert proc.poll() is None and os.path.exists(ckpt0)
-        assert sum(_call(a, "chunks_sent", 0) for a in actors) > 0  # the new processes
         # 2. The learner's process dies during iteration 1: the command fails and says how to
         # go on.
         ray.kill(_named(ray_launcher.learner_name(run)))
