@@ -56,8 +56,10 @@ from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLI
                                             default_stream_budgets)
 from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
                                      RpcServer)
+from memoire.rate_limiter import DEFAULT_TIMEOUT, RateLimiter, check_capacity
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
-                                    Publisher, Stats, Workers, decode, log, rep_handler)
+                                    Publisher, Stats, Workers, WouldBlock, decode, log,
+                                    rep_answer, rep_handler)
 from memoire.transport import LOOPBACK, CurveKeys, native_libzmq
 
 __all__ = ["ReplayMemoryServer", "CacheBatch", "RpcServer", "RpcHost", "default_stream_budgets",
@@ -70,8 +72,15 @@ class _MemoryService:
     def __init__(self, server: "ReplayMemoryServer"):
         self._server = server
 
-    def sample(self, batch_size: int) -> dict:
-        b = self._server.sample(self._server.check_batch(batch_size, "sample"))
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> dict:
+        n = self._server.check_batch(batch_size, "sample")
+        b = self._server._central.try_sample(n)
+        if b is None:  # the rate limiter holds it back: the reply waits, the worker does not
+            limiter = self._server.rate_limiter
+            raise WouldBlock("memory.sample: rate limiter",
+                             DEFAULT_TIMEOUT if timeout is None else float(timeout),
+                             lambda seconds: limiter.wait_can_sample(n, seconds),
+                             limiter.describe, limiter.record_sample_wait)
         rem = self._server.rem
         return {"prev": tuple(b.prev), "next": tuple(b.next), "weight": b.weight, "prob": b.prob,
                 "done": b.done, "id": b.id, "num_sampleable": int(rem.num_sampleable),
@@ -136,6 +145,13 @@ class ReplayMemoryServer:
         further clients are refused (``counter_clients``).
       allow_nonfinite: store NaN/infinite rewards, probs and values from actors (default:
         their episodes are dropped, ``nonfinite``); sets :attr:`rem`'s ``allow_nonfinite``.
+      rate_limiter: a limiter of :mod:`memoire.rate_limiter` (``SampleToInsertRatio``,
+        ``MinSize``) for central mode, fresh (nothing counted yet): the ingest stops pulling
+        chunks while it blocks inserts (actors are held back by ZeroMQ's high-water marks,
+        nothing is dropped); :meth:`sample` and remote ``memory.sample`` wait while it blocks
+        samples (a remote caller's reply is deferred; the server serves other peers
+        meanwhile). Its counters are in :meth:`stats` (``rate_limiter``). ValueError when its
+        ``min_size_to_sample`` exceeds `max_step`.
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -153,9 +169,10 @@ class ReplayMemoryServer:
                  reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
-                 allow_nonfinite: bool = False):
+                 allow_nonfinite: bool = False, rate_limiter: Optional[RateLimiter] = None):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
+        check_capacity(rate_limiter, int(max_step), "the server's memory (max_step)")
         self._stats = Stats()
         self._rpc = RpcHost(self._stats, reply_cache_bytes, max_batch)
         self._counters = ClientCounters(self._stats, max_counter_clients)
@@ -179,9 +196,10 @@ class ReplayMemoryServer:
             self._rem, self._workers.max_message_bytes, int(max_streams), float(stream_timeout),
             int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
             int(open_bytes if max_open_bytes is None else max_open_bytes))
-        self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing)
+        self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing,
+                                       rate_limiter)
         self._logfile = Logfile()
-        self._rep = rep_handler(self._stats, {Msg.HELLO: self._hello,
+        self._rep = rep_answer(self._stats, {Msg.HELLO: self._hello,
                                               Msg.COUNTER: self._counters.handle,
                                               Msg.CALL: self._rpc.handle_call},
                                 self._workers.max_message_bytes)
@@ -386,14 +404,21 @@ class ReplayMemoryServer:
 
     # ---- central mode
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> Batch:
         """A batch from the server's memory (central mode): see
         :meth:`memoire.ReplayMemory.get_batch`. ``batch.id`` feeds :meth:`update_priorities`.
+        With a :attr:`rate_limiter`, first waits up to `timeout` seconds (None:
+        :data:`memoire.rate_limiter.DEFAULT_TIMEOUT`; the GIL is released) until it allows
+        ``batch_size`` samples.
 
         Raises:
           RuntimeError: nothing is sampleable yet.
+          TimeoutError: the rate limiter blocked for `timeout` (the message gives its state).
         """
-        return self._central.sample(batch_size)
+        return self._central.sample(batch_size, timeout)
+
+    rate_limiter = property(lambda self: self._central.limiter,
+                            doc="The rate limiter (central mode), or None.")
 
     def update_priorities(self, ids, weights) -> int:
         """Sets the sampling weights of entries by id (central mode); stale ids are skipped.
@@ -405,9 +430,11 @@ class ReplayMemoryServer:
     def rep_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Serves REP requests until :meth:`close`: handshakes (``sync_sizes``), counter
         updates, remote calls. Several workers may serve one endpoint through
-        :meth:`rep_proxy_main` (``'Conn'`` to its back endpoint)."""
-        sock = self._workers.open(zmq.REP, endpoint, mode, "rep")
-        self._workers.loop([sock], self._rep, "rep worker")
+        :meth:`rep_proxy_main` (``'Conn'`` to its back endpoint). A request that must wait
+        (a sample the rate limiter holds back) is parked and answered later, so one worker
+        keeps serving every peer (a ROUTER socket that speaks REP's envelope)."""
+        sock = self._workers.open(zmq.ROUTER, endpoint, mode, "rep")
+        self._workers.deferring_loop(sock, self._rep, "rep worker")
 
     def pull_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Receives caches, episode chunks and log lines until :meth:`close`. With pyzmq's
@@ -456,12 +483,17 @@ class ReplayMemoryServer:
     def close(self, timeout: float = 5.0) -> None:
         """Stops every worker and proxy loop (each notices within ~0.1 s), flushes and closes
         the logfile, and closes the sockets. Idempotent."""
-        if not self._workers.close(timeout, before_join=self._caches.close):
+        if not self._workers.close(timeout, before_join=self._wake_waits):
             return
         if self._pub is not None:
             self._pub.close()
         self._logfile.close()
         self._workers.terminate()
+
+    def _wake_waits(self) -> None:
+        self._caches.close()
+        if self.rate_limiter is not None:
+            self.rate_limiter.cancel()  # samples waiting on it fail at once
 
     def __enter__(self) -> "ReplayMemoryServer":
         return self
