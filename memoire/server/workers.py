@@ -250,6 +250,7 @@ class Workers:
                     return
                 if len(pending) < max_pending:
                     pending.append([envelope, body, now, wb])
+                    self.stats.count("deferred")
                     return
                 reply = error_reply("TimeoutError", f"{wb.what}: {max_pending} requests are "
                                     f"already waiting ({wb.describe()})")
