@@ -52,7 +52,7 @@ from memoire.protocol import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE,  #
                               cache_spec, describe_schema)
 from memoire.server.cache_service import CacheBatch, CacheService
 from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLIENTS,  # noqa: F401
-                                            CentralService, ClientCounters,
+                                            CentralService, ClientCounters, PeerStreams,
                                             default_stream_budgets)
 from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
                                      RpcServer)
@@ -60,7 +60,7 @@ from memoire.rate_limiter import DEFAULT_TIMEOUT, RateLimiter, check_capacity
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
                                     Publisher, Stats, Workers, WouldBlock, decode, log,
                                     rep_answer, rep_handler)
-from memoire.transport import LOOPBACK, CurveKeys, native_libzmq
+from memoire.transport import DEFAULT_HEARTBEAT, LOOPBACK, CurveKeys, Heartbeat, native_libzmq
 
 __all__ = ["ReplayMemoryServer", "CacheBatch", "RpcServer", "RpcHost", "default_stream_budgets",
            "describe_schema", "cache_layout", "cache_spec"]
@@ -152,6 +152,11 @@ class ReplayMemoryServer:
         samples (a remote caller's reply is deferred; the server serves other peers
         meanwhile). Its counters are in :meth:`stats` (``rate_limiter``). ValueError when its
         ``min_size_to_sample`` exceeds `max_step`.
+      heartbeat: ZeroMQ heartbeats on every socket's connections
+        (:class:`memoire.transport.Heartbeat`, default 1 s interval, 5 s timeout; None: off).
+        An actor whose PULL connection closes (killed, or silent past the heartbeat timeout)
+        has its open episode dropped after ``heartbeat.timeout`` more seconds
+        (``rejected["peer_lost"]``; ``peer_connects``/``peer_disconnects`` in :meth:`stats`).
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -169,7 +174,8 @@ class ReplayMemoryServer:
                  reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
-                 allow_nonfinite: bool = False, rate_limiter: Optional[RateLimiter] = None):
+                 allow_nonfinite: bool = False, rate_limiter: Optional[RateLimiter] = None,
+                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         check_capacity(rate_limiter, int(max_step), "the server's memory (max_step)")
@@ -185,7 +191,7 @@ class ReplayMemoryServer:
         self._schema = describe_schema(
             (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
         self._workers = Workers(self._stats, keys=keys, bind_host=bind_host,
-                                max_message_bytes=max_message_bytes)
+                                max_message_bytes=max_message_bytes, heartbeat=heartbeat)
         self._caches = CacheService(self._schema, self._rem, n_caches, ring_seed,
                                     self._workers.max_message_bytes, self._stats,
                                     self._workers.closing)
@@ -441,13 +447,30 @@ class ReplayMemoryServer:
         libzmq attached, caches and chunks go from libzmq into the cache ring and the chunk
         ingest without the GIL (the service of the kind last seen holds the socket)."""
         sock = self._workers.open(zmq.PULL, endpoint, mode, "pull")
-        if native_libzmq():
-            self._workers.native_loop(sock, {Msg.CACHE: self._caches.receive,
-                                             Msg.CHUNK: self._central.receive},
-                                      self._handle_pull, "pull worker", idle=self._central.reap)
-        else:
-            self._workers.loop([sock], self._handle_pull, "pull worker",
-                               idle=self._central.reap)
+        peers = self._peer_streams(sock)
+
+        def idle():
+            self._central.reap()
+            if peers is not None:
+                peers.poll()
+        try:
+            if native_libzmq():
+                self._workers.native_loop(sock, {Msg.CACHE: self._caches.receive,
+                                                 Msg.CHUNK: self._central.receive},
+                                          self._handle_pull, "pull worker", idle=idle)
+            else:
+                self._workers.loop([sock], self._handle_pull, "pull worker", idle=idle)
+        finally:
+            if peers is not None:
+                peers.close()
+
+    def _peer_streams(self, sock: zmq.Socket) -> Optional[PeerStreams]:
+        """Drops the open episodes of actors whose connections close (None without
+        heartbeats: then only stream_timeout drops them)."""
+        heartbeat = self._workers.heartbeat
+        if heartbeat is None:
+            return None
+        return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to

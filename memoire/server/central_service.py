@@ -17,6 +17,7 @@ workers. Neither the ingest nor the memory is owned: the caller builds them and 
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ from memoire.memory import Batch
 from memoire.protocol import INGEST_COMMITTED, QVEST, WIRE_VERSION, Msg
 from memoire.rate_limiter import DEFAULT_TIMEOUT
 from memoire.server.workers import POLL_MS, Stats, error_reply
-from memoire.transport import log_dropped
+from memoire.transport import ConnectionWatch, log_dropped
 
 log = logging.getLogger("memoire.server")
 
@@ -192,6 +193,47 @@ class CentralService:
         were updated."""
         return int(self.memory.update_weights(np.asarray(ids, np.int64),
                                               np.asarray(weights, np.float32)))
+
+
+class PeerStreams:
+    """Drops the open streams of actors whose connections to a PULL socket closed: a killed
+    actor's at once (its kernel closes the connection), a vanished machine's once ZeroMQ's
+    heartbeats time out (:class:`memoire.transport.Heartbeat`). ZeroMQ does not say which
+    connection carried which actor's chunks, so each close waits `grace` seconds (time for
+    live actors to send their next chunk) and then drops the one open stream that has been
+    silent the longest since before the close, if any (``rejected["peer_lost"]``). A live
+    actor silent mid-episode for all of `grace` while another actor's connection closes can
+    lose that episode the same way; actors send a chunk every ``chunk_size`` steps, far more
+    often than `grace` (the heartbeat timeout).
+
+    Counts ``peer_connects`` and ``peer_disconnects`` in `stats`. Owned by the PULL worker's
+    thread: :meth:`poll` from its loop, :meth:`close` when it ends.
+    """
+
+    def __init__(self, sock, ingest: Any, stats: Stats, grace: float):
+        self._watch = ConnectionWatch(sock)
+        self._ingest = ingest
+        self._stats = stats
+        self._grace = float(grace)
+        self._closes: "collections.deque[float]" = collections.deque()
+
+    def poll(self) -> None:
+        opened = self._watch.opened
+        closed = self._watch.poll()
+        if self._watch.opened != opened:
+            self._stats.count("peer_connects", self._watch.opened - opened)
+        if closed:
+            self._stats.count("peer_disconnects", len(closed))
+            self._closes.extend(closed)
+        now = time.monotonic()
+        while self._closes and now - self._closes[0] >= self._grace:
+            silent_for = now - self._closes.popleft()
+            if self._ingest.drop_silent(silent_for, 1):
+                log.warning("dropped the open episode of an actor whose connection closed "
+                            "(silent for %.1f s)", silent_for)
+
+    def close(self) -> None:
+        self._watch.close()
 
 
 class ClientCounters:

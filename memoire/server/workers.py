@@ -29,8 +29,9 @@ import zmq
 from memoire import _core, codec
 from memoire.codec import ProtocolError
 from memoire.protocol import Msg
-from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               log_dropped, open_socket, publication_frames)
+from memoire.transport import (DEFAULT_HEARTBEAT, LOOPBACK, Authenticator, CurveKeys, Heartbeat,
+                               is_bind, last_endpoint, log_dropped, open_socket,
+                               publication_frames)
 
 log = logging.getLogger("memoire.server")
 
@@ -150,8 +151,10 @@ class Workers:
 
     def __init__(self, stats: Stats, *, keys: Optional[CurveKeys] = None,
                  bind_host: str = LOOPBACK,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
         self.stats = stats
+        self.heartbeat = heartbeat
         self.keys = keys
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
@@ -172,7 +175,8 @@ class Workers:
             raise RuntimeError(f"{label}: the server is closed")
         sock = open_socket(self.ctx, kind, endpoint, mode,
                            keys=self.keys if (is_bind(mode) and server_side) else None,
-                           bind_host=self.bind_host, max_bytes=self.max_message_bytes)
+                           bind_host=self.bind_host, max_bytes=self.max_message_bytes,
+                           heartbeat=self.heartbeat)
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
             self.stats.cond.notify_all()
@@ -404,7 +408,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._closing = workers.closing
         self._sock = open_socket(workers.ctx, zmq.PUB, endpoint, "Bind", keys=workers.keys,
-                                 bind_host=workers.bind_host)
+                                 bind_host=workers.bind_host, heartbeat=workers.heartbeat)
         self.endpoint = last_endpoint(self._sock)
 
     def publish(self, topic, message) -> None:
