@@ -175,3 +175,33 @@ def test_connection_watch_counts_opens_and_closes():
         watch.close()
         pull.close(0)
         ctx.term()
+
+
+def test_a_learner_notices_when_all_its_actors_are_gone():
+    """The distributed learner's check for actors started by endpoint: a killed actor's
+    connection closes, and once none is left for the grace period the learner says so."""
+    from memoire.experiments import distributed as dist
+
+    sockets = dist.LearnerSockets(dist.DistributedConfig(transport="zmq"))
+    procs = []
+    try:
+        assert not sockets.actors_gone(grace=0.0)  # none has connected yet: still waiting
+        script = ("import sys, time, zmq; c = zmq.Context(); s = c.socket(zmq.PUSH); "
+                  "s.connect(sys.argv[1]); s.send(b'x'); print('up', flush=True); "
+                  "time.sleep(600)")
+        for _ in range(2):
+            procs.append(subprocess.Popen([sys.executable, "-c", script,
+                                           sockets.endpoints["experience"]],
+                                          stdout=subprocess.PIPE, env=subprocess_env()))
+            assert procs[-1].stdout.readline().strip() == b"up"
+        assert _until(lambda: (sockets.actors_gone(0.0), sockets._watch.open)[1] == 2)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        assert _until(lambda: (sockets.actors_gone(0.0), sockets._watch.closed)[1] == 1)
+        assert not sockets.actors_gone(grace=0.0)  # one is left
+        os.kill(procs[1].pid, signal.SIGKILL)
+        assert _until(lambda: sockets.actors_gone(grace=0.2))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+        sockets.close()

@@ -5,7 +5,11 @@ keeps serving while a remote sample waits. Counts only: no assertion on time."""
 
 from __future__ import annotations
 
+import csv
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -279,3 +283,30 @@ def test_a_remote_sample_that_waits_too_long_gets_a_timeout_naming_the_limiter()
             assert rm.stats()["rate_limiter"]["sample_timeouts"] == 1
         with pytest.raises(TimeoutError, match="rate limiter: sample blocked"):
             srv.sample(4, timeout=0.05)  # in-process: the same limiter
+
+
+@pytest.mark.dopamine
+def test_a_distributed_learner_keeps_its_replay_ratio(tmp_path):
+    """DistributedConfig.samples_per_insert: the learner trains as its rate limiter allows and
+    the run completes."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = str(tmp_path)
+    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base, "--gin_files",
+           os.path.join(root, "configs", "dqn_cartpole_jax_distributed.gin")]
+    for b in ("Runner.num_iterations = 1", "Runner.training_steps = 400",
+              "Runner.evaluation_steps = 20", "JaxDQNAgent.min_replay_history = 50",
+              "ClassicControlDQNNetwork.hidden_units = 16",
+              "DistributedConfig.num_actors = 1", "DistributedConfig.publish_period = 20",
+              "DistributedConfig.chunk_size = 8", "DistributedConfig.samples_per_insert = 64.0",
+              "DistributedConfig.rate_error_buffer = 1280.0"):
+        cmd += ["--gin_bindings", b]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=base)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = os.path.join(base, "setting_0", "run_0")
+    replay = list(csv.DictReader(open(os.path.join(run, "replay.csv"))))
+    # 400 training steps at update_period 4 are 100 batches of 128: with 64 samples per
+    # insert and a margin of 1280 samples the learner needed 51 + (12800 - 1280) / 64 = 231
+    # transitions at least, and took about 51 + (12800 + 1280) / 64 = 271 at most (plus the
+    # episodes of the last poll), where one training step per transition takes 400.
+    # env_steps: the rows of the stored episodes, which the limiter counts as inserts.
+    assert 231 <= int(replay[0]["env_steps"]) < 400
