@@ -185,17 +185,21 @@ class Workers:
     def loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
              name: str, idle: Optional[Callable[[], None]] = None) -> None:
         """Polls `socks` until close(); `handle(sock, frames)` runs per message. `idle` runs
-        after a poll that found nothing."""
+        after a poll that found nothing, and at least every POLL_MS under steady traffic."""
         poller = zmq.Poller()
         for s in socks:
             poller.register(s, zmq.POLLIN)
+        last_idle = time.monotonic()
 
         def step():
+            nonlocal last_idle
             ready = poller.poll(POLL_MS)
             for sock, _ in ready:
                 frames = sock.recv_multipart(copy=False)
                 self.guarded(handle, name, sock, frames)
-            if not ready and idle is not None:
+            if idle is not None and (not ready
+                                     or time.monotonic() - last_idle >= POLL_MS / 1000):
+                last_idle = time.monotonic()
                 idle()
         self.serve(socks, step)
 
