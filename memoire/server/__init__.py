@@ -146,9 +146,9 @@ class ReplayMemoryServer:
       allow_nonfinite: store NaN/infinite rewards, probs and values from actors (default:
         their episodes are dropped, ``nonfinite``); sets :attr:`rem`'s ``allow_nonfinite``.
       rate_limiter: a limiter of :mod:`memoire.rate_limiter` (``SampleToInsertRatio``,
-        ``MinSize``) for central mode, fresh (nothing counted yet): the ingest stops pulling
-        chunks while it blocks inserts (actors are held back by ZeroMQ's high-water marks,
-        nothing is dropped); :meth:`sample` and remote ``memory.sample`` wait while it blocks
+        ``MinSize``) for central mode, fresh (nothing counted yet): the PULL worker stops
+        pulling while it blocks inserts (actors are held back by ZeroMQ's high-water marks,
+        nothing is dropped; caches and logs on that socket wait too); :meth:`sample` and remote ``memory.sample`` wait while it blocks
         samples (a remote caller's reply is deferred; the server serves other peers
         meanwhile). Its counters are in :meth:`stats` (``rate_limiter``). ValueError when its
         ``min_size_to_sample`` exceeds `max_step`.
@@ -275,7 +275,10 @@ class ReplayMemoryServer:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
         and ``open_stream_bytes`` held for unfinished episodes, ``reply_cache_bytes``,
-        ``counter_clients``)."""
+        ``counter_clients``); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
+        with a rate limiter, ``rate_limiter`` (its counters: ``inserts``, ``samples``, calls
+        ``*_blocked`` and seconds ``*_blocked_s`` spent blocked, ``*_timeouts``, waiting now)
+        and ``deferred`` (remote samples parked, ever)."""
         central = self._central.counters()
         episodes, steps = self._counters.totals()
         with self._stats.lock:
