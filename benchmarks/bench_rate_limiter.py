@@ -7,11 +7,14 @@ The server (central mode, Atari-like uint8[84,84] states stacked 4, this process
 and PULL workers in threads; the learner (``RemoteMemory.sample(32)`` in a loop) and the writer
 (a ``ChunkStream`` over PUSH, as fast as it can) are processes of their own. Cases:
 
-- ``idle``: the memory prefilled, no writer, no limiter;
+- ``idle``: the memory prefilled (FILLED transitions), no writer, no limiter;
 - ``writer``: a full-speed writer, no limiter (the learner competes with the ingest for CPU);
 - ``writer+limiter``: a full-speed writer and ``SampleToInsertRatio(samples_per_insert=8)``
   (DQN's replay ratio: batch 32 every 4 steps), so the ingest stops pulling once the learner
   falls behind and the writer waits on ZeroMQ's high-water mark.
+
+The writer cases start sampling once the writer has stored FILLED transitions (the limiter's
+``min_size_to_sample``), so every case samples a memory about as full.
 
 Prints batches per second (medians over alternating repetitions) and each case's ratio to
 ``idle``; the issue's target is ``writer+limiter / idle >= 0.8``.
@@ -30,6 +33,7 @@ SHAPE = (84, 84)
 BATCH = 32
 EPISODE = 256
 CAPACITY = 20000
+FILLED = CAPACITY - 4 * EPISODE  # every case samples from a memory this full (same cache reuse)
 
 
 def _templates():
@@ -100,7 +104,7 @@ def run_case(case: str, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     limiter = None
     if case == "writer+limiter":
-        limiter = SampleToInsertRatio(samples_per_insert=8.0, min_size_to_sample=5000,
+        limiter = SampleToInsertRatio(samples_per_insert=8.0, min_size_to_sample=FILLED,
                                       error_buffer=100 * BATCH)
     srv = ReplayMemoryServer(*_templates(), CAPACITY, None, rate_limiter=limiter, seed=0)
     srv.rem.frame_stack = 4
@@ -108,12 +112,12 @@ def run_case(case: str, seconds: float) -> float:
         ep = srv.start()
         stop, writer = ctx.Event(), None
         if case == "idle":
-            _prefill(srv, CAPACITY - EPISODE)
+            _prefill(srv, FILLED)
         else:
             writer = ctx.Process(target=_writer, daemon=True,
                                  args=(ep["pull"], srv._central.ingest.row_spec, stop))
             writer.start()
-            srv.wait_rows_in(5000, 60)
+            srv.wait_rows_in(FILLED, 120)
         out = ctx.Queue()
         learner = ctx.Process(target=_learner, args=(ep["rep"], seconds, out), daemon=True)
         learner.start()
