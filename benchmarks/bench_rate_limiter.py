@@ -148,7 +148,8 @@ def main(argv=None):
           "stacked 4, remote learner)")
     for c in cases:
         r = statistics.median(rates[c])
-        print(f"{c:<16} {r:10.0f} {r / idle:8.2f}   runs: {', '.join(f'{x:.0f}' for x in rates[c])}")
+        runs = ", ".join(f"{x:.0f}" for x in rates[c])
+        print(f"{c:<16} {r:10.0f} {r / idle:8.2f}   runs: {runs}")
 
 
 if __name__ == "__main__":

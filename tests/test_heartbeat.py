@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 import zmq
-
 from _subprocess_env import subprocess_env
+
 from memoire import ReplayMemoryServer
 from memoire.experience import ChunkStream
 from memoire.transport import DEFAULT_HEARTBEAT, ConnectionWatch, Heartbeat, open_socket

@@ -148,9 +148,10 @@ class ReplayMemoryServer:
       rate_limiter: a limiter of :mod:`memoire.rate_limiter` (``SampleToInsertRatio``,
         ``MinSize``) for central mode, fresh (nothing counted yet): the PULL worker stops
         pulling while it blocks inserts (actors are held back by ZeroMQ's high-water marks,
-        nothing is dropped; caches and logs on that socket wait too); :meth:`sample` and remote ``memory.sample`` wait while it blocks
-        samples (a remote caller's reply is deferred; the server serves other peers
-        meanwhile). Its counters are in :meth:`stats` (``rate_limiter``). ValueError when its
+        nothing is dropped; caches and logs on that socket wait too); :meth:`sample` and
+        remote ``memory.sample`` wait while it blocks samples (a remote caller's reply is
+        deferred; the server serves other peers meanwhile). Its counters are in
+        :meth:`stats` (``rate_limiter``). ValueError when its
         ``min_size_to_sample`` exceeds `max_step`.
       heartbeat: ZeroMQ heartbeats on every socket's connections
         (:class:`memoire.transport.Heartbeat`, default 1 s interval, 5 s timeout; None: off).

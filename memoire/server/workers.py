@@ -279,7 +279,7 @@ class Workers:
                 if cut is None:  # no REQ envelope: nothing to answer to
                     self.stats.reject("malformed", f"{name}: a request without an envelope")
                     continue
-                self.guarded(lambda s, f: run(f[:cut + 1], f[cut + 1:], None), name, sock,
+                self.guarded(lambda s, f, c=cut: run(f[:c + 1], f[c + 1:], None), name, sock,
                              frames)
 
         def retry() -> None:
@@ -294,7 +294,7 @@ class Workers:
                         f"({wb.describe()})"), copy=False)
             if pending and pending[0][3].wait(0):
                 for entry in list(pending):
-                    self.guarded(lambda s, f: run(entry[0], entry[1], entry), name, sock, [])
+                    self.guarded(lambda s, f, e=entry: run(e[0], e[1], e), name, sock, [])
                     if any(e is entry for e in pending):  # still blocked: keep the order
                         break
 
