@@ -138,10 +138,17 @@ class RemoteMemory(RemoteObject):
     def __init__(self, endpoint: str, **kwargs):
         super().__init__(endpoint, "memory", **kwargs)
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> Batch:
         """:class:`memoire.Batch` from the central memory, plus ``num_sampleable`` and
-        ``total_weight`` attributes (the importance-sampling normaliser)."""
-        d = self.call("sample", int(batch_size))
+        ``total_weight`` attributes (the importance-sampling normaliser).
+
+        Args:
+          timeout: seconds the server's rate limiter (if it has one) may hold the sample back
+            before it answers TimeoutError (None: :data:`memoire.rate_limiter.DEFAULT_TIMEOUT`).
+            Keep it below this object's request `timeout`, which bounds each attempt.
+        """
+        extra = {} if timeout is None else {"timeout": float(timeout)}
+        d = self.call("sample", int(batch_size), **extra)
         b = Batch(d["prev"], d["next"], d["weight"], d["prob"], d["done"], d["id"])
         b.num_sampleable, b.total_weight = d["num_sampleable"], d["total_weight"]
         return b

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import threading
+import time
 from typing import Any, List, Optional, Sequence
 
 import zmq
@@ -127,10 +128,47 @@ class Authenticator:
         self._auth.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """ZeroMQ heartbeats of a socket's connections (ZMTP PING/PONG, libzmq >= 4.2), seconds.
+
+    - ``interval`` (ZMQ_HEARTBEAT_IVL): a PING goes out on each connection this often.
+    - ``timeout`` (ZMQ_HEARTBEAT_TIMEOUT): a connection that sends nothing back (no PONG, no
+      message) for this long after a PING is closed: a peer whose machine died or froze is
+      noticed within ``interval + timeout`` seconds (a killed process at once: its kernel
+      closes the connection).
+    - ``ttl`` (ZMQ_HEARTBEAT_TTL): sent in each PING; the peer closes the connection when it
+      hears nothing from this side for this long (so a client notices a dead server too).
+      Rounded to tenths of a second by the protocol (at most 6553.5 s).
+
+    A closed connection is reconnected by the connecting side as usual; the server counts
+    and handles the close (``stats()``: ``peer_disconnects``, ``rejected["peer_lost"]``).
+    """
+
+    interval: float = 1.0
+    timeout: float = 5.0
+    ttl: float = 10.0
+
+    def __post_init__(self):
+        for name in ("interval", "timeout", "ttl"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 < v <= 6553.5):
+                raise ValueError(f"heartbeat {name}: expected seconds in (0, 6553.5], got {v!r}")
+
+    def apply(self, sock: zmq.Socket) -> None:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, int(self.interval * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(self.timeout * 1000))
+        sock.setsockopt(zmq.HEARTBEAT_TTL, int(self.ttl * 1000))
+
+
+DEFAULT_HEARTBEAT = Heartbeat()  # every long-lived connection memoire opens (docs/LIMITS.md)
+
+
 def open_socket(ctx: zmq.Context, kind: int, endpoint: str, mode: str, *,
                 keys: Optional[CurveKeys] = None, server_side: bool = True,
                 bind_host: str = LOOPBACK, hwm: Optional[int] = None,
-                max_bytes: Optional[int] = None) -> zmq.Socket:
+                max_bytes: Optional[int] = None,
+                heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT) -> zmq.Socket:
     """A new socket of `kind` bound to or connected to `endpoint`.
 
     Args:
@@ -139,10 +177,13 @@ def open_socket(ctx: zmq.Context, kind: int, endpoint: str, mode: str, *,
       bind_host: the interface a ``tcp://*:port`` endpoint binds (loopback by default).
       hwm: send and receive high-water marks (messages queued per peer).
       max_bytes: ZMQ_MAXMSGSIZE: a peer sending a larger frame is disconnected by libzmq.
+      heartbeat: ZeroMQ heartbeats on its connections (:class:`Heartbeat`; None: none).
     """
     bind = is_bind(mode)
     sock = ctx.socket(kind)
     sock.linger = 0
+    if heartbeat is not None:
+        heartbeat.apply(sock)
     if hwm is not None:
         sock.sndhwm = hwm
         sock.rcvhwm = hwm
@@ -159,6 +200,55 @@ def open_socket(ctx: zmq.Context, kind: int, endpoint: str, mode: str, *,
         sock.close(0)
         raise
     return sock
+
+
+class ConnectionWatch:
+    """The connections of one socket, seen through ZeroMQ's socket monitor: how many are open,
+    and when each closed (a peer that closed its socket, a killed process, or one that stopped
+    answering heartbeats: see :class:`Heartbeat`). ZeroMQ does not say which peer a message
+    came from, so this counts connections, not peers by name.
+
+    Owned by the socket's thread: call :meth:`poll` from it (non-blocking) and :meth:`close`
+    before the socket is closed.
+    """
+
+    def __init__(self, sock: zmq.Socket):
+        self._sock = sock
+        self._mon = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED
+                                            | zmq.EVENT_DISCONNECTED)
+        self.open = 0
+        self.opened = 0  # connections ever made
+        self.closed = 0  # connections ever closed
+        self.last_closed: Optional[float] = None  # time.monotonic() of the latest close
+
+    def poll(self) -> List[float]:
+        """Reads the events queued so far; returns the ``time.monotonic()`` at which each
+        connection closed since the last call (when this call saw it)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        closed = []
+        while True:
+            try:
+                event = recv_monitor_message(self._mon, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                return closed
+            except zmq.ZMQError:  # the monitor is gone (closing)
+                return closed
+            if event in (zmq.EVENT_ACCEPTED, zmq.EVENT_CONNECTED):
+                self.open += 1
+                self.opened += 1
+            elif event == zmq.EVENT_DISCONNECTED:
+                self.open = max(0, self.open - 1)
+                self.closed += 1
+                self.last_closed = time.monotonic()
+                closed.append(self.last_closed)
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(0)
 
 
 class RequestChannel:

@@ -140,6 +140,15 @@ class PyChunkIngest {
     Release(released);
   }
 
+  // Drops streams of closed connections (see ChunkIngest::DropSilent) and frees their frames.
+  int64_t DropSilent(double silent_for, int64_t max_count) {
+    py::gil_scoped_release release;
+    std::vector<uint64_t> released;
+    const int64_t n = core_->DropSilent(Now(), silent_for, max_count, &released);
+    Release(released);
+    return n;
+  }
+
   py::dict Counters() const {
     const ChunkIngest::Counters c = core_->counters();
     py::dict rejected;
@@ -221,7 +230,7 @@ against a store's row columns, keeps per-actor streams and commits finished epis
 the store (memoire's ReplayMemory, Dopamine's CircularBuffer or TransitionStore).
 Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_order_chunk",
 "stream_limit", "stale_episode", "episode_too_long", "bad_episode", "stream_bytes",
-"open_bytes", "nonfinite"). Thread-safe.
+"open_bytes", "nonfinite", "peer_lost"). Thread-safe.
 )doc");
   auto options = [](uint64_t max_message_bytes, int64_t max_streams, double stream_timeout,
                     int64_t max_stream_bytes, int64_t max_open_bytes) {
@@ -304,6 +313,10 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
         "Drops streams silent for stream_timeout seconds (counted as stale_episode), as "
         "ingest does when a chunk comes; call it when none come. Looks at most every "
         "min(10, stream_timeout) seconds, so it is cheap to call often.");
+  c.def("drop_silent", &PyChunkIngest::DropSilent, py::arg("silent_for"), py::arg("max_count"),
+        "Drops up to max_count streams silent for at least silent_for seconds, the most silent "
+        "first (counted as peer_lost): the streams of actors whose connections closed. "
+        "Returns how many went.");
   c.def("counters", &PyChunkIngest::Counters,
         "{'chunks', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
         "'frames_held'}.");

@@ -23,7 +23,8 @@ const char* ChunkIngest::ReasonName(int reason) {
                                             "out_of_order_chunk", "stream_limit",
                                             "stale_episode",  "episode_too_long",
                                             "bad_episode",    "stream_bytes",
-                                            "open_bytes",     "nonfinite"};
+                                            "open_bytes",     "nonfinite",
+                                            "peer_lost"};
   return reason >= 0 && reason < kNumReasons ? kNames[reason] : "invalid";
 }
 
@@ -164,6 +165,23 @@ void ChunkIngest::ReapLocked(double now, std::vector<uint64_t>* released) {
     if (now - it->second.last_seen > opt_.stream_timeout) DropLocked(it, kStaleEpisode, released);
     it = next;
   }
+}
+
+int64_t ChunkIngest::DropSilent(double now, double silent_for, int64_t max_count,
+                                std::vector<uint64_t>* released) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t dropped = 0;
+  while (dropped < max_count) {
+    auto oldest = streams_.end();
+    for (auto it = streams_.begin(); it != streams_.end(); ++it)
+      if (now - it->second.last_seen >= silent_for &&
+          (oldest == streams_.end() || it->second.last_seen < oldest->second.last_seen))
+        oldest = it;
+    if (oldest == streams_.end()) break;
+    DropLocked(oldest, kPeerLost, released);
+    ++dropped;
+  }
+  return dropped;
 }
 
 void ChunkIngest::Reject(int reason, std::string detail, Result* out) {

@@ -32,6 +32,7 @@
 //     empty chunks is bounded too;
 //   - a chunk that would make all open streams hold more than max_open_bytes drops the
 //     largest stream (its own included) until it fits (open_bytes): a hog goes first;
+//   - DropSilent drops the streams of actors whose connections closed (peer_lost);
 //   - streams silent for stream_timeout seconds are dropped (stale_episode), checked every
 //     min(10, stream_timeout) seconds of `now` (by Ingest, and by Reap when no chunk comes);
 //   - an episode the store refuses before storing (EpisodeStore::Check: a NaN or infinite
@@ -74,7 +75,8 @@ class ChunkIngest {
 
   enum Reason {
     kMalformed = 0, kAbandonedEpisode, kOutOfOrderChunk, kStreamLimit, kStaleEpisode,
-    kEpisodeTooLong, kBadEpisode, kStreamBytes, kOpenBytes, kNonFinite, kNumReasons,
+    kEpisodeTooLong, kBadEpisode, kStreamBytes, kOpenBytes, kNonFinite, kPeerLost,
+    kNumReasons,
   };
   static const char* ReasonName(int reason);  // "malformed", "abandoned_episode", ...
 
@@ -142,6 +144,14 @@ class ChunkIngest {
   // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
   // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
   void Reap(double now, std::vector<uint64_t>* released);
+
+  // Drops up to `max_count` streams that have been silent for at least `silent_for` seconds
+  // at `now`, the most silent first (peer_lost): the streams of actors whose connections the
+  // owner saw close (ZeroMQ cannot tell which actor a connection carried, so the owner waits
+  // until live actors have sent again, then drops the silent ones). Returns how many went;
+  // their owners go into *released.
+  int64_t DropSilent(double now, double silent_for, int64_t max_count,
+                     std::vector<uint64_t>* released);
 
   Counters counters() const;
   Options options() const;

@@ -332,6 +332,30 @@ TEST(ByteBudgetsBoundOpenStreams) {
   CHECK(released.size() == 9);
 }
 
+TEST(DropSilentTakesTheMostSilentStreamsOnly) {
+  auto mem = MakeMemory(1000);
+  std::unique_ptr<ChunkIngest> ingest;
+  CHECK(ChunkIngest::Make(mem, ChunkIngest::Options(), &ingest).ok());
+  Feeder f{ingest.get()};
+  f.now = 10;
+  f.Feed(Chunk(1, 1, 0, Rows(0, 2), 0));  // silent since 10
+  f.now = 12;
+  f.Feed(Chunk(2, 1, 0, Rows(0, 2), 0));  // silent since 12
+  f.now = 14;
+  f.Feed(Chunk(3, 1, 0, Rows(0, 2), 0));  // fed at 14
+  std::vector<uint64_t> released;
+  // Silent for >= 3 s at 15: streams 1 and 2; at most one goes, the most silent.
+  CHECK(ingest->DropSilent(15, 3, 1, &released) == 1);
+  CHECK(released.size() == 1 && ingest->counters().open_streams == 2);
+  CHECK(ingest->counters().rejected[ChunkIngest::kPeerLost] == 1);
+  // Stream 2 is gone next; stream 3 is too recent.
+  CHECK(ingest->DropSilent(15, 3, 5, &released) == 1 && ingest->counters().open_streams == 1);
+  // The survivor goes on and stores its episode.
+  f.now = 16;
+  CHECK(f.Feed(Chunk(3, 1, 1, Rows(2, 4), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  CHECK(std::string(ChunkIngest::ReasonName(ChunkIngest::kPeerLost)) == "peer_lost");
+}
+
 TEST(OptionsAreValidated) {
   std::unique_ptr<ChunkIngest> ingest;
   ChunkIngest::Options o;

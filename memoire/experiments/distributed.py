@@ -90,6 +90,13 @@ class DistributedConfig:
       launcher: 'local' (actor processes spawned here) or 'ray' (the learner and the actors
         are Ray actors on a Ray cluster, see :mod:`memoire.experiments.ray_launcher`; needs
         ``pip install memoire[ray]``).
+      samples_per_insert: the replay ratio the learner keeps with memoire's rate limiter
+        (:func:`memoire.rate_limiter.SampleToInsertRatio`): transitions sampled per
+        transition stored (a gradient update samples one batch; DQN's batch 32 every 4 steps
+        is 8). The learner then trains whenever the limiter allows, also while actors are
+        slow, and stops taking experience while it is behind (actors wait on their sockets).
+        0 (default): one training step per stored transition, as Dopamine's own loop.
+      rate_error_buffer: the limiter's margin in samples (0: 100 batches).
 
     Raises:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
@@ -100,7 +107,8 @@ class DistributedConfig:
                  transport: str = "multiprocessing",
                  experience_endpoint: str = "auto",
                  param_endpoint: str = "auto", actor_threads: int = 1,
-                 spawn_actors: bool = True, launcher: str = "local"):
+                 spawn_actors: bool = True, launcher: str = "local",
+                 samples_per_insert: float = 0.0, rate_error_buffer: float = 0.0):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
         if episodes_ahead < 0:
@@ -109,6 +117,12 @@ class DistributedConfig:
                         ("queue_chunks", queue_chunks), ("actor_threads", actor_threads)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
+        for name, v in (("samples_per_insert", samples_per_insert),
+                        ("rate_error_buffer", rate_error_buffer)):
+            if not (0 <= float(v) < float("inf")):
+                raise ValueError(f"{name} must be finite and >= 0, got {v}")
+        self.samples_per_insert = float(samples_per_insert)
+        self.rate_error_buffer = float(rate_error_buffer)
         if transport not in ("multiprocessing", "zmq"):
             raise ValueError(f"transport must be 'multiprocessing' or 'zmq', got {transport!r}")
         self.num_actors = int(num_actors)
@@ -189,6 +203,7 @@ class LearnerSockets:
             raise
         self.endpoints = {"experience": transport.last_endpoint(self.pull),
                           "params": transport.last_endpoint(self.pub)}
+        self._watch = transport.ConnectionWatch(self.pull)
         self._stored: collections.OrderedDict = collections.OrderedDict()  # uuid -> episode
         self._told = 0.0
 
@@ -213,11 +228,22 @@ class LearnerSockets:
             self.pub.send_multipart([STORED_TOPIC, table.tobytes()])
             self._told = now
 
+    def actors_gone(self, grace: float = transport.DEFAULT_HEARTBEAT.timeout) -> bool:
+        """True once actors have connected and every connection has been closed for `grace`
+        seconds (they exited, were killed, or stopped answering heartbeats); a reconnecting
+        actor comes back within that."""
+        self._watch.poll()
+        w = self._watch
+        return (w.opened > 0 and w.open == 0
+                and time.monotonic() - w.last_closed >= grace)
+
     def stop_actors(self) -> None:
         """Tells actors started by endpoint to finish."""
         self.pub.send_multipart([STOP_TOPIC, b""])
 
     def close(self) -> None:
+        if getattr(self, "_watch", None) is not None:
+            self._watch.close()
         for name in ("pull", "pub"):
             sock = getattr(self, name, None)
             if sock is not None:
@@ -482,7 +508,9 @@ def _learner_class():
         """Dopamine's Runner whose training phase takes actors' episodes."""
 
         def __init__(self, base_dir, create_agent_fn, *, sockets: LearnerSockets,
-                     publish_period: int, actors_alive=lambda: True, seed=None, **kwargs):
+                     publish_period: int, actors_alive=lambda: True, seed=None,
+                     samples_per_insert: float = 0.0, rate_error_buffer: float = 0.0,
+                     **kwargs):
             super().__init__(base_dir, create_agent_fn, seed=seed, **kwargs)
             from dopamine.jax.agents.dqn import dqn_agent
 
@@ -501,6 +529,14 @@ def _learner_class():
             self._sockets = sockets
             self._publish_period = publish_period
             self._actors_alive = actors_alive
+            self._limiter = None
+            if samples_per_insert > 0:
+                from memoire.rate_limiter import SampleToInsertRatio
+
+                self._batch = int(agent._replay._batch_size)
+                self._limiter = SampleToInsertRatio(
+                    samples_per_insert, agent.min_replay_history + 1,  # Dopamine trains past it
+                    rate_error_buffer or 100 * self._batch)
             self._publish()
 
         def _publish(self) -> None:
@@ -514,6 +550,36 @@ def _learner_class():
                 return 1.0
             return float(self._agent._replay.max_recorded_priority)
 
+        def _train_one(self) -> None:
+            self._agent._train_step()
+            if self._agent.training_steps % self._publish_period == 0:
+                self._publish()
+
+        def _take_experience(self) -> list:
+            """Episodes stored from actors (ExperienceReceiver.poll). With a rate limiter, none
+            while it holds inserts back (actors wait on their sockets' high-water marks), and
+            no wait while it lets the learner train."""
+            lim = self._limiter
+            if lim is None:
+                return self._receiver.poll(timeout=0.5)
+            if not lim.can_insert(1):
+                return []
+            stored = self._receiver.poll(timeout=0.0 if lim.can_sample(self._batch) else 0.5)
+            lim.inserted(sum(rows for _, _, rows, _ in stored))
+            return stored
+
+        def _train_limited(self, most: int = 16) -> int:
+            """With a rate limiter: up to `most` gradient updates (``update_period`` training
+            steps each, one batch sampled) as far as it allows now. Returns training steps."""
+            steps = 0
+            for _ in range(most if self._limiter is not None else 0):
+                if not self._limiter.await_sample(self._batch, 0.0, raise_on_timeout=False):
+                    break
+                for _ in range(self._agent.update_period):
+                    self._train_one()
+                    steps += 1
+            return steps
+
         def _run_train_phase(self, statistics):
             self._phase = "train"
             agent = self._agent
@@ -524,21 +590,24 @@ def _learner_class():
             idle_since = time.time()
             while steps < self._training_steps:
                 replay.set_ingest_priority(self._receiver.ingest, self._new_priority())
-                stored = self._receiver.poll(timeout=0.5)
+                stored = self._take_experience()
                 self._sockets.acknowledge(stored)
-                if not stored:
+                trained = self._train_limited()
+                if not stored and not trained:
                     if not self._actors_alive():
-                        raise RuntimeError("all actors have exited; see their output above")
+                        raise RuntimeError("all actors have exited or disconnected (killed, "
+                                           "or silent past the heartbeat timeout); see their "
+                                           "output")
                     if time.time() - idle_since > 600:
                         raise TimeoutError("no experience from any actor for 600 s")
                     continue
                 idle_since = time.time()
+                steps += trained
                 for uuid, _, rows, info in stored:
-                    for _ in range(rows):
-                        agent._train_step()
-                        if agent.training_steps % self._publish_period == 0:
-                            self._publish()
-                    steps += rows
+                    if self._limiter is None:
+                        for _ in range(rows):
+                            self._train_one()
+                        steps += rows
                     if info is None:
                         continue
                     ret, length, terminated = info
@@ -578,7 +647,8 @@ def run(facts: dict, config: DistributedConfig) -> int:
     try:
         for p in procs:
             p.start()
-        alive = (lambda: any(p.is_alive() for p in procs)) if procs else (lambda: True)
+        alive = ((lambda: any(p.is_alive() for p in procs)) if procs
+                 else (lambda: not sockets.actors_gone()))
         who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
         run_learner(facts, config, sockets, who, alive)
     finally:
@@ -604,7 +674,9 @@ def run_learner(facts: dict, config: DistributedConfig, sockets: LearnerSockets,
 
     learner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
                               sockets=sockets, publish_period=config.publish_period,
-                              actors_alive=actors_alive, seed=facts["seed"])
+                              actors_alive=actors_alive, seed=facts["seed"],
+                              samples_per_insert=config.samples_per_insert,
+                              rate_error_buffer=config.rate_error_buffer)
     try:
         runner.write_operative_config(facts["dir"])
         if learner.start_iteration > 0:

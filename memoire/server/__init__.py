@@ -54,13 +54,15 @@ from memoire.protocol import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE,  #
 from memoire.server.cache_service import CacheBatch, CacheService
 from memoire.server.checkpoints import MemoryCheckpoints
 from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLIENTS,  # noqa: F401
-                                            CentralService, ClientCounters,
+                                            CentralService, ClientCounters, PeerStreams,
                                             default_stream_budgets)
 from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
                                      RpcServer)
+from memoire.rate_limiter import DEFAULT_TIMEOUT, RateLimiter, check_capacity
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
-                                    Publisher, Stats, Workers, decode, log, rep_handler)
-from memoire.transport import LOOPBACK, CurveKeys, native_libzmq
+                                    Publisher, Stats, Workers, WouldBlock, decode, log,
+                                    rep_answer, rep_handler)
+from memoire.transport import DEFAULT_HEARTBEAT, LOOPBACK, CurveKeys, Heartbeat, native_libzmq
 
 __all__ = ["ReplayMemoryServer", "CacheBatch", "RpcServer", "RpcHost", "default_stream_budgets",
            "describe_schema", "cache_layout", "cache_spec"]
@@ -72,8 +74,15 @@ class _MemoryService:
     def __init__(self, server: "ReplayMemoryServer"):
         self._server = server
 
-    def sample(self, batch_size: int) -> dict:
-        b = self._server.sample(self._server.check_batch(batch_size, "sample"))
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> dict:
+        n = self._server.check_batch(batch_size, "sample")
+        b = self._server._central.try_sample(n)
+        if b is None:  # the rate limiter holds it back: the reply waits, the worker does not
+            limiter = self._server.rate_limiter
+            raise WouldBlock("memory.sample: rate limiter",
+                             DEFAULT_TIMEOUT if timeout is None else float(timeout),
+                             lambda seconds: limiter.wait_can_sample(n, seconds),
+                             limiter.describe, limiter.record_sample_wait)
         rem = self._server.rem
         return {"prev": tuple(b.prev), "next": tuple(b.next), "weight": b.weight, "prob": b.prob,
                 "done": b.done, "id": b.id, "num_sampleable": int(rem.num_sampleable),
@@ -147,6 +156,19 @@ class ReplayMemoryServer:
         ``RemoteMemory(rep).checkpoint()``). See :mod:`memoire.server.checkpoints`.
       checkpoint_every: seconds between periodic checkpoints (needs `checkpoint_dir`; None:
         only on request).
+      rate_limiter: a limiter of :mod:`memoire.rate_limiter` (``SampleToInsertRatio``,
+        ``MinSize``) for central mode, fresh (nothing counted yet): the PULL worker stops
+        pulling while it blocks inserts (actors are held back by ZeroMQ's high-water marks,
+        nothing is dropped; caches and logs on that socket wait too); :meth:`sample` and
+        remote ``memory.sample`` wait while it blocks samples (a remote caller's reply is
+        deferred; the server serves other peers meanwhile). Its counters are in
+        :meth:`stats` (``rate_limiter``). ValueError when its
+        ``min_size_to_sample`` exceeds `max_step`.
+      heartbeat: ZeroMQ heartbeats on every socket's connections
+        (:class:`memoire.transport.Heartbeat`, default 1 s interval, 5 s timeout; None: off).
+        An actor whose PULL connection closes (killed, or silent past the heartbeat timeout)
+        has its open episode dropped after ``heartbeat.timeout`` more seconds
+        (``rejected["peer_lost"]``; ``peer_connects``/``peer_disconnects`` in :meth:`stats`).
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -165,9 +187,12 @@ class ReplayMemoryServer:
                  max_batch: int = DEFAULT_MAX_BATCH,
                  max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
                  allow_nonfinite: bool = False, checkpoint_dir: Optional[str] = None,
-                 checkpoint_every: Optional[float] = None):
+                 checkpoint_every: Optional[float] = None,
+                 rate_limiter: Optional[RateLimiter] = None,
+                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
+        check_capacity(rate_limiter, int(max_step), "the server's memory (max_step)")
         self._stats = Stats()
         self._rpc = RpcHost(self._stats, reply_cache_bytes, max_batch)
         self._counters = ClientCounters(self._stats, max_counter_clients)
@@ -181,7 +206,7 @@ class ReplayMemoryServer:
         self._schema = describe_schema(
             (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
         self._workers = Workers(self._stats, keys=keys, bind_host=bind_host,
-                                max_message_bytes=max_message_bytes)
+                                max_message_bytes=max_message_bytes, heartbeat=heartbeat)
         self._caches = CacheService(self._schema, self._rem, n_caches, ring_seed,
                                     self._workers.max_message_bytes, self._stats,
                                     self._workers.closing)
@@ -192,9 +217,10 @@ class ReplayMemoryServer:
             self._rem, self._workers.max_message_bytes, int(max_streams), float(stream_timeout),
             int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
             int(open_bytes if max_open_bytes is None else max_open_bytes))
-        self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing)
+        self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing,
+                                       rate_limiter)
         self._logfile = Logfile()
-        self._rep = rep_handler(self._stats, {Msg.HELLO: self._hello,
+        self._rep = rep_answer(self._stats, {Msg.HELLO: self._hello,
                                               Msg.COUNTER: self._counters.handle,
                                               Msg.CALL: self._rpc.handle_call},
                                 self._workers.max_message_bytes)
@@ -267,7 +293,10 @@ class ReplayMemoryServer:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
         and ``open_stream_bytes`` held for unfinished episodes, ``reply_cache_bytes``,
-        ``counter_clients``)."""
+        ``counter_clients``); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
+        with a rate limiter, ``rate_limiter`` (its counters: ``inserts``, ``samples``, calls
+        ``*_blocked`` and seconds ``*_blocked_s`` spent blocked, ``*_timeouts``, waiting now)
+        and ``deferred`` (remote samples parked, ever)."""
         central = self._central.counters()
         episodes, steps = self._counters.totals()
         with self._stats.lock:
@@ -402,14 +431,21 @@ class ReplayMemoryServer:
 
     # ---- central mode
 
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> Batch:
         """A batch from the server's memory (central mode): see
         :meth:`memoire.ReplayMemory.get_batch`. ``batch.id`` feeds :meth:`update_priorities`.
+        With a :attr:`rate_limiter`, first waits up to `timeout` seconds (None:
+        :data:`memoire.rate_limiter.DEFAULT_TIMEOUT`; the GIL is released) until it allows
+        ``batch_size`` samples.
 
         Raises:
           RuntimeError: nothing is sampleable yet.
+          TimeoutError: the rate limiter blocked for `timeout` (the message gives its state).
         """
-        return self._central.sample(batch_size)
+        return self._central.sample(batch_size, timeout)
+
+    rate_limiter = property(lambda self: self._central.limiter,
+                            doc="The rate limiter (central mode), or None.")
 
     def update_priorities(self, ids, weights) -> int:
         """Sets the sampling weights of entries by id (central mode); stale ids are skipped.
@@ -421,22 +457,41 @@ class ReplayMemoryServer:
     def rep_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Serves REP requests until :meth:`close`: handshakes (``sync_sizes``), counter
         updates, remote calls. Several workers may serve one endpoint through
-        :meth:`rep_proxy_main` (``'Conn'`` to its back endpoint)."""
-        sock = self._workers.open(zmq.REP, endpoint, mode, "rep")
-        self._workers.loop([sock], self._rep, "rep worker")
+        :meth:`rep_proxy_main` (``'Conn'`` to its back endpoint). A request that must wait
+        (a sample the rate limiter holds back) is parked and answered later, so one worker
+        keeps serving every peer (a ROUTER socket that speaks REP's envelope)."""
+        sock = self._workers.open(zmq.ROUTER, endpoint, mode, "rep")
+        self._workers.deferring_loop(sock, self._rep, "rep worker")
 
     def pull_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Receives caches, episode chunks and log lines until :meth:`close`. With pyzmq's
         libzmq attached, caches and chunks go from libzmq into the cache ring and the chunk
         ingest without the GIL (the service of the kind last seen holds the socket)."""
         sock = self._workers.open(zmq.PULL, endpoint, mode, "pull")
-        if native_libzmq():
-            self._workers.native_loop(sock, {Msg.CACHE: self._caches.receive,
-                                             Msg.CHUNK: self._central.receive},
-                                      self._handle_pull, "pull worker", idle=self._central.reap)
-        else:
-            self._workers.loop([sock], self._handle_pull, "pull worker",
-                               idle=self._central.reap)
+        peers = self._peer_streams(sock)
+
+        def idle():
+            self._central.reap()
+            if peers is not None:
+                peers.poll()
+        try:
+            if native_libzmq():
+                self._workers.native_loop(sock, {Msg.CACHE: self._caches.receive,
+                                                 Msg.CHUNK: self._central.receive},
+                                          self._handle_pull, "pull worker", idle=idle)
+            else:
+                self._workers.loop([sock], self._handle_pull, "pull worker", idle=idle)
+        finally:
+            if peers is not None:
+                peers.close()
+
+    def _peer_streams(self, sock: zmq.Socket) -> Optional[PeerStreams]:
+        """Drops the open episodes of actors whose connections close (None without
+        heartbeats: then only stream_timeout drops them)."""
+        heartbeat = self._workers.heartbeat
+        if heartbeat is None:
+            return None
+        return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to
@@ -512,12 +567,17 @@ class ReplayMemoryServer:
         call :meth:`checkpoint` for a last one). Idempotent."""
         if self._checkpoints is not None:
             self._checkpoints.stop(timeout)
-        if not self._workers.close(timeout, before_join=self._caches.close):
+        if not self._workers.close(timeout, before_join=self._wake_waits):
             return
         if self._pub is not None:
             self._pub.close()
         self._logfile.close()
         self._workers.terminate()
+
+    def _wake_waits(self) -> None:
+        self._caches.close()
+        if self.rate_limiter is not None:
+            self.rate_limiter.cancel()  # samples waiting on it fail at once
 
     def __enter__(self) -> "ReplayMemoryServer":
         return self

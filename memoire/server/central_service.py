@@ -17,6 +17,7 @@ workers. Neither the ingest nor the memory is owned: the caller builds them and 
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -24,17 +25,19 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from memoire import codec
+from memoire import _core, codec
 from memoire.memory import Batch
-from memoire.protocol import INGEST_COMMITTED, QVEST, Msg
-from memoire.server.workers import Stats, error_reply
-from memoire.transport import log_dropped
+from memoire.protocol import INGEST_COMMITTED, QVEST, WIRE_VERSION, Msg
+from memoire.rate_limiter import DEFAULT_TIMEOUT
+from memoire.server.workers import POLL_MS, Stats, error_reply
+from memoire.transport import ConnectionWatch, log_dropped
 
 log = logging.getLogger("memoire.server")
 
 DEFAULT_MAX_COUNTER_CLIENTS = 65536
 COUNTER_MAX = 2 ** 53 - 1  # largest count a client may report (exact in a float64)
 _INT64_MAX = 2 ** 63 - 1  # totals saturate here (the wire's integers are int64)
+POLL_S = POLL_MS / 1000  # a blocked ingest checks for close() this often
 
 
 def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
@@ -60,19 +63,27 @@ class CentralService:
       stats: counters to report into (``episodes_in``, ``steps_in``, ``batches``,
         ``rows_sampled``); its condition wakes :meth:`wait_rows_in`.
       closing: set when the server closes (ends waits).
+      limiter: a :mod:`memoire.rate_limiter` limiter (None: none). Inserts are counted here
+        as episodes are stored; while it blocks inserts, chunks are not pulled from the
+        socket (high-water marks then hold the actors back); :meth:`sample` waits for it.
     """
 
-    def __init__(self, ingest: Any, memory: Any, stats: Stats, closing: threading.Event):
+    def __init__(self, ingest: Any, memory: Any, stats: Stats, closing: threading.Event,
+                 limiter: Any = None):
         self.ingest = ingest
         self.memory = memory
         self._stats = stats
         self._closing = closing
+        self.limiter = limiter
 
     # ---- chunks in (PULL worker)
 
     def take(self, frames: list) -> bool:
         """Ingests one received message if it is a chunk (checked and stored natively);
         False when it is not one (the caller decodes it another way)."""
+        if (self.limiter is not None and frames
+                and _core.peek_header(frames[0]) == (WIRE_VERSION, Msg.CHUNK)):
+            self._await_insert()  # the loop pulls nothing more meanwhile
         got = self.ingest.ingest(frames)
         if got is None:
             return False
@@ -85,7 +96,11 @@ class CentralService:
 
     def receive(self, address: int, timeout_ms: int) -> Optional[list]:
         """Takes chunks from a PULL socket (its ``underlying`` address) in C++ for up to
-        `timeout_ms`; returns the frames of the first other message, or None."""
+        `timeout_ms`; returns the frames of the first other message, or None. While the
+        limiter blocks inserts it waits (up to `timeout_ms`) without touching the socket."""
+        if self.limiter is not None and not self.limiter.await_insert(
+                timeout_ms / 1000, raise_on_timeout=False):
+            return None
         episodes, rows, rejected, frames = self.ingest.receive(address, timeout_ms)
         self._taken(episodes, rows, rejected)
         return frames
@@ -98,6 +113,8 @@ class CentralService:
         """Stored episodes wake wait_rows_in; rejections (counted by the ingest, by reason)
         are logged, sparsely under a flood."""
         if episodes:
+            if self.limiter is not None:
+                self.limiter.inserted(rows)
             with self._stats.cond:
                 self._stats.counts["episodes_in"] += episodes
                 self._stats.counts["steps_in"] += rows
@@ -132,12 +149,39 @@ class CentralService:
                "memory_episodes": int(self.memory.num_episode())}
         if c["chunks"]:
             out["chunks"] = c["chunks"]
+        if self.limiter is not None:
+            out["rate_limiter"] = self.limiter.counters()
         return out
 
     # ---- batches out (learner)
 
-    def sample(self, batch_size: int) -> Batch:
-        """A batch from the memory: see :meth:`memoire.ReplayMemory.get_batch`."""
+    def _await_insert(self) -> None:
+        """Waits until the limiter lets one more transition in (or the server closes)."""
+        while not self.limiter.await_insert(POLL_S, raise_on_timeout=False):
+            if self._closing.is_set():
+                return
+
+    def sample(self, batch_size: int, timeout: Optional[float] = None) -> Batch:
+        """A batch from the memory: see :meth:`memoire.ReplayMemory.get_batch`. With a
+        limiter, first waits up to `timeout` seconds (None:
+        :data:`memoire.rate_limiter.DEFAULT_TIMEOUT`) until it allows ``batch_size`` samples.
+
+        Raises:
+          TimeoutError: the limiter blocked for `timeout` (the message gives its state).
+        """
+        if self.limiter is not None:
+            self.limiter.await_sample(int(batch_size),
+                                      DEFAULT_TIMEOUT if timeout is None else float(timeout))
+        return self._draw(batch_size)
+
+    def try_sample(self, batch_size: int) -> Optional[Batch]:
+        """A batch as :meth:`sample`, or None at once when the limiter blocks it."""
+        if self.limiter is not None and not self.limiter.await_sample(
+                int(batch_size), 0.0, raise_on_timeout=False):
+            return None
+        return self._draw(batch_size)
+
+    def _draw(self, batch_size: int) -> Batch:
         b = self.memory.get_batch(int(batch_size))
         with self._stats.lock:
             self._stats.counts["batches"] += 1
@@ -149,6 +193,47 @@ class CentralService:
         were updated."""
         return int(self.memory.update_weights(np.asarray(ids, np.int64),
                                               np.asarray(weights, np.float32)))
+
+
+class PeerStreams:
+    """Drops the open streams of actors whose connections to a PULL socket closed: a killed
+    actor's at once (its kernel closes the connection), a vanished machine's once ZeroMQ's
+    heartbeats time out (:class:`memoire.transport.Heartbeat`). ZeroMQ does not say which
+    connection carried which actor's chunks, so each close waits `grace` seconds (time for
+    live actors to send their next chunk) and then drops the one open stream that has been
+    silent the longest since before the close, if any (``rejected["peer_lost"]``). A live
+    actor silent mid-episode for all of `grace` while another actor's connection closes can
+    lose that episode the same way; actors send a chunk every ``chunk_size`` steps, far more
+    often than `grace` (the heartbeat timeout).
+
+    Counts ``peer_connects`` and ``peer_disconnects`` in `stats`. Owned by the PULL worker's
+    thread: :meth:`poll` from its loop, :meth:`close` when it ends.
+    """
+
+    def __init__(self, sock, ingest: Any, stats: Stats, grace: float):
+        self._watch = ConnectionWatch(sock)
+        self._ingest = ingest
+        self._stats = stats
+        self._grace = float(grace)
+        self._closes: "collections.deque[float]" = collections.deque()
+
+    def poll(self) -> None:
+        opened = self._watch.opened
+        closed = self._watch.poll()
+        if self._watch.opened != opened:
+            self._stats.count("peer_connects", self._watch.opened - opened)
+        if closed:
+            self._stats.count("peer_disconnects", len(closed))
+            self._closes.extend(closed)
+        now = time.monotonic()
+        while self._closes and now - self._closes[0] >= self._grace:
+            silent_for = now - self._closes.popleft()
+            if self._ingest.drop_silent(silent_for, 1):
+                log.warning("dropped the open episode of an actor whose connection closed "
+                            "(silent for %.1f s)", silent_for)
+
+    def close(self) -> None:
+        self._watch.close()
 
 
 class ClientCounters:

@@ -25,7 +25,7 @@ import zmq
 from memoire import codec
 from memoire.protocol import Msg
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, Publisher, Stats, Workers,
-                                    error_reply, rep_handler)
+                                    WouldBlock, error_reply, rep_handler)
 from memoire.transport import LOOPBACK, CurveKeys
 
 # Bounds on what peers can make a host hold (docs/LIMITS.md).
@@ -137,6 +137,8 @@ class RpcHost:
             else:
                 result = fn(*args, **kwargs)
             reply = codec.encode(Msg.CALL_REPLY, {"result": result})
+        except WouldBlock:  # answered later by the deferring loop
+            raise
         except Exception as e:  # noqa: BLE001 - the caller gets the error; the worker lives on
             return error_reply(type(e).__name__, str(e))
         self.stats.count("calls")

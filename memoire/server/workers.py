@@ -29,12 +29,15 @@ import zmq
 from memoire import _core, codec
 from memoire.codec import ProtocolError
 from memoire.protocol import Msg
-from memoire.transport import (LOOPBACK, Authenticator, CurveKeys, is_bind, last_endpoint,
-                               log_dropped, open_socket, publication_frames)
+from memoire.transport import (DEFAULT_HEARTBEAT, LOOPBACK, Authenticator, CurveKeys, Heartbeat,
+                               is_bind, last_endpoint, log_dropped, open_socket,
+                               publication_frames)
 
 log = logging.getLogger("memoire.server")
 
 POLL_MS = 100  # loops check for close() this often
+MAX_DEFERRED = 1024  # requests a deferring loop parks at most
+DEFERRED_WAIT_S = 0.002  # a deferring loop with parked requests looks at its socket this often
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 
@@ -79,14 +82,41 @@ def decode(stats: Stats, frames, expect, max_bytes: int) -> Optional[codec.Messa
         return None
 
 
+class WouldBlock(Exception):
+    """Raised by a request handler that cannot answer yet (a sample the rate limiter holds
+    back). :meth:`Workers.deferring_loop` parks the request and runs it again once
+    ``wait(seconds)`` (which blocks up to `seconds`, without the GIL, and returns whether a
+    retry may succeed) says so, and answers TimeoutError(`what` + ``describe()``) after
+    `timeout` seconds; ``record(waited_seconds, timed_out)`` is told how it ended."""
+
+    def __init__(self, what: str, timeout: float, wait: Callable[[float], bool],
+                 describe: Callable[[], str],
+                 record: Callable[[float, bool], None] = lambda waited, timed_out: None):
+        super().__init__(what)
+        self.what, self.timeout, self.wait = what, float(timeout), wait
+        self.describe, self.record = describe, record
+
+
 def rep_handler(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]],
                 max_bytes: int) -> Callable[[zmq.Socket, list], None]:
     """A REP loop's handler: decodes a request, runs the handler of its type (message ->
-    reply frames) and sends the reply. Every request gets one: an undecodable one an ERROR
-    naming the version mismatch or the malformation, a failing handler an ERROR too."""
-    expect = tuple(handlers)
+    reply frames) and sends the reply (see :func:`rep_answer`)."""
+    answer = rep_answer(stats, handlers, max_bytes)
 
     def handle(sock: zmq.Socket, frames: list) -> None:
+        sock.send_multipart(answer(frames), copy=False)
+    return handle
+
+
+def rep_answer(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]],
+               max_bytes: int) -> Callable[[list], list]:
+    """``answer(request frames) -> reply frames``: decodes a request and runs the handler of
+    its type (message -> reply frames). Every request gets a reply: an undecodable one an
+    ERROR naming the version mismatch or the malformation, a failing handler an ERROR too. A
+    handler's :class:`WouldBlock` goes through (for :meth:`Workers.deferring_loop`)."""
+    expect = tuple(handlers)
+
+    def answer(frames: list) -> list:
         try:
             msg = decode(stats, frames, expect, max_bytes)
             if msg is None:
@@ -100,11 +130,13 @@ def rep_handler(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], l
                     reply = error_reply("ProtocolError", "malformed request (see the server log)")
             else:
                 reply = handlers[msg.type](msg)
+        except WouldBlock:
+            raise
         except Exception as e:  # noqa: BLE001 - REP must answer every request
             stats.reject("internal", f"rep: {type(e).__name__}: {e}")
             reply = error_reply("RuntimeError", f"server error: {type(e).__name__}: {e}")
-        sock.send_multipart(reply, copy=False)
-    return handle
+        return reply
+    return answer
 
 
 class Workers:
@@ -119,8 +151,10 @@ class Workers:
 
     def __init__(self, stats: Stats, *, keys: Optional[CurveKeys] = None,
                  bind_host: str = LOOPBACK,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
         self.stats = stats
+        self.heartbeat = heartbeat
         self.keys = keys
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
@@ -141,7 +175,8 @@ class Workers:
             raise RuntimeError(f"{label}: the server is closed")
         sock = open_socket(self.ctx, kind, endpoint, mode,
                            keys=self.keys if (is_bind(mode) and server_side) else None,
-                           bind_host=self.bind_host, max_bytes=self.max_message_bytes)
+                           bind_host=self.bind_host, max_bytes=self.max_message_bytes,
+                           heartbeat=self.heartbeat)
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
             self.stats.cond.notify_all()
@@ -150,17 +185,21 @@ class Workers:
     def loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
              name: str, idle: Optional[Callable[[], None]] = None) -> None:
         """Polls `socks` until close(); `handle(sock, frames)` runs per message. `idle` runs
-        after a poll that found nothing."""
+        after a poll that found nothing, and at least every POLL_MS under steady traffic."""
         poller = zmq.Poller()
         for s in socks:
             poller.register(s, zmq.POLLIN)
+        last_idle = time.monotonic()
 
         def step():
+            nonlocal last_idle
             ready = poller.poll(POLL_MS)
             for sock, _ in ready:
                 frames = sock.recv_multipart(copy=False)
                 self.guarded(handle, name, sock, frames)
-            if not ready and idle is not None:
+            if idle is not None and (not ready
+                                     or time.monotonic() - last_idle >= POLL_MS / 1000):
+                last_idle = time.monotonic()
                 idle()
         self.serve(socks, step)
 
@@ -190,6 +229,84 @@ class Workers:
                 if kind is not None and kind[0] == codec.WIRE_VERSION and kind[1] in receivers:
                     current = kind[1]
                 self.guarded(handle, name, sock, frames)
+        self.serve([sock], step)
+
+    def deferring_loop(self, sock: zmq.Socket, answer: Callable[[list], list], name: str,
+                       max_pending: int = MAX_DEFERRED) -> None:
+        """Serves requests on a ROUTER `sock` (REQ peers, or a proxy's DEALER) until close():
+        ``answer(request frames) -> reply frames`` as a REP loop would, except that a request
+        whose handler raises :class:`WouldBlock` is parked, not waited on: this loop goes on
+        serving other peers and answers the parked request (oldest first) once it can, or
+        with TimeoutError when its time runs out. At most `max_pending` requests are parked;
+        beyond that a request that would block is answered TimeoutError at once.
+        """
+        pending: "collections.deque[list]" = collections.deque()  # [envelope, body, t0, wb]
+
+        def unpark(entry: list) -> None:  # by identity: frames have no useful ==
+            for i, e in enumerate(pending):
+                if e is entry:
+                    del pending[i]
+                    return
+
+        def run(envelope: list, body: list, parked: Optional[list]) -> None:
+            try:
+                reply = answer(body)
+            except WouldBlock as wb:
+                now = time.monotonic()
+                if parked is not None:
+                    parked[3] = wb  # its first deadline stands
+                    return
+                if len(pending) < max_pending:
+                    pending.append([envelope, body, now, wb])
+                    self.stats.count("deferred")
+                    return
+                reply = error_reply("TimeoutError", f"{wb.what}: {max_pending} requests are "
+                                    f"already waiting ({wb.describe()})")
+                wb.record(0.0, True)
+            else:
+                if parked is not None:
+                    parked[3].record(time.monotonic() - parked[2], False)
+                    unpark(parked)
+            sock.send_multipart(envelope + list(reply), copy=False)
+
+        def receive() -> None:
+            for _ in range(64):  # what is queued, then back to the parked ones
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    return
+                cut = next((i for i, f in enumerate(frames) if len(f) == 0), None)
+                if cut is None:  # no REQ envelope: nothing to answer to
+                    self.stats.reject("malformed", f"{name}: a request without an envelope")
+                    continue
+                self.guarded(lambda s, f, c=cut: run(f[:c + 1], f[c + 1:], None), name, sock,
+                             frames)
+
+        def retry() -> None:
+            now = time.monotonic()
+            for entry in list(pending):
+                envelope, _, t0, wb = entry
+                if now - t0 >= wb.timeout:
+                    unpark(entry)
+                    wb.record(now - t0, True)
+                    sock.send_multipart(envelope + error_reply(
+                        "TimeoutError", f"{wb.what}: blocked for {wb.timeout:g} s "
+                        f"({wb.describe()})"), copy=False)
+            if pending and pending[0][3].wait(0):
+                for entry in list(pending):
+                    self.guarded(lambda s, f, e=entry: run(e[0], e[1], e), name, sock, [])
+                    if any(e is entry for e in pending):  # still blocked: keep the order
+                        break
+
+        def step() -> None:
+            if not pending:
+                if sock.poll(POLL_MS, zmq.POLLIN):
+                    receive()
+                return
+            if not sock.poll(0, zmq.POLLIN):
+                pending[0][3].wait(DEFERRED_WAIT_S)  # wakes when the oldest may go
+            receive()
+            retry()
         self.serve([sock], step)
 
     def guarded(self, handle, name, sock, frames) -> None:
@@ -295,7 +412,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._closing = workers.closing
         self._sock = open_socket(workers.ctx, zmq.PUB, endpoint, "Bind", keys=workers.keys,
-                                 bind_host=workers.bind_host)
+                                 bind_host=workers.bind_host, heartbeat=workers.heartbeat)
         self.endpoint = last_endpoint(self._sock)
 
     def publish(self, topic, message) -> None:
