@@ -14,6 +14,7 @@ void BindProtocol(py::module_& m);
 void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 void BindFeed(py::module_& m);
+void BindStream(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -28,4 +29,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
   memoire::BindFeed(m);
+  memoire::BindStream(m);
 }
