@@ -19,6 +19,8 @@ The server is composed of services, each in its own module of this package:
 - :mod:`~memoire.server.cache_service`: the cache ring and :meth:`get_batch`;
 - :mod:`~memoire.server.central_service`: the chunk ingest, :meth:`sample`,
   :meth:`update_priorities` and the client counters.
+- :mod:`~memoire.server.sampling_service`: sampling streams to learners in other processes
+  (:meth:`start_stream`; the learner's end is :class:`memoire.stream.SamplingStream`).
 
 Sockets (endpoints as in ZeroMQ, modes ``'Bind'`` or ``'Conn'``):
 
@@ -56,6 +58,7 @@ from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLI
                                             default_stream_budgets)
 from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
                                      RpcServer)
+from memoire.server.sampling_service import SamplingService
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
                                     Publisher, Stats, Workers, decode, log, rep_handler)
 from memoire.transport import LOOPBACK, CurveKeys, native_libzmq
@@ -180,6 +183,7 @@ class ReplayMemoryServer:
             int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
             int(open_bytes if max_open_bytes is None else max_open_bytes))
         self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing)
+        self._sampling = SamplingService(self, self._schema, self._stats, self._workers)
         self._logfile = Logfile()
         self._rep = rep_handler(self._stats, {Msg.HELLO: self._hello,
                                               Msg.COUNTER: self._counters.handle,
@@ -266,6 +270,7 @@ class ReplayMemoryServer:
         s["caches_held"] = self._caches.held
         s["reply_cache_bytes"] = self._rpc.reply_bytes
         s["counter_clients"] = self._counters.clients
+        s["sampling_streams"] = self._sampling.open_streams
         s.update(central)
         return s
 
@@ -421,6 +426,21 @@ class ReplayMemoryServer:
         else:
             self._workers.loop([sock], self._handle_pull, "pull worker",
                                idle=self._central.reap)
+
+    def stream_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+        """Serves sampling streams (:class:`memoire.stream.SamplingStream`, central mode) on a
+        ROUTER socket until :meth:`close`: see :mod:`memoire.server.sampling_service`."""
+        self._sampling.worker_main(endpoint, mode)
+
+    def start_stream(self, endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> str:
+        """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
+        or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
+
+        Raises:
+          TimeoutError: it did not bind within `timeout` seconds (its error is logged).
+        """
+        return self._workers.start_threads([(self.stream_worker_main, endpoint, "stream")],
+                                           timeout)["stream"]
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to
