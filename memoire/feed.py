@@ -98,6 +98,11 @@ class Feed:
                  with_sample_metadata: bool = False) -> None:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
+        if self._kind == "stream":
+            # One consumer per connection: the stream's own feed (SamplingStream makes it).
+            if buffer._feed_made:
+                raise ValueError("buffer: a SamplingStream has its own feed; iterate the stream")
+            buffer._feed_made = True
         if batch_size is None:
             if self._kind == "memory":
                 raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")

@@ -124,6 +124,7 @@ class SamplingStream:
                 int(PING_S * 1000), chunk,
                 codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
                 codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}), int(max_bytes))
+            self._feed_made = False
             self._feed = Feed(self, self._batch_size, depth=depth)
         except BaseException:
             self._sock.close(0)

@@ -19,6 +19,9 @@ namespace memoire {
 namespace {
 
 constexpr int kSliceMs = 5;  // a waiting receive checks for posts and Stop this often
+// The ERROR kind of a failed draw (memoire/server/sampling_service.py DRAW_ERROR): unlike a
+// refusal, it spent a credit.
+constexpr const char* kDrawError = "SampleError";
 
 void SendStrings(void* socket, const std::vector<std::string>& frames, int timeout_ms) {
   std::vector<libzmq::OutFrame> out;
@@ -83,14 +86,18 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
   }
   std::vector<codec::Frame> views(frames.size());
   for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
-  {
-    // The server spent one credit on this message, whatever it holds.
+  std::string kind, reason;
+  const bool error = ReadErrorMessage(views.data(), views.size(), &kind, &reason);
+  if (!error || kind == kDrawError) {
+    // The server spent one credit on this message (a batch or a failed draw): give it back.
     std::lock_guard<std::mutex> io(io_mu_);
     ++owed_;
     FlushLocked();
   }
-  std::string kind, reason;
-  if (ReadErrorMessage(views.data(), views.size(), &kind, &reason))
+  if (error && kind == kDrawError)
+    return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
+        .With("server_error", 1);
+  if (error)
     return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
         .With("server_error", 1);
   int64_t seq = -1;

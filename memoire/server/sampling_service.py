@@ -15,8 +15,8 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 - ``{"op": "close"}``: drops the stream.
 
 The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
-an ERROR for a draw that failed (it spends the credit; that peer's draws pause 50 ms) and for
-any request it refuses. So the batches in flight to a learner never exceed its credit.
+an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; that peer's
+draws pause 50 ms), and an ERROR for any request it refuses (no credit spent). So the batches in flight to a learner never exceed its credit.
 
 Limits (each refusal is counted in the server's ``rejected`` and answered with an ERROR; the
 worker keeps serving): credit outstanding per stream at most ``max_credit``
@@ -50,6 +50,7 @@ BURST = 4  # batches sent to one stream before the next stream's turn
 ERROR_PAUSE_S = 0.05  # after a failed draw (e.g. nothing sampleable yet), that stream waits
 SEND_TIMEOUT_MS = 1000
 RECV_PER_STEP = 64
+DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
 @dataclasses.dataclass
@@ -137,7 +138,7 @@ class SamplingService:
             s.credit -= 1
             s.paused_until = time.monotonic() + ERROR_PAUSE_S
             self._stats.count("stream_draw_errors")
-            self._reply(sock, ident, error_reply("RuntimeError", error))
+            self._reply(sock, ident, error_reply(DRAW_ERROR, error))
 
     # ---- requests
 

@@ -1,0 +1,293 @@
+"""Sampling streams (memoire.stream.SamplingStream, memoire.server.sampling_service): batches
+bit for bit equal to in-process ones, credit bounding what is in flight, priority updates over
+the stream, dead and restarted servers, hostile clients."""
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from memoire import ReplayMemory, codec
+from memoire.protocol import Msg
+from memoire.server import ReplayMemoryServer
+from memoire.stream import SamplingStream
+from memoire.transport import native_libzmq
+
+pytestmark = pytest.mark.skipif(not native_libzmq(),
+                                reason="needs the native message path (pyzmq's libzmq)")
+
+FRAME = (12, 10)  # small Atari-like frames: uint8[12, 10]
+
+
+def _templates():
+    return (np.zeros(FRAME, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
+            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+            np.zeros([2], np.int16))
+
+
+def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1):
+    """The same episodes (random frames, rewards, values and weights) into any memory."""
+    rng = np.random.default_rng(seed)
+    for k, steps in enumerate(episodes):
+        rem.new_episode()
+        rem.add_entries(rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8),
+                        rng.integers(0, 6, steps), rng.normal(size=steps).astype(np.float32),
+                        rng.random(steps).astype(np.float32),
+                        rng.normal(size=steps).astype(np.float32),
+                        rng.integers(-9, 9, (steps, 2)).astype(np.int16),
+                        (rng.random(steps) + 0.1).astype(np.float32))
+        rem.close_episode(terminal=bool(k % 2))
+
+
+def _configure(rem, frame_stack=4, multi_step=1, flags=None):
+    rem.frame_stack = frame_stack
+    rem.multi_step = multi_step
+    rem.priority_exponent = 0.6
+    if flags is not None:
+        rem.cache_flags = flags
+
+
+def _server(seed=7, max_step=150, **settings):
+    srv = ReplayMemoryServer(*_templates(), max_step, pub_endpoint=None, seed=seed)
+    _configure(srv.rem, **settings)
+    _fill(srv.rem)
+    return srv
+
+
+def _wait(cond, timeout=10.0):
+    """Polls cond() until it holds (bounded); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def _assert_same(a, b):
+    for side in ("prev", "next"):
+        for x, y in zip(getattr(a, side), getattr(b, side)):
+            if x is None or y is None:
+                assert x is None and y is None
+            else:
+                assert x.dtype == y.dtype and x.shape == y.shape
+                np.testing.assert_array_equal(x, y)
+    for name in ("weight", "prob", "done", "id"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+# ---------------------------------------------------------------- batches equal in-process
+
+SETTINGS = [
+    dict(frame_stack=4, multi_step=1),  # Atari: 5 distinct rows per transition
+    dict(frame_stack=3, multi_step=5),  # next does not overlap prev
+    dict(frame_stack=1, multi_step=1),
+    dict(frame_stack=2, multi_step=1,   # some stacks left out
+         flags=[1, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0]),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_batches_equal_in_process_bit_for_bit(settings, transport, tmp_path):
+    # The same contents and seed: the stream is the server memory's only sampler, so its
+    # batches are the ones the local memory's get_batch draws, in the same order.
+    local = ReplayMemory(*_templates(), 150)
+    local.seed(7)
+    _configure(local, **settings)
+    _fill(local)
+    with _server(seed=7, **settings) as srv:
+        ep = srv.start_stream("tcp://127.0.0.1:*" if transport == "tcp"
+                              else f"ipc://{tmp_path}/stream.ipc")
+        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10) as stream:
+            for _ in range(30):
+                got, want = next(stream), local.get_batch(16)
+                _assert_same(got, want)
+                assert got.num_sampleable == local.num_sampleable
+                assert got.total_weight == pytest.approx(local.total_weight, rel=1e-12)
+        # Fewer bytes on the wire: distinct rows, not stacks
+        assert srv.stats()["stream_batches"] >= 30
+
+
+def test_stream_is_a_feed_layout():
+    # The same arrays (dtype, shape, None fields) as an in-process feed's.
+    from memoire.feed import Feed
+    with _server(flags=[1] * 7 + [0] * 7) as srv:
+        local = ReplayMemory(*_templates(), 150)
+        _configure(local, flags=[1] * 7 + [0] * 7)
+        _fill(local)
+        with SamplingStream(srv.start_stream(), 8) as stream, Feed(local, 8) as feed:
+            a, b = next(stream), next(feed)
+            assert [None if x is None else (x.dtype, x.shape) for x in a.prev + a.next] == \
+                   [None if x is None else (x.dtype, x.shape) for x in b.prev + b.next]
+            with pytest.raises(ValueError, match="its own feed"):
+                Feed(stream, 8)  # one consumer per connection
+
+
+# ---------------------------------------------------------------- credit
+
+@pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])
+def test_credit_bounds_batches_in_flight(credit, depth):
+    with _server() as srv:
+        with SamplingStream(srv.start_stream(), 4, credit=credit, depth=depth) as stream:
+            taken = 5
+            for _ in range(taken):
+                next(stream)
+            # The ring refills (depth batches), then everything stops: nothing is taken.
+            assert _wait(lambda: stream.received == taken + depth)
+            time.sleep(0.3)  # room for the server to overshoot, if it would
+            sent = srv.stats()["stream_batches"]
+            assert stream.received == taken + depth
+            assert sent - stream.received <= credit
+            assert sent <= taken + depth + credit
+            # Taking more lets more through, still within the bound.
+            for _ in range(3 * (credit + depth)):
+                next(stream)
+            assert srv.stats()["stream_batches"] <= 3 * (credit + depth) + taken + depth + credit
+
+
+# ---------------------------------------------------------------- priorities
+
+def test_priority_updates_land():
+    with _server() as srv:
+        credit, depth = 4, 2
+        with SamplingStream(srv.start_stream(), 8, credit=credit, depth=depth) as stream:
+            first = next(stream)
+            zeroed = set(first.id.tolist())
+            before = srv.rem.num_sampleable
+            stream.update_priorities(first.id, np.zeros(8, np.float32))
+            assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == 1)
+            assert srv.rem.num_sampleable == before - len(zeroed)
+            # At most credit + depth batches were drawn before the update; none after it
+            # holds a zeroed entry.
+            for _ in range(credit + depth):
+                next(stream)
+            for _ in range(40):
+                assert not zeroed & set(next(stream).id.tolist())
+            with pytest.raises(ValueError, match="finite"):
+                stream.update_priorities(first.id[:1], [np.nan])
+            with pytest.raises(ValueError, match="ids"):
+                stream.update_priorities(first.id[:2], [1.0])
+
+
+# ---------------------------------------------------------------- dead and restarted servers
+
+def test_dead_server_raises_timeout_not_hang():
+    srv = _server()
+    stream = SamplingStream(srv.start_stream(), 4, credit=2, depth=2, timeout=1.0)
+    try:
+        next(stream)
+        srv.close()
+        with pytest.raises(TimeoutError, match="no batch from the server"):
+            for _ in range(2 + 2 + 3):  # what was in flight, then the silence
+                next(stream)
+    finally:
+        stream.close()
+        srv.close()
+
+
+def test_nothing_listening_raises_timeout(tmp_path):
+    with pytest.raises(TimeoutError, match="no answer"):
+        SamplingStream(f"ipc://{tmp_path}/nobody.ipc", 4, timeout=0.3)
+
+
+def test_restarted_server_is_reported(tmp_path):
+    ep = f"ipc://{tmp_path}/restart.ipc"
+    first = _server()
+    first.start_stream(ep)
+    stream = SamplingStream(ep, 4, credit=2, depth=2, timeout=5.0)
+    try:
+        next(stream)
+        first.close()
+        with _server() as second:
+            second.start_stream(ep)
+            with pytest.raises(RuntimeError, match="restarted"):
+                for _ in range(2 + 2 + 3):
+                    next(stream)
+            assert second.stats()["rejected"].get("stream_unknown", 0) >= 1
+    finally:
+        stream.close()
+        first.close()
+
+
+def test_draw_error_reaches_the_learner_and_the_stream_goes_on():
+    with ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=1) as srv:
+        _configure(srv.rem)
+        with SamplingStream(srv.start_stream(), 4, credit=2, depth=1) as stream:
+            with pytest.raises(RuntimeError, match="no sampleable entry"):
+                next(stream)
+            _fill(srv.rem)
+            got = None
+            for _ in range(50):  # the errors already in flight, then batches again
+                try:
+                    got = next(stream)
+                    break
+                except RuntimeError:
+                    pass
+            assert got is not None and got.prev[0].shape == (4, 4) + FRAME
+
+
+# ---------------------------------------------------------------- hostile clients
+
+def _ask(sock, frames, timeout_ms=5000):
+    sock.send_multipart(frames)
+    assert sock.poll(timeout_ms), "the server must answer every refused request"
+    return codec.decode(sock.recv_multipart(), expect=(Msg.ERROR, Msg.STREAM, Msg.STREAM_BATCH))
+
+
+def _stream(values):
+    return codec.encode(Msg.STREAM, values)
+
+
+def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
+    with _server() as srv:
+        ep = srv.start_stream()
+        ctx = zmq.Context()
+        bad = ctx.socket(zmq.DEALER)
+        bad.linger = 0
+        bad.connect(ep)
+        try:
+            cases = [
+                (_stream({"op": "credit", "credit": 1}), "stream_unknown"),
+                (_stream({"op": "open", "batch_size": 4, "credit": 10 ** 12}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": -3}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": True}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": "8"}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 10 ** 9, "credit": 1}), "batch_too_large"),
+                (_stream({"op": "open", "batch_size": 2.5, "credit": 1}), "stream_request"),
+                (_stream({"op": "drain everything"}), "stream_request"),
+                ([b"MMRW\x01\x00\x0c\x00garbage"], "malformed"),
+                ([b"not a memoire message", b"x" * 100], "malformed"),
+                (codec.encode(Msg.HELLO, {"uuid": 1}), "malformed"),
+            ]
+            for frames, reason in cases:
+                before = srv.stats()["rejected"].get(reason, 0)
+                reply = _ask(bad, frames)
+                assert reply.type == Msg.ERROR, reason
+                assert srv.stats()["rejected"].get(reason, 0) == before + 1, reason
+            # An open stream: bad credit and bad priorities are refused, the stream stays.
+            reply = _ask(bad, _stream({"op": "open", "batch_size": 4, "credit": 1}))
+            assert reply.type == Msg.STREAM and reply.values["op"] == "layout"
+            assert bad.poll(5000)  # the batch its credit of 1 brought
+            batch = codec.decode(bad.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+            assert batch.values["index"].shape == (4, 5)  # stack 4 + 1: 5 window rows
+            for values, reason in [
+                ({"op": "credit", "credit": 10 ** 15}, "stream_credit"),
+                ({"op": "credit", "credit": -1}, "stream_credit"),
+                ({"op": "priorities", "ids": np.zeros(3, np.float64),
+                  "weights": np.zeros(3, np.float32)}, "bad_priorities"),
+                ({"op": "priorities", "ids": np.zeros(3, np.int64),
+                  "weights": np.full(3, np.nan, np.float32)}, "bad_priorities"),
+            ]:
+                before = srv.stats()["rejected"].get(reason, 0)
+                assert _ask(bad, _stream(values)).type == Msg.ERROR, reason
+                assert srv.stats()["rejected"].get(reason, 0) == before + 1, reason
+            # A legitimate learner is served all along.
+            with SamplingStream(ep, 8, credit=4) as good:
+                for _ in range(20):
+                    assert next(good).prev[0].shape == (8, 4) + FRAME
+            assert srv.stats()["sampling_streams"] >= 1
+        finally:
+            bad.close(0)
+            ctx.term()
