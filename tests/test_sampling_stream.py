@@ -125,6 +125,17 @@ def test_stream_is_a_feed_layout():
                 Feed(stream, 8)  # one consumer per connection
 
 
+def test_two_endpoints_serve_side_by_side(tmp_path):
+    # Each endpoint's loop has its own streams (ROUTER identities are per socket).
+    with _server() as srv:
+        tcp, ipc = srv.start_stream(), srv.start_stream(f"ipc://{tmp_path}/two.ipc")
+        with SamplingStream(tcp, 4, credit=3) as a, SamplingStream(ipc, 4, credit=3) as b:
+            for _ in range(30):
+                next(a)
+                next(b)
+            assert srv.stats()["sampling_streams"] == 2
+
+
 # ---------------------------------------------------------------- credit
 
 @pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])

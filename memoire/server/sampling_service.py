@@ -26,15 +26,15 @@ remote calls (``batch_too_large``); malformed or wrong-version messages (``malfo
 (``stream_unknown``); bad priorities (``bad_priorities``). A stream silent for
 ``idle_timeout`` seconds is dropped (``stream_idle``).
 
-Threads: the worker loop (:meth:`SamplingService.worker_main`) owns its socket and the stream
-table; it samples with the GIL released (``_core.stream_send``).
+Threads: each worker loop (:meth:`SamplingService.worker_main`, one per endpoint) owns its
+socket and its streams' table; it samples with the GIL released (``_core.stream_send``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 import zmq
@@ -87,39 +87,47 @@ class SamplingService:
         self.max_credit = int(max_credit)
         self.max_streams = int(max_streams)
         self.idle_timeout = float(idle_timeout)
-        self._streams: Dict[bytes, _Stream] = {}
-        self._next_reap = 0.0
+        # The streams of each worker loop, by peer identity (identities are per socket).
+        self._tables: List[Dict[bytes, _Stream]] = []
 
     @property
     def open_streams(self) -> int:
-        return len(self._streams)
+        return sum(len(t) for t in list(self._tables))
 
     def worker_main(self, endpoint: str, mode: str = "Bind") -> None:
-        """Serves sampling streams on a ROUTER socket until the server closes."""
+        """Serves sampling streams on a ROUTER socket until the server closes (each call its
+        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc)."""
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
-        self._workers.serve([sock], lambda: self._step(sock))
+        streams: Dict[bytes, _Stream] = {}
+        self._tables.append(streams)
+        next_reap = [0.0]
+        try:
+            self._workers.serve([sock], lambda: self._step(sock, streams, next_reap))
+        finally:
+            self._tables.remove(streams)
 
     # ---- the loop
 
-    def _step(self, sock: zmq.Socket) -> None:
+    def _step(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], next_reap: list) -> None:
         now = time.monotonic()
-        busy = any(s.credit > 0 and s.paused_until <= now for s in self._streams.values())
+        busy = any(s.credit > 0 and s.paused_until <= now for s in streams.values())
         if sock.poll(0 if busy else POLL_MS):
             for _ in range(RECV_PER_STEP):
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                self._workers.guarded(self._handle, "stream worker", sock, frames)
+                self._workers.guarded(lambda so, fr: self._handle(so, streams, fr),
+                                      "stream worker", sock, frames)
         now = time.monotonic()
-        for ident, s in list(self._streams.items()):
+        for ident, s in list(streams.items()):
             if s.credit > 0 and s.paused_until <= now:
                 self._send_batches(sock, ident, s)
-        if now >= self._next_reap:
-            self._next_reap = now + 1.0
-            for ident, s in list(self._streams.items()):
+        if now >= next_reap[0]:
+            next_reap[0] = now + 1.0
+            for ident, s in list(streams.items()):
                 if now - s.last_seen > self.idle_timeout:
-                    del self._streams[ident]
+                    del streams[ident]
                     self._stats.reject("stream_idle", f"stream silent for {self.idle_timeout} s")
 
     def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
@@ -149,7 +157,7 @@ class SamplingService:
         self._stats.reject(reason, detail)
         self._reply(sock, ident, error_reply(kind, detail))
 
-    def _handle(self, sock: zmq.Socket, frames: list) -> None:
+    def _handle(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], frames: list) -> None:
         if len(frames) < 2:
             self._stats.reject("malformed", "stream: a message without a body")
             return
@@ -162,11 +170,11 @@ class SamplingService:
             return
         v = msg.values
         op = v.get("op")
-        stream = self._streams.get(ident)
+        stream = streams.get(ident)
         if stream is not None:
             stream.last_seen = time.monotonic()
         if op == "open":
-            self._open(sock, ident, v)
+            self._open(sock, streams, ident, v)
         elif op in ("credit", "priorities", "close") and stream is None:
             self._refuse(sock, ident, "stream_unknown", "RuntimeError",
                          "stream: no open stream for this peer (the server restarted or dropped "
@@ -183,13 +191,13 @@ class SamplingService:
         elif op == "priorities":
             self._priorities(sock, ident, v)
         elif op == "close":
-            del self._streams[ident]
+            del streams[ident]
         else:
             self._refuse(sock, ident, "stream_request", "ValueError",
                          f"stream: op must be 'open', 'credit', 'priorities' or 'close', "
                          f"got {op!r}")
 
-    def _open(self, sock, ident: bytes, v: dict) -> None:
+    def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
         n, credit = v.get("batch_size"), v.get("credit")
         if not _is_int(n):
             self._refuse(sock, ident, "stream_request", "ValueError",
@@ -205,7 +213,7 @@ class SamplingService:
                          f"stream: credit must be an int in [1, max_credit={self.max_credit}], "
                          f"got {credit!r}")
             return
-        if ident not in self._streams and len(self._streams) >= self.max_streams:
+        if ident not in streams and self.open_streams >= self.max_streams:
             self._refuse(sock, ident, "stream_peers", "RuntimeError",
                          f"stream: this server serves at most {self.max_streams} streams")
             return
@@ -214,7 +222,7 @@ class SamplingService:
         flags = np.asarray(rem.cache_flags, np.bool_)
         nf = len(flags) // 2
         send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
-        self._streams[ident] = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
+        streams[ident] = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
         self._stats.count("streams_opened")
         self._reply(sock, ident, codec.encode(Msg.STREAM, {
             "op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
