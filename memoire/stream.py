@@ -35,8 +35,12 @@ TimeoutError; a restarted server does not know the stream and says so (RuntimeEr
 it) within ``timeout``; a draw the server could not make (nothing sampleable yet) raises
 RuntimeError with its reason on the ``next`` that receives it, and the stream goes on.
 
-Transport: ``tcp://`` across hosts, ``ipc://`` on one host (fewer copies in the kernel), with
-CURVE keys as every memoire socket. Needs memoire's native message path (pyzmq's libzmq,
+Transport: ``tcp://`` across hosts, ``ipc://`` on one host, with CURVE keys as every memoire
+socket. On one host (``shared_memory``, by default for ``ipc://`` and loopback ``tcp://``) the
+server writes each batch's rows into a slot of a file in /dev/shm that the learner maps
+(one slot per credit; the learner removes the name once mapped, so a crash leaves nothing):
+the socket carries only the notice (the small arrays and the slot's number). Where the server
+cannot make the file, or the learner cannot map it, the rows travel in the messages. Needs memoire's native message path (pyzmq's libzmq,
 :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host batches only.
 """
 
@@ -74,6 +78,14 @@ def _close_stream(source, feed_holder: list, sock: zmq.Socket, ctx: zmq.Context)
     ctx.term()
 
 
+def _on_this_host(endpoint: str) -> bool:
+    """Whether an endpoint is surely on this host (ipc://, or tcp:// to a loopback address)."""
+    if endpoint.startswith("ipc://"):
+        return True
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0] if endpoint.startswith("tcp://") else ""
+    return host in ("localhost", "[::1]") or host.startswith("127.")
+
+
 class SamplingStream:
     """Batches of a server's memory pulled over a sampling stream (see the module docstring).
 
@@ -85,6 +97,9 @@ class SamplingStream:
       timeout: seconds to wait for the server's answer to the open and for each batch.
       keys: :class:`memoire.transport.CurveKeys` (client side) when the server uses CURVE.
       max_bytes: the largest message accepted from the server.
+      shared_memory: rows through shared memory (the server must be on this host); None: for
+        ``ipc://`` and loopback ``tcp://`` endpoints, falling back to the socket when the
+        mapping fails.
 
     Raises:
       ValueError: a bad argument, or one the server refused (batch size, credit).
@@ -94,7 +109,8 @@ class SamplingStream:
 
     def __init__(self, endpoint: str, batch_size: int, *, credit: int = 8, depth: int = 4,
                  timeout: float = DEFAULT_TIMEOUT, keys: Optional[CurveKeys] = None,
-                 max_bytes: int = codec.DEFAULT_MAX_BYTES):
+                 max_bytes: int = codec.DEFAULT_MAX_BYTES,
+                 shared_memory: Optional[bool] = None):
         for name, value in (("batch_size", batch_size), ("credit", credit), ("depth", depth)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -110,20 +126,40 @@ class SamplingStream:
         self._ctx = zmq.Context()
         self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn", keys=keys,
                                  server_side=False, max_bytes=max_bytes)
+        auto = shared_memory is None
+        shm = _on_this_host(endpoint) if auto else bool(shared_memory)
         try:
-            layout = self._open(timeout, max_bytes)
-            self.frame_stack = int(layout["frame_stack"])
-            self.multi_step = int(layout["multi_step"])
-            self.cache_flags = np.asarray(layout["flags"], np.bool_)
-            templates = [np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
-                         for _, dtype, shape in layout["schema"]]
-            chunk = max(1, self.credit // 2)
-            self._source = _core.StreamSource(
-                self._sock.underlying, templates, self._batch_size, self.frame_stack,
-                self.multi_step, [bool(f) for f in self.cache_flags], int(timeout * 1000),
-                int(PING_S * 1000), chunk,
-                codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
-                codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}), int(max_bytes))
+            while True:
+                layout = self._open(timeout, max_bytes, shm)
+                self.frame_stack = int(layout["frame_stack"])
+                self.multi_step = int(layout["multi_step"])
+                self.cache_flags = np.asarray(layout["flags"], np.bool_)
+                templates = [np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
+                             for _, dtype, shape in layout["schema"]]
+                chunk = max(1, self.credit // 2)
+                try:
+                    self._source = _core.StreamSource(
+                        self._sock.underlying, templates, self._batch_size, self.frame_stack,
+                        self.multi_step, [bool(f) for f in self.cache_flags],
+                        int(timeout * 1000), int(PING_S * 1000), chunk,
+                        codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
+                        codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}), int(max_bytes),
+                        str(layout.get("shm_path", "")), int(layout.get("shm_slots", 0)),
+                        int(layout.get("shm_slot_bytes", 0)))
+                except RuntimeError:
+                    if not (auto and shm):
+                        raise
+                    # Not mappable here (another host?): a new stream over the socket alone,
+                    # on a new connection (batches of the first may be on their way).
+                    shm = False
+                    self._sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}),
+                                              copy=False)
+                    self._sock.close(0)
+                    self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn",
+                                             keys=keys, server_side=False, max_bytes=max_bytes)
+                    continue
+                break
+            self.shared_memory = "shm_path" in layout
             self._feed_made = False
             self._feed = Feed(self, self._batch_size, depth=depth)
         except BaseException:
@@ -133,10 +169,11 @@ class SamplingStream:
         self._finalizer = weakref.finalize(self, _close_stream, self._source,
                                            self._feed._holder, self._sock, self._ctx)
 
-    def _open(self, timeout: float, max_bytes: int) -> dict:
+    def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
         """Opens the stream (granting the first credit) and returns the server's layout."""
         self._sock.send_multipart(codec.encode(Msg.STREAM, {
-            "op": "open", "batch_size": self._batch_size, "credit": self.credit}), copy=False)
+            "op": "open", "batch_size": self._batch_size, "credit": self.credit,
+            "shared_memory": shm}), copy=False)
         if not self._sock.poll(int(timeout * 1000)):
             raise TimeoutError(f"SamplingStream: no answer from {self.endpoint} within "
                                f"{timeout} s (is a server's stream worker running there?)")

@@ -89,8 +89,9 @@ SETTINGS = [
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-@pytest.mark.parametrize("transport", ["tcp", "ipc"])
-def test_batches_equal_in_process_bit_for_bit(settings, transport, tmp_path):
+@pytest.mark.parametrize("transport,shm", [("tcp", False), ("ipc", False), ("tcp", True),
+                                           ("ipc", True)])
+def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path):
     # The same contents and seed: the stream is the server memory's only sampler, so its
     # batches are the ones the local memory's get_batch draws, in the same order.
     local = ReplayMemory(*_templates(), 150)
@@ -100,7 +101,9 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, tmp_path):
     with _server(seed=7, **settings) as srv:
         ep = srv.start_stream("tcp://127.0.0.1:*" if transport == "tcp"
                               else f"ipc://{tmp_path}/stream.ipc")
-        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10) as stream:
+        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10,
+                            shared_memory=shm) as stream:
+            assert stream.shared_memory == shm
             for _ in range(30):
                 got, want = next(stream), local.get_batch(16)
                 _assert_same(got, want)

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +20,33 @@
 #include "core/stream_batch.h"
 
 namespace memoire {
+
+// A file in /dev/shm mapped by a server (read-write, its creator) and one learner (read-only):
+// the slots of a stream's shared-memory path (core/stream_batch.h).
+class ShmRegion {
+ public:
+  static constexpr const char* kDir = "/dev/shm/";
+  static constexpr const char* kPrefix = "memoire-stream-";
+  // Creates a new file of `bytes` (mode 0600, a fresh unique name) and maps it read-write.
+  static Status Create(size_t bytes, std::unique_ptr<ShmRegion>* out);
+  // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-only,
+  // then removes its name (the creator's mapping and this one stay).
+  static Status Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out);
+  ~ShmRegion();  // unmaps; the creator also removes the name if it is still there
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  ShmRegion() = default;
+  std::string path_;
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool owner_ = false;
+};
 
 class StreamSource {
  public:
@@ -31,6 +59,7 @@ class StreamSource {
     int64_t credit_chunk = 1; // credit returned after this many batches were received
     // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
     std::vector<std::string> credit_message, ping_message;
+    std::shared_ptr<ShmRegion> shm;  // the mapping when layout.shm_slots > 0
   };
   explicit StreamSource(Options o) : opt_(std::move(o)) {}
 

@@ -69,14 +69,25 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
   for (size_t i = 0; i < win.size(); ++i)
     out->index[i] = static_cast<int32_t>(
         std::lower_bound(uniq.begin(), uniq.end(), win[i]) - uniq.begin());
+  size_t offsets[kNumFields] = {};
+  if (out->place != nullptr &&
+      StreamRowOffsets(schema_, out->send, u, offsets) > out->place_bytes)
+    return Error(Code::kInternal, "sample: a shared-memory slot of ", out->place_bytes,
+                 " bytes is too small for ", u, " rows");
   for (int f = 0; f < kNumFields; ++f) {
     if (!out->send[f]) {
       out->rows[f].clear();
       continue;
     }
     const size_t rb = cols_.row_bytes(f);
-    out->rows[f].resize(static_cast<size_t>(u) * rb);
-    GatherRows(cols_.data(f), rb, uniq.data(), u, out->rows[f].data());
+    uint8_t* dst;
+    if (out->place != nullptr) {
+      dst = out->place + offsets[f];
+    } else {
+      out->rows[f].resize(static_cast<size_t>(u) * rb);
+      dst = out->rows[f].data();
+    }
+    GatherRows(cols_.data(f), rb, uniq.data(), u, dst);
   }
   out->num_sampleable = sampleable_;
   out->total_weight = tree_.Total();
@@ -84,6 +95,29 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
 }
 
 // ---------------------------------------------------------------------- the wire
+
+size_t StreamRowOffsets(const Schema& schema, const std::array<uint8_t, protocol::kNumFields>& send,
+                        int64_t distinct, size_t* offsets) {
+  size_t at = 0;
+  for (int f = 0; f < protocol::kNumFields; ++f) {
+    if (!send[f]) continue;
+    offsets[f] = at;
+    at += (static_cast<size_t>(distinct) * schema.field(f).bytes() + 63) / 64 * 64;
+  }
+  return at;
+}
+
+std::array<uint8_t, protocol::kNumFields> StreamSends(const StreamLayout& layout) {
+  std::array<uint8_t, protocol::kNumFields> s{};
+  for (int f = 0; f < protocol::kNumFields; ++f) s[f] = layout.sends(f);
+  return s;
+}
+
+size_t StreamSlotBytes(const StreamLayout& layout) {
+  size_t offsets[protocol::kNumFields];
+  return StreamRowOffsets(layout.schema, StreamSends(layout), layout.batch_size * layout.window(),
+                          offsets);
+}
 
 namespace {
 
@@ -117,8 +151,12 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, int64_t seq
   add(Array("id", DType::kInt64, {n}), b.id.data(), n * sizeof(int64_t));
   add(Array("index", DType::kInt32, {n, b.window}), b.index.data(),
       b.index.size() * sizeof(int32_t));
+  if (b.place != nullptr) {  // the rows are in shared memory: say where
+    add(Array("slot", DType::kInt64, {}), &b.slot, sizeof(int64_t));
+    add(Array("distinct", DType::kInt64, {}), &b.distinct, sizeof(int64_t));
+  }
   for (int f = 0; f < protocol::kNumFields; ++f) {
-    if (!b.send[f]) continue;
+    if (!b.send[f] || b.place != nullptr) continue;
     const Field& fd = schema.field(f);
     std::vector<int64_t> shape{b.distinct};
     shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
@@ -144,7 +182,8 @@ Status DecodeFrames(const Frame* frames, size_t n_frames, const codec::Limits& l
 }  // namespace
 
 Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayout& layout,
-                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq) {
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
+                          const uint8_t* shm) {
   const Code bad = Code::kDataLoss;
   codec::Message m;
   MEMOIRE_RETURN_IF_ERROR(DecodeFrames(frames, n_frames, limits, &m));
@@ -160,7 +199,12 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
       {"total_weight", DType::kFloat64, {}}, {"weight", DType::kFloat32, {n}},
       {"prob", DType::kFloat64, {n}},      {"done", DType::kBool, {n}},
       {"id", DType::kInt64, {n}},          {"index", DType::kInt32, {n, w}}};
-  for (int f = 0; f < F; ++f) {
+  const bool in_shm = layout.shm_slots > 0;
+  if (in_shm) {
+    specs.push_back({"slot", DType::kInt64, {}});
+    specs.push_back({"distinct", DType::kInt64, {}});
+  }
+  for (int f = 0; f < F && !in_shm; ++f) {
     if (!layout.sends(f)) continue;
     const Field& fd = layout.schema.field(f);
     std::vector<int64_t> shape{-1};  // U, the one free dimension
@@ -175,7 +219,31 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     for (size_t s = 0; s < specs.size(); ++s)
       if (e.depth == 0 && e.name == specs[s].name) at[s] = frames[1 + e.frame].data;
   }
-  const bool any_rows = specs.size() > 8;
+  // Where each sent field's rows are: the message's frames, or a slot of the mapping.
+  std::vector<const uint8_t*> rows_at(F, nullptr);
+  bool any_rows = false;
+  if (in_shm) {
+    int64_t slot;
+    std::memcpy(&slot, at[8], sizeof(slot));
+    std::memcpy(&u, at[9], sizeof(u));
+    if (slot < 0 || slot >= layout.shm_slots)
+      return Error(bad, "stream: slot ", slot, " outside [0, ", layout.shm_slots, ")");
+    if (u < 1 || u > n * w) return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
+    size_t offsets[F] = {};
+    StreamRowOffsets(layout.schema, StreamSends(layout), u, offsets);  // <= shm_slot_bytes
+    for (int f = 0; f < F; ++f)
+      if (layout.sends(f)) {
+        rows_at[f] = shm + static_cast<size_t>(slot) * layout.shm_slot_bytes + offsets[f];
+        any_rows = true;
+      }
+  } else {
+    size_t s = 8;
+    for (int f = 0; f < F; ++f)
+      if (layout.sends(f)) {
+        rows_at[f] = at[s++];
+        any_rows = true;
+      }
+  }
   if (any_rows && (u < 1 || u > n * w))
     return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
   std::memcpy(seq, at[0], sizeof(int64_t));
@@ -191,10 +259,9 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     }
   }
   const int shift = layout.shift();
-  size_t s = 8;
   for (int f = 0; f < F; ++f) {
     if (!layout.sends(f)) continue;
-    const uint8_t* rows = at[s++];
+    const uint8_t* rows = rows_at[f];
     const size_t rb = layout.schema.field(f).bytes();
     for (int side = 0; side < 2; ++side) {
       if (!layout.flags[side * F + f]) continue;

@@ -5,9 +5,14 @@ The learner's end is :class:`memoire.stream.SamplingStream`; the batch, its draw
 layout are ``cpp/core/stream_batch.h``. One ROUTER socket serves every stream (a learner holds
 a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 
-- ``{"op": "open", "batch_size": n, "credit": c}``: opens (or reopens) the peer's stream with
-  ``c`` batches granted; the reply is a STREAM ``{"op": "layout", "schema", "frame_stack",
-  "multi_step", "flags", "batch_size", "max_credit"}`` (the layout is fixed from then on).
+- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool}``: opens (or reopens)
+  the peer's stream with ``c`` batches granted; the reply is a STREAM ``{"op": "layout",
+  "schema", "frame_stack", "multi_step", "flags", "batch_size", "max_credit"}`` (the layout is
+  fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
+  slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: batches
+  then carry their rows in slot ``seq % c`` and the message only says which (the stream's
+  credit can never exceed its ``c`` slots). Where that fails (no /dev/shm, over
+  ``max_shm_bytes``) the reply has no shm entries and the rows travel in the messages.
 - ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
   peer the server does not know, e.g. after a restart, gets an ERROR saying so).
 - ``{"op": "priorities", "ids": int64[m], "weights": float32[m]}``: the server's
@@ -41,11 +46,12 @@ import zmq
 
 from memoire import _core, codec
 from memoire.protocol import Msg
-from memoire.server.workers import POLL_MS, Stats, Workers, decode, error_reply
+from memoire.server.workers import POLL_MS, Stats, Workers, decode, error_reply, log
 
 DEFAULT_MAX_CREDIT = 64
 DEFAULT_MAX_STREAMS = 64
 DEFAULT_IDLE_TIMEOUT = 600.0
+DEFAULT_MAX_SHM_BYTES = 1 << 30  # one stream's shared-memory slots; larger ones use the wire
 BURST = 4  # batches sent to one stream before the next stream's turn
 ERROR_PAUSE_S = 0.05  # after a failed draw (e.g. nothing sampleable yet), that stream waits
 SEND_TIMEOUT_MS = 1000
@@ -62,6 +68,8 @@ class _Stream:
     last_seen: float
     seq: int = 0
     paused_until: float = 0.0
+    shm: object = None  # _core.StreamShm: the slots of a learner on this host
+    slots: int = 0  # shm's slots: the most credit the stream may have
 
 
 class SamplingService:
@@ -75,11 +83,13 @@ class SamplingService:
       max_credit: batches one stream may have granted and unsent at once.
       max_streams: open streams at once.
       idle_timeout: seconds after which a silent stream is dropped.
+      max_shm_bytes: the largest shared-memory region one stream gets.
     """
 
     def __init__(self, server, schema, stats: Stats, workers: Workers, *,
                  max_credit: int = DEFAULT_MAX_CREDIT, max_streams: int = DEFAULT_MAX_STREAMS,
-                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT):
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 max_shm_bytes: int = DEFAULT_MAX_SHM_BYTES):
         self._server = server
         self._schema = schema
         self._stats = stats
@@ -87,6 +97,7 @@ class SamplingService:
         self.max_credit = int(max_credit)
         self.max_streams = int(max_streams)
         self.idle_timeout = float(idle_timeout)
+        self.max_shm_bytes = int(max_shm_bytes)
         # The streams of each worker loop, by peer identity (identities are per socket).
         self._tables: List[Dict[bytes, _Stream]] = []
 
@@ -133,7 +144,8 @@ class SamplingService:
     def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
         k = min(s.credit, BURST)
         sent, error = _core.stream_send(self._server.rem, sock.underlying, ident, s.batch_size,
-                                        k, s.seq, s.window, s.send, SEND_TIMEOUT_MS)
+                                        k, s.seq, s.window, s.send, SEND_TIMEOUT_MS, s.shm,
+                                        s.slots)
         s.seq += sent
         s.credit -= sent
         if sent:
@@ -181,11 +193,11 @@ class SamplingService:
                          "it): open a new SamplingStream")
         elif op == "credit":
             k = v.get("credit")
-            if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
+            most = stream.slots if stream.shm is not None else self.max_credit
+            if not _is_int(k) or k < 0 or stream.credit + int(k) > most:
                 self._refuse(sock, ident, "stream_credit", "ValueError",
                              f"stream: credit must be an int >= 0 keeping the outstanding credit "
-                             f"<= max_credit={self.max_credit} (outstanding {stream.credit}), "
-                             f"got {k!r}")
+                             f"<= {most} (outstanding {stream.credit}), got {k!r}")
                 return
             stream.credit += int(k)
         elif op == "priorities":
@@ -222,13 +234,36 @@ class SamplingService:
         flags = np.asarray(rem.cache_flags, np.bool_)
         nf = len(flags) // 2
         send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
-        streams[ident] = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
+        stream = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
+        streams.pop(ident, None)  # a reopened stream's slots go first
+        layout = {"op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
+                                             for f, d, s in self._schema],
+                  "frame_stack": fs, "multi_step": ms, "flags": flags, "batch_size": n,
+                  "max_credit": self.max_credit}
+        if v.get("shared_memory") is True:
+            self._make_shm(stream, rem, layout)
+        streams[ident] = stream
         self._stats.count("streams_opened")
-        self._reply(sock, ident, codec.encode(Msg.STREAM, {
-            "op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
-                                       for f, d, s in self._schema],
-            "frame_stack": fs, "multi_step": ms, "flags": flags, "batch_size": n,
-            "max_credit": self.max_credit}))
+        self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
+
+    def _make_shm(self, stream: _Stream, rem, layout: dict) -> None:
+        """Gives `stream` its slots in shared memory (one per credit) and says where in
+        `layout`; on failure the stream uses the wire."""
+        row = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+                  for (_, d, s), on in zip(self._schema, stream.send) if on)
+        if row * stream.batch_size * stream.window * stream.credit > self.max_shm_bytes:
+            self._stats.count("stream_shm_too_large")
+            return
+        try:
+            shm = _core.StreamShm(rem, stream.batch_size, stream.window, stream.send,
+                                  stream.credit)
+        except (RuntimeError, ValueError) as e:  # no /dev/shm, no room: the wire will do
+            log.info("stream: no shared memory (%s); batches go over the socket", e)
+            self._stats.count("stream_shm_failed")
+            return
+        stream.shm, stream.slots = shm, stream.credit
+        layout.update(shm_path=shm.path, shm_slots=stream.credit,
+                      shm_slot_bytes=shm.bytes // stream.credit)
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
         ids, weights = v.get("ids"), v.get("weights")
