@@ -8,7 +8,9 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   in-process feed        memoire.feed.Feed over the local copy (native sampler thread, ring)
   RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
   stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
-                         rows, stacked on arrival into the feed's ring)
+                         rows, stacked on arrival into the feed's ring), rows in the messages
+  stream shm             the same, rows through shared memory (the server writes them into
+                         slots the learner maps; the socket, tcp or ipc, carries the notices)
 
 Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run.
 
@@ -102,14 +104,15 @@ def main(argv=None):
     b = args.batch
     remote = RemoteMemory(eps["rep"], timeout=30)
     feed = Feed(local, b, depth=args.depth)
-    streams = {k: SamplingStream(eps[k], b, credit=args.credit, depth=args.depth, timeout=30)
-               for k in ("tcp", "ipc")}
+    streams = {f"stream {k}{' shm' if shm else ''}":
+               SamplingStream(eps[k], b, credit=args.credit, depth=args.depth, timeout=30,
+                              shared_memory=shm)
+               for shm in (False, True) for k in ("tcp", "ipc")}
     ways = {
         "in-process get_batch": lambda: local.get_batch(b),
         "in-process feed": lambda: next(feed),
         "RemoteMemory.sample (tcp)": lambda: remote.sample(b),
-        "stream tcp": lambda: next(streams["tcp"]),
-        "stream ipc": lambda: next(streams["ipc"]),
+        **{name: (lambda s=s: next(s)) for name, s in streams.items()},
     }
     got = {k: [] for k in ways}
     try:
