@@ -305,3 +305,44 @@ def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
         finally:
             bad.close(0)
             ctx.term()
+
+
+# ---------------------------------------------------------------- shared memory
+
+def _shm_files():
+    import glob
+    return set(glob.glob("/dev/shm/memoire-stream-*"))
+
+
+def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
+    before = _shm_files()
+    with _server() as srv:
+        ep = srv.start_stream()
+        with SamplingStream(ep, 4, credit=3, shared_memory=True) as stream:
+            assert stream.shared_memory
+            next(stream)
+            # Mapped on both sides, the name is gone: a crash of either leaves nothing.
+            assert _shm_files() - before == set()
+        # A raw peer: its slots cap its credit (3 slots, 3 granted).
+        ctx = zmq.Context()
+        peer = ctx.socket(zmq.DEALER)
+        peer.linger = 0
+        peer.connect(ep)
+        try:
+            reply = _ask(peer, _stream({"op": "open", "batch_size": 4, "credit": 3,
+                                        "shared_memory": True}))
+            assert reply.values["shm_slots"] == 3
+            for _ in range(3):  # the notices its credit brought: slot numbers, no rows
+                assert peer.poll(5000)
+                notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+                assert 0 <= notice.values["slot"] < 3
+                assert not any(k.startswith("rows/") for k in notice.values)
+            n = srv.stats()["rejected"].get("stream_credit", 0)
+            reply = _ask(peer, _stream({"op": "credit", "credit": 4}))  # 4 > 3 slots
+            assert reply.type == Msg.ERROR
+            assert srv.stats()["rejected"]["stream_credit"] == n + 1
+        finally:
+            peer.close(0)
+            ctx.term()
+    # The server let go of the slots of the peer that never mapped them.
+    assert _shm_files() - before == set()
