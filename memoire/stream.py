@@ -40,8 +40,8 @@ socket. On one host (``shared_memory``, by default for ``ipc://`` and loopback `
 server writes each batch's rows into a slot of a file in /dev/shm that the learner maps
 (one slot per credit; the learner removes the name once mapped, so a crash leaves nothing):
 the socket carries only the notice (the small arrays and the slot's number). Where the server
-cannot make the file, or the learner cannot map it, the rows travel in the messages. Needs memoire's native message path (pyzmq's libzmq,
-:func:`memoire.transport.native_libzmq`). One consumer thread per stream; host batches only.
+cannot make the file, or the learner cannot map it, the rows travel in the messages. Needs
+memoire's native message path (pyzmq's libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host batches only.
 """
 
 from __future__ import annotations

@@ -145,7 +145,8 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
       }
       rc = libzmq::Receive(opt_.socket, kSliceMs, &frames);
     }
-    if (rc < 0) return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+    if (rc < 0)
+      return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
     if (rc == 1) break;
     if (Clock::now() >= deadline)
       return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
@@ -243,7 +244,8 @@ std::vector<std::string> Strings(const py::list& frames) {
   std::vector<std::string> out;
   for (const py::handle& h : frames) {
     py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
-    out.emplace_back(static_cast<const char*>(info.ptr), static_cast<size_t>(info.size * info.itemsize));
+    out.emplace_back(static_cast<const char*>(info.ptr),
+                     static_cast<size_t>(info.size * info.itemsize));
   }
   return out;
 }

@@ -228,7 +228,8 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     std::memcpy(&u, at[9], sizeof(u));
     if (slot < 0 || slot >= layout.shm_slots)
       return Error(bad, "stream: slot ", slot, " outside [0, ", layout.shm_slots, ")");
-    if (u < 1 || u > n * w) return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
+    if (u < 1 || u > n * w)  // before any offset is computed from it
+      return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
     size_t offsets[F] = {};
     StreamRowOffsets(layout.schema, StreamSends(layout), u, offsets);  // <= shm_slot_bytes
     for (int f = 0; f < F; ++f)

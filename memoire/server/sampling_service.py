@@ -21,7 +21,8 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 
 The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
 an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; that peer's
-draws pause 50 ms), and an ERROR for any request it refuses (no credit spent). So the batches in flight to a learner never exceed its credit.
+draws pause 50 ms), and an ERROR for any request it refuses (no credit spent). So the
+batches in flight to a learner never exceed its credit.
 
 Limits (each refusal is counted in the server's ``rejected`` and answered with an ERROR; the
 worker keeps serving): credit outstanding per stream at most ``max_credit``
