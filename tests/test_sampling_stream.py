@@ -346,3 +346,57 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
             ctx.term()
     # The server let go of the slots of the peer that never mapped them.
     assert _shm_files() - before == set()
+
+
+# ---------------------------------------------------------------- a hostile server
+
+def _fake_batch(u, index, extra=None):
+    from memoire.protocol import describe_schema
+    values = {"seq": np.int64(0), "num_sampleable": np.int64(5), "total_weight": np.float64(1),
+              "weight": np.ones(2, np.float32), "prob": np.ones(2), "done": np.zeros(2, bool),
+              "id": np.arange(2, dtype=np.int64), "index": np.asarray(index, np.int32)}
+    for name, dtype, shape in describe_schema(_templates()):
+        values["rows/" + name] = np.zeros((u,) + tuple(shape), dtype)
+    values.update(extra or {})
+    return codec.encode(Msg.STREAM_BATCH, values)
+
+
+@pytest.mark.parametrize("frames_of,match", [
+    (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside"),     # index past the rows
+    (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside"),
+    (lambda: _fake_batch(3, [[0, 1, 2]]), "index"),                   # wrong shape
+    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]],
+                         {"weight": np.ones(2, np.float64)}), "weight"),  # wrong dtype
+    (lambda: [b"MMRW garbage"], "header"),
+])
+def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
+    # A server that answers the open properly, then sends a bad batch: the learner raises
+    # memoire.ProtocolError (a ValueError) naming it, and reads nothing out of bounds.
+    from memoire.protocol import describe_schema
+    ctx = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.linger = 0
+    ep = f"ipc://{tmp_path}/fake.ipc"
+    fake.bind(ep)
+    try:
+        import threading
+
+        def serve():
+            assert fake.poll(5000)
+            ident, *_ = fake.recv_multipart()
+            fake.send_multipart([ident, *codec.encode(Msg.STREAM, {
+                "op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
+                                           for f, d, s in describe_schema(_templates())],
+                "frame_stack": 2, "multi_step": 1, "flags": np.ones(14, bool),
+                "batch_size": 2, "max_credit": 64})])
+            fake.send_multipart([ident, *frames_of()])
+
+        t = threading.Thread(target=serve)
+        t.start()
+        stream = SamplingStream(ep, 2, credit=1, depth=1, timeout=5, shared_memory=False)
+        t.join()
+        with stream, pytest.raises(ValueError, match=match):
+            next(stream)
+    finally:
+        fake.close(0)
+        ctx.term()
