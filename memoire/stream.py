@@ -92,7 +92,9 @@ class SamplingStream:
     Args:
       endpoint: the server's stream endpoint (:meth:`ReplayMemoryServer.start_stream`).
       batch_size: rows per batch, 1..the server's ``max_batch``.
-      credit: batches the server may send ahead, 1..its ``max_credit`` (64 by default).
+      credit: batches the server may send ahead, 1..its ``max_credit`` (64 by default); with
+        shared memory also the slots (an Atari batch of 32 needs a 1.1 MB slot). More credit
+        hides more latency: on a loaded machine 16 or more matters.
       depth: batches stacked ahead in the learner's ring (>= 1).
       timeout: seconds to wait for the server's answer to the open and for each batch.
       keys: :class:`memoire.transport.CurveKeys` (client side) when the server uses CURVE.
@@ -107,7 +109,7 @@ class SamplingStream:
       RuntimeError: the native message path is off, or the server refused the stream.
     """
 
-    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 8, depth: int = 4,
+    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 16, depth: int = 4,
                  timeout: float = DEFAULT_TIMEOUT, keys: Optional[CurveKeys] = None,
                  max_bytes: int = codec.DEFAULT_MAX_BYTES,
                  shared_memory: Optional[bool] = None):
