@@ -400,3 +400,43 @@ def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
     finally:
         fake.close(0)
         ctx.term()
+
+
+# ---------------------------------------------------------------- memoire serve --stream
+
+def test_memoire_serve_stream_flag(tmp_path):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from memoire import ReplayMemoryClient
+    cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+           "--state_shape", "4", "--frame_stack", "2", "--interval", "5",
+           "--stream", f"ipc://{tmp_path}/serve.ipc"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ), cwd=str(tmp_path))
+    try:
+        pub, rep, pull = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)",
+                                  proc.stdout.readline()).groups()
+        ep = re.match(r"memoire serve: stream (\S+)", proc.stdout.readline()).group(1)
+        with ReplayMemoryClient(pub, rep, pull, mode="central", timeout=5) as c:
+            c.new_episode()
+            for k in range(6):
+                c.add_entry(np.full(4, k, np.float32), k, 1.0, 0.5, 0.0)
+            c.close_episode()
+        with SamplingStream(ep, 3, credit=2, timeout=5) as stream:
+            batch = None
+            for _ in range(200):  # until the episode is stored (draws fail before)
+                try:
+                    batch = next(stream)
+                    break
+                except RuntimeError:
+                    time.sleep(0.02)
+            assert batch is not None and batch.prev[0].shape == (3, 2, 4)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
