@@ -169,10 +169,10 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
     int64_t seq = -1;
     s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq,
                            opt_.shm ? opt_.shm->data() : nullptr);
-    if (s.ok()) {
-      last_seq_.store(seq);
-      received_.fetch_add(1);
-    }
+    if (s.ok() && seq != last_seq_.load() + 1)  // one connection keeps order: none was lost
+      s = Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last_seq_.load());
+    if (seq >= 0) last_seq_.store(seq);  // one error per gap, not one per later batch
+    if (s.ok()) received_.fetch_add(1);
   }
   if (!error || kind == kDrawError) {
     // The server spent a credit on this message (a batch or a failed draw): give it back, now
@@ -212,7 +212,8 @@ std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std
     }
     Status s = rm->SampleDistinct(n, &b->batch);
     std::vector<codec::Frame> data;
-    if (s.ok()) s = EncodeStreamBatch(b->batch, rm->schema(), seq0 + sent, &b->header, &data);
+    b->batch.seq = seq0 + sent;
+    if (s.ok()) s = EncodeStreamBatch(b->batch, rm->schema(), &b->header, &data);
     if (!s.ok()) return {sent, s};
     std::vector<libzmq::OutFrame> out{{identity.data(), identity.size()},
                                       {b->header.data(), b->header.size()}};

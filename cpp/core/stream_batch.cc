@@ -132,8 +132,8 @@ Entry Array(const std::string& name, DType dtype, std::vector<int64_t> shape) {
 
 }  // namespace
 
-Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, int64_t seq,
-                         std::string* header, std::vector<Frame>* data) {
+Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string* header,
+                         std::vector<Frame>* data) {
   codec::Message m;
   m.type = MsgType::kStreamBatch;
   data->clear();
@@ -142,7 +142,7 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, int64_t seq
     data->push_back({static_cast<const uint8_t*>(bytes), size});
   };
   const int64_t n = b.n;
-  add(Array("seq", DType::kInt64, {}), &seq, sizeof(seq));
+  add(Array("seq", DType::kInt64, {}), &b.seq, sizeof(int64_t));
   add(Array("num_sampleable", DType::kInt64, {}), &b.num_sampleable, sizeof(int64_t));
   add(Array("total_weight", DType::kFloat64, {}), &b.total_weight, sizeof(double));
   add(Array("weight", DType::kFloat32, {n}), b.weight.data(), n * sizeof(float));

@@ -65,6 +65,7 @@ struct StreamLayout {
 
 // One batch, as drawn by ReplayMemory::SampleDistinct (sized by it).
 struct StreamBatch {
+  int64_t seq = 0;       // the stream's batch number (set by the sender)
   int64_t n = 0;         // rows of the batch
   int64_t distinct = 0;  // U
   int window = 0;
@@ -95,9 +96,10 @@ size_t StreamSlotBytes(const StreamLayout& layout);
 // The fields a layout sends (prev or next flag set).
 std::array<uint8_t, protocol::kNumFields> StreamSends(const StreamLayout& layout);
 
-// The header frame and data frames (views of `b`) of the STREAM_BATCH message of `b`.
-Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, int64_t seq,
-                         std::string* header, std::vector<codec::Frame>* data);
+// The header frame and data frames (views of `b`, valid while it lives) of the STREAM_BATCH
+// message of `b`.
+Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string* header,
+                         std::vector<codec::Frame>* data);
 
 // Checks a received STREAM_BATCH (frames[0] its header) against `layout` and stacks it into
 // the learner's parts, in memoire.feed's ReplayMemory layout: prev[7], next[7]
