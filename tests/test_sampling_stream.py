@@ -368,6 +368,7 @@ def _fake_batch(u, index, extra=None):
     (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]],
                          {"weight": np.ones(2, np.float64)}), "weight"),  # wrong dtype
     (lambda: [b"MMRW garbage"], "header"),
+    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after"),
 ])
 def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
     # A server that answers the open properly, then sends a bad batch: the learner raises
