@@ -441,3 +441,24 @@ def test_memoire_serve_stream_flag(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
+
+
+# ---------------------------------------------------------------- CURVE
+
+def test_curve_stream_serves_key_holders_only(tmp_path):
+    from memoire.transport import CurveKeys, generate_keys
+    server_pub, server_secret = generate_keys(str(tmp_path / "server"), "server")
+    _, good_secret = generate_keys(str(tmp_path / "authorized"), "learner")
+    _, bad_secret = generate_keys(str(tmp_path / "strangers"), "stranger")
+    keys = CurveKeys(server_secret, authorized_dir=str(tmp_path / "authorized"))
+    srv = ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=7, keys=keys)
+    with srv:
+        _configure(srv.rem)
+        _fill(srv.rem)
+        ep = srv.start_stream()
+        good = CurveKeys(good_secret, server_public_file=server_pub)
+        with SamplingStream(ep, 4, credit=2, keys=good, shared_memory=False) as stream:
+            assert next(stream).prev[0].shape == (4, 4) + FRAME
+        for k in (CurveKeys(bad_secret, server_public_file=server_pub), None):
+            with pytest.raises(TimeoutError):
+                SamplingStream(ep, 4, keys=k, timeout=0.3)
