@@ -12,7 +12,9 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   stream shm             the same, rows through shared memory (the server writes them into
                          slots the learner maps; the socket, tcp or ipc, carries the notices)
 
-Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run.
+Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run,
+and with the learner process's CPU time per batch (all its threads): on a shared machine the
+rates move with the load, the CPU cost much less.
 
     PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_remote_sampling.py \\
         [--fill 20000] [--batch 32] [--seconds 2] [--rounds 3] [--credit 16] [--depth 4]
@@ -67,13 +69,15 @@ def serve(n: int, ipc_path: str, conn) -> None:
     srv.close()
 
 
-def rate(take, seconds: float) -> float:
+def rate(take, seconds: float) -> tuple:
+    """(batches/s, the learner process's CPU ms per batch: all its threads, so a stream's
+    receiving thread and ZeroMQ's I/O thread count; the server process's do not)."""
     take()  # warm: first batch, lazily built rings
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         take()
         n += 1
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
 
 
 def main(argv=None):
@@ -115,10 +119,13 @@ def main(argv=None):
         **{name: (lambda s=s: next(s)) for name, s in streams.items()},
     }
     got = {k: [] for k in ways}
+    cpu = {k: [] for k in ways}
     try:
         for _ in range(args.rounds):
             for name, take in ways.items():
-                got[name].append(rate(take, args.seconds))
+                r, c = rate(take, args.seconds)
+                got[name].append(r)
+                cpu[name].append(c)
     finally:
         for s in streams.values():
             s.close()
@@ -130,11 +137,11 @@ def main(argv=None):
     print(f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
           f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
           f"(medians; cpus: {os.cpu_count()})")
-    print(f"{'way':<28} {'batches/s':>10} {'ratio':>6}")
+    print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
     for name, rates in got.items():
         m = statistics.median(rates)
-        print(f"{name:<28} {m:10.0f} {m / ref:6.2f}   rounds: "
-              + ", ".join(f"{r:.0f}" for r in rates))
+        print(f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
+              "   rounds: " + ", ".join(f"{r:.0f}" for r in rates))
 
 
 if __name__ == "__main__":
