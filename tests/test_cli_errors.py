@@ -234,8 +234,8 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     prog, main = _entry_points()[index]
     actions = _check_help(prog, main, monkeypatch, capsys)
     if prog == "memoire serve":  # the 26 options, the 6 limits of docs/LIMITS.md, and
-        # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 37
+        # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed; --stream
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 38
 
 
 @pytest.mark.dopamine
