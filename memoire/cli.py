@@ -75,6 +75,21 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        # Every parser (sub-parsers too) takes the global --log-level. Its default is SUPPRESS,
+        # so a sub-parser's absent option does not undo the parent's, and the parsed value is
+        # applied (configure_logging) and dropped from the namespace, leaving mains as they are.
+        self.add_argument("--log-level", dest="log_level", default=argparse.SUPPRESS,
+                          type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
+                          help="level of memoire's log messages on stderr: "
+                               f"{', '.join(LOG_LEVELS)} (default: info; also "
+                               f"${LOG_LEVEL_ENV})")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, rest = super().parse_known_args(args, namespace)
+        level = vars(namespace).pop("log_level", None)
+        if level is not None:
+            configure_logging(level)
+        return namespace, rest
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
@@ -82,20 +97,43 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# The level of --log-level, kept in the environment so that the processes a command starts
+# (sweep runs, spawned actors) log at the same level.
+LOG_LEVEL_ENV = "MEMOIRE_LOG_LEVEL"
 
 
-def configure_logging() -> None:
-    """Shows memoire's messages (``logging.getLogger(__name__)`` in each module, INFO and up)
-    on stderr, as ``INFO memoire.experiments.train: setting 0 run 0 ...``, unless the program
-    configured logging already (then its handlers decide).
+def configure_logging(level: str | None = None) -> None:
+    """Shows memoire's messages (``logging.getLogger(__name__)`` in each module) on stderr, as
+    ``INFO memoire.experiments.train: setting 0 run 0 ...``, at ``level`` (one of
+    :data:`LOG_LEVELS`; None: ``$MEMOIRE_LOG_LEVEL``, else ``info``).
 
-    Only memoire's loggers go to INFO: other packages' stay at WARNING, so the INFO chatter of
-    TensorFlow, JAX and orbax stays out (Dopamine's own is absl's, set by ``--verbose``).
+    The first call installs a stderr handler unless the program configured logging already
+    (then its handlers decide where messages go; an explicit ``level`` still sets memoire's).
+    Only memoire's loggers take the level: other packages' stay at WARNING, so the INFO chatter
+    of TensorFlow, JAX and orbax stays out (Dopamine's own is absl's, set by ``--verbose``).
+
+    Raises:
+      UsageError: ``level`` (or the environment's) is not one of :data:`LOG_LEVELS`.
     """
-    if logging.getLogger().handlers:
-        return
-    logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT)
-    logging.getLogger("memoire").setLevel(logging.INFO)
+    name = str(os.environ.get(LOG_LEVEL_ENV, "") if level is None else level).strip().lower()
+    if name and name not in LOG_LEVELS:
+        raise UsageError(f"--log-level / ${LOG_LEVEL_ENV}: expected one of "
+                         f"{', '.join(LOG_LEVELS)}, got {name!r}")
+    if level is not None:
+        os.environ[LOG_LEVEL_ENV] = name
+    memoire_logger = logging.getLogger("memoire")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, format=LOG_FORMAT)
+        memoire_logger.setLevel((name or "info").upper())
+    elif name:
+        memoire_logger.setLevel(name.upper())
+
+
+def emit(text: object) -> None:
+    """Writes a command's result to stdout, flushed: a table, a path, an ``ENDPOINT ...`` line
+    that scripts parse. The one place commands print; status messages go to logging."""
+    print(text, flush=True)
 
 
 def entry_point(prog: str) -> Callable:
@@ -106,8 +144,8 @@ def entry_point(prog: str) -> Callable:
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
-            configure_logging()
             try:
+                configure_logging()
                 return int(main(argv) or 0)
             except UsageError as e:
                 return report(prog, e)
@@ -162,20 +200,43 @@ COMMANDS = {
 def _usage() -> str:
     lines = ["usage: memoire <command> [args]", "", "commands:"]
     lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["  version  print the version"]
+    lines += ["  version  print the version", "",
+              "options (before or after the command):",
+              f"  --log-level LEVEL  memoire's log messages on stderr: {', '.join(LOG_LEVELS)} "
+              "(default: info)"]
     return "\n".join(lines)
+
+
+def _global_options(argv: list) -> list:
+    """``argv`` without the global options before the command (``--log-level LEVEL``, applied
+    here). After the command, each command's parser takes ``--log-level`` itself."""
+    while argv and argv[0].startswith("--log-level"):
+        flag, sep, value = argv[0].partition("=")
+        if flag != "--log-level":
+            break
+        if not sep:
+            if len(argv) < 2:
+                raise UsageError("--log-level: expected a level")
+            value, argv = argv[1], argv[1:]
+        configure_logging(value)
+        argv = argv[1:]
+    return argv
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = _global_options(argv)
+    except UsageError as e:
+        return report("memoire", e)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage())
+        emit(_usage())
         return 0
     command, rest = argv[0], argv[1:]
     if command in ("version", "--version"):
         from memoire import __version__
 
-        print(__version__)
+        emit(__version__)
         return 0
     if command not in COMMANDS:
         return report("memoire", f"unknown command {command!r}; expected one of "

@@ -4,9 +4,12 @@
 
       memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
 
-  It prints the endpoints, then a line of live counters per interval (inserts/s: steps
-  ingested plus cache rows received; samples/s: rows sampled; size: entries in the server
-  memory, caches held). Ctrl-C (or SIGTERM) stops it and flushes the logfile.
+  It prints the endpoints (``memoire serve: pub EP  rep EP  pull EP``, stdout), then logs a
+  line of live counters per interval (inserts/s: steps ingested plus cache rows received;
+  samples/s: rows sampled; size: entries in the server memory, caches held). With
+  ``--tensorboard DIR`` the counters also go to TensorBoard event files in DIR, written
+  without TensorFlow (:mod:`memoire.tensorboard`; tags in :func:`counter_scalars`). Ctrl-C
+  (or SIGTERM) stops it and flushes the logfile.
 
 - or one Dopamine-compatible buffer, for the proxies of :mod:`memoire.dopamine_compat.remote`
   (a remote-call server with no replay memory)::
@@ -28,6 +31,7 @@ describes them (:data:`HELP`).
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import signal
 import sys
@@ -40,6 +44,8 @@ import zmq
 
 from memoire import cli
 
+log = logging.getLogger(__name__)
+
 DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_dtype="int64",
                 reward_shape="", info_shape="0", info_dtype="uint8", max_step=1_000_000,
                 n_caches=64, pub="tcp://*:*", rep="tcp://*:*", pull="tcp://*:*",
@@ -48,7 +54,8 @@ DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_
                 curve_secret=None, curve_authorized=None, interval=2.0, duration=None,
                 max_stream_bytes=None, max_open_bytes=None, reply_cache_bytes=None,
                 max_batch=None, max_counter_clients=None, allow_nonfinite=None,
-                buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None)
+                buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None,
+                tensorboard=None)
 BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
 LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
           "max_counter_clients", "allow_nonfinite")
@@ -96,6 +103,8 @@ HELP = dict(
     checkpoint_root="--buffer: folder remote save/load are confined to ('none' refuses "
                     "remote checkpoints)",
     seed="seeds the server's sampling (its memory, or the --buffer's)",
+    tensorboard="write the counters as TensorBoard scalars to event files in this directory "
+                "every interval (no TensorFlow needed)",
 )
 _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
           "multi_step": int, "priority_exponent": float, "discount_factor": float,
@@ -260,9 +269,80 @@ def _config(args) -> dict:
     return cfg
 
 
+def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int,
+                    memory=None) -> dict:
+    """The figures of one interval, as TensorBoard scalars (tag -> number).
+
+    Args:
+      now, before: :meth:`ReplayMemoryServer.stats` at the end and start of the interval.
+      seconds: the interval's length.
+      cache_size: rows per cache (a cache received counts as that many inserts).
+      memory: the server's ReplayMemory, for its priority weights (None: left out).
+
+    ``replay/``: ``size`` (entries in the memory), ``inserts`` and ``samples`` (cumulative rows),
+    ``inserts_per_s``, ``samples_per_s``, ``batches_per_s``, ``priority_total`` (the sum of
+    the sampling weights) and ``priority_mean`` (per sampleable entry; the memory keeps the sum,
+    not each weight, so no wider spread is read without a scan). ``server/``: ``caches_held``,
+    ``episodes``, ``open_streams``, ``open_stream_bytes``, ``rejected`` and
+    ``rejected/<reason>``.
+    """
+    dt = max(seconds, 1e-9)
+
+    def inserted(s):
+        return s.get("steps_in", 0) + cache_size * s.get("caches", 0)
+
+    out = {
+        "replay/size": now.get("memory_size", 0),
+        "replay/inserts": inserted(now),
+        "replay/samples": now.get("rows_sampled", 0),
+        "replay/inserts_per_s": (inserted(now) - inserted(before)) / dt,
+        "replay/samples_per_s": (now.get("rows_sampled", 0) - before.get("rows_sampled", 0)) / dt,
+        "replay/batches_per_s": (now.get("batches", 0) - before.get("batches", 0)) / dt,
+        "server/caches_held": now.get("caches_held", 0),
+        "server/episodes": now.get("total_episodes", 0),
+        "server/open_streams": now.get("open_streams", 0),
+        "server/open_stream_bytes": now.get("open_stream_bytes", 0),
+        "server/rejected": now.get("rejected_total", 0),
+    }
+    for reason, n in sorted(now.get("rejected", {}).items()):
+        out[f"server/rejected/{reason}"] = n
+    if memory is not None:
+        total, sampleable = float(memory.total_weight), int(memory.num_sampleable)
+        out["replay/priority_total"] = total
+        out["replay/priority_mean"] = total / sampleable if sampleable else 0.0
+    return out
+
+
+def _check_tensorboard(cfg: dict) -> None:
+    """Checks ``--tensorboard`` before anything starts, writing nothing.
+
+    Raises:
+      cli.UsageError: the directory cannot be made or written, or ``--buffer`` is given.
+    """
+    if cfg["tensorboard"] is None:
+        return
+    if cfg["buffer"] is not None:
+        raise cli.UsageError("--tensorboard: writes the replay memory server's counters; "
+                             "a --buffer server has none")
+    cli.check_output_dir(cfg["tensorboard"], "--tensorboard")
+
+
+def _tensorboard_writer(cfg: dict):
+    """The event-file writer of ``--tensorboard`` (None without it)."""
+    if cfg["tensorboard"] is None:
+        return None
+    from memoire.tensorboard import SummaryWriter
+
+    try:
+        return SummaryWriter(cfg["tensorboard"])
+    except (OSError, ValueError) as e:
+        raise cli.UsageError(f"--tensorboard: {e}") from None
+
+
 @cli.entry_point("memoire serve")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = _config(build_parser().parse_args(argv))
+    _check_tensorboard(cfg)
     if cfg["buffer"] is not None:
         return _serve_buffer(cfg)
     try:
@@ -272,32 +352,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    writer = None
     try:
         try:
             ep = srv.start(cfg["rep"], cfg["pull"])
         except (zmq.ZMQError, TimeoutError) as e:  # an endpoint in use or malformed
             raise cli.UsageError(f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: "
                                  f"{e}") from None
-        print(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}", flush=True)
+        writer = _tensorboard_writer(cfg)
+        cli.emit(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}")
         _start_stream(srv, cfg)
         t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
         last, t_last = srv.stats(), time.monotonic()
         cs = int(srv.rem.cache_size)
+        tick = 0
         while not stop.is_set() and (t_end is None or time.monotonic() < t_end):
             stop.wait(float(cfg["interval"]) if t_end is None
                       else min(float(cfg["interval"]), max(0.0, t_end - time.monotonic())))
             now, s = time.monotonic(), srv.stats()
-            dt = max(now - t_last, 1e-9)
-            ins = (s.get("steps_in", 0) - last.get("steps_in", 0)
-                   + cs * (s.get("caches", 0) - last.get("caches", 0))) / dt
-            smp = (s.get("rows_sampled", 0) - last.get("rows_sampled", 0)) / dt
-            print(f"inserts/s {ins:10.1f}  samples/s {smp:10.1f}  size {s['memory_size']}  "
-                  f"caches {s['caches_held']}  episodes {s['total_episodes']}  "
-                  f"rejected {s['rejected_total']}", flush=True)
+            figures = counter_scalars(s, last, now - t_last, cs, srv.rem)
+            log.info("inserts/s %10.1f  samples/s %10.1f  size %d  caches %d  episodes %d  "
+                     "rejected %d", figures["replay/inserts_per_s"],
+                     figures["replay/samples_per_s"], s["memory_size"], s["caches_held"],
+                     s["total_episodes"], s["rejected_total"])
+            tick += 1
+            if writer is not None:
+                writer.scalars(tick, figures)  # step: the counter line's number
             last, t_last = s, now
     finally:
         srv.close()  # flushes and closes the logfile
-        print("memoire serve: stopped", flush=True)
+        if writer is not None:
+            writer.close()
+        log.info("stopped")
     return 0
 
 
@@ -309,7 +395,7 @@ def _start_stream(srv, cfg: dict) -> None:
         ep = srv.start_stream(cfg["stream"])
     except (zmq.ZMQError, TimeoutError) as e:
         raise cli.UsageError(f"cannot bind --stream {cfg['stream']}: {e}") from None
-    print(f"memoire serve: stream {ep}", flush=True)
+    cli.emit(f"memoire serve: stream {ep}")
 
 
 def _serve_buffer(cfg: dict) -> int:
@@ -319,7 +405,7 @@ def _serve_buffer(cfg: dict) -> int:
         signal.signal(sig, lambda *_: stop.set())
     server, endpoint = build_buffer_server(cfg)
     try:
-        print(f"ENDPOINT {endpoint}", flush=True)
+        cli.emit(f"ENDPOINT {endpoint}")
         stop.wait(None if cfg["duration"] is None else float(cfg["duration"]))
     finally:
         server.close()

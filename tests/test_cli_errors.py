@@ -233,9 +233,12 @@ def _check_help(prog, main, monkeypatch, capsys):
 def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     prog, main = _entry_points()[index]
     actions = _check_help(prog, main, monkeypatch, capsys)
-    if prog == "memoire serve":  # the issue's 26 options, the 6 limits of docs/LIMITS.md, and
-        # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed; --stream
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 38
+    if prog == "memoire serve":  # the issue's 26 options, the 6 limits of docs/LIMITS.md,
+        # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed, --tensorboard,
+        # every parser's --log-level, and --stream
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 40
+    # Every command takes --log-level (memoire.cli.ArgumentParser).
+    assert any("--log-level" in a.option_strings for w, a in actions if not w)
 
 
 @pytest.mark.dopamine
@@ -321,3 +324,27 @@ def test_successful_tiny_run_logs_no_error(tmp_path):
     assert [line for line in log.splitlines() if "ERROR" in line] == []
     episodes = tmp_path / "runs" / "setting_0" / "run_0" / "episodes.csv"
     assert len(episodes.read_text().splitlines()) > 1
+
+
+def test_log_level_is_one_option_of_every_command(tmp_path, monkeypatch):
+    """--log-level before the command (memoire's global option), after it (every parser), or
+    $MEMOIRE_LOG_LEVEL (what child processes inherit) sets the level of memoire's messages."""
+    serve = ["serve", "--duration", "0.3", "--interval", "0.1"]
+    quiet = _run(["-m", "memoire", "--log-level", "warning", *serve], tmp_path)
+    loud = _run(["-m", "memoire", *serve, "--log-level=DEBUG"], tmp_path)
+    assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
+    assert quiet.stdout.startswith("memoire serve: pub ")  # the result stays on stdout
+    assert "INFO memoire" not in quiet.stderr
+    assert "INFO memoire.serve: inserts/s" in loud.stderr
+    monkeypatch.setenv("MEMOIRE_LOG_LEVEL", "error")
+    env = _run(["-m", "memoire", *serve], tmp_path)
+    assert env.returncode == 0 and "INFO memoire" not in env.stderr
+    monkeypatch.setenv("MEMOIRE_LOG_LEVEL", "loud")
+    assert "expected one of debug, info" in _error_line(_run(["-m", "memoire", *serve], tmp_path),
+                                                        "memoire serve")
+    monkeypatch.delenv("MEMOIRE_LOG_LEVEL")
+    assert "expected one of debug" in _error_line(
+        _run(["-m", "memoire", "--log-level", "loud", "version"], tmp_path), "memoire")
+    assert "invalid choice: 'loud'" in _error_line(
+        _run(["-m", "memoire", "sweep", "list", "x.gin", "--log-level", "loud"], tmp_path),
+        "memoire sweep list")

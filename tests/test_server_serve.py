@@ -44,5 +44,5 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    assert "inserts/s" in out and "memoire serve: stopped" in out
+    assert "inserts/s" in out and "memoire.serve: stopped" in out
     assert log.read_text().endswith(",00000005,bye\n")

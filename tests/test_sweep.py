@@ -128,6 +128,9 @@ def test_run_indices_runs_each_index_and_logs_the_outcome(tmp_path, monkeypatch,
     assert "index 0 done" in messages and "index 2 done" in messages
     assert "index 1 FAILED (exit 3)" in messages and "index 3 FAILED (exit 3)" in messages
     assert messages[-1] == "2/4 succeeded"
+    # Progress (no terminal here: log lines): one line per finished run, counting up.
+    counts = [m.split("/")[0] for m in messages if m.endswith(" failed") and "/4 done" in m]
+    assert counts == ["1", "2", "3", "4"]
     assert sum(m.startswith("started index") for m in messages) == 4
 
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import multiprocessing as mp
 import os
-import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -34,6 +34,9 @@ from memoire import cli
 from memoire.bench import report, systems
 from memoire.bench.harness import Measurement, compare
 from memoire.bench.systems import SAMPLERS, Config, Unavailable
+from memoire.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 def _load_optional_adapters() -> None:
@@ -54,7 +57,7 @@ def _build(cfg: Config, fill: int, classes: Sequence[type]) -> Dict[str, systems
         try:
             s = cls(cfg)
         except Unavailable as e:
-            print(f"  skip {cls.name}: {e} not installed", file=sys.stderr)
+            log.info("skip %s: %s not installed", cls.name, e)
             continue
         n = _fill_of(cls, fill)
         s.add(n)
@@ -272,22 +275,36 @@ def main(argv=None) -> int:
     atari_cap = 20_000 if args.quick else 100_000
     vec_cap = 100_000 if args.quick else 1_000_000
     load_start = _loadavg()
+    try:
+        from memoire.bench import ingest
+    except ImportError:
+        ingest = None
+    n_steps = (1,) if args.quick else (1, 3)
+    stages = len(n_steps) + (6 if args.quick else 7) + (ingest is not None)
+    with Progress(stages, "memoire bench", log, unit="stage") as progress:
+        text = _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start,
+                    progress.stage)
+    cli.emit(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
 
-    def log(msg):
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+def _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, stage) -> str:
+    """The workloads of :func:`main`, each announced by ``stage(name)``; the report's text."""
     results: List[Measurement] = []
     atari = dict(obs_shape=(84, 84), obs_dtype=np.uint8, stack=4)
     vec = dict(obs_shape=(4,), obs_dtype=np.float32, stack=1)
-    for n_step in ((1,) if args.quick else (1, 3)):
-        log(f"atari uniform n{n_step}")
+    for n_step in n_steps:
+        stage(f"atari uniform n{n_step}")
         results += sample_workload(Config(**atari, capacity=atari_cap, n_step=n_step), atari_cap,
                                    repeats=repeats, batches=(32, 256))
-    log("atari prioritized")
+    stage("atari prioritized")
     results += sample_workload(Config(**atari, capacity=atari_cap, prioritized=True), atari_cap,
                                repeats=repeats, batches=(32, 256), with_update=True)
     if not args.quick:
-        log("atari capacity 1e6")
+        stage("atari capacity 1e6")
         big_fill = 1_000_000 if args.large else 100_000
         # memoire commits its whole ring at construction (7 GB here); the other memoire
         # adapters would each take as much again, so this workload leaves them out.
@@ -295,33 +312,29 @@ def main(argv=None) -> int:
                getattr(c, "primary", False)]
         results += sample_workload(Config(**atari, capacity=1_000_000), big_fill,
                                    repeats=repeats, batches=(32,), classes=big)
-    log("vector uniform / prioritized")
+    stage("vector uniform / prioritized")
     results += sample_workload(Config(**vec, capacity=vec_cap), vec_cap, repeats=repeats,
                                batches=(32, 256))
     results += sample_workload(Config(**vec, capacity=vec_cap, prioritized=True), vec_cap,
                                repeats=repeats, batches=(32, 256), with_update=True)
-    log("add")
+    stage("add")
     results += add_workload(Config(**atari, capacity=atari_cap), 2_000, 2_000, repeats=repeats)
     results += add_workload(Config(**vec, capacity=vec_cap), 2_000, 20_000, repeats=repeats)
-    log("save/load")
+    stage("save/load")
     ckpt = 2_000 if args.quick else 5_000
     results += checkpoint_workload(Config(**atari, capacity=ckpt), ckpt,
                                    repeats=2 if args.quick else 3)
     ingest_rows: List[Measurement] = []
-    try:
-        from memoire.bench import ingest
-    except ImportError:
-        ingest = None
     if ingest is not None:
-        log("ingest")
+        stage("ingest")
         ingest_rows = ingest.ingest_workload(actors=(1, 2) if args.quick else (1, 2, 4),
                                              repeats=repeats, seconds=0.5 if args.quick else 1.0)
 
     out_dir = os.path.dirname(args.out) if args.out else "."
     plot_path = os.path.join(out_dir or ".", "scaling.png")
-    log("scaling")
+    stage("scaling")
     results += scaling_plot(plot_path, repeats, args.quick)
-    log("memory")
+    stage("memory")
     mem_rows, mem_ratios = memory_workload(Config(**atari, capacity=atari_cap), atari_cap)
     load_end = _loadavg()
 
@@ -353,9 +366,4 @@ def main(argv=None) -> int:
         "capacity grows (full buffers, float32[4] states); the numbers are the `scaling` rows "
         "of the throughput table.",
     ]
-    text = "\n\n".join(sections)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    return 0
+    return "\n\n".join(sections)

@@ -2,7 +2,8 @@
 
 Dopamine's ``Runner`` / ``TrainRunner`` with memoire's trackers (:class:`TrackingMixin`:
 ``episodes.csv``, ``replay.csv`` and a progress line per iteration, see
-:mod:`memoire.experiments.trackers`), built by the one runner factory :func:`create_runner`;
+:mod:`memoire.experiments.trackers`; the replay figures also as TensorBoard scalars through
+Dopamine's collector dispatcher), built by the one runner factory :func:`create_runner`;
 the environment the runner would build (:func:`environment_fn`), how an episode ended, seeds,
 gin loading and the operative config. The command line is :mod:`memoire.experiments.train`.
 """
@@ -125,6 +126,7 @@ class TrackingMixin:
 
     def __init__(self, base_dir, create_agent_fn, *, seed: int | None = None, **kwargs):
         super().__init__(base_dir, create_agent_fn, **kwargs)
+        _write_tensorboard_without_tf(getattr(self, "_collector_dispatcher", None))
         self._seed = seed
         self._ends = _install_end_recorder(self._environment)
         if seed is not None:
@@ -200,10 +202,12 @@ class TrackingMixin:
         start = time.time()
         steps0 = self._episodes.env_steps
         statistics = super()._run_one_iteration(iteration)
-        self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
-                                    replay_size=self._probe.size,
-                                    add_count=self._probe.add_count,
-                                    sampled=self._probe.sampled, memory=self._probe.name)
+        sampled = self._probe.sampled
+        row = self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
+                                          replay_size=self._probe.size,
+                                          add_count=self._probe.add_count,
+                                          sampled=sampled, memory=self._probe.name)
+        self._write_replay_statistics(iteration, row, sampled)
         log.info(_iteration_line(iteration, self._num_iterations, statistics,
                                  self._episodes.env_steps,
                                  (self._episodes.env_steps - steps0) / max(time.time() - start,
@@ -211,9 +215,81 @@ class TrackingMixin:
                                  self._probe.size))
         return statistics
 
+    def _write_replay_statistics(self, iteration, row, sampled) -> None:
+        """The replay figures (:func:`~.trackers.replay_scalars`) to Dopamine's collector
+        dispatcher, at step ``iteration``: its TensorBoard collector writes them into the run's
+        event files beside Dopamine's ``Train/...`` summaries (and its other collectors take
+        them as they take Dopamine's). Nothing without a dispatcher."""
+        dispatcher = getattr(self, "_collector_dispatcher", None)
+        if dispatcher is None:
+            return
+        from dopamine.metrics import statistics_instance
+
+        values = trackers.replay_scalars(row, self._probe.priorities(), sampled)
+        dispatcher.write([statistics_instance.StatisticsInstance(tag, value, iteration)
+                          for tag, value in values.items()])
+
     def close(self) -> None:
         self._episodes.close()
         self._replay_tracker.close()
+
+
+def _write_tensorboard_without_tf(dispatcher) -> None:
+    """Swaps Dopamine's 'tensorboard' collector in ``dispatcher`` for
+    :func:`tensorboard_collector`'s when TensorFlow runs in graph mode, where Dopamine's writes
+    nothing: its ``tf.summary.scalar`` calls build ops no session runs, and its file writer is
+    never initialized. ``memoire train`` (as Dopamine's train.py) disables TF2 behaviour, and
+    Dopamine's JAX agents turn it back on only in ``debug_mode``: without this, such runs have
+    no TensorBoard files at all, neither Dopamine's ``Train/...`` figures nor the replay's.
+    The same figures then go to the same folder (``metrics/tensorboard``)."""
+    if dispatcher is None:
+        return
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return
+    from dopamine.metrics import tensorboard_collector as dopamine_tensorboard
+
+    # The dispatcher keeps its collectors in a list; the agent holds the same dispatcher.
+    collectors = dispatcher._collectors
+    for i, c in enumerate(collectors):
+        if isinstance(c, dopamine_tensorboard.TensorboardCollector):
+            collectors[i] = tensorboard_collector()(os.path.dirname(os.path.dirname(
+                c._base_dir)))
+
+
+@functools.lru_cache(maxsize=None)
+def tensorboard_collector():
+    """The class of a Dopamine collector named 'tensorboard' that writes scalars with
+    :class:`memoire.tensorboard.SummaryWriter` (no TensorFlow), into
+    ``base_dir/metrics/tensorboard`` as Dopamine's does. Registered nowhere by default (see
+    :func:`_write_tensorboard_without_tf`); ``collector_dispatcher.add_collector`` takes it."""
+    from dopamine.metrics import collector
+
+    from memoire.tensorboard import SummaryWriter
+
+    class TensorboardCollector(collector.Collector):
+        def __init__(self, base_dir: str):
+            if not isinstance(base_dir, str):
+                raise ValueError("Must specify a base directory for TensorboardCollector.")
+            super().__init__(base_dir)
+            self._writer = SummaryWriter(self._base_dir)
+
+        def get_name(self) -> str:
+            return "tensorboard"
+
+        def write(self, statistics) -> None:
+            by_step: dict[int, dict[str, float]] = {}
+            for s in statistics:
+                if self.check_type(s.type):
+                    by_step.setdefault(int(s.step), {})[s.name] = float(s.value)
+            for step, values in by_step.items():
+                self._writer.scalars(step, values)
+
+        def close(self) -> None:
+            self._writer.close()
+
+    return TensorboardCollector
 
 
 def _iteration_line(iteration, num_iterations, statistics, env_steps, steps_per_s, size):

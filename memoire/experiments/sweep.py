@@ -373,9 +373,18 @@ def run_indices(args) -> int:
     """Runs ``memoire.experiments.train`` for each index, at most ``args.parallel`` at once.
 
     Each child's output goes to ``run_dir/train.log``. Returns the number of failed children.
+    Progress (runs finished, running, failed) is a bar on a terminal, log lines elsewhere
+    (:class:`memoire.progress.Progress`).
     """
+    from memoire.progress import Progress
+
     sweep = load_sweep(args.sweep)
     indices = parse_indices(args.indices)
+    with Progress(len(indices), "memoire sweep", log, unit="run") as progress:
+        return _run_children(args, sweep, indices, progress)
+
+
+def _run_children(args, sweep, indices: list[int], progress) -> int:
     pending = list(indices)
     running: dict[int, tuple[subprocess.Popen, Any]] = {}
     failed = 0
@@ -401,6 +410,8 @@ def run_indices(args) -> int:
                 log.info("index %d done", index)
             else:
                 log.error("index %d FAILED (exit %d)", index, code)
+            progress.update(1, quiet=True)
+            progress.note(f"done, {len(running)} running, {failed} failed")
         time.sleep(0.2)
     log.info("%d/%d succeeded", len(indices) - failed, len(indices))
     return failed
@@ -438,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             if args.runs < 1:
                 parser.error(f"--runs must be >= 1, got {args.runs}")
-            print(format_table(load_sweep(args.sweep), args.runs))
+            cli.emit(format_table(load_sweep(args.sweep), args.runs))
             return 0
         if args.parallel < 1:
             parser.error(f"--parallel must be >= 1, got {args.parallel}")

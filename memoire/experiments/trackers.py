@@ -26,6 +26,10 @@ Two files per run, both plain CSV with a header line:
 
 On resume from checkpoint ``c`` the trackers drop rows of iterations after ``c``: those belong
 to the iteration the crash interrupted, which the runner will play again.
+
+The replay figures also go to TensorBoard (:func:`replay_scalars`: the row's numbers and the
+priorities' spread, tags ``replay/...``), written by the runner through Dopamine's collector
+dispatcher into the run's event files.
 """
 
 from __future__ import annotations
@@ -165,13 +169,16 @@ class ReplayTracker(CsvTracker):
         self._last: tuple[float, int, int] | None = None
 
     def record(self, *, iteration: int, env_steps: int, replay_size: int, add_count: int,
-               sampled: int, memory: str = "") -> None:
+               sampled: int, memory: str = "") -> dict[str, Any]:
         """Records cumulative figures; rates are over the time since the previous call.
 
         Args:
           add_count: transitions ever inserted (cumulative).
           sampled: transitions ever sampled (cumulative, batch items).
           memory: the replay memory's class name.
+
+        Returns:
+          the row written (field -> value).
         """
         now = time.time()
         if self._last is None:
@@ -181,9 +188,11 @@ class ReplayTracker(CsvTracker):
             dt = max(now - t0, 1e-9)
             ins_rate, smp_rate = (add_count - a0) / dt, (sampled - s0) / dt
         self._last = (now, add_count, sampled)
-        self.write(iteration=iteration, wall_time=now, env_steps=env_steps,
+        row = dict(iteration=iteration, wall_time=now, env_steps=env_steps,
                    replay_size=replay_size, add_count=add_count, inserts_per_s=ins_rate,
                    samples_per_s=smp_rate, memory=memory)
+        self.write(**row)
+        return row
 
     def start_clock(self, add_count: int, sampled: int) -> None:
         """Sets the reference point for the first row's rates."""
@@ -246,11 +255,67 @@ class ReplayProbe:
             return int(self._memory.sample_count)
         return self._sampled
 
+    def priorities(self) -> np.ndarray | None:
+        """The priorities of the stored transitions (float, one per transition), or None for a
+        memory without them (uniform sampling, or a kind this probe does not know).
+
+        Reads Dopamine's JAX ``ReplayBuffer`` (its sampling distribution's sum tree) and
+        memoire's (``priorities`` of its keys), Dopamine's TF prioritized buffer (the sum tree's
+        leaves) and memoire's (``get_priority``, one native call). Values are what the trees
+        hold (for the JAX buffers, priorities raised to the priority exponent).
+        """
+        m = self._memory
+        dist = getattr(m, "_sampling_distribution", None)
+        if dist is not None:  # a JAX ReplayBuffer
+            if not hasattr(dist, "_sum_tree"):
+                return None
+            if hasattr(m, "priorities") and hasattr(m, "keys"):  # memoire's: by key
+                return np.asarray(m.priorities(m.keys()), np.float64) if len(m) else np.zeros(0)
+            return np.asarray(dist._sum_tree.get(np.arange(dist.size)), np.float64)
+        tree = getattr(m, "sum_tree", None)
+        capacity = getattr(m, "_replay_capacity", None)
+        if tree is None or capacity is None:
+            return None
+        n = min(self.add_count, int(capacity))
+        if hasattr(m, "_core"):  # memoire's prioritized buffer: one native call
+            return np.asarray(m.get_priority(np.arange(n, dtype=np.int32)), np.float64)
+        nodes = getattr(tree, "nodes", None)  # Dopamine's: leaves are the last level
+        return None if nodes is None else np.asarray(nodes[-1][:n], np.float64)
+
     @property
     def name(self) -> str:
         """``module.Class`` of the memory (the wrapped one for TF agents); '' if none."""
         m = self._memory
         return "" if m is None else f"{type(m).__module__}.{type(m).__name__}"
+
+
+# replay.csv columns -> TensorBoard tags (the same tags `memoire serve --tensorboard` writes).
+REPLAY_TAGS = {"replay_size": "replay/size", "add_count": "replay/inserts",
+               "inserts_per_s": "replay/inserts_per_s", "samples_per_s": "replay/samples_per_s",
+               "env_steps": "replay/env_steps"}
+
+
+def priority_spread(priorities: np.ndarray | None) -> dict[str, float]:
+    """``min``, ``mean``, ``max`` and ``std`` of ``priorities`` (float); {} for None or none."""
+    if priorities is None or len(priorities) == 0:
+        return {}
+    p = np.asarray(priorities, np.float64)
+    return {"min": float(p.min()), "mean": float(p.mean()), "max": float(p.max()),
+            "std": float(p.std())}
+
+
+def replay_scalars(row: dict[str, Any], priorities: np.ndarray | None = None,
+                   sampled: int | None = None) -> dict[str, float]:
+    """The TensorBoard scalars of one replay.csv row (tag -> value, see :data:`REPLAY_TAGS`),
+    ``replay/samples`` (transitions sampled, cumulative) when given, and the priorities' spread
+    as ``replay/priority_{min,mean,max,std}``. Non-finite values (the first row's rates when no
+    clock was started) are left out."""
+    out = {tag: float(row[k]) for k, tag in REPLAY_TAGS.items() if k in row}
+    if sampled is not None:
+        out["replay/samples"] = float(sampled)
+    for k, v in priority_spread(priorities).items():
+        out[f"replay/priority_{k}"] = v
+    return {k: v for k, v in out.items() if np.isfinite(v)}
 
 
 def read_rows(path: str) -> list[dict[str, str]]:
