@@ -17,7 +17,7 @@ and with the learner process's CPU time per batch (all its threads): on a shared
 rates move with the load, the CPU cost much less.
 
     PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_remote_sampling.py \\
-        [--fill 20000] [--batch 32] [--seconds 2] [--rounds 3] [--credit 16] [--depth 4]
+        [--fill 20000] [--batch 32] [--seconds 2] [--rounds 3] [--credit 32] [--depth 4]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=2.0, help="timed window per measurement")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--credit", type=int, default=16, help="stream credit (batches in flight)")
+    ap.add_argument("--credit", type=int, default=32, help="stream credit (batches in flight)")
     ap.add_argument("--depth", type=int, default=4, help="learner ring slots")
     args = ap.parse_args(argv)
 

@@ -94,7 +94,8 @@ class SamplingStream:
       batch_size: rows per batch, 1..the server's ``max_batch``.
       credit: batches the server may send ahead, 1..its ``max_credit`` (64 by default); with
         shared memory also the slots (an Atari batch of 32 needs a 1.1 MB slot). More credit
-        hides more latency: on a loaded machine 16 or more matters.
+        hides more latency (it mattered on a loaded machine) but lets more batches predate a
+        priority update (at most credit + depth).
       depth: batches stacked ahead in the learner's ring (>= 1).
       timeout: seconds to wait for the server's answer to the open and for each batch.
       keys: :class:`memoire.transport.CurveKeys` (client side) when the server uses CURVE.
@@ -109,7 +110,7 @@ class SamplingStream:
       RuntimeError: the native message path is off, or the server refused the stream.
     """
 
-    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 16, depth: int = 4,
+    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 32, depth: int = 4,
                  timeout: float = DEFAULT_TIMEOUT, keys: Optional[CurveKeys] = None,
                  max_bytes: int = codec.DEFAULT_MAX_BYTES,
                  shared_memory: Optional[bool] = None):
