@@ -25,6 +25,8 @@ Sources:
   weight, prob, done, id), drawn by the memory's own generator, in proportion to weight. The
   layout follows the settings when the feed starts; a later ``frame_stack`` change is picked
   up (the ring is resized), a ``cache_flags`` change is not (start a new feed).
+- ``memoire.stream.SamplingStream`` (a learner's stream from a server; it makes its own feed):
+  the same ``Batch``, received from the server and stacked into the ring on arrival.
 
 Prioritized replay: each batch is drawn and gathered under the store's lock, so a priority
 update lands between two batches. Batches already in the ring were drawn before it: after an
@@ -96,6 +98,11 @@ class Feed:
                  with_sample_metadata: bool = False) -> None:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
+        if self._kind == "stream":
+            # One consumer per connection: the stream's own feed (SamplingStream makes it).
+            if buffer._feed_made:
+                raise ValueError("buffer: a SamplingStream has its own feed; iterate the stream")
+            buffer._feed_made = True
         if batch_size is None:
             if self._kind == "memory":
                 raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
@@ -120,8 +127,9 @@ class Feed:
         # The device to copy to (None: host batches), and what device_put is given: None for
         # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
         # committed array would make jitted steps compile a second variant).
-        if device is not None and self._kind == "memory":
-            raise ValueError("device: a ReplayMemory feed hands out host batches (device=None)")
+        if device is not None and self._kind in ("memory", "stream"):
+            raise ValueError("device: a ReplayMemory or stream feed hands out host batches "
+                             "(device=None)")
         self._device, self._put_to = _jax_device(device)
         self._source = None   # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
@@ -136,7 +144,7 @@ class Feed:
         """The native feed over the buffer's current store (rebuilt when the buffer replaced
         its store, e.g. on load), or None when the JAX buffer has no store yet."""
         source = {"jax": lambda b: b._store, "tf": lambda b: b._core,
-                  "memory": lambda b: b}[self._kind](self._buffer)
+                  "memory": lambda b: b, "stream": lambda b: b._source}[self._kind](self._buffer)
         if source is None:
             return None
         if source is not self._source:
@@ -147,8 +155,8 @@ class Feed:
                              *self._buffer._empty_batch(n)]
             elif self._kind == "tf":
                 templates = list(self._buffer._create_batch_arrays(n))
-            else:
-                templates = []  # the native feed sizes a ReplayMemory batch from its settings
+            else:  # the native feed sizes a ReplayMemory or stream batch from its layout
+                templates = []
             self._holder.append(_core.Feed(source, templates, n, self._depth, self._threads,
                                            self._seed))
             self._source = source
@@ -177,9 +185,12 @@ class Feed:
                 parts = native.take()
         except (KeyError, IndexError, RuntimeError, ValueError) as e:
             raise self._sample_error(e) from None
-        if self._kind == "memory":
+        if self._kind in ("memory", "stream"):
             from memoire.memory import Batch
-            return Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:])
+            batch = Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:18])
+            if self._kind == "stream":  # as RemoteMemory.sample: the normaliser of the draw
+                batch.num_sampleable, batch.total_weight = int(parts[18][0]), float(parts[19][0])
+            return batch
         self._buffer._sample_count += self._batch_size
         if self._kind == "tf":
             return parts
@@ -199,6 +210,8 @@ class Feed:
         """The exception the buffer's synchronous sample raises where the draw raised ``error``."""
         if self._kind == "tf":
             return self._buffer._dopamine_sample_error(error, self._batch_size)
+        if isinstance(error, RuntimeError) and hasattr(error, "timeout"):  # a silent server
+            return TimeoutError(str(error))
         if isinstance(error, RuntimeError) and hasattr(error, "needed"):
             return ValueError("No samples in replay buffer!")
         return error
@@ -281,6 +294,9 @@ class Feed:
 def _kind_of(buffer) -> str:
     if isinstance(buffer, _core.ReplayMemory):
         return "memory"
+    stream = sys.modules.get("memoire.stream")
+    if stream is not None and isinstance(buffer, stream.SamplingStream):
+        return "stream"
     jrb = sys.modules.get("memoire.dopamine_compat.jax_replay_buffer")
     if jrb is not None and isinstance(buffer, jrb.ReplayBuffer):
         return "jax"

@@ -121,6 +121,10 @@ _TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": in
           "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int,
           "checkpoint_every": float}
 _ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
+# The sampling stream's endpoint (memoire.stream.SamplingStream), off unless given.
+DEFAULTS["stream"] = None
+HELP["stream"] = ("endpoint of sampling streams to learners in other processes, e.g. "
+                  "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)")
 
 
 def _shape(text: str):
@@ -392,6 +396,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  f"{e}") from None
         writer = _tensorboard_writer(cfg)
         cli.emit(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}")
+        _start_stream(srv, cfg)
         t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
         last, t_last = srv.stats(), time.monotonic()
         cs = int(srv.rem.cache_size)
@@ -415,6 +420,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             writer.close()
         log.info("stopped")
     return _last_checkpoint(srv)
+
+
+def _start_stream(srv, cfg: dict) -> None:
+    """Starts the sampling stream worker when ``--stream`` names an endpoint; prints it."""
+    if cfg["stream"] is None:
+        return
+    try:
+        ep = srv.start_stream(cfg["stream"])
+    except (zmq.ZMQError, TimeoutError) as e:
+        raise cli.UsageError(f"cannot bind --stream {cfg['stream']}: {e}") from None
+    cli.emit(f"memoire serve: stream {ep}")
 
 
 def _serve_buffer(cfg: dict) -> int:

@@ -116,7 +116,7 @@ dimension of -1 matches any size, the same for all -1 dimensions (the batch size
   // header, where the general Python encoder spends microseconds per value.
   m.def("encode_flat",
         [](int type, int flags, const py::dict& values) -> py::object {
-          if (type < 1 || type > codec::kMaxMsgType) throw py::value_error("message type: expected 1..11");
+          if (type < 1 || type > codec::kMaxMsgType) throw py::value_error("message type: expected 1.." + std::to_string(codec::kMaxMsgType));
           if (flags < 0 || flags > 255) throw py::value_error("flags: expected 0..255");
           Message msg;
           msg.type = static_cast<codec::MsgType>(type);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/common.h"
+#include "bindings/stream.h"
 #include "core/circular_buffer.h"
 #include "core/prefetch.h"
 #include "core/replay_memory.h"
@@ -49,7 +50,9 @@ class PyFeed {
     // Short: memoire.feed retries once after a garbage collection (a device copy may hold
     // the last reference to a batch in a cycle), then raises.
     o.held_wait_ms = 250;
-    for (const py::handle& h : py::isinstance<ReplayMemory>(source) ? py::list() : templates) {
+    const bool sized_here = py::isinstance<ReplayMemory>(source) ||
+                            py::isinstance<StreamSource>(source);
+    for (const py::handle& h : sized_here ? py::list() : templates) {
       py::array a = py::array::ensure(h);
       if (!a) ThrowInvalid("templates: expected numpy arrays");
       parts_.push_back({a.dtype(), std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()),
@@ -62,8 +65,25 @@ class PyFeed {
       fill = StoreFill(source.cast<std::shared_ptr<TransitionStore>>(), batch_size, threads, seed);
     } else if (py::isinstance<ReplayMemory>(source)) {
       auto rm = source.cast<std::shared_ptr<ReplayMemory>>();
-      o.part_bytes = MemoryLayout(*rm, batch_size);  // the templates are not used
+      const ReplayMemory::Options mo = rm->options();
+      frame_stack_ = mo.frame_stack;
+      o.part_bytes = MemoryLayout(rm->schema(), mo.frame_stack, mo.cache_flags, batch_size);
       fill = MemoryFill(rm, batch_size);
+    } else if (py::isinstance<StreamSource>(source)) {
+      // A sampling stream: batches come from the server, stacked into the slot on arrival.
+      auto src = source.cast<std::shared_ptr<StreamSource>>();
+      const StreamLayout& l = src->layout();
+      if (batch_size != l.batch_size)
+        ThrowInvalid("batch_size: the stream was opened for " + std::to_string(l.batch_size) +
+                     ", got " + std::to_string(batch_size));
+      if (threads != 1) ThrowInvalid("threads: a stream is received by one thread, got " +
+                                     std::to_string(threads));
+      std::vector<uint8_t> flags(l.flags.begin(), l.flags.end());
+      o.part_bytes = MemoryLayout(l.schema, l.frame_stack, flags, batch_size);
+      AddPart(py::dtype::of<int64_t>(), {1}, false, &o.part_bytes);  // num_sampleable
+      AddPart(py::dtype::of<double>(), {1}, false, &o.part_bytes);   // total_weight
+      fill = [src](int t, uint8_t* const* p) { return src->Fill(t, p); };
+      stop_ = [src] { src->Stop(); };
     } else if (py::isinstance<CircularBuffer>(source)) {
       auto cb = source.cast<std::shared_ptr<CircularBuffer>>();
       OutputsFrom(*cb, templates, batch_size);  // ValueError on a wrong layout
@@ -79,6 +99,7 @@ class PyFeed {
 
   ~PyFeed() {
     // Joins the samplers (they never take the GIL, so holding it cannot deadlock them).
+    if (stop_) stop_();
     if (ring_) ring_->Close();
   }
 
@@ -114,6 +135,7 @@ class PyFeed {
   void Close() {
     if (!ring_) return;
     std::shared_ptr<Prefetcher> ring = ring_;
+    if (stop_) stop_();  // a stream's receive in progress returns at once
     {
       py::gil_scoped_release release;
       ring->Close();
@@ -158,28 +180,31 @@ class PyFeed {
   // ReplayMemory: parts prev[0..7), next[0..7) (dtype[n, frame_stack, *shape], None where the
   // cache flags leave a field out), weight f32[n], prob f64[n], done bool[n], id int64[n]:
   // the settings read now fix the layout.
-  std::vector<size_t> MemoryLayout(const ReplayMemory& rm, int64_t n) {
-    const ReplayMemory::Options o = rm.options();
-    frame_stack_ = o.frame_stack;
+  // (a stream's too: the same parts, then num_sampleable int64[1] and total_weight f64[1])
+  std::vector<size_t> MemoryLayout(const Schema& schema, int frame_stack,
+                                   const std::vector<uint8_t>& cache_flags, int64_t n) {
     std::vector<size_t> bytes;
-    auto add = [&](const py::dtype& dt, std::vector<py::ssize_t> shape, bool none) {
-      size_t b = none ? 0 : static_cast<size_t>(dt.itemsize());
-      for (py::ssize_t d : shape) b *= static_cast<size_t>(d);
-      parts_.push_back({dt, shape, b, none});
-      bytes.push_back(b);
-    };
     for (int side = 0; side < 2; ++side)
       for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
-        const Field& fd = rm.schema().field(f);
-        std::vector<py::ssize_t> shape{n, o.frame_stack};
+        const Field& fd = schema.field(f);
+        std::vector<py::ssize_t> shape{n, frame_stack};
         shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
-        add(ToNumpy(fd.dtype), shape, !o.cache_flags[side * ReplayMemory::kNumFields + f]);
+        AddPart(ToNumpy(fd.dtype), shape, !cache_flags[side * ReplayMemory::kNumFields + f],
+                &bytes);
       }
-    add(py::dtype::of<float>(), {n}, false);
-    add(py::dtype::of<double>(), {n}, false);
-    add(py::dtype::of<bool>(), {n}, false);
-    add(py::dtype::of<int64_t>(), {n}, false);
+    AddPart(py::dtype::of<float>(), {n}, false, &bytes);
+    AddPart(py::dtype::of<double>(), {n}, false, &bytes);
+    AddPart(py::dtype::of<bool>(), {n}, false, &bytes);
+    AddPart(py::dtype::of<int64_t>(), {n}, false, &bytes);
     return bytes;
+  }
+
+  void AddPart(const py::dtype& dt, std::vector<py::ssize_t> shape, bool none,
+               std::vector<size_t>* bytes) {
+    size_t b = none ? 0 : static_cast<size_t>(dt.itemsize());
+    for (py::ssize_t d : shape) b *= static_cast<size_t>(d);
+    parts_.push_back({dt, shape, b, none});
+    bytes->push_back(b);
   }
 
   Prefetcher::Fill MemoryFill(std::shared_ptr<ReplayMemory> rm, int64_t n) {
@@ -233,6 +258,7 @@ class PyFeed {
 
   std::vector<Part> parts_;
   int frame_stack_ = 0;  // ReplayMemory: the setting the layout was sized for
+  std::function<void()> stop_;  // a stream source: ends a receive in progress
   std::shared_ptr<Prefetcher> ring_;
 };
 

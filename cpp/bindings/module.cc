@@ -15,6 +15,7 @@ void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 void BindFeed(py::module_& m);
 void BindRateLimiter(py::module_& m);
+void BindStream(py::module_& m);
 }  // namespace memoire
 
 PYBIND11_MODULE(_core, m) {
@@ -30,4 +31,5 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindChunkIngest(m);
   memoire::BindFeed(m);
   memoire::BindRateLimiter(m);
+  memoire::BindStream(m);
 }

@@ -138,7 +138,8 @@ const char* KindName(Kind k) {
 const char* MsgTypeName(uint8_t t) {
   static const char* kNames[kMaxMsgType + 1] = {
       "invalid", "hello", "hello_reply", "counter", "counter_reply", "cache",
-      "chunk",   "log",   "pub",         "call",    "call_reply",    "error"};
+      "chunk",   "log",   "pub",         "call",    "call_reply",    "error",
+      "stream",  "stream_batch"};
   return t <= kMaxMsgType ? kNames[t] : "invalid";
 }
 

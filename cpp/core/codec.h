@@ -60,8 +60,10 @@ enum class MsgType : uint8_t {
   kCall = 9,        // remote call of a hosted object's method
   kCallReply = 10,
   kError = 11,      // a reply that reports a rejected request
+  kStream = 12,     // sampling stream control, both ways (open, credit, priorities, layout)
+  kStreamBatch = 13,  // server -> learner: one batch of a sampling stream (core/stream_batch.h)
 };
-constexpr uint8_t kMaxMsgType = 11;
+constexpr uint8_t kMaxMsgType = 13;
 
 enum class Kind : uint8_t {
   kArray = 0, kScalar, kStr, kBytes, kNone, kList, kTuple, kDict,

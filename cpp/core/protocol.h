@@ -21,6 +21,8 @@
 //           kChunkInfo                      optional, float64[3] on the last chunk
 //           flags kChunkLast | kChunkTerminal | kChunkUpdateValue | kChunkUpdateWeight
 //   LOG     uuid, message;  PUB  topic, data;  CALL / CALL_REPLY / ERROR  remote calls
+//   STREAM / STREAM_BATCH  a sampling stream: control values (memoire/server/
+//           sampling_service.py) / one batch, each distinct row once (core/stream_batch.h)
 //
 // Thread safety: constants only.
 #pragma once

@@ -378,6 +378,26 @@ uint64_t ReplayMemory::total_added() const {
 
 // ---------------------------------------------------------------- sampling
 
+Status ReplayMemory::DrawLocked(int64_t n, const SampleOut& out, int64_t* slots) {
+  if (sampleable_ == 0)
+    return Error(Code::kFailedPrecondition,
+                 "sample: no sampleable entry (need a closed episode longer than frame_stack - 1 "
+                 "+ multi_step entries with a positive weight); stored entries: ",
+                 tail_ - head_locked());
+  MEMOIRE_RETURN_IF_ERROR(tree_.Sample(rng_, n, /*stratified=*/true, slots));
+  const int ms = opt_.multi_step;
+  const double total = tree_.Total();
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t slot = slots[b];
+    const int64_t p = pos(slot);
+    if (out.weight) out.weight[b] = weight_[slot];
+    if (out.prob) out.prob[b] = tree_.Get(slot) / total;
+    if (out.done) out.done[b] = (p - ep_start_[slot] + ms == ep_len_[slot] - 1) && ep_term_[slot];
+    if (out.id) out.id[b] = p;
+  }
+  return Status::OK();
+}
+
 Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
   std::lock_guard<std::mutex> l(mu_);
@@ -385,28 +405,17 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (out.frame_stack != 0 && out.frame_stack != opt_.frame_stack)
     return Error(Code::kFailedPrecondition, "sample: outputs sized for frame_stack=", out.frame_stack,
                  " but frame_stack is now ", opt_.frame_stack);
-  if (sampleable_ == 0)
-    return Error(Code::kFailedPrecondition,
-                 "sample: no sampleable entry (need a closed episode longer than frame_stack - 1 "
-                 "+ multi_step entries with a positive weight); stored entries: ",
-                 tail_ - head_locked());
   std::vector<int64_t> slots(n);
-  MEMOIRE_RETURN_IF_ERROR(tree_.Sample(rng_, n, /*stratified=*/true, slots.data()));
+  MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, out, slots.data()));
   const int fs = opt_.frame_stack;
   const int ms = opt_.multi_step;
   std::vector<int64_t> prev_slots(n * fs), next_slots(n * fs);
-  const double total = tree_.Total();
   for (int64_t b = 0; b < n; ++b) {
-    const int64_t slot = slots[b];
-    const int64_t p = pos(slot);
+    const int64_t p = pos(slots[b]);
     for (int j = 0; j < fs; ++j) {
       prev_slots[b * fs + j] = (p - (fs - 1) + j) % max_step_;
       next_slots[b * fs + j] = (p + ms - (fs - 1) + j) % max_step_;
     }
-    if (out.weight) out.weight[b] = weight_[slot];
-    if (out.prob) out.prob[b] = tree_.Get(slot) / total;
-    if (out.done) out.done[b] = (p - ep_start_[slot] + ms == ep_len_[slot] - 1) && ep_term_[slot];
-    if (out.id) out.id[b] = p;
   }
   // Copies transitions [b0, b1) of every requested field.
   auto gather = [&](int64_t b0, int64_t b1) {

@@ -48,6 +48,8 @@
 
 namespace memoire {
 
+struct StreamBatch;  // core/stream_batch.h
+
 class ReplayMemory {
  public:
   // Schema field order. q is computed by the memory; add calls ignore its input.
@@ -130,6 +132,10 @@ class ReplayMemory {
   // Draws n entries with probability proportional to weight (stratified over n equal slices
   // of the total, with replacement). kFailedPrecondition when nothing is sampleable.
   Status Sample(int64_t n, const SampleOut& out);
+  // Draws as Sample does (the same generator steps: the same entries for the same seed and
+  // contents) but writes each distinct stored row of the drawn stacks once, plus an index:
+  // the sampling stream's batch (core/stream_batch.h, where it is defined).
+  Status SampleDistinct(int64_t n, StreamBatch* out);
   // Sets the weight of entries by id (finite, >= 0); stale ids are skipped. Returns how many
   // were updated in *updated.
   Status UpdateWeights(int64_t n, const int64_t* ids, const float* weights, int64_t* updated);
@@ -159,6 +165,9 @@ class ReplayMemory {
   ReplayMemory(const Schema& schema, int64_t max_step);
   int64_t head_locked() const;
   bool Sampleable(int64_t slot) const;  // by metadata and options, ignoring weight
+  // Draws n slots (stratified, by weight) into slots[n] and writes out's weight, prob, done
+  // and id of each (the outputs that are not null). The caller holds mu_.
+  Status DrawLocked(int64_t n, const SampleOut& out, int64_t* slots);
   void EvictOldestLocked();
   void RebuildTreeLocked();
   Status CheckCanAddLocked(int64_t n) const;

@@ -19,6 +19,8 @@ The server is composed of services, each in its own module of this package:
 - :mod:`~memoire.server.cache_service`: the cache ring and :meth:`get_batch`;
 - :mod:`~memoire.server.central_service`: the chunk ingest, :meth:`sample`,
   :meth:`update_priorities` and the client counters.
+- :mod:`~memoire.server.sampling_service`: sampling streams to learners in other processes
+  (:meth:`start_stream`; the learner's end is :class:`memoire.stream.SamplingStream`).
 
 Sockets (endpoints as in ZeroMQ, modes ``'Bind'`` or ``'Conn'``):
 
@@ -59,6 +61,7 @@ from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLI
 from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
                                      RpcServer)
 from memoire.rate_limiter import DEFAULT_TIMEOUT, RateLimiter, check_capacity
+from memoire.server.sampling_service import SamplingService
 from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
                                     Publisher, Stats, Workers, WouldBlock, decode, log,
                                     rep_answer, rep_handler)
@@ -219,6 +222,7 @@ class ReplayMemoryServer:
             int(open_bytes if max_open_bytes is None else max_open_bytes))
         self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing,
                                        rate_limiter)
+        self._sampling = SamplingService(self, self._schema, self._stats, self._workers)
         self._logfile = Logfile()
         self._rep = rep_answer(self._stats, {Msg.HELLO: self._hello,
                                               Msg.COUNTER: self._counters.handle,
@@ -311,6 +315,7 @@ class ReplayMemoryServer:
         s["caches_held"] = self._caches.held
         s["reply_cache_bytes"] = self._rpc.reply_bytes
         s["counter_clients"] = self._counters.clients
+        s["sampling_streams"] = self._sampling.open_streams
         s.update(central)
         return s
 
@@ -492,6 +497,21 @@ class ReplayMemoryServer:
         if heartbeat is None:
             return None
         return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
+
+    def stream_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+        """Serves sampling streams (:class:`memoire.stream.SamplingStream`, central mode) on a
+        ROUTER socket until :meth:`close`: see :mod:`memoire.server.sampling_service`."""
+        self._sampling.worker_main(endpoint, mode)
+
+    def start_stream(self, endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> str:
+        """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
+        or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
+
+        Raises:
+          TimeoutError: it did not bind within `timeout` seconds (its error is logged).
+        """
+        return self._workers.start_threads([(self.stream_worker_main, endpoint, "stream")],
+                                           timeout)["stream"]
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to

@@ -1,0 +1,148 @@
+"""A learner in its own process against the same learner in the server's process: batches/s.
+
+A server process holds a central memory of Atari-like transitions (uint8[84,84] random frames,
+stack 4, multi-step 1) and serves it three ways; the learner process (this one) holds a copy of
+the same memory and measures, in interleaved rounds (medians kept, the machine may be shared):
+
+  in-process get_batch   ReplayMemory.get_batch(B) on the local copy (the reference, 1.0)
+  in-process feed        memoire.feed.Feed over the local copy (native sampler thread, ring)
+  RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
+  stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
+                         rows, stacked on arrival into the feed's ring), rows in the messages
+  stream shm             the same, rows through shared memory (the server writes them into
+                         slots the learner maps; the socket, tcp or ipc, carries the notices)
+
+Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run,
+and with the learner process's CPU time per batch (all its threads): on a shared machine the
+rates move with the load, the CPU cost much less.
+
+    PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_remote_sampling.py \\
+        [--fill 20000] [--batch 32] [--seconds 2] [--rounds 3] [--credit 32] [--depth 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+FRAME = (84, 84)
+STACK = 4
+EPISODE = 1000
+
+
+def templates():
+    return (np.zeros(FRAME, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
+            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+            np.zeros([0], np.uint8))
+
+
+def fill(rem, n: int) -> None:
+    """n entries in episodes of EPISODE (random frames: nothing compresses or caches)."""
+    rem.frame_stack = STACK
+    rng = np.random.default_rng(0)
+    for start in range(0, n, EPISODE):
+        k = min(EPISODE, n - start)
+        rem.new_episode()
+        rem.add_entries(rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8),
+                        np.zeros(k, np.int64), np.ones(k, np.float32),
+                        np.full(k, 0.5, np.float32), np.zeros(k, np.float32),
+                        np.zeros((k, 0), np.uint8), np.ones(k, np.float32))
+        rem.close_episode()
+
+
+def serve(n: int, ipc_path: str, conn) -> None:
+    """The server process: fills its memory, serves REP and the stream on tcp and ipc."""
+    from memoire.server import ReplayMemoryServer
+    srv = ReplayMemoryServer(*templates(), n, pub_endpoint=None)
+    fill(srv.rem, n)
+    eps = srv.start()
+    eps["tcp"] = srv.start_stream("tcp://127.0.0.1:*")
+    eps["ipc"] = srv.start_stream(f"ipc://{ipc_path}")
+    conn.send(eps)
+    conn.recv()  # until the learner is done
+    srv.close()
+
+
+def rate(take, seconds: float) -> tuple:
+    """(batches/s, the learner process's CPU ms per batch: all its threads, so a stream's
+    receiving thread and ZeroMQ's I/O thread count; the server process's do not)."""
+    take()  # warm: first batch, lazily built rings
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        take()
+        n += 1
+    return n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fill", type=int, default=20000, help="transitions stored")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=2.0, help="timed window per measurement")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--credit", type=int, default=32, help="stream credit (batches in flight)")
+    ap.add_argument("--depth", type=int, default=4, help="learner ring slots")
+    args = ap.parse_args(argv)
+
+    from memoire import ReplayMemory
+    from memoire.feed import Feed
+    from memoire.remote import RemoteMemory
+    from memoire.stream import SamplingStream
+
+    ipc_path = os.path.join(tempfile.mkdtemp(prefix="memoire-bench-"), "stream.ipc")
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=serve, args=(args.fill, ipc_path, child),
+                                           daemon=True)
+    proc.start()
+    local = ReplayMemory(*templates(), args.fill)
+    fill(local, args.fill)
+    if not parent.poll(600):
+        raise SystemExit("the server process did not start")
+    eps = parent.recv()
+    b = args.batch
+    remote = RemoteMemory(eps["rep"], timeout=30)
+    feed = Feed(local, b, depth=args.depth)
+    streams = {f"stream {k}{' shm' if shm else ''}":
+               SamplingStream(eps[k], b, credit=args.credit, depth=args.depth, timeout=30,
+                              shared_memory=shm)
+               for shm in (False, True) for k in ("tcp", "ipc")}
+    ways = {
+        "in-process get_batch": lambda: local.get_batch(b),
+        "in-process feed": lambda: next(feed),
+        "RemoteMemory.sample (tcp)": lambda: remote.sample(b),
+        **{name: (lambda s=s: next(s)) for name, s in streams.items()},
+    }
+    got = {k: [] for k in ways}
+    cpu = {k: [] for k in ways}
+    try:
+        for _ in range(args.rounds):
+            for name, take in ways.items():
+                r, c = rate(take, args.seconds)
+                got[name].append(r)
+                cpu[name].append(c)
+    finally:
+        for s in streams.values():
+            s.close()
+        feed.close()
+        remote.close()
+        parent.send("done")
+        proc.join(30)
+    ref = statistics.median(got["in-process get_batch"])
+    print(f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
+          f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
+          f"(medians; cpus: {os.cpu_count()})")
+    print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
+    for name, rates in got.items():
+        m = statistics.median(rates)
+        print(f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
+              "   rounds: " + ", ".join(f"{r:.0f}" for r in rates))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+// The sampling stream's native ends: see bindings/stream.h and core/stream_batch.h.
+#include "bindings/stream.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/common.h"
+#include "bindings/libzmq.h"
+#include "core/replay_memory.h"
+
+namespace memoire {
+
+namespace {
+
+constexpr int kSliceMs = 5;  // a waiting receive checks for posts and Stop this often
+// The ERROR kind of a failed draw (memoire/server/sampling_service.py DRAW_ERROR): unlike a
+// refusal, it spent a credit.
+constexpr const char* kDrawError = "SampleError";
+
+void SendStrings(void* socket, const std::vector<std::string>& frames, int timeout_ms) {
+  std::vector<libzmq::OutFrame> out;
+  for (const std::string& f : frames) out.push_back({f.data(), f.size()});
+  libzmq::Send(socket, out, timeout_ms, nullptr);  // a full queue drops it: the timeout tells
+}
+
+}  // namespace
+
+Status ShmRegion::Create(size_t bytes, std::unique_ptr<ShmRegion>* out) {
+  std::random_device rd;
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s%d-%08x%08x", kPrefix, static_cast<int>(getpid()), rd(),
+                rd());
+  std::unique_ptr<ShmRegion> r(new ShmRegion());
+  r->path_ = std::string(kDir) + name;
+  const int fd = open(r->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Error(Code::kFailedPrecondition, "shared memory: cannot create ", r->path_,
+                           ": ", std::strerror(errno));
+  r->owner_ = true;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int e = errno;
+    close(fd);
+    return Error(Code::kResourceExhausted, "shared memory: cannot size ", r->path_, " to ", bytes,
+                 " bytes: ", std::strerror(e));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return Error(Code::kResourceExhausted, "shared memory: cannot map ", bytes,
+                                    " bytes: ", std::strerror(errno));
+  r->data_ = static_cast<uint8_t*>(p);
+  r->bytes_ = bytes;
+  *out = std::move(r);
+  return Status::OK();
+}
+
+Status ShmRegion::Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out) {
+  const std::string want = std::string(kDir) + kPrefix;
+  if (path.compare(0, want.size(), want) != 0 || path.find('/', want.size()) != std::string::npos ||
+      path.find("..") != std::string::npos)
+    return Error(Code::kDataLoss, "shared memory: expected a path ", want, "..., got ", path);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error(Code::kFailedPrecondition, "shared memory: cannot open ", path, ": ",
+                           std::strerror(errno), " (is the server on another host? use "
+                           "shared_memory=False)");
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) < bytes) {
+    close(fd);
+    return Error(Code::kDataLoss, "shared memory: ", path, " is not a file of ", bytes, " bytes");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return Error(Code::kFailedPrecondition, "shared memory: cannot map ", path,
+                                    ": ", std::strerror(errno));
+  unlink(path.c_str());  // mapped on both sides now: nothing is left behind by a crash
+  std::unique_ptr<ShmRegion> r(new ShmRegion());
+  r->path_ = path;
+  r->data_ = static_cast<uint8_t*>(p);
+  r->bytes_ = bytes;
+  *out = std::move(r);
+  return Status::OK();
+}
+
+ShmRegion::~ShmRegion() {
+  if (data_ != nullptr) munmap(data_, bytes_);
+  if (owner_) unlink(path_.c_str());  // a learner that never mapped it: ENOENT otherwise
+}
+
+void StreamSource::FlushLocked() {
+  std::deque<std::vector<std::string>> q;
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    q.swap(queue_);
+  }
+  for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
+  if (owed_ >= opt_.credit_chunk) {
+    SendStrings(opt_.socket, opt_.credit_message, opt_.timeout_ms);
+    owed_ -= opt_.credit_chunk;
+    credit_returned_.fetch_add(opt_.credit_chunk);
+  }
+}
+
+void StreamSource::Post(std::vector<std::string> frames) {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    queue_.push_back(std::move(frames));
+  }
+  // Send now unless the feed's thread holds the socket (it flushes within kSliceMs then).
+  std::unique_lock<std::mutex> io(io_mu_, std::try_to_lock);
+  if (io.owns_lock()) FlushLocked();
+}
+
+Status StreamSource::Fill(int thread, uint8_t* const* parts) {
+  if (thread != 0) return Error(Code::kInternal, "stream: one receiving thread per stream");
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
+  auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
+  libzmq::Frames frames;
+  while (true) {
+    if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
+    int rc;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      FlushLocked();
+      const auto now = Clock::now();
+      if (now >= next_ping) {
+        // A restarted server does not know this stream: the ping makes it say so.
+        SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
+        next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
+      }
+      rc = libzmq::Receive(opt_.socket, kSliceMs, &frames);
+    }
+    if (rc < 0)
+      return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+    if (rc == 1) break;
+    if (Clock::now() >= deadline)
+      return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
+                   opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
+                   "noticed this way)")
+          .With("timeout", opt_.timeout_ms);
+  }
+  std::vector<codec::Frame> views(frames.size());
+  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+  std::string kind, reason;
+  const bool error = ReadErrorMessage(views.data(), views.size(), &kind, &reason);
+  Status s;
+  if (error && kind == kDrawError) {
+    s = Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
+            .With("server_error", 1);
+  } else if (error) {
+    s = Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
+            .With("server_error", 1);
+  } else {
+    int64_t seq = -1;
+    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq,
+                           opt_.shm ? opt_.shm->data() : nullptr);
+    if (s.ok() && seq != last_seq_.load() + 1)  // one connection keeps order: none was lost
+      s = Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last_seq_.load());
+    if (seq >= 0) last_seq_.store(seq);  // one error per gap, not one per later batch
+    if (s.ok()) received_.fetch_add(1);
+  }
+  if (!error || kind == kDrawError) {
+    // The server spent a credit on this message (a batch or a failed draw): give it back, now
+    // that its rows are read (a shared-memory slot is then free for the server to reuse).
+    std::lock_guard<std::mutex> io(io_mu_);
+    ++owed_;
+    FlushLocked();
+  }
+  return s;
+}
+
+namespace {
+
+// Keeps a sent batch's bytes until libzmq's I/O thread has sent them.
+struct SentBatch {
+  StreamBatch batch;
+  std::string header;
+};
+
+// Samples `count` batches of n from `rm` and sends each to `identity` on a ROUTER socket.
+// Returns (sent, error): error is the failed draw's Status when one failed (nothing more is
+// sent after it), OK otherwise.
+std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std::string& identity,
+                                       int64_t n, int64_t count, int64_t seq0, int window,
+                                       const std::array<uint8_t, protocol::kNumFields>& send,
+                                       int timeout_ms, ShmRegion* shm, int64_t slots) {
+  int64_t sent = 0;
+  for (; sent < count; ++sent) {
+    auto b = std::make_shared<SentBatch>();
+    b->batch.window = window;
+    b->batch.send = send;
+    if (shm != nullptr) {  // the rows go into the batch's slot; the message says which
+      const size_t slot_bytes = shm->bytes() / static_cast<size_t>(slots);
+      b->batch.slot = (seq0 + sent) % slots;
+      b->batch.place = shm->data() + static_cast<size_t>(b->batch.slot) * slot_bytes;
+      b->batch.place_bytes = slot_bytes;
+    }
+    Status s = rm->SampleDistinct(n, &b->batch);
+    std::vector<codec::Frame> data;
+    b->batch.seq = seq0 + sent;
+    if (s.ok()) s = EncodeStreamBatch(b->batch, rm->schema(), &b->header, &data);
+    if (!s.ok()) return {sent, s};
+    std::vector<libzmq::OutFrame> out{{identity.data(), identity.size()},
+                                      {b->header.data(), b->header.size()}};
+    for (const codec::Frame& f : data) out.push_back({f.data, f.size});
+    if (!libzmq::Send(socket, out, timeout_ms, std::shared_ptr<const void>(b, b.get())))
+      return {sent, Error(Code::kFailedPrecondition, "stream: send failed: ", libzmq::LastError())};
+  }
+  return {sent, Status::OK()};
+}
+
+StreamLayout LayoutFrom(const py::list& templates, int64_t batch_size, int frame_stack,
+                        int multi_step, const std::vector<bool>& flags) {
+  StreamLayout l;
+  CheckLength(static_cast<int64_t>(templates.size()), protocol::kNumFields, "templates", "field");
+  CheckLength(static_cast<int64_t>(flags.size()), 2 * protocol::kNumFields, "flags", "stack");
+  std::vector<Field> fields;
+  for (int f = 0; f < protocol::kNumFields; ++f)
+    fields.push_back(FieldFromTemplate(protocol::kFieldNames[f], templates[f]));
+  ThrowIfError(Schema::Make(fields, &l.schema));
+  l.batch_size = batch_size;
+  l.frame_stack = frame_stack;
+  l.multi_step = multi_step;
+  for (size_t i = 0; i < flags.size(); ++i) l.flags[i] = flags[i];
+  ThrowIfError(l.Check());
+  return l;
+}
+
+std::vector<std::string> Strings(const py::list& frames) {
+  std::vector<std::string> out;
+  for (const py::handle& h : frames) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
+    out.emplace_back(static_cast<const char*>(info.ptr),
+                     static_cast<size_t>(info.size * info.itemsize));
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindStream(py::module_& m) {
+  py::class_<StreamSource, std::shared_ptr<StreamSource>>(m, "StreamSource", R"doc(
+A learner's end of a sampling stream (private: use memoire.stream.SamplingStream): a source for
+_core.Feed that receives each batch from a connected DEALER socket and stacks it into the ring.
+
+StreamSource(socket, templates, batch_size, frame_stack, multi_step, flags, timeout_ms,
+ping_ms, credit_chunk, credit_message, ping_message, max_payload_bytes, shm_path, shm_slots,
+shm_slot_bytes): `socket` is the
+DEALER's `underlying` address (requires attach_libzmq; Python keeps the socket open and does not
+use it while the source lives); templates, the 7 field templates; flags, the 14 cache flags;
+credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0; shm_path
+(non-empty): the server's StreamShm of shm_slots slots, mapped read-only.
+)doc")
+      .def(py::init([](uintptr_t socket, const py::list& templates, int64_t batch_size,
+                       int frame_stack, int multi_step, const std::vector<bool>& flags,
+                       int timeout_ms, int ping_ms, int64_t credit_chunk,
+                       const py::list& credit_message, const py::list& ping_message,
+                       uint64_t max_payload_bytes, const std::string& shm_path,
+                       int64_t shm_slots, uint64_t shm_slot_bytes) {
+             if (!libzmq::Attached())
+               ThrowIfError(Error(Code::kFailedPrecondition, "the sampling stream needs the "
+                                  "native message path (pyzmq's libzmq, see memoire.transport."
+                                  "native_libzmq)"));
+             if (socket == 0) ThrowInvalid("socket: expected a socket address, got 0");
+             if (timeout_ms < 1 || ping_ms < 1 || credit_chunk < 1)
+               ThrowInvalid("timeout_ms, ping_ms and credit_chunk: expected >= 1");
+             StreamSource::Options o;
+             o.socket = reinterpret_cast<void*>(socket);
+             o.layout = LayoutFrom(templates, batch_size, frame_stack, multi_step, flags);
+             o.limits.max_payload_bytes = max_payload_bytes;
+             o.timeout_ms = timeout_ms;
+             o.ping_ms = ping_ms;
+             o.credit_chunk = credit_chunk;
+             o.credit_message = Strings(credit_message);
+             o.ping_message = Strings(ping_message);
+             if (!shm_path.empty()) {
+               // Every slot must hold any batch of the layout: offsets stay inside the mapping.
+               if (shm_slots < 1 || shm_slot_bytes < StreamSlotBytes(o.layout) ||
+                   shm_slot_bytes > (uint64_t(1) << 40) / static_cast<uint64_t>(shm_slots))
+                 ThrowIfError(Error(Code::kDataLoss, "shared memory: ", shm_slots, " slots of ",
+                                    shm_slot_bytes, " bytes cannot hold batches of ",
+                                    StreamSlotBytes(o.layout), " bytes"));
+               std::unique_ptr<ShmRegion> r;
+               ThrowIfError(ShmRegion::Open(shm_path, shm_slot_bytes * shm_slots, &r));
+               o.shm = std::move(r);
+               o.layout.shm_slots = shm_slots;
+               o.layout.shm_slot_bytes = shm_slot_bytes;
+             }
+             return std::make_shared<StreamSource>(std::move(o));
+           }),
+           py::arg("socket"), py::arg("templates"), py::arg("batch_size"),
+           py::arg("frame_stack"), py::arg("multi_step"), py::arg("flags"),
+           py::arg("timeout_ms"), py::arg("ping_ms"), py::arg("credit_chunk"),
+           py::arg("credit_message"), py::arg("ping_message"),
+           py::arg("max_payload_bytes") = uint64_t(1) << 32, py::arg("shm_path") = "",
+           py::arg("shm_slots") = 0, py::arg("shm_slot_bytes") = 0)
+      .def("post", [](StreamSource& s, const py::list& frames) {
+             std::vector<std::string> f = Strings(frames);
+             py::gil_scoped_release release;
+             s.Post(std::move(f));
+           }, py::arg("frames"), "Sends an encoded message (its frames) to the server.")
+      .def("stop", &StreamSource::Stop, "Ends a receive in progress (the feed then closes).")
+      .def_property_readonly("received", &StreamSource::received, "batches received")
+      .def_property_readonly("credit_returned", &StreamSource::credit_returned,
+                             "credit given back to the server after the first grant")
+      .def_property_readonly("last_seq", &StreamSource::last_seq,
+                             "the last batch's number (-1 before the first)");
+
+  py::class_<ShmRegion, std::shared_ptr<ShmRegion>>(m, "StreamShm", R"doc(
+A server's shared-memory slots for one sampling stream (a new file in /dev/shm, mode 0600,
+removed by the learner once mapped, or when this object goes). StreamShm(memory, batch_size,
+window, send, slots): room for `slots` batches of that layout.
+)doc")
+      .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int window,
+                       const std::vector<bool>& send, int64_t slots) {
+             CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send", "field");
+             if (batch_size < 1 || window < 1 || slots < 1)
+               ThrowInvalid("batch_size, window and slots: expected >= 1");
+             std::array<uint8_t, protocol::kNumFields> s{};
+             for (int f = 0; f < protocol::kNumFields; ++f) s[f] = send[f];
+             size_t offsets[protocol::kNumFields];
+             const size_t slot = StreamRowOffsets(rm.schema(), s, batch_size * window, offsets);
+             std::unique_ptr<ShmRegion> r;
+             ThrowIfError(ShmRegion::Create(std::max<size_t>(slot, 64) * slots, &r));
+             return std::shared_ptr<ShmRegion>(std::move(r));
+           }),
+           py::arg("memory"), py::arg("batch_size"), py::arg("window"), py::arg("send"),
+           py::arg("slots"))
+      .def_property_readonly("path", &ShmRegion::path)
+      .def_property_readonly("bytes", &ShmRegion::bytes);
+
+  m.def("stream_send",
+        [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity, int64_t batch_size,
+           int64_t count, int64_t seq0, int window, const std::vector<bool>& send,
+           int timeout_ms, std::shared_ptr<ShmRegion> shm, int64_t slots) -> py::tuple {
+          if (!libzmq::Attached())
+            ThrowIfError(Error(Code::kFailedPrecondition, "stream_send: needs attach_libzmq"));
+          CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send", "field");
+          std::array<uint8_t, protocol::kNumFields> s{};
+          for (int f = 0; f < protocol::kNumFields; ++f) s[f] = send[f];
+          const std::string id = identity;
+          std::pair<int64_t, Status> r;
+          {
+            py::gil_scoped_release release;
+            r = SendBatches(&rm, reinterpret_cast<void*>(socket), id, batch_size, count, seq0,
+                            window, s, timeout_ms, shm.get(), slots);
+          }
+          py::object error = py::none();
+          if (!r.second.ok()) error = py::str(r.second.message());
+          return py::make_tuple(r.first, error);
+        },
+        py::arg("memory"), py::arg("socket"), py::arg("identity"), py::arg("batch_size"),
+        py::arg("count"), py::arg("seq0"), py::arg("window"), py::arg("send"),
+        py::arg("timeout_ms"), py::arg("shm") = nullptr, py::arg("slots") = 0, R"doc(
+Samples `count` batches of `batch_size` from `memory` (ReplayMemory.SampleDistinct: each
+distinct row once) and sends each as a STREAM_BATCH (numbered seq0, seq0 + 1, ...) to
+`identity` on a ROUTER socket (its `underlying` address), with the GIL released. `window`:
+the stream's window (0: the memory's now), `send`: the 7 fields to send; with `shm` (a
+StreamShm of `slots` slots) the rows go to slot seq % slots and the message names it.
+Returns (sent, error):
+error is None, or the message of the draw or send that failed (nothing is sent after it).
+)doc");
+}
+
+}  // namespace memoire

@@ -1,0 +1,94 @@
+// The sampling stream's native ends (core/stream_batch.h is the batch and its wire layout):
+// StreamSource, a learner's connection, is a source of the prefetching feed (bindings/feed.cc):
+// the feed's sampler thread receives each batch from a DEALER socket and stacks it into a ring
+// slot, with no GIL. The server's end sends batches from a ReplayMemory (`_core.stream_send`).
+//
+// Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
+// feed's thread while it receives, any thread posting a message (Post) in between.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/status.h"
+#include "core/stream_batch.h"
+
+namespace memoire {
+
+// A file in /dev/shm mapped by a server (read-write, its creator) and one learner (read-only):
+// the slots of a stream's shared-memory path (core/stream_batch.h).
+class ShmRegion {
+ public:
+  static constexpr const char* kDir = "/dev/shm/";
+  static constexpr const char* kPrefix = "memoire-stream-";
+  // Creates a new file of `bytes` (mode 0600, a fresh unique name) and maps it read-write.
+  static Status Create(size_t bytes, std::unique_ptr<ShmRegion>* out);
+  // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-only,
+  // then removes its name (the creator's mapping and this one stay).
+  static Status Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out);
+  ~ShmRegion();  // unmaps; the creator also removes the name if it is still there
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  ShmRegion() = default;
+  std::string path_;
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool owner_ = false;
+};
+
+class StreamSource {
+ public:
+  struct Options {
+    void* socket = nullptr;   // a connected DEALER (pyzmq's `underlying`), owned by Python
+    StreamLayout layout;
+    codec::Limits limits;
+    int timeout_ms = 10000;   // a batch must arrive within this (else the draw fails)
+    int ping_ms = 500;        // while waiting, a credit of 0 goes out this often
+    int64_t credit_chunk = 1; // credit returned after this many batches were received
+    // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
+    std::vector<std::string> credit_message, ping_message;
+    std::shared_ptr<ShmRegion> shm;  // the mapping when layout.shm_slots > 0
+  };
+  explicit StreamSource(Options o) : opt_(std::move(o)) {}
+
+  // Receives the next batch into `parts` (the feed's ReplayMemory layout plus num_sampleable
+  // and total_weight, see UnstackStreamBatch). kFailedPrecondition with the detail "timeout"
+  // (ms) when none came in time, with "server_error" 1 when the server refused something (its
+  // reason in the message), or when stopped; kDataLoss on a malformed batch.
+  Status Fill(int thread, uint8_t* const* parts);
+  // Queues an encoded message (frames) for the server; it leaves at once unless a receive is
+  // in progress, and then within a few milliseconds.
+  void Post(std::vector<std::string> frames);
+  // Makes a Fill in progress return (kFailedPrecondition) within a few milliseconds.
+  void Stop() { stopping_.store(true); }
+
+  const StreamLayout& layout() const { return opt_.layout; }
+  int64_t received() const { return received_.load(); }
+  int64_t credit_returned() const { return credit_returned_.load(); }
+  int64_t last_seq() const { return last_seq_.load(); }
+
+ private:
+  void FlushLocked();  // sends queued messages and credit due; io_mu_ held
+
+  const Options opt_;
+  std::mutex io_mu_;                      // the socket's one user at a time
+  std::mutex queue_mu_;                   // guards queue_
+  std::deque<std::vector<std::string>> queue_;
+  int64_t owed_ = 0;                      // batches received since credit was returned; io_mu_
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> received_{0}, credit_returned_{0}, last_seq_{-1};
+};
+
+}  // namespace memoire

@@ -1,0 +1,120 @@
+// StreamBatch: a ReplayMemory batch as the sampling stream carries it (server side:
+// memoire/server/sampling_service.py; learner side: memoire/stream.py). Each distinct stored
+// row of the drawn stacks travels once, with an index; the learner stacks the rows back into
+// ReplayMemory::Sample's layout, bit for bit.
+//
+// Windows. Row b of a batch reads `window` entries of one episode: window position k <
+// frame_stack is prev[b, k] (the entry frame_stack - 1 - k before the drawn one), position
+// k >= frame_stack is next[b, k - shift], with shift = min(multi_step, frame_stack). So
+//   prev[b, j] = rows[index[b, j]],  next[b, j] = rows[index[b, j + shift]],
+// window = frame_stack + shift. With multi_step < frame_stack the two stacks overlap: an Atari
+// batch (stack 4, multi_step 1) carries 5 rows per transition instead of 8, fewer where drawn
+// transitions share entries (rows are deduplicated across the whole batch).
+//
+// Wire: a STREAM_BATCH message (codec framing, core/codec.h) with these top-level entries, in
+// this order (n = batch size, U = distinct rows, 1 <= U <= n * window):
+//   seq            int64 0-d     the stream's batch number (0, 1, 2, ...)
+//   num_sampleable int64 0-d     the memory's counts when drawn (importance weights)
+//   total_weight   float64 0-d
+//   weight f32[n], prob f64[n], done bool[n], id int64[n]   as ReplayMemory::Sample
+//   index          int32[n, window], values in [0, U)
+//   rows/<field>   dtype[U, *shape] for each field the stream sends, in field order
+// On one host the rows go through shared memory instead (StreamShm): the message then carries
+// `slot` int64 0-d and `distinct` int64 0-d (U) in place of the rows/ entries, and the rows
+// lie in slot `slot` of the mapping, field after field at StreamRowOffsets. The slot of batch
+// seq is seq % slots; the server writes it only once the learner returned the credit of batch
+// seq - slots (credit outstanding never exceeds the slots), so a slot is never written while
+// the learner reads it.
+//
+// Thread safety: functions over caller-owned data; thread-safe on distinct outputs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "core/protocol.h"
+#include "core/schema.h"
+#include "core/status.h"
+
+namespace memoire {
+
+constexpr const char* kStreamRowsPrefix = "rows/";
+
+// What both ends of a stream agree on when it opens.
+struct StreamLayout {
+  Schema schema;  // the memory's seven fields (s a r p v q i)
+  int64_t batch_size = 1;
+  int frame_stack = 1;
+  int multi_step = 1;
+  // Which stacks a batch carries: prev of each field, then next (ReplayMemory cache_flags).
+  std::array<uint8_t, 2 * protocol::kNumFields> flags{};
+
+  // Shared memory (0 slots: the rows travel in the message).
+  int64_t shm_slots = 0;
+  size_t shm_slot_bytes = 0;
+
+  int shift() const { return multi_step < frame_stack ? multi_step : frame_stack; }
+  int window() const { return frame_stack + shift(); }
+  bool sends(int f) const { return flags[f] || flags[protocol::kNumFields + f]; }
+  // kInvalidArgument unless the schema has seven fields and the sizes are >= 1.
+  Status Check() const;
+};
+
+// One batch, as drawn by ReplayMemory::SampleDistinct (sized by it).
+struct StreamBatch {
+  int64_t seq = 0;       // the stream's batch number (set by the sender)
+  int64_t n = 0;         // rows of the batch
+  int64_t distinct = 0;  // U
+  int window = 0;
+  std::vector<int32_t> index;  // [n, window]
+  std::vector<float> weight;
+  std::vector<double> prob;
+  std::vector<uint8_t> done;
+  std::vector<int64_t> id;
+  int64_t num_sampleable = 0;
+  double total_weight = 0;
+  // Filled by SampleDistinct: rows[f] is [U, *shape_f] for the fields `send` selects
+  // (the caller sets send before the call), empty for the others.
+  std::array<uint8_t, protocol::kNumFields> send{};
+  std::array<std::vector<uint8_t>, protocol::kNumFields> rows;
+  // Shared memory: when `place` is set, rows go there (at StreamRowOffsets) instead of `rows`,
+  // and the message names `slot`. place_bytes bounds what may be written.
+  uint8_t* place = nullptr;
+  size_t place_bytes = 0;
+  int64_t slot = -1;
+};
+
+// Byte offsets of each sent field's U rows in a shared-memory slot (64-byte aligned, field
+// order; offsets[f] unused for fields not sent); returns the bytes used.
+size_t StreamRowOffsets(const Schema& schema, const std::array<uint8_t, protocol::kNumFields>& send,
+                        int64_t distinct, size_t* offsets);
+// The bytes of a slot that holds any batch of `layout` (U at most batch_size * window).
+size_t StreamSlotBytes(const StreamLayout& layout);
+// The fields a layout sends (prev or next flag set).
+std::array<uint8_t, protocol::kNumFields> StreamSends(const StreamLayout& layout);
+
+// The header frame and data frames (views of `b`, valid while it lives) of the STREAM_BATCH
+// message of `b`.
+Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string* header,
+                         std::vector<codec::Frame>* data);
+
+// Checks a received STREAM_BATCH (frames[0] its header) against `layout` and stacks it into
+// the learner's parts, in memoire.feed's ReplayMemory layout: prev[7], next[7]
+// (dtype[n, frame_stack, *shape]; a part whose flag is off is not written), weight f32[n],
+// prob f64[n], done bool[n], id int64[n], then num_sampleable int64[1] and total_weight
+// f64[1]. *seq gets the batch number. kDataLoss on anything malformed (nothing is trusted:
+// sizes, dtypes, index bounds), leaving the parts partly written.
+// `shm` is the learner's mapping when the layout has shm_slots (else ignored).
+Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const StreamLayout& layout,
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
+                          const uint8_t* shm = nullptr);
+
+// The error kind and reason of an ERROR message (frames[0] its header); false when `frames`
+// is not a well-formed current-version ERROR.
+bool ReadErrorMessage(const codec::Frame* frames, size_t n_frames, std::string* kind,
+                      std::string* reason);
+
+}  // namespace memoire

@@ -1,0 +1,197 @@
+// StreamBatch: SampleDistinct + encode + unstack gives Sample's batch byte for byte (rows in the
+// message and in a shared-memory slot), and a corrupted message is refused before any row is
+// read through it.
+#include "core/stream_batch.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/replay_memory.h"
+#include "tests/small_memory.h"
+#include "tests/testing.h"
+
+using namespace memoire;
+using memoire_test::MakeSmallMemory;
+
+namespace {
+
+constexpr int F = ReplayMemory::kNumFields;
+
+void Fill(ReplayMemory& m) {
+  int64_t first = 0;
+  for (int64_t len : {9, 4, 15, 2, 11}) {
+    std::vector<int64_t> s(len);
+    std::vector<float> a(len), r(len), w(len);
+    std::vector<int32_t> info(len);
+    for (int64_t k = 0; k < len; ++k) {
+      s[k] = first + k;
+      a[k] = static_cast<float>(k % 3);
+      r[k] = static_cast<float>(k) * 0.5f;
+      w[k] = 0.1f + static_cast<float>((first + k) % 7);
+      info[k] = static_cast<int32_t>(len);
+    }
+    const void* fields[F] = {s.data(), a.data(), r.data(), a.data(), r.data(), nullptr,
+                             info.data()};
+    CHECK(m.NewEpisode().ok());
+    CHECK(m.AddEntries(len, fields, w.data()).ok());
+    CHECK(m.CloseEpisode(1.0f, false, false, len % 2 == 1).ok());
+    first += len;
+  }
+}
+
+// The learner's parts: prev[7], next[7], weight, prob, done, id, num_sampleable, total_weight.
+struct Parts {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<uint8_t*> ptrs;
+  Parts(const Schema& schema, int64_t n, int fs) {
+    for (int side = 0; side < 2; ++side)
+      for (int f = 0; f < F; ++f) bufs.emplace_back(n * fs * schema.field(f).bytes());
+    for (size_t b : {sizeof(float), sizeof(double), size_t(1), sizeof(int64_t)})
+      bufs.emplace_back(n * b);
+    bufs.emplace_back(8);
+    bufs.emplace_back(8);
+    for (auto& b : bufs) ptrs.push_back(b.data());
+  }
+};
+
+// A batch, numbered, with its message's frames (views of it: kept together).
+struct Encoded {
+  StreamBatch batch;
+  std::string header;
+  std::vector<codec::Frame> frames;
+};
+
+std::unique_ptr<Encoded> Encode(const StreamBatch& b, const Schema& schema, int64_t seq) {
+  auto e = std::make_unique<Encoded>();
+  e->batch = b;
+  e->batch.seq = seq;
+  std::vector<codec::Frame> data;
+  CHECK(EncodeStreamBatch(e->batch, schema, &e->header, &data).ok());
+  e->frames.push_back({reinterpret_cast<const uint8_t*>(e->header.data()), e->header.size()});
+  e->frames.insert(e->frames.end(), data.begin(), data.end());
+  return e;
+}
+
+void SameAsSample(int fs, int ms, bool shm) {
+  auto a = MakeSmallMemory(64, 5), b = MakeSmallMemory(64, 5);
+  for (ReplayMemory* m : {a.get(), b.get()}) {
+    ReplayMemory::Options o = m->options();
+    o.frame_stack = fs;
+    o.multi_step = ms;
+    o.priority_exponent = 0.5;
+    CHECK(m->SetOptions(o).ok());
+    Fill(*m);
+  }
+  const int64_t n = 6;
+  StreamLayout layout;
+  layout.schema = a->schema();
+  layout.batch_size = n;
+  layout.frame_stack = fs;
+  layout.multi_step = ms;
+  layout.flags.fill(1);
+  const auto send = StreamSends(layout);
+  std::vector<uint8_t> ring;
+  if (shm) {
+    layout.shm_slots = 2;
+    layout.shm_slot_bytes = StreamSlotBytes(layout);
+    ring.resize(layout.shm_slots * layout.shm_slot_bytes);
+  }
+  codec::Limits limits;
+  for (int64_t seq = 0; seq < 20; ++seq) {
+    Parts want(a->schema(), n, fs), got(a->schema(), n, fs);
+    ReplayMemory::SampleOut out;
+    for (int f = 0; f < F; ++f) {
+      out.prev[f] = want.ptrs[f];
+      out.next[f] = want.ptrs[F + f];
+    }
+    out.weight = reinterpret_cast<float*>(want.ptrs[2 * F]);
+    out.prob = reinterpret_cast<double*>(want.ptrs[2 * F + 1]);
+    out.done = want.ptrs[2 * F + 2];
+    out.id = reinterpret_cast<int64_t*>(want.ptrs[2 * F + 3]);
+    CHECK(a->Sample(n, out).ok());
+    StreamBatch sb;
+    sb.send = send;
+    if (shm) {
+      sb.slot = seq % layout.shm_slots;
+      sb.place = ring.data() + sb.slot * layout.shm_slot_bytes;
+      sb.place_bytes = layout.shm_slot_bytes;
+    }
+    CHECK(b->SampleDistinct(n, &sb).ok());
+    CHECK(sb.window == fs + (ms < fs ? ms : fs));
+    CHECK(sb.distinct >= 1 && sb.distinct <= n * sb.window);
+    auto e = Encode(sb, b->schema(), seq);
+    int64_t got_seq = -1;
+    Status s = UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
+                                  &got_seq, shm ? ring.data() : nullptr);
+    CHECK(s.ok());
+    CHECK(got_seq == seq);
+    for (size_t p = 0; p < 2 * F + 4; ++p) CHECK(want.bufs[p] == got.bufs[p]);
+  }
+}
+
+TEST(DistinctRowsStackIntoSampleBatches) {
+  SameAsSample(3, 1, false);
+  SameAsSample(2, 4, false);
+  SameAsSample(1, 1, false);
+  SameAsSample(4, 2, true);
+}
+
+TEST(CorruptedMessagesAreRefused) {
+  auto m = MakeSmallMemory(64, 1);
+  ReplayMemory::Options o = m->options();
+  o.frame_stack = 2;
+  CHECK(m->SetOptions(o).ok());
+  Fill(*m);
+  StreamLayout layout;
+  layout.schema = m->schema();
+  layout.batch_size = 4;
+  layout.frame_stack = 2;
+  layout.flags.fill(1);
+  StreamBatch sb;
+  sb.send = StreamSends(layout);
+  CHECK(m->SampleDistinct(4, &sb).ok());
+  Parts got(m->schema(), 4, 2);
+  codec::Limits limits;
+  int64_t seq;
+  // An index past the rows.
+  StreamBatch bad = sb;
+  bad.index[5] = static_cast<int32_t>(bad.distinct);
+  auto e = Encode(bad, m->schema(), 0);
+  CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
+                           &seq).code() == Code::kDataLoss);
+  // A data frame shorter than its header says.
+  e = Encode(sb, m->schema(), 0);
+  e->frames.back().size -= 1;
+  CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
+                           &seq).code() == Code::kDataLoss);
+  // Another batch size than the stream's.
+  layout.batch_size = 5;
+  e = Encode(sb, m->schema(), 0);
+  CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
+                           &seq).code() == Code::kDataLoss);
+  // A slot outside the mapping (shared memory).
+  layout.batch_size = 4;
+  layout.shm_slots = 2;
+  layout.shm_slot_bytes = StreamSlotBytes(layout);
+  std::vector<uint8_t> ring(2 * layout.shm_slot_bytes);
+  StreamBatch placed;
+  placed.send = sb.send;
+  placed.slot = 2;
+  placed.place = ring.data();
+  placed.place_bytes = layout.shm_slot_bytes;
+  CHECK(m->SampleDistinct(4, &placed).ok());
+  e = Encode(placed, m->schema(), 0);
+  CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
+                           &seq, ring.data()).code() == Code::kDataLoss);
+  // A window agreed at open that the memory's settings no longer give.
+  StreamBatch stale;
+  stale.send = sb.send;
+  stale.window = 7;
+  CHECK(m->SampleDistinct(4, &stale).code() == Code::kFailedPrecondition);
+}
+
+}  // namespace
+
+TEST_MAIN()

@@ -1,0 +1,286 @@
+"""The server's sampling streams: a learner in its own process pulls batches of the server's
+memory with several in flight, each distinct stored row sent once (central mode).
+
+The learner's end is :class:`memoire.stream.SamplingStream`; the batch, its draw and its wire
+layout are ``cpp/core/stream_batch.h``. One ROUTER socket serves every stream (a learner holds
+a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
+
+- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool}``: opens (or reopens)
+  the peer's stream with ``c`` batches granted; the reply is a STREAM ``{"op": "layout",
+  "schema", "frame_stack", "multi_step", "flags", "batch_size", "max_credit"}`` (the layout is
+  fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
+  slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: batches
+  then carry their rows in slot ``seq % c`` and the message only says which (the stream's
+  credit can never exceed its ``c`` slots). Where that fails (no /dev/shm, over
+  ``max_shm_bytes``) the reply has no shm entries and the rows travel in the messages.
+- ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
+  peer the server does not know, e.g. after a restart, gets an ERROR saying so).
+- ``{"op": "priorities", "ids": int64[m], "weights": float32[m]}``: the server's
+  :meth:`update_priorities`, in order with the stream's other messages.
+- ``{"op": "close"}``: drops the stream.
+
+The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
+an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; that peer's
+draws pause 50 ms), and an ERROR for any request it refuses (no credit spent). So the
+batches in flight to a learner never exceed its credit.
+
+Limits (each refusal is counted in the server's ``rejected`` and answered with an ERROR; the
+worker keeps serving): credit outstanding per stream at most ``max_credit``
+(``stream_credit``); at most ``max_streams`` open streams (``stream_peers``); batch size as
+remote calls (``batch_too_large``); malformed or wrong-version messages (``malformed``,
+``version``); bad requests (``stream_request``); a peer with no open stream
+(``stream_unknown``); bad priorities (``bad_priorities``). A stream silent for
+``idle_timeout`` seconds is dropped (``stream_idle``).
+
+Threads: each worker loop (:meth:`SamplingService.worker_main`, one per endpoint) owns its
+socket and its streams' table; it samples with the GIL released (``_core.stream_send``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Dict, List
+
+import numpy as np
+import zmq
+
+from memoire import _core, codec
+from memoire.protocol import Msg
+from memoire.server.workers import POLL_MS, Stats, Workers, decode, error_reply, log
+
+DEFAULT_MAX_CREDIT = 64
+DEFAULT_MAX_STREAMS = 64
+DEFAULT_IDLE_TIMEOUT = 600.0
+DEFAULT_MAX_SHM_BYTES = 1 << 30  # one stream's shared-memory slots; larger ones use the wire
+BURST = 4  # batches sent to one stream before the next stream's turn
+ERROR_PAUSE_S = 0.05  # after a failed draw (e.g. nothing sampleable yet), that stream waits
+SEND_TIMEOUT_MS = 1000
+RECV_PER_STEP = 64
+DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
+
+
+@dataclasses.dataclass
+class _Stream:
+    batch_size: int
+    credit: int
+    window: int
+    send: list  # 7 bools: the fields whose rows are sent
+    last_seen: float
+    seq: int = 0
+    paused_until: float = 0.0
+    shm: object = None  # _core.StreamShm: the slots of a learner on this host
+    slots: int = 0  # shm's slots: the most credit the stream may have
+
+
+class SamplingService:
+    """The sampling streams of one server (see the module docstring).
+
+    Args:
+      server: the :class:`memoire.server.ReplayMemoryServer` (its memory, ``check_batch``,
+        ``update_priorities``).
+      schema: the memory's fields as :func:`memoire.protocol.describe_schema` gives them.
+      stats, workers: the server's counters and socket plumbing.
+      max_credit: batches one stream may have granted and unsent at once.
+      max_streams: open streams at once.
+      idle_timeout: seconds after which a silent stream is dropped.
+      max_shm_bytes: the largest shared-memory region one stream gets.
+    """
+
+    def __init__(self, server, schema, stats: Stats, workers: Workers, *,
+                 max_credit: int = DEFAULT_MAX_CREDIT, max_streams: int = DEFAULT_MAX_STREAMS,
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+                 max_shm_bytes: int = DEFAULT_MAX_SHM_BYTES):
+        self._server = server
+        self._schema = schema
+        self._stats = stats
+        self._workers = workers
+        self.max_credit = int(max_credit)
+        self.max_streams = int(max_streams)
+        self.idle_timeout = float(idle_timeout)
+        self.max_shm_bytes = int(max_shm_bytes)
+        # The streams of each worker loop, by peer identity (identities are per socket).
+        self._tables: List[Dict[bytes, _Stream]] = []
+
+    @property
+    def open_streams(self) -> int:
+        return sum(len(t) for t in list(self._tables))
+
+    def worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+        """Serves sampling streams on a ROUTER socket until the server closes (each call its
+        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc)."""
+        sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
+        streams: Dict[bytes, _Stream] = {}
+        self._tables.append(streams)
+        next_reap = [0.0]
+        try:
+            self._workers.serve([sock], lambda: self._step(sock, streams, next_reap))
+        finally:
+            self._tables.remove(streams)
+
+    # ---- the loop
+
+    def _step(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], next_reap: list) -> None:
+        now = time.monotonic()
+        busy = any(s.credit > 0 and s.paused_until <= now for s in streams.values())
+        if sock.poll(0 if busy else POLL_MS):
+            for _ in range(RECV_PER_STEP):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._workers.guarded(lambda so, fr: self._handle(so, streams, fr),
+                                      "stream worker", sock, frames)
+        now = time.monotonic()
+        for ident, s in list(streams.items()):
+            if s.credit > 0 and s.paused_until <= now:
+                self._send_batches(sock, ident, s)
+        if now >= next_reap[0]:
+            next_reap[0] = now + 1.0
+            for ident, s in list(streams.items()):
+                if now - s.last_seen > self.idle_timeout:
+                    del streams[ident]
+                    self._stats.reject("stream_idle", f"stream silent for {self.idle_timeout} s")
+
+    def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
+        k = min(s.credit, BURST)
+        sent, error = _core.stream_send(self._server.rem, sock.underlying, ident, s.batch_size,
+                                        k, s.seq, s.window, s.send, SEND_TIMEOUT_MS, s.shm,
+                                        s.slots)
+        s.seq += sent
+        s.credit -= sent
+        if sent:
+            with self._stats.lock:
+                self._stats.counts["stream_batches"] += sent
+                self._stats.counts["rows_sampled"] += sent * s.batch_size
+        if error is not None:
+            # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
+            # error, as an in-process feed's is. It spends the credit; the stream pauses.
+            s.credit -= 1
+            s.paused_until = time.monotonic() + ERROR_PAUSE_S
+            self._stats.count("stream_draw_errors")
+            self._reply(sock, ident, error_reply(DRAW_ERROR, error))
+
+    # ---- requests
+
+    def _reply(self, sock: zmq.Socket, ident: bytes, frames: list) -> None:
+        sock.send_multipart([ident, *frames], copy=False)
+
+    def _refuse(self, sock, ident: bytes, reason: str, kind: str, detail: str) -> None:
+        self._stats.reject(reason, detail)
+        self._reply(sock, ident, error_reply(kind, detail))
+
+    def _handle(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], frames: list) -> None:
+        if len(frames) < 2:
+            self._stats.reject("malformed", "stream: a message without a body")
+            return
+        ident = frames[0].bytes
+        msg = decode(self._stats, frames[1:], (Msg.STREAM,), self._workers.max_message_bytes)
+        if msg is None:  # counted by decode
+            self._reply(sock, ident, error_reply(
+                "ProtocolError", "stream: malformed message or another wire version (expected "
+                f"a version {codec.WIRE_VERSION} STREAM message)"))
+            return
+        v = msg.values
+        op = v.get("op")
+        stream = streams.get(ident)
+        if stream is not None:
+            stream.last_seen = time.monotonic()
+        if op == "open":
+            self._open(sock, streams, ident, v)
+        elif op in ("credit", "priorities", "close") and stream is None:
+            self._refuse(sock, ident, "stream_unknown", "RuntimeError",
+                         "stream: no open stream for this peer (the server restarted or dropped "
+                         "it): open a new SamplingStream")
+        elif op == "credit":
+            k = v.get("credit")
+            most = stream.slots if stream.shm is not None else self.max_credit
+            if not _is_int(k) or k < 0 or stream.credit + int(k) > most:
+                self._refuse(sock, ident, "stream_credit", "ValueError",
+                             f"stream: credit must be an int >= 0 keeping the outstanding credit "
+                             f"<= {most} (outstanding {stream.credit}), got {k!r}")
+                return
+            stream.credit += int(k)
+        elif op == "priorities":
+            self._priorities(sock, ident, v)
+        elif op == "close":
+            del streams[ident]
+        else:
+            self._refuse(sock, ident, "stream_request", "ValueError",
+                         f"stream: op must be 'open', 'credit', 'priorities' or 'close', "
+                         f"got {op!r}")
+
+    def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
+        n, credit = v.get("batch_size"), v.get("credit")
+        if not _is_int(n):
+            self._refuse(sock, ident, "stream_request", "ValueError",
+                         f"stream: batch_size must be an int, got {n!r}")
+            return
+        try:
+            n = self._server.check_batch(n, "stream")
+        except ValueError as e:  # too large is counted by check_batch
+            self._reply(sock, ident, error_reply("ValueError", str(e)))
+            return
+        if not _is_int(credit) or not 1 <= credit <= self.max_credit:
+            self._refuse(sock, ident, "stream_credit", "ValueError",
+                         f"stream: credit must be an int in [1, max_credit={self.max_credit}], "
+                         f"got {credit!r}")
+            return
+        if ident not in streams and self.open_streams >= self.max_streams:
+            self._refuse(sock, ident, "stream_peers", "RuntimeError",
+                         f"stream: this server serves at most {self.max_streams} streams")
+            return
+        rem = self._server.rem
+        fs, ms = int(rem.frame_stack), int(rem.multi_step)
+        flags = np.asarray(rem.cache_flags, np.bool_)
+        nf = len(flags) // 2
+        send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
+        stream = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
+        streams.pop(ident, None)  # a reopened stream's slots go first
+        layout = {"op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
+                                             for f, d, s in self._schema],
+                  "frame_stack": fs, "multi_step": ms, "flags": flags, "batch_size": n,
+                  "max_credit": self.max_credit}
+        if v.get("shared_memory") is True:
+            self._make_shm(stream, rem, layout)
+        streams[ident] = stream
+        self._stats.count("streams_opened")
+        self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
+
+    def _make_shm(self, stream: _Stream, rem, layout: dict) -> None:
+        """Gives `stream` its slots in shared memory (one per credit) and says where in
+        `layout`; on failure the stream uses the wire."""
+        row = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+                  for (_, d, s), on in zip(self._schema, stream.send) if on)
+        if row * stream.batch_size * stream.window * stream.credit > self.max_shm_bytes:
+            self._stats.count("stream_shm_too_large")
+            return
+        try:
+            shm = _core.StreamShm(rem, stream.batch_size, stream.window, stream.send,
+                                  stream.credit)
+        except (RuntimeError, ValueError) as e:  # no /dev/shm, no room: the wire will do
+            log.info("stream: no shared memory (%s); batches go over the socket", e)
+            self._stats.count("stream_shm_failed")
+            return
+        stream.shm, stream.slots = shm, stream.credit
+        layout.update(shm_path=shm.path, shm_slots=stream.credit,
+                      shm_slot_bytes=shm.bytes // stream.credit)
+
+    def _priorities(self, sock, ident: bytes, v: dict) -> None:
+        ids, weights = v.get("ids"), v.get("weights")
+        if not (isinstance(ids, np.ndarray) and isinstance(weights, np.ndarray)
+                and ids.dtype == np.int64 and weights.dtype == np.float32
+                and ids.ndim == 1 and ids.shape == weights.shape):
+            self._refuse(sock, ident, "bad_priorities", "ValueError",
+                         "stream: priorities need ids int64[m] and weights float32[m]")
+            return
+        try:
+            self._server.update_priorities(ids, weights)
+        except ValueError as e:  # NaN, infinite or negative weights
+            self._refuse(sock, ident, "bad_priorities", "ValueError", f"stream: {e}")
+            return
+        self._stats.count("stream_priority_updates")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

@@ -1,0 +1,247 @@
+"""A learner's sampling stream: batches of a server's memory, pulled with several in flight.
+
+``RemoteMemory.sample`` makes one synchronous request per batch. A :class:`SamplingStream`
+instead opens a stream on the server's stream endpoint (:meth:`memoire.ReplayMemoryServer.
+start_stream`) and grants it ``credit`` batches: the server samples and sends them as fast as
+it can, each distinct stored row once (an Atari batch of stack 4 carries 5 frames per
+transition, not 8), and the learner returns credit as it consumes. On arrival a native thread
+(no GIL) stacks each batch into a ring of reusable host buffers (the prefetching feed,
+:mod:`memoire.feed`), so ``next(stream)`` is a hand-over::
+
+    server.start_stream("ipc:///tmp/memoire-stream")          # or tcp://host:port
+    with SamplingStream(endpoint, batch_size=32) as stream:
+        for step in range(num_steps):
+            batch = next(stream)                                # memoire.Batch
+            ...
+            stream.update_priorities(batch.id, new_weights)     # same connection
+
+Batches are exactly :meth:`memoire.ReplayMemory.get_batch`'s: ``prev``/``next`` tuples of 7
+arrays ``dtype[B, frame_stack, *shape]`` (None where the server's ``cache_flags`` leave a field
+out), ``weight`` float32[B], ``prob`` float64[B], ``done`` bool[B], ``id`` int64[B], plus the
+``num_sampleable`` and ``total_weight`` attributes (as :meth:`RemoteMemory.sample`). A stream
+is the only sampler of a server's memory seeded with ``seed``: it returns the batches that
+memory's ``get_batch`` would, bit for bit, in the same order. The layout (frame stack,
+multi-step, cache flags) is fixed when the stream opens; a later change of the server's
+frame_stack or multi_step makes the next batch raise (open a new stream).
+
+In flight: at most ``credit`` batches are granted and unsent or on the wire, and ``depth``
+more wait stacked in the ring. Credit goes back ``max(1, credit // 2)`` batches at a time.
+Prioritized replay: a priority update is sent at once (or within a few milliseconds when the
+receiving thread holds the socket) and applied by the server in order with the stream's other
+messages; batches already sampled (at most ``credit + depth``) predate it.
+
+Errors: no batch within ``timeout`` seconds (a dead, stopped or unreachable server) raises
+TimeoutError; a restarted server does not know the stream and says so (RuntimeError naming
+it) within ``timeout``; a draw the server could not make (nothing sampleable yet) raises
+RuntimeError with its reason on the ``next`` that receives it, and the stream goes on.
+
+Transport: ``tcp://`` across hosts, ``ipc://`` on one host, with CURVE keys as every memoire
+socket. On one host (``shared_memory``, by default for ``ipc://`` and loopback ``tcp://``) the
+server writes each batch's rows into a slot of a file in /dev/shm that the learner maps
+(one slot per credit; the learner removes the name once mapped, so a crash leaves nothing):
+the socket carries only the notice (the small arrays and the slot's number). Where the server
+cannot make the file, or the learner cannot map it, the rows travel in the messages. Needs
+memoire's native message path (pyzmq's libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host batches only.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Optional
+
+import numpy as np
+import zmq
+
+from memoire import _core, codec
+from memoire.codec import Msg, ProtocolError
+from memoire.feed import Feed, _close_native
+from memoire.memory import Batch
+from memoire.remote import raise_for_error
+from memoire.transport import DEFAULT_TIMEOUT, CurveKeys, native_libzmq, open_socket
+
+__all__ = ["SamplingStream"]
+
+PING_S = 0.5  # while waiting for a batch, the learner pings this often (a restart is noticed)
+
+
+def _close_stream(source, feed_holder: list, sock: zmq.Socket, ctx: zmq.Context) -> None:
+    """Stops the receiving thread, then says goodbye and closes the socket (in that order:
+    the thread uses the socket until it is joined)."""
+    source.stop()
+    _close_native(feed_holder)
+    try:
+        sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), zmq.NOBLOCK, copy=False)
+    except zmq.ZMQError:
+        pass  # a full queue to a gone server: nothing to say goodbye to
+    sock.close(0)
+    ctx.term()
+
+
+def _on_this_host(endpoint: str) -> bool:
+    """Whether an endpoint is surely on this host (ipc://, or tcp:// to a loopback address)."""
+    if endpoint.startswith("ipc://"):
+        return True
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0] if endpoint.startswith("tcp://") else ""
+    return host in ("localhost", "[::1]") or host.startswith("127.")
+
+
+class SamplingStream:
+    """Batches of a server's memory pulled over a sampling stream (see the module docstring).
+
+    Args:
+      endpoint: the server's stream endpoint (:meth:`ReplayMemoryServer.start_stream`).
+      batch_size: rows per batch, 1..the server's ``max_batch``.
+      credit: batches the server may send ahead, 1..its ``max_credit`` (64 by default); with
+        shared memory also the slots (an Atari batch of 32 needs a 1.1 MB slot). More credit
+        hides more latency (it mattered on a loaded machine) but lets more batches predate a
+        priority update (at most credit + depth).
+      depth: batches stacked ahead in the learner's ring (>= 1).
+      timeout: seconds to wait for the server's answer to the open and for each batch.
+      keys: :class:`memoire.transport.CurveKeys` (client side) when the server uses CURVE.
+      max_bytes: the largest message accepted from the server.
+      shared_memory: rows through shared memory (the server must be on this host); None: for
+        ``ipc://`` and loopback ``tcp://`` endpoints, falling back to the socket when the
+        mapping fails.
+
+    Raises:
+      ValueError: a bad argument, or one the server refused (batch size, credit).
+      TimeoutError: the server did not answer the open within `timeout`.
+      RuntimeError: the native message path is off, or the server refused the stream.
+    """
+
+    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 32, depth: int = 4,
+                 timeout: float = DEFAULT_TIMEOUT, keys: Optional[CurveKeys] = None,
+                 max_bytes: int = codec.DEFAULT_MAX_BYTES,
+                 shared_memory: Optional[bool] = None):
+        for name, value in (("batch_size", batch_size), ("credit", credit), ("depth", depth)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        if not native_libzmq():
+            raise RuntimeError("SamplingStream needs memoire's native message path (pyzmq's "
+                               "libzmq as a shared library; MEMOIRE_NATIVE_ZMQ must not be 0)")
+        self.endpoint = endpoint
+        self._batch_size = int(batch_size)
+        self.credit = int(credit)
+        self._ctx = zmq.Context()
+        self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn", keys=keys,
+                                 server_side=False, max_bytes=max_bytes)
+        auto = shared_memory is None
+        shm = _on_this_host(endpoint) if auto else bool(shared_memory)
+        try:
+            while True:
+                layout = self._open(timeout, max_bytes, shm)
+                self.frame_stack = int(layout["frame_stack"])
+                self.multi_step = int(layout["multi_step"])
+                self.cache_flags = np.asarray(layout["flags"], np.bool_)
+                templates = [np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
+                             for _, dtype, shape in layout["schema"]]
+                chunk = max(1, self.credit // 2)
+                try:
+                    self._source = _core.StreamSource(
+                        self._sock.underlying, templates, self._batch_size, self.frame_stack,
+                        self.multi_step, [bool(f) for f in self.cache_flags],
+                        int(timeout * 1000), int(PING_S * 1000), chunk,
+                        codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
+                        codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}), int(max_bytes),
+                        str(layout.get("shm_path", "")), int(layout.get("shm_slots", 0)),
+                        int(layout.get("shm_slot_bytes", 0)))
+                except RuntimeError:
+                    if not (auto and shm):
+                        raise
+                    # Not mappable here (another host?): a new stream over the socket alone,
+                    # on a new connection (batches of the first may be on their way).
+                    shm = False
+                    self._sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}),
+                                              copy=False)
+                    self._sock.close(0)
+                    self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn",
+                                             keys=keys, server_side=False, max_bytes=max_bytes)
+                    continue
+                break
+            self.shared_memory = "shm_path" in layout
+            self._feed_made = False
+            self._feed = Feed(self, self._batch_size, depth=depth)
+        except BaseException:
+            self._sock.close(0)
+            self._ctx.term()
+            raise
+        self._finalizer = weakref.finalize(self, _close_stream, self._source,
+                                           self._feed._holder, self._sock, self._ctx)
+
+    def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
+        """Opens the stream (granting the first credit) and returns the server's layout."""
+        self._sock.send_multipart(codec.encode(Msg.STREAM, {
+            "op": "open", "batch_size": self._batch_size, "credit": self.credit,
+            "shared_memory": shm}), copy=False)
+        if not self._sock.poll(int(timeout * 1000)):
+            raise TimeoutError(f"SamplingStream: no answer from {self.endpoint} within "
+                               f"{timeout} s (is a server's stream worker running there?)")
+        frames = self._sock.recv_multipart()
+        try:
+            msg = codec.decode(frames, max_bytes=max_bytes, expect=(Msg.STREAM, Msg.ERROR))
+        except ProtocolError as e:
+            raise ProtocolError(f"SamplingStream: bad reply from {self.endpoint}: {e}") from None
+        if msg.type == Msg.ERROR:
+            raise_for_error(msg, "SamplingStream")
+        v = msg.values
+        if v.get("op") != "layout" or v.get("batch_size") != self._batch_size:
+            raise ProtocolError(f"SamplingStream: unexpected reply from {self.endpoint}")
+        return v
+
+    # ---- the learner's side
+
+    def __iter__(self) -> "SamplingStream":
+        return self
+
+    def __next__(self) -> Batch:
+        """The next batch (see the module docstring); blocks until one is there.
+
+        Raises:
+          TimeoutError: none came within ``timeout``. RuntimeError: the server refused (its
+          reason), or the stream is closed.
+        """
+        return next(self._feed)
+
+    def take(self) -> Batch:
+        """Same as ``next(stream)``."""
+        return next(self._feed)
+
+    def update_priorities(self, ids, weights) -> None:
+        """Sets sampling weights of the server's entries by id (``batch.id``), over the
+        stream's connection; the server applies them in order with the stream's messages and
+        skips stale ids. Invalid weights are refused here (ValueError), before sending."""
+        ids = np.ascontiguousarray(ids, np.int64).reshape(-1)
+        weights = np.ascontiguousarray(weights, np.float32).reshape(-1)
+        if ids.shape != weights.shape:
+            raise ValueError(f"update_priorities: {ids.size} ids but {weights.size} weights")
+        if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            raise ValueError("update_priorities: weights must be finite and >= 0")
+        if self._finalizer is not None and not self._finalizer.alive:
+            raise RuntimeError("update_priorities: the stream is closed")
+        self._source.post(codec.encode(Msg.STREAM, {"op": "priorities", "ids": ids,
+                                                    "weights": weights}))
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def received(self) -> int:
+        """Batches received from the server so far."""
+        return self._source.received
+
+    def close(self) -> None:
+        """Stops receiving, tells the server, closes the socket. Batches already handed out
+        stay valid; a later ``next`` raises RuntimeError. Idempotent."""
+        self._feed.close()
+        self._finalizer()
+
+    def __enter__(self) -> "SamplingStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

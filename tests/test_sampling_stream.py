@@ -1,0 +1,464 @@
+"""Sampling streams (memoire.stream.SamplingStream, memoire.server.sampling_service): batches
+bit for bit equal to in-process ones, credit bounding what is in flight, priority updates over
+the stream, dead and restarted servers, hostile clients."""
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from memoire import ReplayMemory, codec
+from memoire.protocol import Msg
+from memoire.server import ReplayMemoryServer
+from memoire.stream import SamplingStream
+from memoire.transport import native_libzmq
+
+pytestmark = pytest.mark.skipif(not native_libzmq(),
+                                reason="needs the native message path (pyzmq's libzmq)")
+
+FRAME = (12, 10)  # small Atari-like frames: uint8[12, 10]
+
+
+def _templates():
+    return (np.zeros(FRAME, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
+            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
+            np.zeros([2], np.int16))
+
+
+def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1):
+    """The same episodes (random frames, rewards, values and weights) into any memory."""
+    rng = np.random.default_rng(seed)
+    for k, steps in enumerate(episodes):
+        rem.new_episode()
+        rem.add_entries(rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8),
+                        rng.integers(0, 6, steps), rng.normal(size=steps).astype(np.float32),
+                        rng.random(steps).astype(np.float32),
+                        rng.normal(size=steps).astype(np.float32),
+                        rng.integers(-9, 9, (steps, 2)).astype(np.int16),
+                        (rng.random(steps) + 0.1).astype(np.float32))
+        rem.close_episode(terminal=bool(k % 2))
+
+
+def _configure(rem, frame_stack=4, multi_step=1, flags=None):
+    rem.frame_stack = frame_stack
+    rem.multi_step = multi_step
+    rem.priority_exponent = 0.6
+    if flags is not None:
+        rem.cache_flags = flags
+
+
+def _server(seed=7, max_step=150, **settings):
+    srv = ReplayMemoryServer(*_templates(), max_step, pub_endpoint=None, seed=seed)
+    _configure(srv.rem, **settings)
+    _fill(srv.rem)
+    return srv
+
+
+def _wait(cond, timeout=10.0):
+    """Polls cond() until it holds (bounded); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+def _assert_same(a, b):
+    for side in ("prev", "next"):
+        for x, y in zip(getattr(a, side), getattr(b, side)):
+            if x is None or y is None:
+                assert x is None and y is None
+            else:
+                assert x.dtype == y.dtype and x.shape == y.shape
+                np.testing.assert_array_equal(x, y)
+    for name in ("weight", "prob", "done", "id"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+# ---------------------------------------------------------------- batches equal in-process
+
+SETTINGS = [
+    dict(frame_stack=4, multi_step=1),  # Atari: 5 distinct rows per transition
+    dict(frame_stack=3, multi_step=5),  # next does not overlap prev
+    dict(frame_stack=1, multi_step=1),
+    dict(frame_stack=2, multi_step=1,   # some stacks left out
+         flags=[1, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0]),
+]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+@pytest.mark.parametrize("transport,shm", [("tcp", False), ("ipc", False), ("tcp", True),
+                                           ("ipc", True)])
+def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path):
+    # The same contents and seed: the stream is the server memory's only sampler, so its
+    # batches are the ones the local memory's get_batch draws, in the same order.
+    local = ReplayMemory(*_templates(), 150)
+    local.seed(7)
+    _configure(local, **settings)
+    _fill(local)
+    with _server(seed=7, **settings) as srv:
+        ep = srv.start_stream("tcp://127.0.0.1:*" if transport == "tcp"
+                              else f"ipc://{tmp_path}/stream.ipc")
+        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10,
+                            shared_memory=shm) as stream:
+            assert stream.shared_memory == shm
+            for _ in range(30):
+                got, want = next(stream), local.get_batch(16)
+                _assert_same(got, want)
+                assert got.num_sampleable == local.num_sampleable
+                assert got.total_weight == pytest.approx(local.total_weight, rel=1e-12)
+        # Fewer bytes on the wire: distinct rows, not stacks
+        assert srv.stats()["stream_batches"] >= 30
+
+
+def test_stream_is_a_feed_layout():
+    # The same arrays (dtype, shape, None fields) as an in-process feed's.
+    from memoire.feed import Feed
+    with _server(flags=[1] * 7 + [0] * 7) as srv:
+        local = ReplayMemory(*_templates(), 150)
+        _configure(local, flags=[1] * 7 + [0] * 7)
+        _fill(local)
+        with SamplingStream(srv.start_stream(), 8) as stream, Feed(local, 8) as feed:
+            a, b = next(stream), next(feed)
+            assert [None if x is None else (x.dtype, x.shape) for x in a.prev + a.next] == \
+                   [None if x is None else (x.dtype, x.shape) for x in b.prev + b.next]
+            with pytest.raises(ValueError, match="its own feed"):
+                Feed(stream, 8)  # one consumer per connection
+
+
+def test_two_endpoints_serve_side_by_side(tmp_path):
+    # Each endpoint's loop has its own streams (ROUTER identities are per socket).
+    with _server() as srv:
+        tcp, ipc = srv.start_stream(), srv.start_stream(f"ipc://{tmp_path}/two.ipc")
+        with SamplingStream(tcp, 4, credit=3) as a, SamplingStream(ipc, 4, credit=3) as b:
+            for _ in range(30):
+                next(a)
+                next(b)
+            assert srv.stats()["sampling_streams"] == 2
+
+
+# ---------------------------------------------------------------- credit
+
+@pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])
+def test_credit_bounds_batches_in_flight(credit, depth):
+    with _server() as srv:
+        with SamplingStream(srv.start_stream(), 4, credit=credit, depth=depth) as stream:
+            taken = 5
+            for _ in range(taken):
+                next(stream)
+            # The ring refills (depth batches), then everything stops: nothing is taken.
+            assert _wait(lambda: stream.received == taken + depth)
+            time.sleep(0.3)  # room for the server to overshoot, if it would
+            sent = srv.stats()["stream_batches"]
+            assert stream.received == taken + depth
+            assert sent - stream.received <= credit
+            assert sent <= taken + depth + credit
+            # Taking more lets more through, still within the bound.
+            for _ in range(3 * (credit + depth)):
+                next(stream)
+            assert srv.stats()["stream_batches"] <= 3 * (credit + depth) + taken + depth + credit
+
+
+# ---------------------------------------------------------------- priorities
+
+def test_priority_updates_land():
+    with _server() as srv:
+        credit, depth = 4, 2
+        with SamplingStream(srv.start_stream(), 8, credit=credit, depth=depth) as stream:
+            first = next(stream)
+            zeroed = set(first.id.tolist())
+            before = srv.rem.num_sampleable
+            stream.update_priorities(first.id, np.zeros(8, np.float32))
+            assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == 1)
+            assert srv.rem.num_sampleable == before - len(zeroed)
+            # At most credit + depth batches were drawn before the update; none after it
+            # holds a zeroed entry.
+            for _ in range(credit + depth):
+                next(stream)
+            for _ in range(40):
+                assert not zeroed & set(next(stream).id.tolist())
+            with pytest.raises(ValueError, match="finite"):
+                stream.update_priorities(first.id[:1], [np.nan])
+            with pytest.raises(ValueError, match="ids"):
+                stream.update_priorities(first.id[:2], [1.0])
+
+
+# ---------------------------------------------------------------- dead and restarted servers
+
+def test_dead_server_raises_timeout_not_hang():
+    srv = _server()
+    stream = SamplingStream(srv.start_stream(), 4, credit=2, depth=2, timeout=1.0)
+    try:
+        next(stream)
+        srv.close()
+        with pytest.raises(TimeoutError, match="no batch from the server"):
+            for _ in range(2 + 2 + 3):  # what was in flight, then the silence
+                next(stream)
+    finally:
+        stream.close()
+        srv.close()
+
+
+def test_nothing_listening_raises_timeout(tmp_path):
+    with pytest.raises(TimeoutError, match="no answer"):
+        SamplingStream(f"ipc://{tmp_path}/nobody.ipc", 4, timeout=0.3)
+
+
+def test_restarted_server_is_reported(tmp_path):
+    ep = f"ipc://{tmp_path}/restart.ipc"
+    first = _server()
+    first.start_stream(ep)
+    stream = SamplingStream(ep, 4, credit=2, depth=2, timeout=5.0)
+    try:
+        next(stream)
+        first.close()
+        with _server() as second:
+            second.start_stream(ep)
+            with pytest.raises(RuntimeError, match="restarted"):
+                for _ in range(2 + 2 + 3):
+                    next(stream)
+            assert second.stats()["rejected"].get("stream_unknown", 0) >= 1
+    finally:
+        stream.close()
+        first.close()
+
+
+def test_draw_error_reaches_the_learner_and_the_stream_goes_on():
+    with ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=1) as srv:
+        _configure(srv.rem)
+        with SamplingStream(srv.start_stream(), 4, credit=2, depth=1) as stream:
+            with pytest.raises(RuntimeError, match="no sampleable entry"):
+                next(stream)
+            _fill(srv.rem)
+            got = None
+            for _ in range(50):  # the errors already in flight, then batches again
+                try:
+                    got = next(stream)
+                    break
+                except RuntimeError:
+                    pass
+            assert got is not None and got.prev[0].shape == (4, 4) + FRAME
+
+
+# ---------------------------------------------------------------- hostile clients
+
+def _ask(sock, frames, timeout_ms=5000):
+    sock.send_multipart(frames)
+    assert sock.poll(timeout_ms), "the server must answer every refused request"
+    return codec.decode(sock.recv_multipart(), expect=(Msg.ERROR, Msg.STREAM, Msg.STREAM_BATCH))
+
+
+def _stream(values):
+    return codec.encode(Msg.STREAM, values)
+
+
+def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
+    with _server() as srv:
+        ep = srv.start_stream()
+        ctx = zmq.Context()
+        bad = ctx.socket(zmq.DEALER)
+        bad.linger = 0
+        bad.connect(ep)
+        try:
+            cases = [
+                (_stream({"op": "credit", "credit": 1}), "stream_unknown"),
+                (_stream({"op": "open", "batch_size": 4, "credit": 10 ** 12}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": -3}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": True}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": "8"}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 10 ** 9, "credit": 1}), "batch_too_large"),
+                (_stream({"op": "open", "batch_size": 2.5, "credit": 1}), "stream_request"),
+                (_stream({"op": "drain everything"}), "stream_request"),
+                ([b"MMRW\x01\x00\x0c\x00garbage"], "malformed"),
+                ([b"not a memoire message", b"x" * 100], "malformed"),
+                (codec.encode(Msg.HELLO, {"uuid": 1}), "malformed"),
+            ]
+            for frames, reason in cases:
+                before = srv.stats()["rejected"].get(reason, 0)
+                reply = _ask(bad, frames)
+                assert reply.type == Msg.ERROR, reason
+                assert srv.stats()["rejected"].get(reason, 0) == before + 1, reason
+            # An open stream: bad credit and bad priorities are refused, the stream stays.
+            reply = _ask(bad, _stream({"op": "open", "batch_size": 4, "credit": 1}))
+            assert reply.type == Msg.STREAM and reply.values["op"] == "layout"
+            assert bad.poll(5000)  # the batch its credit of 1 brought
+            batch = codec.decode(bad.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+            assert batch.values["index"].shape == (4, 5)  # stack 4 + 1: 5 window rows
+            for values, reason in [
+                ({"op": "credit", "credit": 10 ** 15}, "stream_credit"),
+                ({"op": "credit", "credit": -1}, "stream_credit"),
+                ({"op": "priorities", "ids": np.zeros(3, np.float64),
+                  "weights": np.zeros(3, np.float32)}, "bad_priorities"),
+                ({"op": "priorities", "ids": np.zeros(3, np.int64),
+                  "weights": np.full(3, np.nan, np.float32)}, "bad_priorities"),
+            ]:
+                before = srv.stats()["rejected"].get(reason, 0)
+                assert _ask(bad, _stream(values)).type == Msg.ERROR, reason
+                assert srv.stats()["rejected"].get(reason, 0) == before + 1, reason
+            # A legitimate learner is served all along.
+            with SamplingStream(ep, 8, credit=4) as good:
+                for _ in range(20):
+                    assert next(good).prev[0].shape == (8, 4) + FRAME
+            assert srv.stats()["sampling_streams"] >= 1
+        finally:
+            bad.close(0)
+            ctx.term()
+
+
+# ---------------------------------------------------------------- shared memory
+
+def _shm_files():
+    import glob
+    return set(glob.glob("/dev/shm/memoire-stream-*"))
+
+
+def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
+    before = _shm_files()
+    with _server() as srv:
+        ep = srv.start_stream()
+        with SamplingStream(ep, 4, credit=3, shared_memory=True) as stream:
+            assert stream.shared_memory
+            next(stream)
+            # Mapped on both sides, the name is gone: a crash of either leaves nothing.
+            assert _shm_files() - before == set()
+        # A raw peer: its slots cap its credit (3 slots, 3 granted).
+        ctx = zmq.Context()
+        peer = ctx.socket(zmq.DEALER)
+        peer.linger = 0
+        peer.connect(ep)
+        try:
+            reply = _ask(peer, _stream({"op": "open", "batch_size": 4, "credit": 3,
+                                        "shared_memory": True}))
+            assert reply.values["shm_slots"] == 3
+            for _ in range(3):  # the notices its credit brought: slot numbers, no rows
+                assert peer.poll(5000)
+                notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+                assert 0 <= notice.values["slot"] < 3
+                assert not any(k.startswith("rows/") for k in notice.values)
+            n = srv.stats()["rejected"].get("stream_credit", 0)
+            reply = _ask(peer, _stream({"op": "credit", "credit": 4}))  # 4 > 3 slots
+            assert reply.type == Msg.ERROR
+            assert srv.stats()["rejected"]["stream_credit"] == n + 1
+        finally:
+            peer.close(0)
+            ctx.term()
+    # The server let go of the slots of the peer that never mapped them.
+    assert _shm_files() - before == set()
+
+
+# ---------------------------------------------------------------- a hostile server
+
+def _fake_batch(u, index, extra=None):
+    from memoire.protocol import describe_schema
+    values = {"seq": np.int64(0), "num_sampleable": np.int64(5), "total_weight": np.float64(1),
+              "weight": np.ones(2, np.float32), "prob": np.ones(2), "done": np.zeros(2, bool),
+              "id": np.arange(2, dtype=np.int64), "index": np.asarray(index, np.int32)}
+    for name, dtype, shape in describe_schema(_templates()):
+        values["rows/" + name] = np.zeros((u,) + tuple(shape), dtype)
+    values.update(extra or {})
+    return codec.encode(Msg.STREAM_BATCH, values)
+
+
+@pytest.mark.parametrize("frames_of,match", [
+    (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside"),     # index past the rows
+    (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside"),
+    (lambda: _fake_batch(3, [[0, 1, 2]]), "index"),                   # wrong shape
+    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]],
+                         {"weight": np.ones(2, np.float64)}), "weight"),  # wrong dtype
+    (lambda: [b"MMRW garbage"], "header"),
+    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after"),
+])
+def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
+    # A server that answers the open properly, then sends a bad batch: the learner raises
+    # memoire.ProtocolError (a ValueError) naming it, and reads nothing out of bounds.
+    from memoire.protocol import describe_schema
+    ctx = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.linger = 0
+    ep = f"ipc://{tmp_path}/fake.ipc"
+    fake.bind(ep)
+    try:
+        import threading
+
+        def serve():
+            assert fake.poll(5000)
+            ident, *_ = fake.recv_multipart()
+            fake.send_multipart([ident, *codec.encode(Msg.STREAM, {
+                "op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
+                                           for f, d, s in describe_schema(_templates())],
+                "frame_stack": 2, "multi_step": 1, "flags": np.ones(14, bool),
+                "batch_size": 2, "max_credit": 64})])
+            fake.send_multipart([ident, *frames_of()])
+
+        t = threading.Thread(target=serve)
+        t.start()
+        stream = SamplingStream(ep, 2, credit=1, depth=1, timeout=5, shared_memory=False)
+        t.join()
+        with stream, pytest.raises(ValueError, match=match):
+            next(stream)
+    finally:
+        fake.close(0)
+        ctx.term()
+
+
+# ---------------------------------------------------------------- memoire serve --stream
+
+def test_memoire_serve_stream_flag(tmp_path):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from memoire import ReplayMemoryClient
+    cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+           "--state_shape", "4", "--frame_stack", "2", "--interval", "5",
+           "--stream", f"ipc://{tmp_path}/serve.ipc"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ), cwd=str(tmp_path))
+    try:
+        pub, rep, pull = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)",
+                                  proc.stdout.readline()).groups()
+        ep = re.match(r"memoire serve: stream (\S+)", proc.stdout.readline()).group(1)
+        with ReplayMemoryClient(pub, rep, pull, mode="central", timeout=5) as c:
+            c.new_episode()
+            for k in range(6):
+                c.add_entry(np.full(4, k, np.float32), k, 1.0, 0.5, 0.0)
+            c.close_episode()
+        with SamplingStream(ep, 3, credit=2, timeout=5) as stream:
+            batch = None
+            for _ in range(200):  # until the episode is stored (draws fail before)
+                try:
+                    batch = next(stream)
+                    break
+                except RuntimeError:
+                    time.sleep(0.02)
+            assert batch is not None and batch.prev[0].shape == (3, 2, 4)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+
+
+# ---------------------------------------------------------------- CURVE
+
+def test_curve_stream_serves_key_holders_only(tmp_path):
+    from memoire.transport import CurveKeys, generate_keys
+    server_pub, server_secret = generate_keys(str(tmp_path / "server"), "server")
+    _, good_secret = generate_keys(str(tmp_path / "authorized"), "learner")
+    _, bad_secret = generate_keys(str(tmp_path / "strangers"), "stranger")
+    keys = CurveKeys(server_secret, authorized_dir=str(tmp_path / "authorized"))
+    srv = ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=7, keys=keys)
+    with srv:
+        _configure(srv.rem)
+        _fill(srv.rem)
+        ep = srv.start_stream()
+        good = CurveKeys(good_secret, server_public_file=server_pub)
+        with SamplingStream(ep, 4, credit=2, keys=good, shared_memory=False) as stream:
+            assert next(stream).prev[0].shape == (4, 4) + FRAME
+        for k in (CurveKeys(bad_secret, server_public_file=server_pub), None):
+            with pytest.raises(TimeoutError):
+                SamplingStream(ep, 4, keys=k, timeout=0.3)
