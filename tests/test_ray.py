@@ -97,7 +97,8 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
         actors = [_wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150,
                         f"Ray actor {i}") for i in range(2)]
         for a in actors:
-            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150, "chunks from an actor")
+            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 300,
+                  "chunks from an actor")  # the learner starts first (TF, JAX)
         import ray
 
         pids = []
