@@ -28,23 +28,37 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bindings(args) -> list[str]:
-    return [f"Runner.num_iterations = {args.iterations}",
-            f"Runner.training_steps = {args.steps}",
-            f"JaxDQNAgent.min_replay_history = {args.min_replay}",
-            "ReplayBuffer.max_capacity = 100_000",
-            "Runner.fine_grained_print_to_console = False",
-            f"atari_lib.create_atari_environment.game_name = '{args.game}'"]
+    return [
+        f"Runner.num_iterations = {args.iterations}",
+        f"Runner.training_steps = {args.steps}",
+        f"JaxDQNAgent.min_replay_history = {args.min_replay}",
+        "ReplayBuffer.max_capacity = 100_000",
+        "Runner.fine_grained_print_to_console = False",
+        f"atari_lib.create_atari_environment.game_name = '{args.game}'",
+    ]
 
 
 def run(who: str, base: str, args) -> tuple[list[float], float]:
     """Runs one experiment; returns (steps/s of each iteration after the first, wall seconds)."""
     if who == "memoire":
-        cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
-               "--gin_files", args.gin_file]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memoire.experiments.train",
+            "--base_dir",
+            base,
+            "--gin_files",
+            args.gin_file,
+        ]
         log_dir = os.path.join(base, "setting_0", "run_0", "logs")
     else:
-        cmd = [sys.executable, "-m", "dopamine.discrete_domains.train", f"--base_dir={base}",
-               f"--gin_files={args.gin_file}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dopamine.discrete_domains.train",
+            f"--base_dir={base}",
+            f"--gin_files={args.gin_file}",
+        ]
         log_dir = os.path.join(base, "logs")
     for b in bindings(args):
         cmd += ["--gin_bindings", b]
@@ -54,12 +68,13 @@ def run(who: str, base: str, args) -> tuple[list[float], float]:
     if out.returncode != 0:
         raise RuntimeError(f"{who} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
     wall = time.time() - start
-    last = max(glob.glob(os.path.join(log_dir, "log_*")),
-               key=lambda p: int(p.rsplit("_", 1)[1]))
+    last = max(glob.glob(os.path.join(log_dir, "log_*")), key=lambda p: int(p.rsplit("_", 1)[1]))
     with open(last, "rb") as f:
         logged = pickle.load(f)
-    rates = [float(logged[f"iteration_{i}"]["train_average_steps_per_second"][0])
-             for i in range(1, args.iterations)]
+    rates = [
+        float(logged[f"iteration_{i}"]["train_average_steps_per_second"][0])
+        for i in range(1, args.iterations)
+    ]
     return rates, wall
 
 
@@ -69,8 +84,12 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=2, help="runs of each, alternating")
     p.add_argument("--iterations", type=int, default=3, help="the first is left out")
     p.add_argument("--steps", type=int, default=2000, help="agent steps per iteration")
-    p.add_argument("--min_replay", type=int, default=500,
-                   help="JaxDQNAgent.min_replay_history: training runs in timed iterations")
+    p.add_argument(
+        "--min_replay",
+        type=int,
+        default=500,
+        help="JaxDQNAgent.min_replay_history: training runs in timed iterations",
+    )
     p.add_argument("--game", default="Pong")
     args = p.parse_args()
     if args.iterations < 2:
@@ -83,14 +102,19 @@ def main() -> int:
         for i, who in enumerate(order):
             rates, wall = run(who, os.path.join(tmp, f"{i}_{who}"), args)
             results[who] += rates
-            print(f"{who:>8}: {' '.join(f'{r:.1f}' for r in rates)} steps/s "
-                  f"(iterations 2..{args.iterations}; run {wall:.0f} s)", flush=True)
+            print(
+                f"{who:>8}: {' '.join(f'{r:.1f}' for r in rates)} steps/s "
+                f"(iterations 2..{args.iterations}; run {wall:.0f} s)",
+                flush=True,
+            )
     m = statistics.mean(results["memoire"])
     d = statistics.mean(results["dopamine"])
-    print(f"memoire train {m:.1f} steps/s, Dopamine's runner {d:.1f} steps/s: "
-          f"ratio {m / d:.3f}x ({os.path.relpath(args.gin_file, ROOT)}, {args.game}, "
-          f"{args.repeats} run(s) each, {args.steps} steps x {args.iterations - 1} timed "
-          "iteration(s))")
+    print(
+        f"memoire train {m:.1f} steps/s, Dopamine's runner {d:.1f} steps/s: "
+        f"ratio {m / d:.3f}x ({os.path.relpath(args.gin_file, ROOT)}, {args.game}, "
+        f"{args.repeats} run(s) each, {args.steps} steps x {args.iterations - 1} timed "
+        "iteration(s))"
+    )
     return 0
 
 

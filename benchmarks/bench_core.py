@@ -51,9 +51,15 @@ class NumpyRing:
 
 
 def templates(state_shape, state_dtype):
-    return [np.zeros(state_shape, state_dtype), np.zeros([], np.int32), np.zeros([], FLOAT),
-            np.zeros([], FLOAT), np.zeros([], FLOAT), np.zeros([], FLOAT),
-            np.zeros([0], np.uint8)]
+    return [
+        np.zeros(state_shape, state_dtype),
+        np.zeros([], np.int32),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([0], np.uint8),
+    ]
 
 
 def rate(fn, count, reps):
@@ -126,10 +132,26 @@ def main():
     scale = 10 if args.quick else 1
     reps = 3 if args.quick else args.reps
     cases = [
-        bench_case("4-float states, stack 1", (4,), FLOAT, 100_000, 1, 200_000 // scale,
-                   50_000 // scale, reps),
-        bench_case("84x84 uint8, stack 4", (84, 84), np.uint8, 50_000, 4, 100_000 // scale,
-                   20_000 // scale, reps),
+        bench_case(
+            "4-float states, stack 1",
+            (4,),
+            FLOAT,
+            100_000,
+            1,
+            200_000 // scale,
+            50_000 // scale,
+            reps,
+        ),
+        bench_case(
+            "84x84 uint8, stack 4",
+            (84, 84),
+            np.uint8,
+            50_000,
+            4,
+            100_000 // scale,
+            20_000 // scale,
+            reps,
+        ),
     ]
     print(f"{'case':28} {'op':18} {'memoire/s':>12} {'numpy/s':>12} {'ratio':>7}")
     for name, add_rates, sample_rates, _ in cases:
@@ -137,12 +159,16 @@ def main():
             print(f"{name:28} {op:18} {m:12,.0f} {n:12,.0f} {m / n:7.2f}")
     rem = cases[1][3]
     per_entry = rem.memory_bytes / rem.max_step
-    print(f"\nAtari memory per stored entry: {per_entry:,.1f} bytes = {per_entry / 7056:.3f} x "
-          f"the 7056 raw frame bytes (entry_size {rem.entry_size}, max_step {rem.max_step})")
+    print(
+        f"\nAtari memory per stored entry: {per_entry:,.1f} bytes = {per_entry / 7056:.3f} x "
+        f"the 7056 raw frame bytes (entry_size {rem.entry_size}, max_step {rem.max_step})"
+    )
     atari_rate = cases[1][2][0]
-    print(f"targets: Atari batch-32 sampling {atari_rate:,.0f}/s (target >= 5,000/s: "
-          f"{'met' if atari_rate >= 5000 else 'MISSED'}); memory per entry "
-          f"{'met' if per_entry <= 1.1 * 7056 else 'MISSED'} (<= 1.10 x raw)")
+    print(
+        f"targets: Atari batch-32 sampling {atari_rate:,.0f}/s (target >= 5,000/s: "
+        f"{'met' if atari_rate >= 5000 else 'MISSED'}); memory per entry "
+        f"{'met' if per_entry <= 1.1 * 7056 else 'MISSED'} (<= 1.10 x raw)"
+    )
 
 
 if __name__ == "__main__":

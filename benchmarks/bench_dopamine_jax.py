@@ -19,12 +19,18 @@ from memoire.dopamine_compat import jax_replay_buffer as mj
 def build(kind, prio, cap, horizon):
     if kind == "dopamine":
         acc = accumulator.TransitionAccumulator(stack_size=4, update_horizon=horizon, gamma=0.99)
-        dist = (samplers.PrioritizedSamplingDistribution(0, max_capacity=cap) if prio
-                else samplers.UniformSamplingDistribution(0))
+        dist = (
+            samplers.PrioritizedSamplingDistribution(0, max_capacity=cap)
+            if prio
+            else samplers.UniformSamplingDistribution(0)
+        )
         return replay_buffer.ReplayBuffer(acc, dist, batch_size=32, max_capacity=cap)
     acc = mj.TransitionAccumulator(4, horizon, 0.99)
-    dist = (mj.PrioritizedSamplingDistribution(0, max_capacity=cap) if prio
-            else mj.UniformSamplingDistribution(0))
+    dist = (
+        mj.PrioritizedSamplingDistribution(0, max_capacity=cap)
+        if prio
+        else mj.UniformSamplingDistribution(0)
+    )
     return mj.ReplayBuffer(acc, dist, batch_size=32, max_capacity=cap)
 
 
@@ -60,19 +66,24 @@ def run(prio, fill, samples, cap, horizon):
         if prio:
             rng = np.random.default_rng(1)
 
-            def step():
+            def step(buf=buf, rng=rng):
                 _, meta = buf.sample(with_sample_metadata=True)
                 buf.update(meta.keys, priorities=rng.random(32) + 0.1)
+
             sample = timed(step, samples)
         else:
             sample = timed(buf.sample, samples)
         res[kind] = (add, sample)
     name = "prioritized (sample+update)" if prio else "uniform"
     d, m = res["dopamine"], res["memoire"]
-    print(f"{name:28s} add/step: dopamine {d[0] * 1e6:8.1f} us  memoire {m[0] * 1e6:6.1f} us  "
-          f"ratio {d[0] / m[0]:6.1f}x")
-    print(f"{'':28s} sample32: dopamine {d[1] * 1e6:8.1f} us  memoire {m[1] * 1e6:6.1f} us  "
-          f"ratio {d[1] / m[1]:6.1f}x")
+    print(
+        f"{name:28s} add/step: dopamine {d[0] * 1e6:8.1f} us  memoire {m[0] * 1e6:6.1f} us  "
+        f"ratio {d[0] / m[0]:6.1f}x"
+    )
+    print(
+        f"{'':28s} sample32: dopamine {d[1] * 1e6:8.1f} us  memoire {m[1] * 1e6:6.1f} us  "
+        f"ratio {d[1] / m[1]:6.1f}x"
+    )
 
 
 def main():
@@ -82,8 +93,10 @@ def main():
     p.add_argument("--capacity", type=int, default=100000)
     p.add_argument("--horizon", type=int, default=1)
     a = p.parse_args()
-    print(f"uint8[84,84] stack 4, horizon {a.horizon}, capacity {a.capacity}, "
-          f"{a.fill} steps added, batch 32")
+    print(
+        f"uint8[84,84] stack 4, horizon {a.horizon}, capacity {a.capacity}, "
+        f"{a.fill} steps added, batch 32"
+    )
     for prio in (False, True):
         run(prio, a.fill, a.samples, a.capacity, a.horizon)
 

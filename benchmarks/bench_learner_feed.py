@@ -25,6 +25,9 @@ import time
 
 import jax
 import numpy as np
+
+# The same Atari-like stream as the buffer benchmark (this script's folder is on sys.path).
+from bench_dopamine_jax import steps as atari_steps  # noqa: E402
 from dopamine.jax import networks
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
@@ -32,21 +35,24 @@ from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
 from memoire.dopamine_compat import jax_replay_buffer as mj
 from memoire.feed import Feed
 
-# The same Atari-like stream as the buffer benchmark (this script's folder is on sys.path).
-from bench_dopamine_jax import steps as atari_steps  # noqa: E402
-
 NUM_ACTIONS = 18
 STACK = 4
 
 
 def build_buffers(fill: int, capacity: int):
     data = atari_steps(fill)
-    ours = mj.ReplayBuffer(mj.TransitionAccumulator(STACK, 1, 0.99),
-                           mj.UniformSamplingDistribution(0), batch_size=32,
-                           max_capacity=capacity)
+    ours = mj.ReplayBuffer(
+        mj.TransitionAccumulator(STACK, 1, 0.99),
+        mj.UniformSamplingDistribution(0),
+        batch_size=32,
+        max_capacity=capacity,
+    )
     theirs = replay_buffer.ReplayBuffer(
         accumulator.TransitionAccumulator(stack_size=STACK, update_horizon=1, gamma=0.99),
-        samplers.UniformSamplingDistribution(0), batch_size=32, max_capacity=capacity)
+        samplers.UniformSamplingDistribution(0),
+        batch_size=32,
+        max_capacity=capacity,
+    )
     for s in data:
         ours.add(s)
         theirs.add(s)
@@ -58,21 +64,32 @@ class Learner:
 
     def __init__(self):
         self.net = networks.NatureDQNNetwork(num_actions=NUM_ACTIONS)
-        self.params = self.net.init(jax.random.PRNGKey(0),
-                                    x=np.zeros((84, 84, STACK), np.uint8))
+        self.params = self.net.init(jax.random.PRNGKey(0), x=np.zeros((84, 84, STACK), np.uint8))
         self.target = self.params
         self.opt = dqn_agent.create_optimizer("adam")
         self.opt_state = self.opt.init(self.params)
 
     def step(self, b) -> jax.Array:
         self.opt_state, self.params, loss = dqn_agent.train(
-            self.net, self.params, self.target, self.opt, self.opt_state, b.state, b.action,
-            b.next_state, b.reward, b.is_terminal, 0.99, "huber")
+            self.net,
+            self.params,
+            self.target,
+            self.opt,
+            self.opt_state,
+            b.state,
+            b.action,
+            b.next_state,
+            b.reward,
+            b.is_terminal,
+            0.99,
+            "huber",
+        )
         return loss
 
 
-def run_batch_size(ours, theirs, batch_size: int, steps: int, depth: int, threads: int,
-                   rounds: int):
+def run_batch_size(
+    ours, theirs, batch_size: int, steps: int, depth: int, threads: int, rounds: int
+):
     """Per-step seconds of each feed (the median over `rounds` interleaved rounds of `steps`
     steps: the machine may be shared), and the learner thread's seconds per batch obtained."""
     learner = Learner()
@@ -88,6 +105,7 @@ def run_batch_size(ours, theirs, batch_size: int, steps: int, depth: int, thread
             b = get()
             waits[name].append(time.perf_counter() - t)
             return b
+
         return f
 
     feeds = {
@@ -111,12 +129,15 @@ def run_batch_size(ours, theirs, batch_size: int, steps: int, depth: int, thread
             loss.block_until_ready()
             per_step[name].append((time.perf_counter() - start) / steps)
     feed.close()
-    return ({k: statistics.median(v) for k, v in per_step.items()},
-            {k: statistics.median(v) for k, v in waits.items()})
+    return (
+        {k: statistics.median(v) for k, v in per_step.items()},
+        {k: statistics.median(v) for k, v in waits.items()},
+    )
 
 
-def obtain_only(ours, theirs, batch_size: int, n: int, depth: int, threads: int,
-                step_s: float) -> dict:
+def obtain_only(
+    ours, theirs, batch_size: int, n: int, depth: int, threads: int, step_s: float
+) -> dict:
     """Median seconds for the learner's thread to obtain one batch when its step leaves the
     host's cores free, as a step on an accelerator does (simulated by sleeping `step_s`
     between batches): host batches and device batches, each way."""
@@ -138,7 +159,8 @@ def obtain_only(ours, theirs, batch_size: int, n: int, depth: int, threads: int,
         out["feed, host"] = median_of(lambda: next(feed))
     out["dopamine sample"] = median_of(lambda: theirs.sample(batch_size))
     out["inline + device_put"] = median_of(
-        lambda: jax.block_until_ready(jax.device_put(ours.sample(batch_size))))
+        lambda: jax.block_until_ready(jax.device_put(ours.sample(batch_size)))
+    )
     with Feed(ours, batch_size, depth=depth, threads=threads, seed=1, device="jax") as feed:
         out["feed, device"] = median_of(lambda: jax.block_until_ready(next(feed)))
     return out
@@ -152,15 +174,18 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median kept)")
-    ap.add_argument("--obtain", type=int, default=200,
-                    help="batches timed with the step off the host (a sleep)")
+    ap.add_argument(
+        "--obtain", type=int, default=200, help="batches timed with the step off the host (a sleep)"
+    )
     ap.add_argument("--step-ms", type=float, default=10.0, help="that sleep")
     args = ap.parse_args()
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
     steps += [steps[-1]] * (len(sizes) - len(steps))
-    print(f"device: {jax.devices()[0]} (jax {jax.__version__}); fill {args.fill}, "
-          f"depth {args.depth}, threads {args.threads}")
+    print(
+        f"device: {jax.devices()[0]} (jax {jax.__version__}); fill {args.fill}, "
+        f"depth {args.depth}, threads {args.threads}"
+    )
     t = time.perf_counter()
     ours, theirs = build_buffers(args.fill, max(args.fill, 1000))
     print(f"filled both buffers in {time.perf_counter() - t:.1f} s")
@@ -170,14 +195,17 @@ def main() -> None:
         res, wait = run_batch_size(ours, theirs, b, n, args.depth, args.threads, args.rounds)
         for name in ("alone", "inline", "feed", "dopamine"):
             got = f"{wait[name] * 1e3:9.3f}" if name in wait else f"{'-':>9}"
-            print(f"{b:>4} {name:<9} {1 / res[name]:>8.2f} {res['alone'] / res[name]:>7.2f}x"
-                  f" {got}")
-    print(f"learner thread's median ms to obtain one batch, its step off the host's cores "
-          f"(a {args.step_ms} ms sleep):")
+            print(f"{b:>4} {name:<9} {1 / res[name]:>8.2f} {res['alone'] / res[name]:>7.2f}x {got}")
+    print(
+        f"learner thread's median ms to obtain one batch, its step off the host's cores "
+        f"(a {args.step_ms} ms sleep):"
+    )
     for b in sizes:
-        got = obtain_only(ours, theirs, b, args.obtain, args.depth, args.threads,
-                          args.step_ms / 1e3)
+        got = obtain_only(
+            ours, theirs, b, args.obtain, args.depth, args.threads, args.step_ms / 1e3
+        )
         print(f"{b:>4} " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in got.items()))
+
 
 if __name__ == "__main__":
     main()

@@ -24,10 +24,16 @@ from memoire import ReplayMemory
 
 
 def _memory(n):
-    return ReplayMemory(np.zeros([84, 84], np.uint8), np.zeros([], np.int64),
-                        np.zeros([], np.float32), np.zeros([], np.float32),
-                        np.zeros([], np.float32), np.zeros([], np.float32),
-                        np.zeros([0], np.uint8), n)
+    return ReplayMemory(
+        np.zeros([84, 84], np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        n,
+    )
 
 
 def _fill(m, n, episode=1000):
@@ -37,9 +43,15 @@ def _fill(m, n, episode=1000):
         k = min(episode, n - start)
         frames[:, 0, 0] = start // episode  # episodes differ
         m.new_episode()
-        m.add_entries(frames[:k], rng.integers(0, 4, k), rng.random(k, np.float32),
-                      np.ones(k, np.float32), rng.random(k, np.float32), np.zeros((k, 0), np.uint8),
-                      np.ones(k, np.float32))
+        m.add_entries(
+            frames[:k],
+            rng.integers(0, 4, k),
+            rng.random(k, np.float32),
+            np.ones(k, np.float32),
+            rng.random(k, np.float32),
+            np.zeros((k, 0), np.uint8),
+            np.ones(k, np.float32),
+        )
         m.close_episode()
 
 
@@ -55,8 +67,11 @@ def _best(fn, repeats):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transitions", type=int, default=100_000)
-    p.add_argument("--folder", default=None, help="where the files go (default: a temporary "
-                   "folder under the system's)")
+    p.add_argument(
+        "--folder",
+        default=None,
+        help="where the files go (default: a temporary folder under the system's)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     folder = tempfile.mkdtemp(dir=a.folder)
@@ -68,7 +83,7 @@ def main():
     size = os.path.getsize(path)
     blob = np.ones(size, np.uint8)
 
-    def baseline_save():
+    def baseline_save(blob=blob):
         with open(base, "wb") as f:
             blob.tofile(f)
             f.flush()
@@ -88,10 +103,14 @@ def main():
     t_base_load = _best(baseline_load, a.repeats)
     mb = size / 1e6
     print(f"{a.transitions} transitions of uint8[84,84], file {mb:.1f} MB, folder {folder}")
-    print(f"save  {mb / t_save:8.0f} MB/s ({t_save:.2f} s)   numpy tofile+fsync "
-          f"{mb / t_base_save:8.0f} MB/s   ratio {t_base_save / t_save:.2f}x")
-    print(f"load  {mb / t_load:8.0f} MB/s ({t_load:.2f} s)   readinto "
-          f"{mb / t_base_load:8.0f} MB/s   ratio {t_base_load / t_load:.2f}x")
+    print(
+        f"save  {mb / t_save:8.0f} MB/s ({t_save:.2f} s)   numpy tofile+fsync "
+        f"{mb / t_base_save:8.0f} MB/s   ratio {t_base_save / t_save:.2f}x"
+    )
+    print(
+        f"load  {mb / t_load:8.0f} MB/s ({t_load:.2f} s)   readinto "
+        f"{mb / t_base_load:8.0f} MB/s   ratio {t_base_load / t_load:.2f}x"
+    )
     for f in (path, base):
         os.remove(f)
     os.rmdir(folder)

@@ -29,19 +29,33 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=256, help="rows per episode chunk (central)")
     ap.add_argument("--episode", type=int, default=1024, help="entries per episode (central)")
     ap.add_argument("--capacity", type=int, default=20000, help="server memory (central)")
-    ap.add_argument("--batch", type=int, default=0,
-                    help="learner batch (central; 0: the chunk's rows)")
-    ap.add_argument("--spi", type=float, default=1.0,
-                    help="sampled rows per stored row (central; 0: ingest only)")
+    ap.add_argument(
+        "--batch", type=int, default=0, help="learner batch (central; 0: the chunk's rows)"
+    )
+    ap.add_argument(
+        "--spi",
+        type=float,
+        default=1.0,
+        help="sampled rows per stored row (central; 0: ingest only)",
+    )
     args = ap.parse_args(argv)
     states = {"float": [FLOAT], "atari": [ATARI], "both": [FLOAT, ATARI]}[args.states]
     modes = ("cache", "central") if args.mode == "both" else (args.mode,)
     print(f"{'mode':<8} {'state':<16} {'memoire tr/s':>13} {'raw pyzmq tr/s':>15} {'ratio':>6}")
     for mode in modes:
         for shape, dtype in states:
-            setup = Setup(mode=mode, shape=shape, dtype=dtype, actors=args.actors,
-                          cache_size=args.cache_size, chunk=args.chunk, episode=args.episode,
-                          capacity=args.capacity, batch=args.batch, spi=args.spi)
+            setup = Setup(
+                mode=mode,
+                shape=shape,
+                dtype=dtype,
+                actors=args.actors,
+                cache_size=args.cache_size,
+                chunk=args.chunk,
+                episode=args.episode,
+                capacity=args.capacity,
+                batch=args.batch,
+                spi=args.spi,
+            )
             sec = measure(setup, args.repeats, args.seconds)
             m, r = (1.0 / statistics.median(s) for s in sec.values())
             name = f"{np.dtype(dtype).name}{list(shape)}"

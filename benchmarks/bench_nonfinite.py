@@ -16,9 +16,15 @@ import numpy as np
 
 from memoire import ReplayMemory
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 
 
 def main() -> None:
@@ -27,9 +33,15 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=60, help="timed rounds (best one counts)")
     args = p.parse_args()
     n = args.rows
-    batch = (np.ones((n, 4), np.float32), np.zeros(n, np.int64), np.ones(n, np.float32),
-             np.full(n, 0.5, np.float32), np.zeros(n, np.float32), np.zeros((n, 0), np.uint8),
-             np.ones(n, np.float32))
+    batch = (
+        np.ones((n, 4), np.float32),
+        np.zeros(n, np.int64),
+        np.ones(n, np.float32),
+        np.full(n, 0.5, np.float32),
+        np.zeros(n, np.float32),
+        np.zeros((n, 0), np.uint8),
+        np.ones(n, np.float32),
+    )
     memories = {}
     for allow in (False, True):
         memories[allow] = ReplayMemory(*TEMPLATES, 5 * n)
@@ -44,8 +56,10 @@ def main() -> None:
             best[allow] = min(best[allow], time.perf_counter() - t)
             m.close_episode(do_update_value=False, do_update_weight=False)
     rate = {k: 4 * n / v / 1e6 for k, v in best.items()}
-    print(f"add_entries, {n} rows a call: checked {rate[False]:.1f} M rows/s, "
-          f"allow_nonfinite {rate[True]:.1f} M rows/s, ratio {rate[False] / rate[True]:.2f}")
+    print(
+        f"add_entries, {n} rows a call: checked {rate[False]:.1f} M rows/s, "
+        f"allow_nonfinite {rate[True]:.1f} M rows/s, ratio {rate[False] / rate[True]:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,15 @@ FILLED = CAPACITY - 4 * EPISODE  # every case samples from a memory this full (s
 
 
 def _templates():
-    return (np.zeros(SHAPE, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-            np.zeros([0], np.uint8))
+    return (
+        np.zeros(SHAPE, np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+    )
 
 
 def _writer(endpoint, spec, stop):
@@ -60,6 +66,7 @@ def _writer(endpoint, spec, stop):
             except zmq.Again:
                 continue
         return False
+
     stream = ChunkStream(spec, send, chunk_rows=64)
     frames = np.random.default_rng(0).integers(0, 255, (EPISODE, *SHAPE), np.uint8)
     row = {"a": 1, "r": 0.5, "p": 0.5, "v": 0.0, "i": np.zeros(0, np.uint8), "init_w": 1.0}
@@ -104,8 +111,9 @@ def run_case(case: str, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     limiter = None
     if case == "writer+limiter":
-        limiter = SampleToInsertRatio(samples_per_insert=8.0, min_size_to_sample=FILLED,
-                                      error_buffer=100 * BATCH)
+        limiter = SampleToInsertRatio(
+            samples_per_insert=8.0, min_size_to_sample=FILLED, error_buffer=100 * BATCH
+        )
     srv = ReplayMemoryServer(*_templates(), CAPACITY, None, rate_limiter=limiter, seed=0)
     srv.rem.frame_stack = 4
     try:
@@ -114,8 +122,9 @@ def run_case(case: str, seconds: float) -> float:
         if case == "idle":
             _prefill(srv, FILLED)
         else:
-            writer = ctx.Process(target=_writer, daemon=True,
-                                 args=(ep["pull"], srv._central.ingest.row_spec, stop))
+            writer = ctx.Process(
+                target=_writer, daemon=True, args=(ep["pull"], srv._central.ingest.row_spec, stop)
+            )
             writer.start()
             srv.wait_rows_in(FILLED, 120)
         out = ctx.Queue()
@@ -144,8 +153,10 @@ def main(argv=None):
         for c in cases:  # alternating, so drifts in the machine's load hit every case alike
             rates[c].append(run_case(c, args.seconds))
     idle = statistics.median(rates["idle"])
-    print(f"{'case':<16} {'batches/s':>10} {'vs idle':>8}   (batch {BATCH}, uint8{list(SHAPE)} "
-          "stacked 4, remote learner)")
+    print(
+        f"{'case':<16} {'batches/s':>10} {'vs idle':>8}   (batch {BATCH}, uint8{list(SHAPE)} "
+        "stacked 4, remote learner)"
+    )
     for c in cases:
         r = statistics.median(rates[c])
         runs = ", ".join(f"{x:.0f}" for x in rates[c])

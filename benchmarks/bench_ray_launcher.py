@@ -24,19 +24,32 @@ from bench_train_throughput import steps_per_second  # noqa: E402  one definitio
 
 
 def run(base, launcher, actors, iterations, training_steps, address):
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
-           "--gin_files", os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
-           "--launcher", launcher,
-           "--gin_bindings", f"DistributedConfig.num_actors = {actors}",
-           "--gin_bindings", f"Runner.num_iterations = {iterations}",
-           "--gin_bindings", f"Runner.training_steps = {training_steps}",
-           "--gin_bindings", "Runner.evaluation_steps = 50"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--base_dir",
+        base,
+        "--gin_files",
+        os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
+        "--launcher",
+        launcher,
+        "--gin_bindings",
+        f"DistributedConfig.num_actors = {actors}",
+        "--gin_bindings",
+        f"Runner.num_iterations = {iterations}",
+        "--gin_bindings",
+        f"Runner.training_steps = {training_steps}",
+        "--gin_bindings",
+        "Runner.evaluation_steps = 50",
+    ]
     if launcher == "ray":
         cmd += ["--ray_address", address]
     os.makedirs(base)
     with open(os.path.join(base, "out.txt"), "w") as out:
-        subprocess.run(cmd, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=1200,
-                       cwd=base)
+        subprocess.run(
+            cmd, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=1200, cwd=base
+        )
     return steps_per_second(os.path.join(base, "setting_0", "run_0"))
 
 
@@ -50,8 +63,12 @@ def main():
     counts = [int(n) for n in args.actors.split(",")]
     import ray
 
-    ray.init(num_cpus=1 + max(counts), include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
+    ray.init(
+        num_cpus=1 + max(counts),
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
     address = ray.get_runtime_context().gcs_address
     rates = {(launcher, n): [] for n in counts for launcher in ("local", "ray")}
     try:
@@ -59,15 +76,25 @@ def main():
             for k in range(args.repeats):
                 for n in counts:
                     for launcher in ("local", "ray") if k % 2 == 0 else ("ray", "local"):
-                        rate = run(os.path.join(tmp, f"{launcher}_{n}_{k}"), launcher, n,
-                                   args.iterations, args.training_steps, address)
+                        rate = run(
+                            os.path.join(tmp, f"{launcher}_{n}_{k}"),
+                            launcher,
+                            n,
+                            args.iterations,
+                            args.training_steps,
+                            address,
+                        )
                         rates[(launcher, n)].append(rate)
-                        print(f"round {k}: {n} actor(s), {launcher:5s} {rate:8.1f} env steps/s",
-                              flush=True)
+                        print(
+                            f"round {k}: {n} actor(s), {launcher:5s} {rate:8.1f} env steps/s",
+                            flush=True,
+                        )
     finally:
         ray.shutdown()
-    print(f"{'actors':>6}  {'local':>8}  {'ray':>8}  ray/local   (env steps/s, median of "
-          f"{args.repeats})")
+    print(
+        f"{'actors':>6}  {'local':>8}  {'ray':>8}  ray/local   (env steps/s, median of "
+        f"{args.repeats})"
+    )
     for n in counts:
         local = statistics.median(rates[("local", n)])
         on_ray = statistics.median(rates[("ray", n)])

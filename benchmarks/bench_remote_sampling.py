@@ -37,9 +37,15 @@ EPISODE = 1000
 
 
 def templates():
-    return (np.zeros(FRAME, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-            np.zeros([0], np.uint8))
+    return (
+        np.zeros(FRAME, np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+    )
 
 
 def fill(rem, n: int) -> None:
@@ -49,16 +55,22 @@ def fill(rem, n: int) -> None:
     for start in range(0, n, EPISODE):
         k = min(EPISODE, n - start)
         rem.new_episode()
-        rem.add_entries(rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8),
-                        np.zeros(k, np.int64), np.ones(k, np.float32),
-                        np.full(k, 0.5, np.float32), np.zeros(k, np.float32),
-                        np.zeros((k, 0), np.uint8), np.ones(k, np.float32))
+        rem.add_entries(
+            rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8),
+            np.zeros(k, np.int64),
+            np.ones(k, np.float32),
+            np.full(k, 0.5, np.float32),
+            np.zeros(k, np.float32),
+            np.zeros((k, 0), np.uint8),
+            np.ones(k, np.float32),
+        )
         rem.close_episode()
 
 
 def serve(n: int, ipc_path: str, conn) -> None:
     """The server process: fills its memory, serves REP and the stream on tcp and ipc."""
     from memoire.server import ReplayMemoryServer
+
     srv = ReplayMemoryServer(*templates(), n, pub_endpoint=None)
     fill(srv.rem, n)
     eps = srv.start()
@@ -97,8 +109,9 @@ def main(argv=None):
 
     ipc_path = os.path.join(tempfile.mkdtemp(prefix="memoire-bench-"), "stream.ipc")
     parent, child = mp.Pipe()
-    proc = mp.get_context("spawn").Process(target=serve, args=(args.fill, ipc_path, child),
-                                           daemon=True)
+    proc = mp.get_context("spawn").Process(
+        target=serve, args=(args.fill, ipc_path, child), daemon=True
+    )
     proc.start()
     local = ReplayMemory(*templates(), args.fill)
     fill(local, args.fill)
@@ -108,10 +121,13 @@ def main(argv=None):
     b = args.batch
     remote = RemoteMemory(eps["rep"], timeout=30)
     feed = Feed(local, b, depth=args.depth)
-    streams = {f"stream {k}{' shm' if shm else ''}":
-               SamplingStream(eps[k], b, credit=args.credit, depth=args.depth, timeout=30,
-                              shared_memory=shm)
-               for shm in (False, True) for k in ("tcp", "ipc")}
+    streams = {
+        f"stream {k}{' shm' if shm else ''}": SamplingStream(
+            eps[k], b, credit=args.credit, depth=args.depth, timeout=30, shared_memory=shm
+        )
+        for shm in (False, True)
+        for k in ("tcp", "ipc")
+    }
     ways = {
         "in-process get_batch": lambda: local.get_batch(b),
         "in-process feed": lambda: next(feed),
@@ -134,14 +150,18 @@ def main(argv=None):
         parent.send("done")
         proc.join(30)
     ref = statistics.median(got["in-process get_batch"])
-    print(f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
-          f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
-          f"(medians; cpus: {os.cpu_count()})")
+    print(
+        f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
+        f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
+        f"(medians; cpus: {os.cpu_count()})"
+    )
     print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
     for name, rates in got.items():
         m = statistics.median(rates)
-        print(f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
-              "   rounds: " + ", ".join(f"{r:.0f}" for r in rates))
+        print(
+            f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
+            "   rounds: " + ", ".join(f"{r:.0f}" for r in rates)
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def steps_per_second(run_dir):
-    rows = [r for r in csv.DictReader(open(os.path.join(run_dir, "episodes.csv")))
-            if r["phase"] == "train" and int(r["iteration"]) >= 1]
+    rows = [
+        r
+        for r in csv.DictReader(open(os.path.join(run_dir, "episodes.csv")))
+        if r["phase"] == "train" and int(r["iteration"]) >= 1
+    ]
     by_iter = {}
     for r in rows:
         by_iter.setdefault(int(r["iteration"]), []).append(r)
@@ -39,20 +42,48 @@ def steps_per_second(run_dir):
     return steps / seconds
 
 
-MEMORIES = {"memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
-            "dopamine": "dopamine.jax.replay_memory.replay_buffer.ReplayBuffer"}
+MEMORIES = {
+    "memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
+    "dopamine": "dopamine.jax.replay_memory.replay_buffer.ReplayBuffer",
+}
 
 
-def run(config, base, iterations, replay, python=sys.executable,
-        module="memoire.experiments.train", root=ROOT, pythonpath=ROOT):
-    cmd = [python, "-m", module, "--gin_files",
-           os.path.join(root, "configs", config), "--base_dir", base, "--replay", replay,
-           "--gin_bindings", f"Runner.num_iterations = {iterations}",
-           "--gin_bindings", "Runner.fine_grained_print_to_console = False"]
+def run(
+    config,
+    base,
+    iterations,
+    replay,
+    python=sys.executable,
+    module="memoire.experiments.train",
+    root=ROOT,
+    pythonpath=ROOT,
+):
+    cmd = [
+        python,
+        "-m",
+        module,
+        "--gin_files",
+        os.path.join(root, "configs", config),
+        "--base_dir",
+        base,
+        "--replay",
+        replay,
+        "--gin_bindings",
+        f"Runner.num_iterations = {iterations}",
+        "--gin_bindings",
+        "Runner.fine_grained_print_to_console = False",
+    ]
     env = dict(os.environ, PYTHONPATH=pythonpath)
     # cwd: not this checkout, whose memoire/ `-m` would import for the baseline
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=1200, cwd=os.path.dirname(base))
+    subprocess.run(
+        cmd,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=1200,
+        cwd=os.path.dirname(base),
+    )
     run_dir = os.path.join(base, "setting_0", "run_0")
     used = {r["memory"] for r in csv.DictReader(open(os.path.join(run_dir, "replay.csv")))}
     if used != {MEMORIES[replay]}:
@@ -63,21 +94,34 @@ def run(config, base, iterations, replay, python=sys.executable,
 def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
     """Alternates the distributed run between this tree and the checkout ``baseline``."""
     python = os.path.join(baseline, ".venv", "bin", "python")
-    module = ("memoire.experiments.train"
-              if os.path.isdir(os.path.join(baseline, "memoire", "experiments"))
-              else "memoire.train")
+    module = (
+        "memoire.experiments.train"
+        if os.path.isdir(os.path.join(baseline, "memoire", "experiments"))
+        else "memoire.train"
+    )
     config = "dqn_cartpole_jax_distributed.gin"
     rates = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(repeats):
-            rates["this"].append(run(config, os.path.join(tmp, f"this_{k}"), iterations,
-                                     "memoire"))
+            rates["this"].append(run(config, os.path.join(tmp, f"this_{k}"), iterations, "memoire"))
             # the baseline imports its own installed memoire: nothing of this tree on its path
-            rates["baseline"].append(run(config, os.path.join(tmp, f"base_{k}"), iterations,
-                                         "memoire", python=python, module=module,
-                                         root=baseline, pythonpath=""))
-            print(f"round {k}: this {rates['this'][-1]:8.1f}  baseline "
-                  f"{rates['baseline'][-1]:8.1f} env steps/s", flush=True)
+            rates["baseline"].append(
+                run(
+                    config,
+                    os.path.join(tmp, f"base_{k}"),
+                    iterations,
+                    "memoire",
+                    python=python,
+                    module=module,
+                    root=baseline,
+                    pythonpath="",
+                )
+            )
+            print(
+                f"round {k}: this {rates['this'][-1]:8.1f}  baseline "
+                f"{rates['baseline'][-1]:8.1f} env steps/s",
+                flush=True,
+            )
     this, base = sum(rates["this"]) / repeats, sum(rates["baseline"]) / repeats
     print(f"learner + 2 actors, this tree:  {this:8.1f} env steps/s (mean of {repeats})")
     print(f"learner + 2 actors, baseline:   {base:8.1f} env steps/s (mean of {repeats})")
@@ -87,8 +131,11 @@ def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--baseline", help="an older checkout (with its .venv) to compare the "
-                   "distributed run against (alternating runs)")
+    p.add_argument(
+        "--baseline",
+        help="an older checkout (with its .venv) to compare the "
+        "distributed run against (alternating runs)",
+    )
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds with --baseline")
     args = p.parse_args()
     if args.baseline:
@@ -97,16 +144,22 @@ def main():
     rates = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, replay in (
-                ("memoire local", "dqn_cartpole_jax_local.gin", "memoire"),
-                ("dopamine local", "dqn_cartpole_jax_local.gin", "dopamine"),
-                ("memoire distributed", "dqn_cartpole_jax_distributed.gin", "memoire")):
-            rates[name] = run(config, os.path.join(tmp, name.replace(" ", "_")),
-                              args.iterations, replay)
+            ("memoire local", "dqn_cartpole_jax_local.gin", "memoire"),
+            ("dopamine local", "dqn_cartpole_jax_local.gin", "dopamine"),
+            ("memoire distributed", "dqn_cartpole_jax_distributed.gin", "memoire"),
+        ):
+            rates[name] = run(
+                config, os.path.join(tmp, name.replace(" ", "_")), args.iterations, replay
+            )
             print(f"{name:20s} {rates[name]:8.1f} env steps/s", flush=True)
-    print(f"ratio distributed/local (memoire): "
-          f"{rates['memoire distributed'] / rates['memoire local']:5.2f}")
-    print(f"ratio memoire/dopamine (local):    "
-          f"{rates['memoire local'] / rates['dopamine local']:5.2f}")
+    print(
+        f"ratio distributed/local (memoire): "
+        f"{rates['memoire distributed'] / rates['memoire local']:5.2f}"
+    )
+    print(
+        f"ratio memoire/dopamine (local):    "
+        f"{rates['memoire local'] / rates['dopamine local']:5.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Usage: PYTHONPATH=. python benchmarks/checkpoint_bomb_rss.py [MiB inflated, defa
 (issue 14 item 3: before the size budget, a 2 MB bomb inflating to 2 GiB raised peak RSS by
 about 4 GiB before the load failed; with it, the load fails having inflated 64 KiB or so).
 """
+
 import os
 import resource
 import sys
@@ -19,12 +20,16 @@ h.fill(b, 23)
 h.saved(b, d)
 bomb = h.gzip_bomb(mib << 20)
 with open(h.path(d, "episode_end_indices"), "wb") as f:
-  f.write(bomb)
+    f.write(bomb)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
-  b.load(d, 0)
+    b.load(d, 0)
 except Exception as e:
-  print(type(e).__name__, str(e)[-90:])
+    print(type(e).__name__, str(e)[-90:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print("bomb file {:.2f} MB -> {} MiB inflated; peak RSS before load {} MiB, after {} MiB (+{} MiB)".format(
-    len(bomb) / 1e6, mib, base // 1024, peak // 1024, (peak - base) // 1024))
+print(
+    "bomb file {:.2f} MB -> {} MiB inflated; "
+    "peak RSS before load {} MiB, after {} MiB (+{} MiB)".format(
+        len(bomb) / 1e6, mib, base // 1024, peak // 1024, (peak - base) // 1024
+    )
+)

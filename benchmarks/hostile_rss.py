@@ -61,12 +61,19 @@ def rss_mib(pid: int) -> float:
 
 
 def chunk(uuid: int, episode: int, index: int, n: int) -> list:
-    values = {"s": np.ones((n, 8), np.float32), "a": np.zeros(n, np.int64),
-              "r": np.ones(n, np.float32), "p": np.full(n, 0.5, np.float32),
-              "v": np.zeros(n, np.float32), "i": np.zeros((n, 0), np.uint8),
-              "init_w": np.ones(n, np.float32), "uuid": np.array(uuid, np.uint64),
-              "episode": np.array(episode, np.int64), "index": np.array(index, np.int64),
-              "multiplier": np.array(1.0, np.float32)}
+    values = {
+        "s": np.ones((n, 8), np.float32),
+        "a": np.zeros(n, np.int64),
+        "r": np.ones(n, np.float32),
+        "p": np.full(n, 0.5, np.float32),
+        "v": np.zeros(n, np.float32),
+        "i": np.zeros((n, 0), np.uint8),
+        "init_w": np.ones(n, np.float32),
+        "uuid": np.array(uuid, np.uint64),
+        "episode": np.array(episode, np.int64),
+        "index": np.array(index, np.int64),
+        "multiplier": np.array(1.0, np.float32),
+    }
     return codec.encode(Msg.CHUNK, values)
 
 
@@ -76,9 +83,15 @@ class Server:
         env.pop("PYTHONPATH", None)
         if tree != "installed":
             env["PYTHONPATH"] = os.path.abspath(tree)
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=env, cwd="/")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd="/",
+        )
         self.endpoints = json.loads(self.proc.stdout.readline())
         self.stats_rpc = RemoteObject(self.endpoints["rep"], "memory", timeout=120, retries=0)
 
@@ -146,16 +159,19 @@ def held(stats: dict) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tree", default=".", help="memoire source folder of the server, or "
-                   "'installed' (default: .)")
+    p.add_argument(
+        "--tree",
+        default=".",
+        help="memoire source folder of the server, or 'installed' (default: .)",
+    )
     p.add_argument("--callers", type=int, default=60)
     args = p.parse_args()
-    attacks = [("empty chunks 300000 x 0 rows", empty_chunks),
-               ("open streams 400 x 10000 rows", open_streams),
-               (f"replies {args.callers} x sample(200000)",
-                lambda s: replies(s, args.callers, 200_000)),
-               (f"replies {args.callers} x sample(16384)",
-                lambda s: replies(s, args.callers, 16384))]
+    attacks = [
+        ("empty chunks 300000 x 0 rows", empty_chunks),
+        ("open streams 400 x 10000 rows", open_streams),
+        (f"replies {args.callers} x sample(200000)", lambda s: replies(s, args.callers, 200_000)),
+        (f"replies {args.callers} x sample(16384)", lambda s: replies(s, args.callers, 16384)),
+    ]
     print(f"server memoire: {args.tree}")
     print("| attack | RSS before (MiB) | RSS after (MiB) | growth (MiB) | server holds |")
     print("|---|---|---|---|---|")
@@ -167,8 +183,11 @@ def main() -> int:
             attack(srv)
             time.sleep(1.0)
             after = rss_mib(srv.proc.pid)
-            print(f"| {name} | {before:.0f} | {after:.0f} | {after - before:+.0f} | "
-                  f"{held(srv.stats())} |", flush=True)
+            print(
+                f"| {name} | {before:.0f} | {after:.0f} | {after - before:+.0f} | "
+                f"{held(srv.stats())} |",
+                flush=True,
+            )
         finally:
             srv.close()
     return 0

@@ -19,21 +19,33 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MEMORIES = {"memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
-            "dopamine": "dopamine.jax.replay_memory.replay_buffer.ReplayBuffer"}
+MEMORIES = {
+    "memoire": "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer",
+    "dopamine": "dopamine.jax.replay_memory.replay_buffer.ReplayBuffer",
+}
 
 
 def train(base, replay, args):
-    bindings = [f"Runner.num_iterations = {args.iterations}",
-                f"Runner.training_steps = {args.steps}",
-                f"JaxDQNAgent.min_replay_history = {args.min_replay}",
-                f"JaxDQNAgent.summary_writing_frequency = {args.summary_every}",
-                "ReplayBuffer.max_capacity = 50_000",
-                "Runner.fine_grained_print_to_console = False",
-                f"atari_lib.create_atari_environment.game_name = '{args.game}'"]
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--gin_files",
-           os.path.join(ROOT, "configs", "atari", "dqn.gin"), "--base_dir", base,
-           "--replay", replay]
+    bindings = [
+        f"Runner.num_iterations = {args.iterations}",
+        f"Runner.training_steps = {args.steps}",
+        f"JaxDQNAgent.min_replay_history = {args.min_replay}",
+        f"JaxDQNAgent.summary_writing_frequency = {args.summary_every}",
+        "ReplayBuffer.max_capacity = 50_000",
+        "Runner.fine_grained_print_to_console = False",
+        f"atari_lib.create_atari_environment.game_name = '{args.game}'",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--gin_files",
+        os.path.join(ROOT, "configs", "atari", "dqn.gin"),
+        "--base_dir",
+        base,
+        "--replay",
+        replay,
+    ]
     for b in bindings:
         cmd += ["--gin_bindings", b]
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -58,20 +70,23 @@ def episodes(run_dir):
 
 def losses(run_dir, steps_per_iteration):
     """``{iteration: [(training step, HuberLoss), ...]}`` from the agent's event files."""
-    from tensorflow.core.util import event_pb2
     import tensorflow as tf
+    from tensorflow.core.util import event_pb2
 
     out = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"),
-                                 recursive=True)):
+    for path in sorted(
+        glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"), recursive=True)
+    ):
         for raw in tf.data.TFRecordDataset(path):
             event = event_pb2.Event.FromString(raw.numpy())
             for v in event.summary.value:
                 if v.tag == "HuberLoss":
-                    loss = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
-                            else v.simple_value)
+                    loss = (
+                        float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+                    )
                     out.setdefault((event.step - 1) // steps_per_iteration, []).append(
-                        (int(event.step), loss))
+                        (int(event.step), loss)
+                    )
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -95,13 +110,18 @@ def main():
         l_m, l_d = lo["memoire"].get(it, []), lo["dopamine"].get(it, [])
         ok = e_m == e_d and l_m == l_d and bool(e_m)
         same &= ok
-        mean = (lambda e: sum(x for x, _ in e) / len(e) if e else float("nan"))
+
+        def mean(e):
+            return sum(x for x, _ in e) / len(e) if e else float("nan")
+
         diff = max((abs(a[1] - b[1]) for a, b in zip(l_m, l_d)), default=0.0)
-        print(f"iteration {it}: {len(e_m)}/{len(e_d)} episodes, mean return "
-              f"{mean(e_m):.2f}/{mean(e_d):.2f}, {len(l_m)}/{len(l_d)} losses "
-              f"(last {l_m[-1][1] if l_m else float('nan'):.6g}/"
-              f"{l_d[-1][1] if l_d else float('nan'):.6g}, max |diff| {diff:.3g}) "
-              f"[memoire/dopamine]: {'identical' if ok else 'DIFFERENT'}")
+        print(
+            f"iteration {it}: {len(e_m)}/{len(e_d)} episodes, mean return "
+            f"{mean(e_m):.2f}/{mean(e_d):.2f}, {len(l_m)}/{len(l_d)} losses "
+            f"(last {l_m[-1][1] if l_m else float('nan'):.6g}/"
+            f"{l_d[-1][1] if l_d else float('nan'):.6g}, max |diff| {diff:.3g}) "
+            f"[memoire/dopamine]: {'identical' if ok else 'DIFFERENT'}"
+        )
     print("same seed, same run: " + ("yes" if same else "NO"))
     return 0 if same else 1
 

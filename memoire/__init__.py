@@ -18,8 +18,8 @@ from memoire.memory import Batch, ReplayMemory
 __all__ = ["ReplayMemory", "Batch", "CapacityError", "ProtocolError", "__version__"]
 
 try:  # the network layer needs pyzmq; the core does not
-    from memoire.server import ReplayMemoryServer  # noqa: F401
     from memoire.client import ReplayMemoryClient  # noqa: F401
+    from memoire.server import ReplayMemoryServer  # noqa: F401
 
     __all__ += ["ReplayMemoryServer", "ReplayMemoryClient"]
 except ImportError as _e:  # pragma: no cover - only without pyzmq or before the module exists

@@ -14,14 +14,23 @@ import numpy as np
 # pybind11_builtins.pybind11_type, the metaclass of every class pybind11 binds (stub-only name:
 # stubtest checks that the stub declares a metaclass where the runtime has one).
 class _pybind11_type(type): ...
-
 class ProtocolError(ValueError): ...
 class CapacityError(ValueError): ...
 
 class ReplayMemory(metaclass=_pybind11_type):
-    def __init__(self, state_buf: np.ndarray, action_buf: np.ndarray, reward_buf: np.ndarray,
-                 prob_buf: np.ndarray, value_buf: np.ndarray, qvest_buf: np.ndarray,
-                 info_buf: np.ndarray, max_step: int, *, vector_prob: bool = ...) -> None: ...
+    def __init__(
+        self,
+        state_buf: np.ndarray,
+        action_buf: np.ndarray,
+        reward_buf: np.ndarray,
+        prob_buf: np.ndarray,
+        value_buf: np.ndarray,
+        qvest_buf: np.ndarray,
+        info_buf: np.ndarray,
+        max_step: int,
+        *,
+        vector_prob: bool = ...,
+    ) -> None: ...
     @property
     def state_buf(self) -> np.ndarray: ...
     @property
@@ -71,13 +80,23 @@ class ReplayMemory(metaclass=_pybind11_type):
     def num_episode(self) -> int: ...
     def info(self) -> str: ...
     def new_episode(self) -> None: ...
-    def add_entry(self, s: Any, a: Any, r: Any, p: Any, v: Any, i: Any, init_w: float = 1.0) -> None: ...
+    def add_entry(
+        self, s: Any, a: Any, r: Any, p: Any, v: Any, i: Any, init_w: float = 1.0
+    ) -> None: ...
     def add_entries(self, s: Any, a: Any, r: Any, p: Any, v: Any, i: Any, init_w: Any) -> None: ...
-    def close_episode(self, episodic_weight_multiplier: float = 1.0, do_update_value: bool = True,
-                      do_update_weight: bool = True, terminal: bool = True) -> None: ...
-    def _sample(self, batch_size: int) -> Tuple[tuple, tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
-    def _push_cache(self, socket: int, header: bytes, cache_size: int, uuid: int,
-                    timeout_ms: int) -> bool: ...
+    def close_episode(
+        self,
+        episodic_weight_multiplier: float = 1.0,
+        do_update_value: bool = True,
+        do_update_weight: bool = True,
+        terminal: bool = True,
+    ) -> None: ...
+    def _sample(
+        self, batch_size: int
+    ) -> Tuple[tuple, tuple, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+    def _push_cache(
+        self, socket: int, header: bytes, cache_size: int, uuid: int, timeout_ms: int
+    ) -> bool: ...
     def update_weights(self, ids: np.ndarray, weights: np.ndarray) -> int: ...
     def _save_fd(self, fd: int) -> None: ...
     def _load_fd(self, fd: int) -> None: ...
@@ -86,9 +105,18 @@ class ReplayMemory(metaclass=_pybind11_type):
 
 class CircularBuffer(metaclass=_pybind11_type):
     """Dopamine's circular buffer store (memoire.dopamine_compat.circular_replay_buffer)."""
-    def __init__(self, fields: list, capacity: int, stack_size: int, update_horizon: int,
-                 gamma: float, max_sample_attempts: int, prioritized: bool,
-                 episode_end_breaks_stacks: bool, seed: int) -> None: ...
+    def __init__(
+        self,
+        fields: list,
+        capacity: int,
+        stack_size: int,
+        update_horizon: int,
+        gamma: float,
+        max_sample_attempts: int,
+        prioritized: bool,
+        episode_end_breaks_stacks: bool,
+        seed: int,
+    ) -> None: ...
     MAX_ADD_COUNT: int  # 2**62: add_count never passes it (setter, restore and adds refuse)
     add_count: int
     max_recorded_priority: float
@@ -100,8 +128,16 @@ class CircularBuffer(metaclass=_pybind11_type):
     @property
     def total_priority(self) -> float: ...
     # ValueError: argument count (expected, received) or shape (field: the argument's index).
-    def add(self, observation: Any, action: Any, reward: Any, terminal: Any, extras: tuple,
-            priority: Any, episode_end: Any) -> None: ...
+    def add(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        terminal: Any,
+        extras: tuple,
+        priority: Any,
+        episode_end: Any,
+    ) -> None: ...
     def add_batch(self, columns: list, episode_end: Any, priorities: Any) -> None: ...
     def column(self, field: int) -> np.ndarray: ...
     def episode_ends(self) -> list: ...
@@ -114,8 +150,14 @@ class CircularBuffer(metaclass=_pybind11_type):
     def set_priorities(self, indices: Any, priorities: Any) -> None: ...
     def is_valid(self, index: int) -> bool: ...
     def is_valid_many(self, indices: Any) -> np.ndarray: ...
-    def restore_from(self, staging: CircularBuffer, add_count: int, episode_ends: list,
-                     priorities: Any, max_recorded_priority: float) -> None: ...
+    def restore_from(
+        self,
+        staging: CircularBuffer,
+        add_count: int,
+        episode_ends: list,
+        priorities: Any,
+        max_recorded_priority: float,
+    ) -> None: ...
     # RuntimeError: too few slots written (needed), attempts ran out (sampled), all priorities 0.
     def sample_indices(self, batch_size: int) -> np.ndarray: ...
     def sample_into(self, batch_size: int, outputs: list) -> np.ndarray: ...
@@ -124,9 +166,19 @@ class CircularBuffer(metaclass=_pybind11_type):
 
 class TransitionStore(metaclass=_pybind11_type):
     """Dopamine JAX ReplayBuffer's store (memoire.dopamine_compat.jax_replay_buffer)."""
-    def __init__(self, max_capacity: int, stack_size: int, update_horizon: int, gamma: float,
-                 fix_terminal_duplicates: bool, prioritized: bool, tree_capacity: int,
-                 frame_bytes: int, elem_bytes: int, action_bytes: int) -> None: ...
+    def __init__(
+        self,
+        max_capacity: int,
+        stack_size: int,
+        update_horizon: int,
+        gamma: float,
+        fix_terminal_duplicates: bool,
+        prioritized: bool,
+        tree_capacity: int,
+        frame_bytes: int,
+        elem_bytes: int,
+        action_bytes: int,
+    ) -> None: ...
     MAX_ADD_COUNT: int  # 2**31: keys stay int32 (import_state and adds refuse to pass it)
     @property
     def add_count(self) -> int: ...
@@ -138,37 +190,80 @@ class TransitionStore(metaclass=_pybind11_type):
     def size(self) -> int: ...
     @property
     def tree_root(self) -> float: ...
-    def add_batch(self, frames: np.ndarray, actions: np.ndarray, rewards: Any,
-                  terminals: np.ndarray, episode_ends: np.ndarray, priorities: Any) -> np.ndarray: ...
-    def add(self, frame: np.ndarray, action: np.ndarray, reward: float, terminal: bool,
-            episode_end: bool, priority: float) -> int: ...
+    def add_batch(
+        self,
+        frames: np.ndarray,
+        actions: np.ndarray,
+        rewards: Any,
+        terminals: np.ndarray,
+        episode_ends: np.ndarray,
+        priorities: Any,
+    ) -> np.ndarray: ...
+    def add(
+        self,
+        frame: np.ndarray,
+        action: np.ndarray,
+        reward: float,
+        terminal: bool,
+        episode_end: bool,
+        priority: float,
+    ) -> int: ...
     def clear(self) -> None: ...
     def clear_trajectory(self) -> None: ...
     def export_sampler(self) -> tuple: ...
     def export_window(self) -> tuple: ...
     # gather, priorities and update raise KeyError(key) for a key not stored.
-    def gather(self, keys: Any, state: np.ndarray, action: np.ndarray, reward: np.ndarray,
-               next_state: np.ndarray, is_terminal: np.ndarray, episode_end: np.ndarray) -> None: ...
+    def gather(
+        self,
+        keys: Any,
+        state: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_state: np.ndarray,
+        is_terminal: np.ndarray,
+        episode_end: np.ndarray,
+    ) -> None: ...
     # Positional only (the binding names no argument): the arrays of a Dopamine checkpoint, as
     # memoire/dopamine_compat/jax_replay_buffer.py passes them.
-    def import_state(self, add_count: int, states: np.ndarray, actions: np.ndarray,
-                     rewards: np.ndarray, next_states: np.ndarray, terminals: np.ndarray,
-                     episode_ends: np.ndarray, key_by_index: Any, nodes: Optional[np.ndarray],
-                     win_frames: np.ndarray, win_actions: np.ndarray, win_rewards: np.ndarray,
-                     win_terminals: np.ndarray, win_episode_ends: np.ndarray, /) -> None: ...
+    def import_state(
+        self,
+        add_count: int,
+        states: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_states: np.ndarray,
+        terminals: np.ndarray,
+        episode_ends: np.ndarray,
+        key_by_index: Any,
+        nodes: Optional[np.ndarray],
+        win_frames: np.ndarray,
+        win_actions: np.ndarray,
+        win_rewards: np.ndarray,
+        win_terminals: np.ndarray,
+        win_episode_ends: np.ndarray,
+        /,
+    ) -> None: ...
     def keys_at(self, indices: Any) -> np.ndarray: ...
     def priorities(self, keys: Any) -> np.ndarray: ...
     def query(self, targets: Any) -> tuple: ...
     def update(self, keys: Any, values: Any) -> None: ...
 
 class CacheRing(metaclass=_pybind11_type):
-    def __init__(self, columns: list, cache_size: int, n_caches: int, seed: int,
-                 max_payload_bytes: int = 1 << 32) -> None: ...
+    def __init__(
+        self,
+        columns: list,
+        cache_size: int,
+        n_caches: int,
+        seed: int,
+        max_payload_bytes: int = 1 << 32,
+    ) -> None: ...
     def insert(self, frames: list) -> None: ...
-    def receive(self, socket: int, timeout_ms: int,
-                max_messages: int = 256) -> Tuple[int, Optional[List[np.ndarray]]]: ...
-    def get_batch(self, n: int, reuse: bool, timeout: float,
-                  out: Optional[dict] = None) -> dict: ...
+    def receive(
+        self, socket: int, timeout_ms: int, max_messages: int = 256
+    ) -> Tuple[int, Optional[List[np.ndarray]]]: ...
+    def get_batch(
+        self, n: int, reuse: bool, timeout: float, out: Optional[dict] = None
+    ) -> dict: ...
     def relayout(self, columns: list, cache_size: int) -> None: ...
     def close(self) -> None: ...
     allow_nonfinite: bool
@@ -206,35 +301,62 @@ class WireSpec(metaclass=_pybind11_type):
 def encode_header(type: int, flags: int, entries: list, version: int = 1) -> bytes: ...
 def attach_libzmq(path: str) -> Optional[str]: ...
 def encode_flat(type: int, flags: int, values: dict) -> Optional[bytes]: ...
-def decode_header(header: Any, frame_sizes: list, max_payload_bytes: int = 1 << 32,
-                  max_entries: int = 65536) -> WireMessage: ...
+def decode_header(
+    header: Any, frame_sizes: list, max_payload_bytes: int = 1 << 32, max_entries: int = 65536
+) -> WireMessage: ...
 def peek_header(header: Any) -> Optional[Tuple[int, int]]: ...
 
 class ChunkIngest(metaclass=_pybind11_type):
     @overload
-    def __init__(self, memory: ReplayMemory, max_message_bytes: int = ..., max_streams: int = 4096,
-                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
-                 max_open_bytes: int = ...) -> None: ...
+    def __init__(
+        self,
+        memory: ReplayMemory,
+        max_message_bytes: int = ...,
+        max_streams: int = 4096,
+        stream_timeout: float = 600.0,
+        max_stream_bytes: int = ...,
+        max_open_bytes: int = ...,
+    ) -> None: ...
     @overload
-    def __init__(self, buffer: CircularBuffer, *, allow_nonfinite: bool = False,
-                 max_message_bytes: int = ..., max_streams: int = 4096,
-                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
-                 max_open_bytes: int = ...) -> None: ...
+    def __init__(
+        self,
+        buffer: CircularBuffer,
+        *,
+        allow_nonfinite: bool = False,
+        max_message_bytes: int = ...,
+        max_streams: int = 4096,
+        stream_timeout: float = 600.0,
+        max_stream_bytes: int = ...,
+        max_open_bytes: int = ...,
+    ) -> None: ...
     @overload
-    def __init__(self, store: TransitionStore, *, observation_dtype: Any,
-                 observation_shape: Sequence[int], action_dtype: Any,
-                 action_shape: Sequence[int], allow_nonfinite: bool = False,
-                 max_message_bytes: int = ..., max_streams: int = 4096,
-                 stream_timeout: float = 600.0, max_stream_bytes: int = ...,
-                 max_open_bytes: int = ...) -> None: ...
+    def __init__(
+        self,
+        store: TransitionStore,
+        *,
+        observation_dtype: Any,
+        observation_shape: Sequence[int],
+        action_dtype: Any,
+        action_shape: Sequence[int],
+        allow_nonfinite: bool = False,
+        max_message_bytes: int = ...,
+        max_streams: int = 4096,
+        stream_timeout: float = 600.0,
+        max_stream_bytes: int = ...,
+        max_open_bytes: int = ...,
+    ) -> None: ...
     @property
     def row_spec(self) -> list: ...
     priority: float
     def take_committed(self) -> Tuple[list, int]: ...
     def reap(self, now: Optional[float] = None) -> None: ...
     def drop_silent(self, silent_for: float, max_count: int) -> int: ...
-    def ingest(self, frames: Any, now: Optional[float] = None) -> Optional[Tuple[int, int, Optional[str], int, Optional[str]]]: ...
-    def receive(self, socket: int, timeout_ms: int, max_messages: int = 64) -> Tuple[int, int, list, Optional[list]]: ...
+    def ingest(
+        self, frames: Any, now: Optional[float] = None
+    ) -> Optional[Tuple[int, int, Optional[str], int, Optional[str]]]: ...
+    def receive(
+        self, socket: int, timeout_ms: int, max_messages: int = 64
+    ) -> Tuple[int, int, list, Optional[list]]: ...
     def counters(self) -> dict: ...
     max_streams: int
     stream_timeout: float
@@ -246,8 +368,15 @@ class Feed(metaclass=_pybind11_type):
     """Native prefetching feed (memoire.feed.Feed): `threads` sampler threads draw batches of
     `batch_size` from a TransitionStore or CircularBuffer into `depth` ring slots, one 64-byte
     aligned buffer per template array (its dtype and shape)."""
-    def __init__(self, source: Any, templates: list,  # a TransitionStore or CircularBuffer
-                 batch_size: int, depth: int, threads: int, seed: int) -> None: ...
+    def __init__(
+        self,
+        source: Any,
+        templates: list,  # a TransitionStore or CircularBuffer
+        batch_size: int,
+        depth: int,
+        threads: int,
+        seed: int,
+    ) -> None: ...
     # The next batch: a tuple of arrays viewing one slot, reused once they are all dropped.
     # Raises the draw's error; RuntimeError when closed or every slot stays held (attr `held`).
     def take(self) -> tuple: ...
@@ -264,11 +393,24 @@ class Feed(metaclass=_pybind11_type):
 class StreamSource(metaclass=_pybind11_type):
     """A learner's end of a sampling stream (memoire.stream.SamplingStream), a Feed source:
     receives each batch from a connected DEALER (its `underlying` address) and stacks it."""
-    def __init__(self, socket: int, templates: list, batch_size: int, frame_stack: int,
-                 multi_step: int, flags: list[bool], timeout_ms: int, ping_ms: int,
-                 credit_chunk: int, credit_message: list, ping_message: list,
-                 max_payload_bytes: int = ..., shm_path: str = ..., shm_slots: int = ...,
-                 shm_slot_bytes: int = ...) -> None: ...
+    def __init__(
+        self,
+        socket: int,
+        templates: list,
+        batch_size: int,
+        frame_stack: int,
+        multi_step: int,
+        flags: list[bool],
+        timeout_ms: int,
+        ping_ms: int,
+        credit_chunk: int,
+        credit_message: list,
+        ping_message: list,
+        max_payload_bytes: int = ...,
+        shm_path: str = ...,
+        shm_slots: int = ...,
+        shm_slot_bytes: int = ...,
+    ) -> None: ...
     def post(self, frames: list) -> None: ...
     def stop(self) -> None: ...
     @property
@@ -280,8 +422,9 @@ class StreamSource(metaclass=_pybind11_type):
 
 class StreamShm(metaclass=_pybind11_type):
     """A server's shared-memory slots for one sampling stream (a file in /dev/shm)."""
-    def __init__(self, memory: ReplayMemory, batch_size: int, window: int, send: list[bool],
-                 slots: int) -> None: ...
+    def __init__(
+        self, memory: ReplayMemory, batch_size: int, window: int, send: list[bool], slots: int
+    ) -> None: ...
     @property
     def path(self) -> str: ...
     @property
@@ -289,22 +432,35 @@ class StreamShm(metaclass=_pybind11_type):
 
 # Samples `count` batches and sends each as a STREAM_BATCH to `identity` on a ROUTER socket;
 # returns (sent, error message or None).
-def stream_send(memory: ReplayMemory, socket: int, identity: bytes, batch_size: int, count: int,
-                seq0: int, window: int, send: list[bool], timeout_ms: int,
-                shm: StreamShm | None = ..., slots: int = ...) -> tuple[int, str | None]: ...
+def stream_send(
+    memory: ReplayMemory,
+    socket: int,
+    identity: bytes,
+    batch_size: int,
+    count: int,
+    seq0: int,
+    window: int,
+    send: list[bool],
+    timeout_ms: int,
+    shm: StreamShm | None = ...,
+    slots: int = ...,
+) -> tuple[int, str | None]: ...
 
 class RateLimiter(metaclass=_pybind11_type):
     """Keeps samples per insert within a band, with Reverb's semantics (the Python face is
     memoire.rate_limiter). Counts are transitions; timeouts are seconds (None: no bound)."""
-    def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float,
-                 max_diff: float) -> None: ...
+    def __init__(
+        self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float
+    ) -> None: ...
     def can_insert(self, n: int = 1) -> bool: ...
     def can_sample(self, n: int = 1) -> bool: ...
-    def await_sample(self, n: int, timeout: Optional[float] = None,
-                     raise_on_timeout: bool = True) -> bool: ...
+    def await_sample(
+        self, n: int, timeout: Optional[float] = None, raise_on_timeout: bool = True
+    ) -> bool: ...
     def wait_can_sample(self, n: int, timeout: Optional[float]) -> bool: ...
-    def await_insert(self, timeout: Optional[float] = None,
-                     raise_on_timeout: bool = True) -> bool: ...
+    def await_insert(
+        self, timeout: Optional[float] = None, raise_on_timeout: bool = True
+    ) -> bool: ...
     def inserted(self, n: int) -> None: ...
     def record_sample_wait(self, seconds: float, timed_out: bool) -> None: ...
     def cancel(self) -> None: ...

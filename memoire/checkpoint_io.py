@@ -35,14 +35,16 @@ def open_regular(path):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise CheckpointError("{}: a symlink; checkpoint files must be regular files".format(
-                path)) from None
+            raise CheckpointError(
+                "{}: a symlink; checkpoint files must be regular files".format(path)
+            ) from None
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CheckpointError("{}: not a regular file (a FIFO, device, socket or folder); "
-                                  "refused".format(path))
+            raise CheckpointError(
+                "{}: not a regular file (a FIFO, device, socket or folder); refused".format(path)
+            )
         os.set_blocking(fd, True)  # no effect on a regular file's reads; plain semantics after
         return os.fdopen(fd, "rb")
     except BaseException:

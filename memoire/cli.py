@@ -63,8 +63,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         default = action.default
-        if ("%(default)" in text or default in (None, False, [], argparse.SUPPRESS)
-                or not action.option_strings):
+        if (
+            "%(default)" in text
+            or default in (None, False, [], argparse.SUPPRESS)
+            or not action.option_strings
+        ):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -80,11 +83,17 @@ class ArgumentParser(argparse.ArgumentParser):
         # Every parser (sub-parsers too) takes the global --log-level. Its default is SUPPRESS,
         # so a sub-parser's absent option does not undo the parent's, and the parsed value is
         # applied (configure_logging) and dropped from the namespace, leaving mains as they are.
-        self.add_argument("--log-level", dest="log_level", default=argparse.SUPPRESS,
-                          type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
-                          help="level of memoire's log messages on stderr: "
-                               f"{', '.join(LOG_LEVELS)} (default: info; also "
-                               f"${LOG_LEVEL_ENV})")
+        self.add_argument(
+            "--log-level",
+            dest="log_level",
+            default=argparse.SUPPRESS,
+            type=str.lower,
+            choices=LOG_LEVELS,
+            metavar="LEVEL",
+            help="level of memoire's log messages on stderr: "
+            f"{', '.join(LOG_LEVELS)} (default: info; also "
+            f"${LOG_LEVEL_ENV})",
+        )
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, rest = super().parse_known_args(args, namespace)
@@ -94,8 +103,7 @@ class ArgumentParser(argparse.ArgumentParser):
         return namespace, rest
 
     def error(self, message):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} "
-                              f"(see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -120,8 +128,9 @@ def configure_logging(level: str | None = None) -> None:
     """
     name = str(os.environ.get(LOG_LEVEL_ENV, "") if level is None else level).strip().lower()
     if name and name not in LOG_LEVELS:
-        raise UsageError(f"--log-level / ${LOG_LEVEL_ENV}: expected one of "
-                         f"{', '.join(LOG_LEVELS)}, got {name!r}")
+        raise UsageError(
+            f"--log-level / ${LOG_LEVEL_ENV}: expected one of {', '.join(LOG_LEVELS)}, got {name!r}"
+        )
     if level is not None:
         os.environ[LOG_LEVEL_ENV] = name
     memoire_logger = logging.getLogger("memoire")
@@ -178,11 +187,14 @@ def check_files(paths: Sequence[str], flag: str) -> None:
             why = "is a directory" if os.path.isdir(path) else "no such file"
             raise UsageError(f"{flag} {path!r}: {why}")
 
+
 # subcommand -> (module, one-line help). Modules are imported only when used, so `memoire serve`
 # does not pay for TensorFlow.
 COMMANDS = {
-    "train": ("memoire.experiments.train",
-              "train a Dopamine agent from gin files (local or distributed)"),
+    "train": (
+        "memoire.experiments.train",
+        "train a Dopamine agent from gin files (local or distributed)",
+    ),
     "sweep": ("memoire.experiments.sweep", "list or run the settings of a hyperparameter sweep"),
     "actor": ("memoire.experiments.distributed", "run one actor that joins a learner by endpoint"),
     "plot": ("memoire.experiments.plot", "draw learning curves of a base_dir to a PNG"),
@@ -194,10 +206,13 @@ COMMANDS = {
 def _usage() -> str:
     lines = ["usage: memoire <command> [args]", "", "commands:"]
     lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["  version  print the version", "",
-              "options (before or after the command):",
-              f"  --log-level LEVEL  memoire's log messages on stderr: {', '.join(LOG_LEVELS)} "
-              "(default: info)"]
+    lines += [
+        "  version  print the version",
+        "",
+        "options (before or after the command):",
+        f"  --log-level LEVEL  memoire's log messages on stderr: {', '.join(LOG_LEVELS)} "
+        "(default: info)",
+    ]
     return "\n".join(lines)
 
 
@@ -233,8 +248,11 @@ def main(argv=None) -> int:
         emit(__version__)
         return 0
     if command not in COMMANDS:
-        return report("memoire", f"unknown command {command!r}; expected one of "
-                                 f"{', '.join([*COMMANDS, 'version'])} (see memoire --help)")
+        return report(
+            "memoire",
+            f"unknown command {command!r}; expected one of "
+            f"{', '.join([*COMMANDS, 'version'])} (see memoire --help)",
+        )
     module = importlib.import_module(COMMANDS[command][0])
     entry = module.actor_cli if command == "actor" else module.main
     return int(entry(rest) or 0)

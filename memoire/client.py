@@ -30,13 +30,34 @@ import zmq
 from memoire import codec
 from memoire.codec import ProtocolError
 from memoire.memory import ReplayMemory
-from memoire.protocol import (CACHE_NEXT, CACHE_PREV, CACHE_ROW_COLUMNS, CACHE_SCALARS,
-                              CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT,
-                              CHUNK_INIT_W, CHUNK_SCALARS, FIELDS, QVEST, SETTINGS, Msg,
-                              cache_layout, cache_spec)
+from memoire.protocol import (
+    CACHE_NEXT,
+    CACHE_PREV,
+    CACHE_ROW_COLUMNS,
+    CACHE_SCALARS,
+    CHUNK_INIT_W,
+    CHUNK_LAST,
+    CHUNK_SCALARS,
+    CHUNK_TERMINAL,
+    CHUNK_UPDATE_VALUE,
+    CHUNK_UPDATE_WEIGHT,
+    FIELDS,
+    QVEST,
+    SETTINGS,
+    Msg,
+    cache_layout,
+    cache_spec,
+)
 from memoire.remote import request
-from memoire.transport import (DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys, RequestChannel,
-                               native_libzmq, open_socket, publication)
+from memoire.transport import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    CurveKeys,
+    RequestChannel,
+    native_libzmq,
+    open_socket,
+    publication,
+)
 
 _SNDMORE = int(zmq.SNDMORE)
 _COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
@@ -45,11 +66,17 @@ _COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, eve
 class _CountingMemory(ReplayMemory):
     """The client's local memory: counts closed episodes and their entries for update_counter."""
 
-    def close_episode(self, episodic_weight_multiplier=1.0, do_update_value=True,
-                      do_update_weight=True, terminal=True):
+    def close_episode(
+        self,
+        episodic_weight_multiplier=1.0,
+        do_update_value=True,
+        do_update_weight=True,
+        terminal=True,
+    ):
         n = self.open_length
-        super().close_episode(episodic_weight_multiplier, do_update_value, do_update_weight,
-                              terminal)
+        super().close_episode(
+            episodic_weight_multiplier, do_update_value, do_update_weight, terminal
+        )
         self._closed_episodes += 1
         self._closed_steps += n
 
@@ -67,8 +94,12 @@ def cache_message(rem: ReplayMemory, uuid: int) -> list:
             values[CACHE_NEXT + f] = nxt[k]
     values.update({name: x for (name, _), x in zip(CACHE_ROW_COLUMNS, rows)})
     scalars = (uuid, rem.num_sampleable, rem.total_weight)
-    values.update({name: np.array(x, dtype)  # 0-d arrays: the native encoder
-                   for (name, dtype), x in zip(CACHE_SCALARS, scalars)})
+    values.update(
+        {
+            name: np.array(x, dtype)  # 0-d arrays: the native encoder
+            for (name, dtype), x in zip(CACHE_SCALARS, scalars)
+        }
+    )
     return codec.encode(Msg.CACHE, values)
 
 
@@ -92,11 +123,21 @@ class ReplayMemoryClient:
       ProtocolError: the server speaks another wire version (the message says which).
     """
 
-    def __init__(self, sub_endpoint: Optional[str], req_endpoint: str, push_endpoint: str,
-                 input_uuid: int = 0, *, mode: str = "cache", max_step: Optional[int] = None,
-                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 keys: Optional[CurveKeys] = None, chunk_size: int = 256,
-                 seed: Optional[int] = None):
+    def __init__(
+        self,
+        sub_endpoint: Optional[str],
+        req_endpoint: str,
+        push_endpoint: str,
+        input_uuid: int = 0,
+        *,
+        mode: str = "cache",
+        max_step: Optional[int] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        keys: Optional[CurveKeys] = None,
+        chunk_size: int = 256,
+        seed: Optional[int] = None,
+    ):
         if mode not in ("cache", "central"):
             raise ValueError(f"mode: expected 'cache' or 'central', got {mode!r}")
         if int(chunk_size) < 1:
@@ -108,17 +149,20 @@ class ReplayMemoryClient:
         self.uuid = int(input_uuid) or int.from_bytes(np.random.default_rng().bytes(4), "little")
         self._ctx = zmq.Context()
         self._keys = keys
-        self._req = RequestChannel(self._ctx, req_endpoint, keys=keys, timeout=timeout,
-                                   retries=retries)
+        self._req = RequestChannel(
+            self._ctx, req_endpoint, keys=keys, timeout=timeout, retries=retries
+        )
         self._push_lock = threading.Lock()
-        self._push = open_socket(self._ctx, zmq.PUSH, push_endpoint, "Conn", keys=keys,
-                                 server_side=False, hwm=64)
+        self._push = open_socket(
+            self._ctx, zmq.PUSH, push_endpoint, "Conn", keys=keys, server_side=False, hwm=64
+        )
         self._push.sndtimeo = int(self.timeout * 1000)
         self._sub_lock = threading.Lock()
         self._sub = None
         if sub_endpoint is not None:
-            self._sub = open_socket(self._ctx, zmq.SUB, sub_endpoint, "Conn", keys=keys,
-                                    server_side=False)
+            self._sub = open_socket(
+                self._ctx, zmq.SUB, sub_endpoint, "Conn", keys=keys, server_side=False
+            )
         self._topics: Dict[bytes, Deque[bytes]] = {}
         self._rem: Optional[_CountingMemory] = None
         self._counts = [0, 0]  # closed episodes and steps of memories replaced by sync_sizes
@@ -140,8 +184,10 @@ class ReplayMemoryClient:
 
     # ------------------------------------------------------------------ handshake
 
-    rem = property(lambda self: self._rem, doc="The local ReplayMemory (built from the server's "
-                                               "schema and settings).")
+    rem = property(
+        lambda self: self._rem,
+        doc="The local ReplayMemory (built from the server's schema and settings).",
+    )
 
     def sync_sizes(self, max_step: Optional[int] = None) -> None:
         """Asks the server for its schema and settings and rebuilds the local memory with them
@@ -162,7 +208,9 @@ class ReplayMemoryClient:
         except (KeyError, TypeError, ValueError) as e:
             raise ProtocolError(f"handshake: malformed reply ({type(e).__name__}: {e})") from None
         if [n for n, _, _ in schema] != list(FIELDS):
-            raise ProtocolError(f"handshake: expected fields {FIELDS}, got {[n for n, _, _ in schema]}")
+            raise ProtocolError(
+                f"handshake: expected fields {FIELDS}, got {[n for n, _, _ in schema]}"
+            )
         if max_step is not None:
             self._max_step = int(max_step)
         templates = [np.zeros(shape, dtype) for _, dtype, shape in schema]
@@ -199,9 +247,13 @@ class ReplayMemoryClient:
           TimeoutError: the server did not answer.
         """
         episodes, steps = self._totals()
-        msg = request(self._req, Msg.COUNTER, {"uuid": self.uuid, "episodes": int(episodes),
-                                               "steps": int(steps)},
-                      (Msg.COUNTER_REPLY,), "update_counter")
+        msg = request(
+            self._req,
+            Msg.COUNTER,
+            {"uuid": self.uuid, "episodes": int(episodes), "steps": int(steps)},
+            (Msg.COUNTER_REPLY,),
+            "update_counter",
+        )
         return dict(msg.values)
 
     def _send(self, frames) -> bool:
@@ -221,8 +273,11 @@ class ReplayMemoryClient:
     def write_log(self, log_message: str) -> int:
         """Sends a line to the server's logfile. Returns 0, or -1 when the server could not
         take it within the timeout."""
-        return 0 if self._send(codec.encode(Msg.LOG, {"uuid": self.uuid,
-                                                      "message": str(log_message)})) else -1
+        return (
+            0
+            if self._send(codec.encode(Msg.LOG, {"uuid": self.uuid, "message": str(log_message)}))
+            else -1
+        )
 
     # ------------------------------------------------------------------ cache mode
 
@@ -238,9 +293,13 @@ class ReplayMemoryClient:
         try:
             if native_libzmq():  # sampled into one block and sent from C++, GIL released
                 with self._push_lock:
-                    sent = rem._push_cache(self._push.underlying, self._cache_header(),
-                                           int(rem.cache_size), self.uuid,
-                                           int(self.timeout * 1000))
+                    sent = rem._push_cache(
+                        self._push.underlying,
+                        self._cache_header(),
+                        int(rem.cache_size),
+                        self.uuid,
+                        int(self.timeout * 1000),
+                    )
                 return 0 if sent else -1
             frames = cache_message(rem, self.uuid)
         except RuntimeError:  # nothing sampleable
@@ -259,8 +318,10 @@ class ReplayMemoryClient:
 
     def _need_central(self, what: str) -> None:
         if self.mode != "central":
-            raise RuntimeError(f"{what}: the client is in cache mode (use client.rem.{what}, or "
-                               "construct the client with mode='central')")
+            raise RuntimeError(
+                f"{what}: the client is in cache mode (use client.rem.{what}, or "
+                "construct the client with mode='central')"
+            )
 
     def _new_stage(self) -> Dict[str, np.ndarray]:
         """Staging arrays of one chunk: a set ZeroMQ has finished sending, or new ones."""
@@ -270,8 +331,11 @@ class ReplayMemoryClient:
             self._in_flight.popleft()
         if self._free_stages:
             return self._free_stages.pop()
-        stage = {name: np.empty((self.chunk_size,) + shape, dtype)
-                 for name, dtype, shape in self._schema if name != QVEST}
+        stage = {
+            name: np.empty((self.chunk_size,) + shape, dtype)
+            for name, dtype, shape in self._schema
+            if name != QVEST
+        }
         stage[CHUNK_INIT_W[0]] = np.empty(self.chunk_size, CHUNK_INIT_W[1])
         return stage
 
@@ -311,8 +375,9 @@ class ReplayMemoryClient:
                 continue
             x = np.asarray(x)
             if x.shape != shape:
-                raise ValueError(f"{name}: expected {dtype.name}{list(shape)}, got "
-                                 f"{x.dtype.name}{list(x.shape)}")
+                raise ValueError(
+                    f"{name}: expected {dtype.name}{list(shape)}, got {x.dtype.name}{list(x.shape)}"
+                )
             self._stage[name][k] = x
         self._stage[CHUNK_INIT_W[0]][k] = init_w
         self._staged += 1
@@ -330,8 +395,10 @@ class ReplayMemoryClient:
                 continue
             x = np.asarray(rows[name])
             if x.shape != (n,) + shape:
-                raise ValueError(f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
-                                 f"{x.dtype.name}{list(x.shape)}")
+                raise ValueError(
+                    f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
+                    f"{x.dtype.name}{list(x.shape)}"
+                )
             arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
         arrays[CHUNK_INIT_W[0]] = np.asarray(init_w, CHUNK_INIT_W[1]).reshape(-1)
         start, trackers = 0, []
@@ -345,18 +412,22 @@ class ReplayMemoryClient:
                 if self._staged == self.chunk_size:
                     self._flush(last=False)
                 left = n - start
-                if self._staged == 0 and (left > self.chunk_size or
-                                          (left == self.chunk_size and not defer)):
+                if self._staged == 0 and (
+                    left > self.chunk_size or (left == self.chunk_size and not defer)
+                ):
                     # A whole chunk of the caller's rows goes out as it is (no staging copy);
                     # the wait below keeps the caller from changing it while ZeroMQ reads it.
                     end = start + self.chunk_size
-                    trackers.append(self._send_chunk({k: x[start:end] for k, x in arrays.items()},
-                                                     self.chunk_size, 0, 1.0))
+                    trackers.append(
+                        self._send_chunk(
+                            {k: x[start:end] for k, x in arrays.items()}, self.chunk_size, 0, 1.0
+                        )
+                    )
                     start = end
                     continue
                 take = min(n - start, self.chunk_size - self._staged)
                 for name, x in arrays.items():
-                    self._stage[name][self._staged:self._staged + take] = x[start:start + take]
+                    self._stage[name][self._staged : self._staged + take] = x[start : start + take]
                 self._staged += take
                 start += take
         finally:
@@ -365,8 +436,11 @@ class ReplayMemoryClient:
     def _small_chunks(self) -> bool:
         """Whether every frame of a full chunk is under zmq.COPY_THRESHOLD bytes."""
         if self._small is None or self._small[0] is not self._schema:
-            widest = max(dtype.itemsize * int(np.prod(shape))
-                         for name, dtype, shape in self._schema if name != QVEST)
+            widest = max(
+                dtype.itemsize * int(np.prod(shape))
+                for name, dtype, shape in self._schema
+                if name != QVEST
+            )
             self._small = (self._schema, self.chunk_size * max(widest, 4) < _COPY_THRESHOLD)
         return self._small[1]
 
@@ -379,12 +453,19 @@ class ReplayMemoryClient:
                 t.wait(max(0.0, deadline - time.monotonic()))
             except zmq.NotDone:
                 self._open = False
-                raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
-                                   "the open episode was abandoned (rows already queued may "
-                                   "still be read by the transport)") from None
+                raise TimeoutError(
+                    f"push: the server took no chunk within {self.timeout:g} s; "
+                    "the open episode was abandoned (rows already queued may "
+                    "still be read by the transport)"
+                ) from None
 
-    def close_episode(self, episodic_weight_multiplier: float = 1.0, do_update_value: bool = True,
-                      do_update_weight: bool = True, terminal: bool = True) -> None:
+    def close_episode(
+        self,
+        episodic_weight_multiplier: float = 1.0,
+        do_update_value: bool = True,
+        do_update_weight: bool = True,
+        terminal: bool = True,
+    ) -> None:
         """Closes the episode (central mode): sends the last chunk; the server then stores the
         episode and computes its returns and priorities with its settings.
 
@@ -397,9 +478,12 @@ class ReplayMemoryClient:
             raise RuntimeError("close_episode: no open episode")
         if self._stream_steps + self._staged == 0:
             raise RuntimeError("close_episode: the open episode has no entries")
-        flags = (CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0)
-                 | (CHUNK_UPDATE_VALUE if do_update_value else 0)
-                 | (CHUNK_UPDATE_WEIGHT if do_update_weight else 0))
+        flags = (
+            CHUNK_LAST
+            | (CHUNK_TERMINAL if terminal else 0)
+            | (CHUNK_UPDATE_VALUE if do_update_value else 0)
+            | (CHUNK_UPDATE_WEIGHT if do_update_weight else 0)
+        )
         self._flush(last=True, flags=flags, multiplier=episodic_weight_multiplier)
         self._open = False
         self._counts[0] += 1
@@ -408,22 +492,28 @@ class ReplayMemoryClient:
     def _flush(self, last: bool, flags: int = 0, multiplier: float = 1.0) -> None:
         n = self._staged
         stage = self._stage
-        tracker = self._send_chunk({name: arr[:n] for name, arr in stage.items()}, n, flags,
-                                   multiplier)
+        tracker = self._send_chunk(
+            {name: arr[:n] for name, arr in stage.items()}, n, flags, multiplier
+        )
         self._staged = 0
         self._in_flight.append((tracker, stage))  # reused once ZeroMQ is done with it
         self._stage = self._new_stage()
 
-    def _send_chunk(self, arrays: Dict[str, np.ndarray], n: int, flags: int,
-                    multiplier: float) -> Optional[zmq.MessageTracker]:
+    def _send_chunk(
+        self, arrays: Dict[str, np.ndarray], n: int, flags: int, multiplier: float
+    ) -> Optional[zmq.MessageTracker]:
         """Sends one chunk of `n` rows. Frames of at least zmq.COPY_THRESHOLD bytes go out
         without copies and the tracker returned is done once ZeroMQ no longer reads them; None
         when every frame was copied at send (small rows), so the arrays are free at once.
         Raises TimeoutError (episode abandoned)."""
         values: Dict[str, Any] = dict(arrays)
         meta = (self.uuid, self._episode, self._index, multiplier)
-        values.update({name: np.array(x, dtype)  # 0-d arrays: the native encoder
-                       for (name, dtype), x in zip(CHUNK_SCALARS, meta)})
+        values.update(
+            {
+                name: np.array(x, dtype)  # 0-d arrays: the native encoder
+                for (name, dtype), x in zip(CHUNK_SCALARS, meta)
+            }
+        )
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
         tracked = []
         for k in range(1, len(frames)):
@@ -432,8 +522,10 @@ class ReplayMemoryClient:
                 tracked.append(frames[k])
         if not self._send(frames):
             self._open = False
-            raise TimeoutError(f"push: the server took no chunk within {self.timeout:g} s; "
-                               "the open episode was abandoned")
+            raise TimeoutError(
+                f"push: the server took no chunk within {self.timeout:g} s; "
+                "the open episode was abandoned"
+            )
         self._stream_steps += n
         self._index += 1
         return zmq.MessageTracker(*tracked) if tracked else None
@@ -465,10 +557,14 @@ class ReplayMemoryClient:
             while True:
                 if self._topics[t]:
                     return self._topics[t].popleft()
-                left = 100 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+                left = (
+                    100 if deadline is None else int(max(0.0, deadline - time.monotonic()) * 1000)
+                )
                 if not self._sub.poll(min(left, 100)):
                     if deadline is not None and time.monotonic() >= deadline:
-                        raise TimeoutError(f"sub_bytes: nothing under {topic!r} within {timeout:g} s")
+                        raise TimeoutError(
+                            f"sub_bytes: nothing under {topic!r} within {timeout:g} s"
+                        )
                     continue
                 got = publication(self._sub.recv_multipart(copy=False), self.max_message_bytes)
                 if got is not None and got[0] in self._topics:  # not prefix matches of others

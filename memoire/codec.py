@@ -48,8 +48,10 @@ def dtype_code(dtype) -> int:
     dt = np.dtype(dtype)
     code = _CODE.get(dt.newbyteorder("=") if dt.byteorder == "<" else dt)
     if code is None:
-        raise ValueError(f"dtype {dt} cannot travel on the wire (expected bool, int8..int64, "
-                         "uint8..uint64 or float16/32/64)")
+        raise ValueError(
+            f"dtype {dt} cannot travel on the wire (expected bool, int8..int64, "
+            "uint8..uint64 or float16/32/64)"
+        )
     return code
 
 
@@ -85,7 +87,9 @@ def _flatten(name: str, value: Any, entries: list, frames: list) -> None:
     elif value is None:
         entries.append((name, Kind.NONE, 0, ()))
     elif isinstance(value, (list, tuple)):
-        entries.append((name, Kind.LIST if isinstance(value, list) else Kind.TUPLE, 0, (len(value),)))
+        entries.append(
+            (name, Kind.LIST if isinstance(value, list) else Kind.TUPLE, 0, (len(value),))
+        )
         for item in value:
             _flatten("", item, entries, frames)
     elif isinstance(value, dict):
@@ -95,13 +99,16 @@ def _flatten(name: str, value: Any, entries: list, frames: list) -> None:
                 raise ValueError(f"dict keys must be str on the wire, got {type(key).__name__}")
             _flatten(key, item, entries, frames)
     else:
-        raise ValueError(f"value of type {type(value).__name__} cannot travel on the wire "
-                         "(expected numpy arrays, bool, int, float, str, bytes, None, or "
-                         "lists, tuples and dicts of them)")
+        raise ValueError(
+            f"value of type {type(value).__name__} cannot travel on the wire "
+            "(expected numpy arrays, bool, int, float, str, bytes, None, or "
+            "lists, tuples and dicts of them)"
+        )
 
 
-def encode(msg_type: int, values: Mapping[str, Any], flags: int = 0,
-           version: int = WIRE_VERSION) -> List[Any]:
+def encode(
+    msg_type: int, values: Mapping[str, Any], flags: int = 0, version: int = WIRE_VERSION
+) -> List[Any]:
     """Frames of a message: ``[header, data...]``, to send with ``copy=False``.
 
     Args:
@@ -175,9 +182,14 @@ def _value(kind: int, dtype: int, shape: tuple, buf: Optional[memoryview], writa
     return None
 
 
-def decode(frames: Sequence[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
-           spec: Union[None, "Spec", Mapping[int, "Spec"]] = None,
-           expect: Optional[Sequence[int]] = None, writable: bool = False) -> Message:
+def decode(
+    frames: Sequence[Any],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    spec: Union[None, "Spec", Mapping[int, "Spec"]] = None,
+    expect: Optional[Sequence[int]] = None,
+    writable: bool = False,
+) -> Message:
     """Decodes and checks the frames of one message.
 
     Args:
@@ -198,8 +210,10 @@ def decode(frames: Sequence[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
     bufs = [_buffer(f) for f in frames]
     wire = _core.decode_header(bufs[0], [b.nbytes for b in bufs[1:]], int(max_bytes))
     if expect is not None and wire.type not in expect:
-        raise ProtocolError(f"unexpected message type {Msg(wire.type).name.lower()}, expected "
-                            + " or ".join(Msg(t).name.lower() for t in expect))
+        raise ProtocolError(
+            f"unexpected message type {Msg(wire.type).name.lower()}, expected "
+            + " or ".join(Msg(t).name.lower() for t in expect)
+        )
     if isinstance(spec, Mapping):
         spec = spec.get(wire.type)
     batch = wire.check(spec._native) if spec is not None else -1
@@ -251,17 +265,26 @@ class Spec:
     matches any size, the same for all -1 dimensions (the batch size). ``optional`` names may
     be absent; ``allow_extra`` accepts other entries (not checked)."""
 
-    def __init__(self, arrays: Mapping[str, tuple], optional: Sequence[str] = (),
-                 allow_extra: bool = False):
+    def __init__(
+        self, arrays: Mapping[str, tuple], optional: Sequence[str] = (), allow_extra: bool = False
+    ):
         self.arrays = dict(arrays)
         self._native = _core.WireSpec(
-            [(name, dtype_code(dt), [int(d) for d in shape], name in optional)
-             for name, (dt, shape) in self.arrays.items()], allow_extra)
+            [
+                (name, dtype_code(dt), [int(d) for d in shape], name in optional)
+                for name, (dt, shape) in self.arrays.items()
+            ],
+            allow_extra,
+        )
 
     def header(self, msg_type: int, flags: int = 0) -> bytes:
         """The header frame of a message carrying exactly these arrays, in this order (every
         dimension known: no -1), for senders that write the data frames themselves."""
-        return _core.encode_header(int(msg_type), int(flags),
-                                   [(name, Kind.ARRAY, dtype_code(dt), [int(d) for d in shape])
-                                    for name, (dt, shape) in self.arrays.items()])
-
+        return _core.encode_header(
+            int(msg_type),
+            int(flags),
+            [
+                (name, Kind.ARRAY, dtype_code(dt), [int(d) for d in shape])
+                for name, (dt, shape) in self.arrays.items()
+            ],
+        )

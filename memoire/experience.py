@@ -48,17 +48,25 @@ class ChunkStream:
     Not thread-safe: one actor thread owns a stream.
     """
 
-    def __init__(self, row_spec: Sequence[tuple], send: Callable[[list], bool],
-                 chunk_rows: int = 64, uuid: Optional[int] = None):
+    def __init__(
+        self,
+        row_spec: Sequence[tuple],
+        send: Callable[[list], bool],
+        chunk_rows: int = 64,
+        uuid: Optional[int] = None,
+    ):
         if int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
-        self._spec = [(str(name), np.dtype(dtype), tuple(int(d) for d in shape))
-                      for name, dtype, shape in row_spec]
+        self._spec = [
+            (str(name), np.dtype(dtype), tuple(int(d) for d in shape))
+            for name, dtype, shape in row_spec
+        ]
         self._send = send
         self._rows = int(chunk_rows)
         self.uuid = int.from_bytes(os.urandom(8), "little") if uuid is None else int(uuid)
-        self._stage = {name: np.zeros((self._rows, *shape), dtype)
-                       for name, dtype, shape in self._spec}
+        self._stage = {
+            name: np.zeros((self._rows, *shape), dtype) for name, dtype, shape in self._spec
+        }
         self._staged = 0
         self._episode = 0
         self._index = 0
@@ -74,8 +82,9 @@ class ChunkStream:
         for name, dtype, shape in self._spec:
             value = np.asarray(row[name])
             if value.shape != shape:
-                raise ValueError(f"{name}: expected {dtype}{list(shape)}, got "
-                                 f"{value.dtype}{list(value.shape)}")
+                raise ValueError(
+                    f"{name}: expected {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}"
+                )
             self._stage[name][self._staged] = value
         self._staged += 1
         if self._staged == self._rows:
@@ -99,10 +108,14 @@ class ChunkStream:
         if self._broken:
             return False
         values = {name: self._stage[name][:n] for name, _, _ in self._spec}
-        values.update({"uuid": np.array(self.uuid, np.uint64),
-                       "episode": np.array(self._episode, np.int64),
-                       "index": np.array(self._index, np.int64),
-                       "multiplier": np.array(1.0, np.float32)})
+        values.update(
+            {
+                "uuid": np.array(self.uuid, np.uint64),
+                "episode": np.array(self._episode, np.int64),
+                "index": np.array(self._index, np.int64),
+                "multiplier": np.array(1.0, np.float32),
+            }
+        )
         if info is not None:
             name, dtype, size = CHUNK_INFO
             values[name] = np.asarray(info, dtype).reshape(size)
@@ -156,10 +169,10 @@ class ExperienceReceiver:
                 transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
         if other is not None:
             self.not_chunk += 1
-            transport.log_dropped(log, "a message", "not_chunk", self.not_chunk,
-                                  "it is no episode chunk")
+            transport.log_dropped(
+                log, "a message", "not_chunk", self.not_chunk, "it is no episode chunk"
+            )
         records, dropped = self.ingest.take_committed()
         if dropped:
             log.warning("%d stored episodes were not reported (poll more often)", dropped)
         return records
-

@@ -93,9 +93,17 @@ class Feed:
       ValueError: a bad batch_size, depth, threads or seed.
     """
 
-    def __init__(self, buffer, batch_size: Optional[int] = None, *, depth: int = 4,
-                 threads: int = 1, seed: Optional[int] = None, device: Any = None,
-                 with_sample_metadata: bool = False) -> None:
+    def __init__(
+        self,
+        buffer,
+        batch_size: Optional[int] = None,
+        *,
+        depth: int = 4,
+        threads: int = 1,
+        seed: Optional[int] = None,
+        device: Any = None,
+        with_sample_metadata: bool = False,
+    ) -> None:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
         if self._kind == "stream":
@@ -107,8 +115,11 @@ class Feed:
             if self._kind == "memory":
                 raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
             batch_size = buffer._batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-                or batch_size < 1:
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or batch_size < 1
+        ):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
         for name, value in (("depth", depth), ("threads", threads)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -116,8 +127,11 @@ class Feed:
         if threads > depth:
             raise ValueError(f"threads: expected <= depth ({depth}), got {threads}")
         seed = 0 if seed is None else seed
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
-                or not 0 <= seed < 2**64:
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, (int, np.integer))
+            or not 0 <= seed < 2**64
+        ):
             raise ValueError(f"seed: expected an int in [0, 2**64), got {seed!r}")
         self._batch_size = int(batch_size)
         self._depth = int(depth)
@@ -128,10 +142,11 @@ class Feed:
         # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
         # committed array would make jitted steps compile a second variant).
         if device is not None and self._kind in ("memory", "stream"):
-            raise ValueError("device: a ReplayMemory or stream feed hands out host batches "
-                             "(device=None)")
+            raise ValueError(
+                "device: a ReplayMemory or stream feed hands out host batches (device=None)"
+            )
         self._device, self._put_to = _jax_device(device)
-        self._source = None   # the native store the ring draws from
+        self._source = None  # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
         self._pending = None  # (host batch, device batch) in transfer
@@ -143,22 +158,30 @@ class Feed:
     def _native(self):
         """The native feed over the buffer's current store (rebuilt when the buffer replaced
         its store, e.g. on load), or None when the JAX buffer has no store yet."""
-        source = {"jax": lambda b: b._store, "tf": lambda b: b._core,
-                  "memory": lambda b: b, "stream": lambda b: b._source}[self._kind](self._buffer)
+        source = {
+            "jax": lambda b: b._store,
+            "tf": lambda b: b._core,
+            "memory": lambda b: b,
+            "stream": lambda b: b._source,
+        }[self._kind](self._buffer)
         if source is None:
             return None
         if source is not self._source:
             _close_native(self._holder)
             n = self._batch_size
             if self._kind == "jax":
-                templates = [np.empty(n, np.int32), np.empty(n, np.float64),
-                             *self._buffer._empty_batch(n)]
+                templates = [
+                    np.empty(n, np.int32),
+                    np.empty(n, np.float64),
+                    *self._buffer._empty_batch(n),
+                ]
             elif self._kind == "tf":
                 templates = list(self._buffer._create_batch_arrays(n))
             else:  # the native feed sizes a ReplayMemory or stream batch from its layout
                 templates = []
-            self._holder.append(_core.Feed(source, templates, n, self._depth, self._threads,
-                                           self._seed))
+            self._holder.append(
+                _core.Feed(source, templates, n, self._depth, self._threads, self._seed)
+            )
             self._source = source
         return self._holder[0]
 
@@ -187,6 +210,7 @@ class Feed:
             raise self._sample_error(e) from None
         if self._kind in ("memory", "stream"):
             from memoire.memory import Batch
+
             batch = Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:18])
             if self._kind == "stream":  # as RemoteMemory.sample: the normaliser of the draw
                 batch.num_sampleable, batch.total_weight = int(parts[18][0]), float(parts[19][0])
@@ -197,6 +221,7 @@ class Feed:
         # Dopamine's own element types, which the JAX face returns (the library does not
         # import the face)
         from dopamine.jax.replay_memory import elements, samplers
+
         batch = elements.ReplayElement(*parts[2:])
         if not self._with_metadata:
             return batch
@@ -226,6 +251,7 @@ class Feed:
         if self._device is None:
             return self._take_host()
         import jax
+
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
@@ -251,6 +277,7 @@ class Feed:
         """(host batch or None, its device copy in flight, metadata or None) for a taken batch;
         the metadata (keys, probabilities) stays on the host, as ``sample`` returns it."""
         import jax
+
         host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
         if self._device.platform == "cpu":
             # JAX's CPU client would alias the ring slot and let go of it only at a garbage
@@ -303,12 +330,16 @@ def _kind_of(buffer) -> str:
     crb = sys.modules.get("memoire.dopamine_compat.circular_replay_buffer")
     if crb is not None and isinstance(buffer, crb.OutOfGraphReplayBuffer):
         if not buffer._fast_sampling:
-            raise TypeError(f"buffer: {type(buffer).__name__} draws its own indices "
-                            "(sample_index_batch is overridden); the feed cannot draw for it")
+            raise TypeError(
+                f"buffer: {type(buffer).__name__} draws its own indices "
+                "(sample_index_batch is overridden); the feed cannot draw for it"
+            )
         return "tf"
-    raise TypeError("buffer: expected memoire.ReplayMemory, or memoire's JAX ReplayBuffer or "
-                    "OutOfGraphReplayBuffer (memoire.dopamine_compat), got "
-                    f"{type(buffer).__name__}")
+    raise TypeError(
+        "buffer: expected memoire.ReplayMemory, or memoire's JAX ReplayBuffer or "
+        "OutOfGraphReplayBuffer (memoire.dopamine_compat), got "
+        f"{type(buffer).__name__}"
+    )
 
 
 def _jax_device(device):
@@ -318,8 +349,9 @@ def _jax_device(device):
     try:
         import jax
     except ImportError:
-        raise ImportError(f"device={device!r} needs JAX (pip install jax); device=None hands "
-                          "out host batches") from None
+        raise ImportError(
+            f"device={device!r} needs JAX (pip install jax); device=None hands out host batches"
+        ) from None
     if isinstance(device, str):
         if device != "jax":
             raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")

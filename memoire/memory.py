@@ -14,7 +14,7 @@ import numpy as np
 
 from memoire import _core
 from memoire.checkpoint_io import CheckpointError, atomic_create, open_regular
-from memoire.protocol import FIELDS  # the field names (cpp/core/protocol.h)
+from memoire.protocol import FIELDS  # noqa: F401 (re-exported: the field names)
 
 
 @dataclasses.dataclass
@@ -72,19 +72,28 @@ def _os_error(call, fd):
 def _legacy_templates(state_size, action_size, reward_size, prob_size, value_size):
     """Seed 000's sizes as buffer templates: prob is a scalar for prob_size 1 (seed 001's
     layout), else float32[prob_size] (0 included)."""
-    for name, size in (("state_size", state_size), ("action_size", action_size),
-                       ("reward_size", reward_size), ("prob_size", prob_size),
-                       ("value_size", value_size)):
+    for name, size in (
+        ("state_size", state_size),
+        ("action_size", action_size),
+        ("reward_size", reward_size),
+        ("prob_size", prob_size),
+        ("value_size", value_size),
+    ):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
             raise ValueError(f"{name}: expected an int >= 0, got {size!r}")
     if value_size != reward_size:
         raise ValueError(
-            f"value_size: expected reward_size={reward_size} (one value per reward), got {value_size}")
-    return (np.zeros([state_size], np.uint8), np.zeros([action_size], np.float32),
-            np.zeros([reward_size], np.float32),
-            np.zeros([] if prob_size == 1 else [prob_size], np.float32),
-            np.zeros([value_size], np.float32), np.zeros([reward_size], np.float32),
-            np.zeros([0], np.uint8))
+            f"value_size: expected reward_size={reward_size} (one value per reward), got {value_size}"
+        )
+    return (
+        np.zeros([state_size], np.uint8),
+        np.zeros([action_size], np.float32),
+        np.zeros([reward_size], np.float32),
+        np.zeros([] if prob_size == 1 else [prob_size], np.float32),
+        np.zeros([value_size], np.float32),
+        np.zeros([reward_size], np.float32),
+        np.zeros([0], np.uint8),
+    )
 
 
 class ReplayMemory(_core.ReplayMemory):
@@ -151,15 +160,21 @@ class ReplayMemory(_core.ReplayMemory):
     state_size = property(lambda self: int(self.state_buf.size), doc="Elements per state.")
     action_size = property(lambda self: int(self.action_buf.size), doc="Elements per action.")
     reward_size = property(lambda self: int(self.reward_buf.size), doc="Elements per reward.")
-    prob_size = property(lambda self: int(self.prob_buf.size),
-                         doc="Elements per prob (1 for a scalar prob).")
+    prob_size = property(
+        lambda self: int(self.prob_buf.size), doc="Elements per prob (1 for a scalar prob)."
+    )
     value_size = property(lambda self: int(self.value_buf.size), doc="Elements per value.")
     capacity = property(lambda self: self.max_step, doc="Alias of max_step.")
-    td_lambda = property(lambda self: self.mix_lambda,
-                         lambda self, v: setattr(self, "mix_lambda", v), doc="Alias of mix_lambda.")
-    rwd_coeff = property(lambda self: self.reward_coeff,
-                         lambda self, v: setattr(self, "reward_coeff", v),
-                         doc="Alias of reward_coeff.")
+    td_lambda = property(
+        lambda self: self.mix_lambda,
+        lambda self, v: setattr(self, "mix_lambda", v),
+        doc="Alias of mix_lambda.",
+    )
+    rwd_coeff = property(
+        lambda self: self.reward_coeff,
+        lambda self, v: setattr(self, "reward_coeff", v),
+        doc="Alias of reward_coeff.",
+    )
 
     def add_entry(self, s, a, r, p, v, i=None, init_w=1.0):
         """Adds an entry to the open episode.
@@ -245,5 +260,7 @@ class ReplayMemory(_core.ReplayMemory):
         return self.size
 
     def __repr__(self) -> str:
-        return (f"ReplayMemory(max_step={self.max_step}, episodes={self.num_episode()}, "
-                f"stored={self.size}, sampleable={self.num_sampleable})")
+        return (
+            f"ReplayMemory(max_step={self.max_step}, episodes={self.num_episode()}, "
+            f"stored={self.size}, sampleable={self.num_sampleable})"
+        )

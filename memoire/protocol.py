@@ -45,9 +45,19 @@ CACHE_ROW_COLUMNS: Tuple[Tuple[str, str], ...] = tuple(_P.CACHE_ROW_COLUMNS)
 CACHE_SCALARS: Tuple[Tuple[str, str], ...] = tuple(_P.CACHE_SCALARS)
 
 # The memory settings a server sends in its handshake (attributes of memoire.ReplayMemory).
-SETTINGS = ("priority_exponent", "priority_epsilon", "mix_lambda", "frame_stack", "multi_step",
-            "cache_size", "max_episode", "reuse_cache", "discount_factor", "reward_coeff",
-            "cache_flags")
+SETTINGS = (
+    "priority_exponent",
+    "priority_epsilon",
+    "mix_lambda",
+    "frame_stack",
+    "multi_step",
+    "cache_size",
+    "max_episode",
+    "reuse_cache",
+    "discount_factor",
+    "reward_coeff",
+    "cache_flags",
+)
 
 
 def describe_schema(templates: Sequence[Any]) -> List[tuple]:
@@ -63,8 +73,11 @@ def cache_layout(rem) -> tuple:
     """``(cache_size, frame_stack, cache_flags)`` of a :class:`memoire.ReplayMemory`: what the
     layout of its cache messages depends on, besides the schema (comparable, to notice a
     change)."""
-    return (int(rem.cache_size), int(rem.frame_stack),
-            tuple(np.asarray(rem.cache_flags, np.bool_).tolist()))
+    return (
+        int(rem.cache_size),
+        int(rem.frame_stack),
+        tuple(np.asarray(rem.cache_flags, np.bool_).tolist()),
+    )
 
 
 def cache_spec(schema: Sequence[tuple], layout: tuple):

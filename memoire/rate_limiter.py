@@ -45,8 +45,11 @@ RateLimiter = _core.RateLimiter
 DEFAULT_TIMEOUT = 2.0  # seconds a sample waits for the limiter unless told otherwise
 
 
-def SampleToInsertRatio(samples_per_insert: float, min_size_to_sample: int,  # noqa: N802
-                        error_buffer: Union[float, Tuple[float, float]]) -> RateLimiter:
+def SampleToInsertRatio(
+    samples_per_insert: float,
+    min_size_to_sample: int,  # noqa: N802
+    error_buffer: Union[float, Tuple[float, float]],
+) -> RateLimiter:
     """A limiter that holds samples per insert near `samples_per_insert` (Reverb's
     ``SampleToInsertRatio``; see the module docstring).
 
@@ -65,8 +68,9 @@ def SampleToInsertRatio(samples_per_insert: float, min_size_to_sample: int,  # n
     """
     spi = float(samples_per_insert)
     if not (math.isfinite(spi) and spi > 0):
-        raise ValueError(f"samples_per_insert: expected a finite ratio > 0, got "
-                         f"{samples_per_insert}")
+        raise ValueError(
+            f"samples_per_insert: expected a finite ratio > 0, got {samples_per_insert}"
+        )
     if int(min_size_to_sample) < 1:
         raise ValueError(f"min_size_to_sample: expected >= 1, got {min_size_to_sample}")
     offset = spi * int(min_size_to_sample)
@@ -78,17 +82,26 @@ def SampleToInsertRatio(samples_per_insert: float, min_size_to_sample: int,  # n
     else:
         min_diff, max_diff = (float(v) for v in error_buffer)
     if not (max_diff - min_diff >= 2 * max(1.0, spi)):
-        raise ValueError(f"error_buffer: the band [{min_diff}, {max_diff}] must be at least "
-                         f"2 * max(1, samples_per_insert) = {2 * max(1.0, spi)} wide, or "
-                         "sampling and inserting could block each other for ever")
+        raise ValueError(
+            f"error_buffer: the band [{min_diff}, {max_diff}] must be at least "
+            f"2 * max(1, samples_per_insert) = {2 * max(1.0, spi)} wide, or "
+            "sampling and inserting could block each other for ever"
+        )
     if min_diff > offset:
-        raise ValueError(f"error_buffer: the band [{min_diff}, {max_diff}] lies above "
-                         f"samples_per_insert * min_size_to_sample = {offset}: the first "
-                         "sample would wait for ever")
+        raise ValueError(
+            f"error_buffer: the band [{min_diff}, {max_diff}] lies above "
+            f"samples_per_insert * min_size_to_sample = {offset}: the first "
+            "sample would wait for ever"
+        )
     if max_diff < offset:
-        log.warning("error_buffer: the band [%s, %s] lies below samples_per_insert * "
-                    "min_size_to_sample = %s: inserts block as soon as min_size_to_sample "
-                    "transitions are stored, until a sampler runs", min_diff, max_diff, offset)
+        log.warning(
+            "error_buffer: the band [%s, %s] lies below samples_per_insert * "
+            "min_size_to_sample = %s: inserts block as soon as min_size_to_sample "
+            "transitions are stored, until a sampler runs",
+            min_diff,
+            max_diff,
+            offset,
+        )
     return RateLimiter(spi, int(min_size_to_sample), min_diff, max_diff)
 
 
@@ -108,6 +121,8 @@ def check_capacity(limiter: Optional[RateLimiter], capacity: int, what: str) -> 
       ValueError: naming `what` (the memory) and both numbers.
     """
     if limiter is not None and limiter.min_size_to_sample > int(capacity):
-        raise ValueError(f"rate_limiter: min_size_to_sample={limiter.min_size_to_sample} is "
-                         f"more than {what} holds ({capacity} transitions): sampling would "
-                         "never start")
+        raise ValueError(
+            f"rate_limiter: min_size_to_sample={limiter.min_size_to_sample} is "
+            f"more than {what} holds ({capacity} transitions): sampling would "
+            "never start"
+        )

@@ -44,9 +44,22 @@ class RemoteError(RuntimeError):
     """A hosted method raised an exception of a type that is not mapped back."""
 
 
-_MAPPED = {e.__name__: e for e in (ValueError, IndexError, KeyError, TypeError, RuntimeError,
-                                   AttributeError, NotImplementedError, TimeoutError,
-                                   AssertionError, FileNotFoundError, PermissionError)}
+_MAPPED = {
+    e.__name__: e
+    for e in (
+        ValueError,
+        IndexError,
+        KeyError,
+        TypeError,
+        RuntimeError,
+        AttributeError,
+        NotImplementedError,
+        TimeoutError,
+        AssertionError,
+        FileNotFoundError,
+        PermissionError,
+    )
+}
 _MAPPED["ProtocolError"] = ProtocolError
 _MAPPED["CheckpointError"] = ProtocolError  # its base class (dopamine_compat.checkpoint's)
 _MAPPED["CapacityError"] = _core.CapacityError
@@ -61,8 +74,14 @@ def raise_for_error(msg: codec.Message, where: str) -> None:
     raise exc(text)
 
 
-def request(channel: RequestChannel, msg_type: int, values: dict, expect: Sequence[int],
-            where: str, writable: bool = False) -> codec.Message:
+def request(
+    channel: RequestChannel,
+    msg_type: int,
+    values: dict,
+    expect: Sequence[int],
+    where: str,
+    writable: bool = False,
+) -> codec.Message:
     """Sends one request and decodes its reply; ERROR replies raise.
 
     Raises:
@@ -71,8 +90,12 @@ def request(channel: RequestChannel, msg_type: int, values: dict, expect: Sequen
     """
     frames = channel.request(codec.encode(msg_type, values))
     try:
-        msg = codec.decode(frames, max_bytes=channel.max_bytes, expect=tuple(expect) + (Msg.ERROR,),
-                           writable=writable)
+        msg = codec.decode(
+            frames,
+            max_bytes=channel.max_bytes,
+            expect=tuple(expect) + (Msg.ERROR,),
+            writable=writable,
+        )
     except ProtocolError as e:
         raise ProtocolError(f"{where}: bad reply from {channel.endpoint}: {e}") from None
     if msg.type == Msg.ERROR:
@@ -90,13 +113,21 @@ class RemoteObject:
       timeout: seconds per attempt; retries: resends after a timeout.
     """
 
-    def __init__(self, endpoint: str, name: str, *, keys: Optional[CurveKeys] = None,
-                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 max_bytes: int = codec.DEFAULT_MAX_BYTES):
+    def __init__(
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        keys: Optional[CurveKeys] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        max_bytes: int = codec.DEFAULT_MAX_BYTES,
+    ):
         self.name = name
         self._ctx = zmq.Context()
-        self._channel = RequestChannel(self._ctx, endpoint, keys=keys, timeout=timeout,
-                                       retries=retries, max_bytes=max_bytes)
+        self._channel = RequestChannel(
+            self._ctx, endpoint, keys=keys, timeout=timeout, retries=retries, max_bytes=max_bytes
+        )
         self._caller = int.from_bytes(np.random.default_rng().bytes(8), "little") >> 1
         self._seq = itertools.count(1)
 
@@ -106,10 +137,22 @@ class RemoteObject:
         Raises:
           TimeoutError: the server did not answer. The hosted method's exception otherwise.
         """
-        values = {"object": self.name, "method": method, "args": tuple(args), "kwargs": kwargs,
-                  "caller": self._caller, "seq": next(self._seq)}
-        msg = request(self._channel, Msg.CALL, values, (Msg.CALL_REPLY,),
-                      f"{self.name}.{method}", writable=True)
+        values = {
+            "object": self.name,
+            "method": method,
+            "args": tuple(args),
+            "kwargs": kwargs,
+            "caller": self._caller,
+            "seq": next(self._seq),
+        }
+        msg = request(
+            self._channel,
+            Msg.CALL,
+            values,
+            (Msg.CALL_REPLY,),
+            f"{self.name}.{method}",
+            writable=True,
+        )
         return msg.values.get("result")
 
     def __getattr__(self, method: str):
@@ -160,8 +203,11 @@ class RemoteMemory(RemoteObject):
         return CacheBatch(**self.call("get_batch", int(batch_size)))
 
     def update_priorities(self, ids, weights) -> int:
-        return int(self.call("update_priorities", np.asarray(ids, np.int64),
-                             np.asarray(weights, np.float32)))
+        return int(
+            self.call(
+                "update_priorities", np.asarray(ids, np.int64), np.asarray(weights, np.float32)
+            )
+        )
 
     def stats(self) -> dict:
         return self.call("stats")

@@ -46,20 +46,54 @@ from memoire import cli
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = dict(state_shape="4", state_dtype="float32", action_shape="", action_dtype="int64",
-                reward_shape="", info_shape="0", info_dtype="uint8", max_step=1_000_000,
-                n_caches=64, pub="tcp://*:*", rep="tcp://*:*", pull="tcp://*:*",
-                bind_host="127.0.0.1", cache_size=None, frame_stack=None, multi_step=None,
-                priority_exponent=None, discount_factor=None, logfile=None, logmode="a",
-                curve_secret=None, curve_authorized=None, interval=2.0, duration=None,
-                max_stream_bytes=None, max_open_bytes=None, reply_cache_bytes=None,
-                max_batch=None, max_counter_clients=None, allow_nonfinite=None,
-                buffer=None, name="replay", arg=None, checkpoint_root=".", seed=None,
-                tensorboard=None)
+DEFAULTS = dict(
+    state_shape="4",
+    state_dtype="float32",
+    action_shape="",
+    action_dtype="int64",
+    reward_shape="",
+    info_shape="0",
+    info_dtype="uint8",
+    max_step=1_000_000,
+    n_caches=64,
+    pub="tcp://*:*",
+    rep="tcp://*:*",
+    pull="tcp://*:*",
+    bind_host="127.0.0.1",
+    cache_size=None,
+    frame_stack=None,
+    multi_step=None,
+    priority_exponent=None,
+    discount_factor=None,
+    logfile=None,
+    logmode="a",
+    curve_secret=None,
+    curve_authorized=None,
+    interval=2.0,
+    duration=None,
+    max_stream_bytes=None,
+    max_open_bytes=None,
+    reply_cache_bytes=None,
+    max_batch=None,
+    max_counter_clients=None,
+    allow_nonfinite=None,
+    buffer=None,
+    name="replay",
+    arg=None,
+    checkpoint_root=".",
+    seed=None,
+    tensorboard=None,
+)
 DEFAULTS.update(checkpoint_dir=None, checkpoint_every=None)  # the memory server's checkpoints
 BUFFER_KINDS = ("circular", "prioritized", "jax", "jax_prioritized")
-LIMITS = ("max_stream_bytes", "max_open_bytes", "reply_cache_bytes", "max_batch",
-          "max_counter_clients", "allow_nonfinite")
+LIMITS = (
+    "max_stream_bytes",
+    "max_open_bytes",
+    "reply_cache_bytes",
+    "max_batch",
+    "max_counter_clients",
+    "allow_nonfinite",
+)
 
 
 # --NAME help texts (each NAME is also the gin parameter serve_config.NAME).
@@ -89,42 +123,57 @@ HELP = dict(
     interval="seconds between counter lines",
     duration="stop after this many seconds (default: run until Ctrl-C or SIGTERM)",
     max_stream_bytes="bytes one actor's unfinished episodes may hold (default: from the "
-                     "memory's size; docs/LIMITS.md)",
+    "memory's size; docs/LIMITS.md)",
     max_open_bytes="bytes all unfinished episodes may hold (default: from the memory's size)",
     reply_cache_bytes="bytes of replies kept to answer retried calls (default 64 MiB)",
     max_batch="rows one remote sample call may ask for (default 16384)",
     max_counter_clients="client ids whose counters are kept (default 65536)",
     allow_nonfinite="1 (or the bare flag) stores NaN/inf rewards, probabilities and values "
-                    "from peers; 0 refuses them, counted as 'nonfinite' (default 0)",
+    "from peers; 0 refuses them, counted as 'nonfinite' (default 0)",
     buffer="serve one Dopamine-compatible buffer of this kind instead of a replay memory "
-           f"({', '.join(BUFFER_KINDS)})",
+    f"({', '.join(BUFFER_KINDS)})",
     name="--buffer: the name clients ask for (an agent's replay_name)",
     arg="--buffer: a buffer argument KEY=VALUE as a Python literal, wins over gin "
-        "(repeatable), e.g. observation_shape=(4,1)",
+    "(repeatable), e.g. observation_shape=(4,1)",
     checkpoint_root="--buffer: folder remote save/load are confined to ('none' refuses "
-                    "remote checkpoints)",
+    "remote checkpoints)",
     seed="seeds the server's sampling (its memory, or the --buffer's)",
     tensorboard="write the counters as TensorBoard scalars to event files in this directory "
-                "every interval (no TensorFlow needed)",
+    "every interval (no TensorFlow needed)",
 )
 HELP.update(
     checkpoint_dir="folder of the memory's checkpoints: the newest is loaded at start, one is "
-                   "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
-                   "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept. A loaded "
-                   "checkpoint brings its settings (flags given here win) and its generator "
-                   "state (--seed only seeds a fresh memory)",
+    "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
+    "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept. A loaded "
+    "checkpoint brings its settings (flags given here win) and its generator "
+    "state (--seed only seeds a fresh memory)",
     checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
 )
-_TYPES = {"max_step": int, "n_caches": int, "cache_size": int, "frame_stack": int,
-          "multi_step": int, "priority_exponent": float, "discount_factor": float,
-          "interval": float, "duration": float, "max_stream_bytes": int, "max_open_bytes": int,
-          "reply_cache_bytes": int, "max_batch": int, "max_counter_clients": int, "seed": int,
-          "checkpoint_every": float}
+_TYPES = {
+    "max_step": int,
+    "n_caches": int,
+    "cache_size": int,
+    "frame_stack": int,
+    "multi_step": int,
+    "priority_exponent": float,
+    "discount_factor": float,
+    "interval": float,
+    "duration": float,
+    "max_stream_bytes": int,
+    "max_open_bytes": int,
+    "reply_cache_bytes": int,
+    "max_batch": int,
+    "max_counter_clients": int,
+    "seed": int,
+    "checkpoint_every": float,
+}
 _ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
 # The sampling stream's endpoint (memoire.stream.SamplingStream), off unless given.
 DEFAULTS["stream"] = None
-HELP["stream"] = ("endpoint of sampling streams to learners in other processes, e.g. "
-                  "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)")
+HELP["stream"] = (
+    "endpoint of sampling streams to learners in other processes, e.g. "
+    "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)"
+)
 
 
 def _shape(text: str):
@@ -148,20 +197,35 @@ def build_server(cfg: dict):
     from memoire.transport import CurveKeys
 
     r = _shape(cfg["reward_shape"])
-    templates = (np.zeros(_shape(cfg["state_shape"]), cfg["state_dtype"]),
-                 np.zeros(_shape(cfg["action_shape"]), cfg["action_dtype"]),
-                 np.zeros(r, np.float32), np.zeros((), np.float32), np.zeros(r, np.float32),
-                 np.zeros(r, np.float32), np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]))
-    keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
-            if cfg["curve_secret"] else None)
+    templates = (
+        np.zeros(_shape(cfg["state_shape"]), cfg["state_dtype"]),
+        np.zeros(_shape(cfg["action_shape"]), cfg["action_dtype"]),
+        np.zeros(r, np.float32),
+        np.zeros((), np.float32),
+        np.zeros(r, np.float32),
+        np.zeros(r, np.float32),
+        np.zeros(_shape(cfg["info_shape"]), cfg["info_dtype"]),
+    )
+    keys = (
+        CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
+        if cfg["curve_secret"]
+        else None
+    )
     limits = {k: int(cfg[k]) for k in LIMITS[:-1] if cfg[k] is not None}  # flags come as str
     if cfg["allow_nonfinite"] is not None:
         limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
     limits.update(_checkpoint_settings(cfg))
-    srv = ReplayMemoryServer(*templates, int(cfg["max_step"]), cfg["pub"], int(cfg["n_caches"]),
-                             bind_host=cfg["bind_host"], keys=keys, **limits)
+    srv = ReplayMemoryServer(
+        *templates,
+        int(cfg["max_step"]),
+        cfg["pub"],
+        int(cfg["n_caches"]),
+        bind_host=cfg["bind_host"],
+        keys=keys,
+        **limits,
+    )
     for name in ("cache_size", "frame_stack", "multi_step", "priority_exponent", "discount_factor"):
         if cfg[name] is not None:
             setattr(srv.rem, name, cfg[name])
@@ -234,18 +298,36 @@ def build_buffer_server(cfg: dict):
     if cfg["curve_authorized"] and not cfg["curve_secret"]:
         raise cli.UsageError("--curve_authorized needs --curve_secret")
     try:
-        keys = (CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
-                if cfg["curve_secret"] else None)
+        keys = (
+            CurveKeys(cfg["curve_secret"], authorized_dir=cfg["curve_authorized"])
+            if cfg["curve_secret"]
+            else None
+        )
         limits = {k: int(cfg[k]) for k in ("max_batch", "reply_cache_bytes") if cfg[k] is not None}
         limits["bind_host"] = cfg["bind_host"]
         root = cfg["checkpoint_root"]
         root = None if root is None or str(root).lower() == "none" else os.path.abspath(root)
         return buffer_server.start_buffer_server(
-            cfg["buffer"], cfg["name"], rep_endpoint=cfg["rep"], seed=cfg["seed"],
-            checkpoint_root=root, keys=keys, server_kwargs=limits,
-            allow_nonfinite=bool(_flag(cfg["allow_nonfinite"])), **kwargs)
-    except (OSError, ValueError, TypeError, AttributeError, SyntaxError, ImportError,
-            zmq.ZMQError, TimeoutError) as e:
+            cfg["buffer"],
+            cfg["name"],
+            rep_endpoint=cfg["rep"],
+            seed=cfg["seed"],
+            checkpoint_root=root,
+            keys=keys,
+            server_kwargs=limits,
+            allow_nonfinite=bool(_flag(cfg["allow_nonfinite"])),
+            **kwargs,
+        )
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        SyntaxError,
+        ImportError,
+        zmq.ZMQError,
+        TimeoutError,
+    ) as e:
         raise cli.UsageError(e) from None
 
 
@@ -253,25 +335,40 @@ def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
     setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`)."""
     p = cli.ArgumentParser(prog="memoire serve", description=__doc__)
-    p.add_argument("--gin_file", "--gin_files", action="append", default=[],
-                   help="gin file binding serve_config.NAME, or the buffer's classes with "
-                        "--buffer (repeatable); flags win over it")
-    p.add_argument("--gin_binding", "--gin_bindings", action="append", default=[],
-                   help="gin binding such as \"serve_config.max_step = 1000\" (repeatable)")
+    p.add_argument(
+        "--gin_file",
+        "--gin_files",
+        action="append",
+        default=[],
+        help="gin file binding serve_config.NAME, or the buffer's classes with "
+        "--buffer (repeatable); flags win over it",
+    )
+    p.add_argument(
+        "--gin_binding",
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help='gin binding such as "serve_config.max_step = 1000" (repeatable)',
+    )
     for name, default in DEFAULTS.items():
-        shown = ("" if default is None or "(default" in HELP[name]
-                 else f" (default: {default!r})")
+        shown = "" if default is None or "(default" in HELP[name] else f" (default: {default!r})"
         flags = [f"--{name}"] + ([_ALIASES[name]] if name in _ALIASES else [])
         if name == "arg":
-            p.add_argument(*flags, action="append", default=None, metavar="KEY=VALUE",
-                           help=HELP[name])
+            p.add_argument(
+                *flags, action="append", default=None, metavar="KEY=VALUE", help=HELP[name]
+            )
         elif name == "allow_nonfinite":
-            p.add_argument(*flags, nargs="?", const="1", default=None, metavar="0|1",
-                           help=HELP[name])
+            p.add_argument(
+                *flags, nargs="?", const="1", default=None, metavar="0|1", help=HELP[name]
+            )
         else:
-            p.add_argument(*flags, type=_TYPES.get(name, str), default=None,
-                           choices=BUFFER_KINDS if name == "buffer" else None,
-                           help=HELP[name] + shown)
+            p.add_argument(
+                *flags,
+                type=_TYPES.get(name, str),
+                default=None,
+                choices=BUFFER_KINDS if name == "buffer" else None,
+                help=HELP[name] + shown,
+            )
     return p
 
 
@@ -289,8 +386,9 @@ def _config(args) -> dict:
             cli.check_files(args.gin_file, "--gin_file")
             configurable = gin.external_configurable(serve_config, module="memoire")
             # A buffer's gin files are an agent's: they bind classes the server never builds.
-            gin.parse_config_files_and_bindings(args.gin_file, args.gin_binding,
-                                                skip_unknown=args.buffer is not None)
+            gin.parse_config_files_and_bindings(
+                args.gin_file, args.gin_binding, skip_unknown=args.buffer is not None
+            )
             cfg = configurable(**overrides)
         else:
             cfg = serve_config(**overrides)
@@ -304,8 +402,7 @@ def _config(args) -> dict:
     return cfg
 
 
-def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int,
-                    memory=None) -> dict:
+def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int, memory=None) -> dict:
     """The figures of one interval, as TensorBoard scalars (tag -> number).
 
     Args:
@@ -357,8 +454,9 @@ def _check_tensorboard(cfg: dict) -> None:
     if cfg["tensorboard"] is None:
         return
     if cfg["buffer"] is not None:
-        raise cli.UsageError("--tensorboard: writes the replay memory server's counters; "
-                             "a --buffer server has none")
+        raise cli.UsageError(
+            "--tensorboard: writes the replay memory server's counters; a --buffer server has none"
+        )
     cli.check_output_dir(cfg["tensorboard"], "--tensorboard")
 
 
@@ -392,8 +490,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             ep = srv.start(cfg["rep"], cfg["pull"])
         except (zmq.ZMQError, TimeoutError) as e:  # an endpoint in use or malformed
-            raise cli.UsageError(f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: "
-                                 f"{e}") from None
+            raise cli.UsageError(
+                f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: {e}"
+            ) from None
         writer = _tensorboard_writer(cfg)
         cli.emit(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}")
         _start_stream(srv, cfg)
@@ -402,14 +501,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cs = int(srv.rem.cache_size)
         tick = 0
         while not stop.is_set() and (t_end is None or time.monotonic() < t_end):
-            stop.wait(float(cfg["interval"]) if t_end is None
-                      else min(float(cfg["interval"]), max(0.0, t_end - time.monotonic())))
+            stop.wait(
+                float(cfg["interval"])
+                if t_end is None
+                else min(float(cfg["interval"]), max(0.0, t_end - time.monotonic()))
+            )
             now, s = time.monotonic(), srv.stats()
             figures = counter_scalars(s, last, now - t_last, cs, srv.rem)
-            log.info("inserts/s %10.1f  samples/s %10.1f  size %d  caches %d  episodes %d  "
-                     "rejected %d", figures["replay/inserts_per_s"],
-                     figures["replay/samples_per_s"], s["memory_size"], s["caches_held"],
-                     s["total_episodes"], s["rejected_total"])
+            log.info(
+                "inserts/s %10.1f  samples/s %10.1f  size %d  caches %d  episodes %d  rejected %d",
+                figures["replay/inserts_per_s"],
+                figures["replay/samples_per_s"],
+                s["memory_size"],
+                s["caches_held"],
+                s["total_episodes"],
+                s["rejected_total"],
+            )
             tick += 1
             if writer is not None:
                 writer.scalars(tick, figures)  # step: the counter line's number

@@ -82,7 +82,7 @@ def _on_this_host(endpoint: str) -> bool:
     """Whether an endpoint is surely on this host (ipc://, or tcp:// to a loopback address)."""
     if endpoint.startswith("ipc://"):
         return True
-    host = endpoint[len("tcp://"):].rsplit(":", 1)[0] if endpoint.startswith("tcp://") else ""
+    host = endpoint[len("tcp://") :].rsplit(":", 1)[0] if endpoint.startswith("tcp://") else ""
     return host in ("localhost", "[::1]") or host.startswith("127.")
 
 
@@ -110,25 +110,46 @@ class SamplingStream:
       RuntimeError: the native message path is off, or the server refused the stream.
     """
 
-    def __init__(self, endpoint: str, batch_size: int, *, credit: int = 32, depth: int = 4,
-                 timeout: float = DEFAULT_TIMEOUT, keys: Optional[CurveKeys] = None,
-                 max_bytes: int = codec.DEFAULT_MAX_BYTES,
-                 shared_memory: Optional[bool] = None):
+    def __init__(
+        self,
+        endpoint: str,
+        batch_size: int,
+        *,
+        credit: int = 32,
+        depth: int = 4,
+        timeout: float = DEFAULT_TIMEOUT,
+        keys: Optional[CurveKeys] = None,
+        max_bytes: int = codec.DEFAULT_MAX_BYTES,
+        shared_memory: Optional[bool] = None,
+    ):
         for name, value in (("batch_size", batch_size), ("credit", credit), ("depth", depth)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or not math.isfinite(timeout) or timeout <= 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         if not native_libzmq():
-            raise RuntimeError("SamplingStream needs memoire's native message path (pyzmq's "
-                               "libzmq as a shared library; MEMOIRE_NATIVE_ZMQ must not be 0)")
+            raise RuntimeError(
+                "SamplingStream needs memoire's native message path (pyzmq's "
+                "libzmq as a shared library; MEMOIRE_NATIVE_ZMQ must not be 0)"
+            )
         self.endpoint = endpoint
         self._batch_size = int(batch_size)
         self.credit = int(credit)
         self._ctx = zmq.Context()
-        self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn", keys=keys,
-                                 server_side=False, max_bytes=max_bytes)
+        self._sock = open_socket(
+            self._ctx,
+            zmq.DEALER,
+            endpoint,
+            "Conn",
+            keys=keys,
+            server_side=False,
+            max_bytes=max_bytes,
+        )
         auto = shared_memory is None
         shm = _on_this_host(endpoint) if auto else bool(shared_memory)
         try:
@@ -137,29 +158,46 @@ class SamplingStream:
                 self.frame_stack = int(layout["frame_stack"])
                 self.multi_step = int(layout["multi_step"])
                 self.cache_flags = np.asarray(layout["flags"], np.bool_)
-                templates = [np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
-                             for _, dtype, shape in layout["schema"]]
+                templates = [
+                    np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
+                    for _, dtype, shape in layout["schema"]
+                ]
                 chunk = max(1, self.credit // 2)
                 try:
                     self._source = _core.StreamSource(
-                        self._sock.underlying, templates, self._batch_size, self.frame_stack,
-                        self.multi_step, [bool(f) for f in self.cache_flags],
-                        int(timeout * 1000), int(PING_S * 1000), chunk,
+                        self._sock.underlying,
+                        templates,
+                        self._batch_size,
+                        self.frame_stack,
+                        self.multi_step,
+                        [bool(f) for f in self.cache_flags],
+                        int(timeout * 1000),
+                        int(PING_S * 1000),
+                        chunk,
                         codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
-                        codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}), int(max_bytes),
-                        str(layout.get("shm_path", "")), int(layout.get("shm_slots", 0)),
-                        int(layout.get("shm_slot_bytes", 0)))
+                        codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}),
+                        int(max_bytes),
+                        str(layout.get("shm_path", "")),
+                        int(layout.get("shm_slots", 0)),
+                        int(layout.get("shm_slot_bytes", 0)),
+                    )
                 except RuntimeError:
                     if not (auto and shm):
                         raise
                     # Not mappable here (another host?): a new stream over the socket alone,
                     # on a new connection (batches of the first may be on their way).
                     shm = False
-                    self._sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}),
-                                              copy=False)
+                    self._sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), copy=False)
                     self._sock.close(0)
-                    self._sock = open_socket(self._ctx, zmq.DEALER, endpoint, "Conn",
-                                             keys=keys, server_side=False, max_bytes=max_bytes)
+                    self._sock = open_socket(
+                        self._ctx,
+                        zmq.DEALER,
+                        endpoint,
+                        "Conn",
+                        keys=keys,
+                        server_side=False,
+                        max_bytes=max_bytes,
+                    )
                     continue
                 break
             self.shared_memory = "shm_path" in layout
@@ -169,17 +207,29 @@ class SamplingStream:
             self._sock.close(0)
             self._ctx.term()
             raise
-        self._finalizer = weakref.finalize(self, _close_stream, self._source,
-                                           self._feed._holder, self._sock, self._ctx)
+        self._finalizer = weakref.finalize(
+            self, _close_stream, self._source, self._feed._holder, self._sock, self._ctx
+        )
 
     def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
         """Opens the stream (granting the first credit) and returns the server's layout."""
-        self._sock.send_multipart(codec.encode(Msg.STREAM, {
-            "op": "open", "batch_size": self._batch_size, "credit": self.credit,
-            "shared_memory": shm}), copy=False)
+        self._sock.send_multipart(
+            codec.encode(
+                Msg.STREAM,
+                {
+                    "op": "open",
+                    "batch_size": self._batch_size,
+                    "credit": self.credit,
+                    "shared_memory": shm,
+                },
+            ),
+            copy=False,
+        )
         if not self._sock.poll(int(timeout * 1000)):
-            raise TimeoutError(f"SamplingStream: no answer from {self.endpoint} within "
-                               f"{timeout} s (is a server's stream worker running there?)")
+            raise TimeoutError(
+                f"SamplingStream: no answer from {self.endpoint} within "
+                f"{timeout} s (is a server's stream worker running there?)"
+            )
         frames = self._sock.recv_multipart()
         try:
             msg = codec.decode(frames, max_bytes=max_bytes, expect=(Msg.STREAM, Msg.ERROR))
@@ -222,8 +272,9 @@ class SamplingStream:
             raise ValueError("update_priorities: weights must be finite and >= 0")
         if self._finalizer is not None and not self._finalizer.alive:
             raise RuntimeError("update_priorities: the stream is closed")
-        self._source.post(codec.encode(Msg.STREAM, {"op": "priorities", "ids": ids,
-                                                    "weights": weights}))
+        self._source.post(
+            codec.encode(Msg.STREAM, {"op": "priorities", "ids": ids, "weights": weights})
+        )
 
     @property
     def batch_size(self) -> int:

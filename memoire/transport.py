@@ -88,8 +88,9 @@ class CurveKeys:
     def _own(self):
         public, secret = zmq.auth.load_certificate(self.secret_file)
         if secret is None:
-            raise ValueError(f"CURVE: {self.secret_file} holds no secret key (expected a "
-                             ".key_secret file)")
+            raise ValueError(
+                f"CURVE: {self.secret_file} holds no secret key (expected a .key_secret file)"
+            )
         return public, secret
 
     def apply_server(self, sock: zmq.Socket) -> None:
@@ -164,11 +165,19 @@ class Heartbeat:
 DEFAULT_HEARTBEAT = Heartbeat()  # every long-lived connection memoire opens (docs/LIMITS.md)
 
 
-def open_socket(ctx: zmq.Context, kind: int, endpoint: str, mode: str, *,
-                keys: Optional[CurveKeys] = None, server_side: bool = True,
-                bind_host: str = LOOPBACK, hwm: Optional[int] = None,
-                max_bytes: Optional[int] = None,
-                heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT) -> zmq.Socket:
+def open_socket(
+    ctx: zmq.Context,
+    kind: int,
+    endpoint: str,
+    mode: str,
+    *,
+    keys: Optional[CurveKeys] = None,
+    server_side: bool = True,
+    bind_host: str = LOOPBACK,
+    hwm: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+) -> zmq.Socket:
     """A new socket of `kind` bound to or connected to `endpoint`.
 
     Args:
@@ -214,8 +223,9 @@ class ConnectionWatch:
 
     def __init__(self, sock: zmq.Socket):
         self._sock = sock
-        self._mon = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED
-                                            | zmq.EVENT_DISCONNECTED)
+        self._mon = sock.get_monitor_socket(
+            zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+        )
         self.open = 0
         self.opened = 0  # connections ever made
         self.closed = 0  # connections ever closed
@@ -261,9 +271,16 @@ class RequestChannel:
     replace state). Thread-safe: one request at a time.
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, *, keys: Optional[CurveKeys] = None,
-                 timeout: float = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 max_bytes: int = codec.DEFAULT_MAX_BYTES):
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        *,
+        keys: Optional[CurveKeys] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        max_bytes: int = codec.DEFAULT_MAX_BYTES,
+    ):
         if timeout <= 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout}")
         if retries < 0:
@@ -278,11 +295,13 @@ class RequestChannel:
         self._sock: Optional[zmq.Socket] = None
 
     def _open(self) -> zmq.Socket:
-        return open_socket(self._ctx, zmq.REQ, self.endpoint, "Conn", keys=self._keys,
-                           server_side=False)
+        return open_socket(
+            self._ctx, zmq.REQ, self.endpoint, "Conn", keys=self._keys, server_side=False
+        )
 
-    def request(self, frames: Sequence[Any], timeout: Optional[float] = None,
-                retries: Optional[int] = None) -> List[zmq.Frame]:
+    def request(
+        self, frames: Sequence[Any], timeout: Optional[float] = None, retries: Optional[int] = None
+    ) -> List[zmq.Frame]:
         """Sends `frames` and returns the reply frames.
 
         Raises:
@@ -305,8 +324,9 @@ class RequestChannel:
                     pass
                 self._sock.close(0)  # lazy pirate: drop the stuck socket, reconnect, resend
                 self._sock = None
-        raise TimeoutError(f"no reply from {self.endpoint} after {attempts} attempt(s) of "
-                           f"{timeout:g} s")
+        raise TimeoutError(
+            f"no reply from {self.endpoint} after {attempts} attempt(s) of {timeout:g} s"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -315,8 +335,7 @@ class RequestChannel:
                 self._sock = None
 
 
-def log_dropped(logger: logging.Logger, what: str, reason: str, count: int,
-                detail: str) -> None:
+def log_dropped(logger: logging.Logger, what: str, reason: str, count: int, detail: str) -> None:
     """Logs the ``count``-th ``what`` (e.g. "a chunk") dropped for ``reason``: the first ten,
     then every thousandth, so a peer's flood of bad messages does not flood the log."""
     if count <= 10 or count % 1000 == 0:
@@ -359,8 +378,11 @@ def native_libzmq() -> bool:
         _native = False
         if os.environ.get("MEMOIRE_NATIVE_ZMQ", "1") != "0":
             path = _loaded_libzmq()
-            why = "pyzmq's libzmq is not a shared library here" if path is None else \
-                _core.attach_libzmq(path)
+            why = (
+                "pyzmq's libzmq is not a shared library here"
+                if path is None
+                else _core.attach_libzmq(path)
+            )
             _native = why is None
             if why is not None:
                 log.info("native message paths off: %s", why)
@@ -378,4 +400,3 @@ def _loaded_libzmq() -> Optional[str]:
         if os.path.basename(path).startswith("libzmq") and ".so" in path:
             return path
     return None
-

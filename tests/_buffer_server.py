@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from _subprocess_env import subprocess_env
 
 
@@ -18,16 +17,21 @@ class BufferServerProcess:
     `timeout` seconds; fails the test if none comes. `module`: the entry run with ``-m``
     (``memoire.dopamine_compat.remote`` for the old entry, which takes ``--serve KIND``)."""
 
-    def __init__(self, args, log_path, cwd=None, timeout=120.0, module=("memoire.cli", "serve"),
-                 **env):
+    def __init__(
+        self, args, log_path, cwd=None, timeout=120.0, module=("memoire.cli", "serve"), **env
+    ):
         cmd = [sys.executable, "-m", *module] + list(args)
         self.log_path = log_path
         # stderr to a file: a full pipe nobody reads would block the server.
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
             env=subprocess_env(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", **env),
-            cwd=str(cwd or os.path.dirname(log_path)))
+            cwd=str(cwd or os.path.dirname(log_path)),
+        )
         self.endpoint = None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)

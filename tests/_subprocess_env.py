@@ -18,5 +18,6 @@ def subprocess_env(*paths: str, **variables: str) -> dict:
     current PYTHONPATH."""
     env = dict(os.environ, **variables)
     env["PYTHONPATH"] = os.pathsep.join(
-        [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    )
     return env

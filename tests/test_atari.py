@@ -15,15 +15,17 @@ import subprocess
 import sys
 
 import pytest
-
 from _subprocess_env import subprocess_env
 
 pytestmark = pytest.mark.dopamine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # MEMOIRE_STOCK_GIN overrides the folder (a checkout elsewhere, e.g. a git worktree).
-STOCK = os.path.join(os.environ.get("MEMOIRE_STOCK_GIN") or os.path.join(
-    os.path.dirname(ROOT), "shared", "dopamine-stock-gin"), "dopamine")
+STOCK = os.path.join(
+    os.environ.get("MEMOIRE_STOCK_GIN")
+    or os.path.join(os.path.dirname(ROOT), "shared", "dopamine-stock-gin"),
+    "dopamine",
+)
 ATARI = os.path.join(ROOT, "configs", "atari")
 
 pytest.importorskip("dopamine")
@@ -53,8 +55,11 @@ JAX_CONFIGS = {
     "rainbow": ("jax/agents/rainbow/configs/rainbow.gin", "JaxRainbowAgent", True),
     "full_rainbow": ("jax/agents/full_rainbow/configs/full_rainbow.gin", "JaxDQNAgent", True),
     "quantile": ("jax/agents/quantile/configs/quantile.gin", "JaxQuantileAgent", True),
-    "implicit_quantile": ("jax/agents/implicit_quantile/configs/implicit_quantile.gin",
-                          "JaxImplicitQuantileAgent", False),
+    "implicit_quantile": (
+        "jax/agents/implicit_quantile/configs/implicit_quantile.gin",
+        "JaxImplicitQuantileAgent",
+        False,
+    ),
 }
 TF_CONFIGS = {
     "tf_dqn": "tf/agents/dqn/configs/dqn.gin",
@@ -69,10 +74,15 @@ TRAINING_STEPS = 200
 
 def _short(agent_class: str, prioritized: bool) -> list[str]:
     """Bindings that shrink a stock Atari run to a couple of hundred agent steps."""
-    out = ["Runner.num_iterations = 1", f"Runner.training_steps = {TRAINING_STEPS}",
-           "Runner.evaluation_steps = 50", "Runner.max_steps_per_episode = 50",
-           f"{agent_class}.min_replay_history = 100",
-           "ReplayBuffer.max_capacity = 1000", "ReplayBuffer.batch_size = 8"]
+    out = [
+        "Runner.num_iterations = 1",
+        f"Runner.training_steps = {TRAINING_STEPS}",
+        "Runner.evaluation_steps = 50",
+        "Runner.max_steps_per_episode = 50",
+        f"{agent_class}.min_replay_history = 100",
+        "ReplayBuffer.max_capacity = 1000",
+        "ReplayBuffer.batch_size = 8",
+    ]
     if prioritized:
         out.append("PrioritizedSamplingDistribution.max_capacity = 1000")
     return out
@@ -85,8 +95,14 @@ def _env() -> dict:
 
 
 def _run(args: list[str], cwd, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=_env(), cwd=str(cwd),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args],
+        env=_env(),
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _train(gin_file: str, base, bindings: list[str], entry=("-m", "memoire.cli", "train")):
@@ -139,10 +155,17 @@ def test_stock_jax_config_trains_with_two_actors(tmp_path, name):
     base = tmp_path / name
     # Nothing in the stock file names an environment: the actors build Dopamine's default,
     # Atari with the file's game, as the learner's runner does.
-    out = _train(os.path.join(STOCK, rel), base,
-                 _short(agent_class, prioritized)
-                 + ["import memoire.experiments.distributed", "DistributedConfig.num_actors = 2",
-                    "DistributedConfig.chunk_size = 25", "DistributedConfig.publish_period = 10"])
+    out = _train(
+        os.path.join(STOCK, rel),
+        base,
+        _short(agent_class, prioritized)
+        + [
+            "import memoire.experiments.distributed",
+            "DistributedConfig.num_actors = 2",
+            "DistributedConfig.chunk_size = 25",
+            "DistributedConfig.publish_period = 10",
+        ],
+    )
     assert "INFO memoire.experiments.distributed: learner with 2 actor(s)" in out.stderr  # logged
     _check_run(base, memory=JAX_MEMORY, actors=True)
 
@@ -152,26 +175,42 @@ def test_jax_agents_entry_point_writes_records_plot_reads(tmp_path):
     train: same run layout and trackers, here on Breakout."""
     rel, agent_class, prioritized = JAX_CONFIGS["dqn"]
     base = tmp_path / "entry"
-    _train(os.path.join(STOCK, rel), base,
-           _short(agent_class, prioritized)
-           + ["atari_lib.create_atari_environment.game_name = 'Breakout'"],
-           entry=("-m", "memoire.dopamine_compat.jax_agents"))
+    _train(
+        os.path.join(STOCK, rel),
+        base,
+        _short(agent_class, prioritized)
+        + ["atari_lib.create_atari_environment.game_name = 'Breakout'"],
+        entry=("-m", "memoire.dopamine_compat.jax_agents"),
+    )
     _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout")
 
 
 def test_stock_file_runs_on_dopamines_buffer_for_comparison(tmp_path):
     rel, agent_class, prioritized = JAX_CONFIGS["rainbow"]
     base = tmp_path / "dopamine_replay"
-    _train(os.path.join(STOCK, rel), base, _short(agent_class, prioritized),
-           entry=("-m", "memoire.cli", "train", "--replay", "dopamine"))
-    _check_run(base, memory="dopamine.jax.replay_memory.replay_buffer.ReplayBuffer",
-               actors=False)
+    _train(
+        os.path.join(STOCK, rel),
+        base,
+        _short(agent_class, prioritized),
+        entry=("-m", "memoire.cli", "train", "--replay", "dopamine"),
+    )
+    _check_run(base, memory="dopamine.jax.replay_memory.replay_buffer.ReplayBuffer", actors=False)
 
 
 def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
-    out = _run(["-m", "memoire.cli", "train", "--gin_files",
-                os.path.join(STOCK, TF_CONFIGS["tf_dqn"]), "--base_dir", str(tmp_path / "tf")],
-               tmp_path, timeout=120)
+    out = _run(
+        [
+            "-m",
+            "memoire.cli",
+            "train",
+            "--gin_files",
+            os.path.join(STOCK, TF_CONFIGS["tf_dqn"]),
+            "--base_dir",
+            str(tmp_path / "tf"),
+        ],
+        tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("memoire train: ") and "tf.estimator" in last
@@ -180,13 +219,24 @@ def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
 
 def test_tf_dqn_trains_through_configs_atari(tmp_path):
     base = tmp_path / "tf_dqn"
-    _train(os.path.join(ATARI, "tf_dqn.gin"), base,
-           ["Runner.num_iterations = 1", f"Runner.training_steps = {TRAINING_STEPS}",
-            "Runner.evaluation_steps = 50", "Runner.max_steps_per_episode = 50",
-            "DQNAgent.min_replay_history = 100", "WrappedReplayBuffer.replay_capacity = 1000",
-            "WrappedReplayBuffer.batch_size = 8"])
-    _check_run(base, memory="memoire.dopamine_compat.circular_replay_buffer."
-                            "OutOfGraphReplayBuffer", actors=False)
+    _train(
+        os.path.join(ATARI, "tf_dqn.gin"),
+        base,
+        [
+            "Runner.num_iterations = 1",
+            f"Runner.training_steps = {TRAINING_STEPS}",
+            "Runner.evaluation_steps = 50",
+            "Runner.max_steps_per_episode = 50",
+            "DQNAgent.min_replay_history = 100",
+            "WrappedReplayBuffer.replay_capacity = 1000",
+            "WrappedReplayBuffer.batch_size = 8",
+        ],
+    )
+    _check_run(
+        base,
+        memory="memoire.dopamine_compat.circular_replay_buffer.OutOfGraphReplayBuffer",
+        actors=False,
+    )
     config = (base / "setting_0" / "run_0" / "config.gin").read_text()
     # The stock optimizer, set from gin without gin.tf.
     assert "RMSPropOptimizer.centered = True" in config
@@ -214,24 +264,29 @@ def _bindings(path: str) -> dict:
 
 @pytest.mark.parametrize("name", sorted(JAX_CONFIGS) + sorted(TF_CONFIGS))
 def test_configs_atari_bind_what_the_stock_files_bind(name):
-    stock = os.path.join(STOCK, JAX_CONFIGS[name][0] if name in JAX_CONFIGS
-                         else TF_CONFIGS[name])
+    stock = os.path.join(STOCK, JAX_CONFIGS[name][0] if name in JAX_CONFIGS else TF_CONFIGS[name])
     ours = _bindings(os.path.join(ATARI, f"{name}.gin"))
     assert ours == _bindings(stock)
     text = open(os.path.join(ATARI, f"{name}.gin")).read()
     assert "gin.tf.external_configurables" not in text.replace(
-        "`import gin.tf.external_configurables`", "")
+        "`import gin.tf.external_configurables`", ""
+    )
 
 
 def test_atari_sweep_and_distributed_configs_parse(tmp_path):
-    out = _run(["-m", "memoire.cli", "sweep", "list", os.path.join(ATARI, "sweep_games.gin")],
-               tmp_path, timeout=120)
+    out = _run(
+        ["-m", "memoire.cli", "sweep", "list", os.path.join(ATARI, "sweep_games.gin")],
+        tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     for game in ("Pong", "Breakout", "SpaceInvaders"):
         assert f"game_name = '{game}'" in out.stdout
-    code = ("from memoire.experiments import distributed, runner; "
-            f"runner.load_gin([{os.path.join(ATARI, 'dqn_distributed.gin')!r}], []); "
-            "print(distributed.DistributedConfig().num_actors, runner.environment_fn().__name__)")
+    code = (
+        "from memoire.experiments import distributed, runner; "
+        f"runner.load_gin([{os.path.join(ATARI, 'dqn_distributed.gin')!r}], []); "
+        "print(distributed.DistributedConfig().num_actors, runner.environment_fn().__name__)"
+    )
     out = _run(["-c", code], tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["4", "create_atari_environment"]

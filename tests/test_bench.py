@@ -23,9 +23,11 @@ def test_compare_alternates_and_keeps_one_time_per_repetition():
 
 
 def test_table_rows_and_ratios_against_the_first_system():
-    ms = [harness.Measurement("w1", "memoire x", [1e-3, 2e-3, 3e-3], 32),
-          harness.Measurement("w1", "other", [4e-3, 4e-3, 4e-3], 32),
-          harness.Measurement("w2", "memoire x", [1e-6], 1)]
+    ms = [
+        harness.Measurement("w1", "memoire x", [1e-3, 2e-3, 3e-3], 32),
+        harness.Measurement("w1", "other", [4e-3, 4e-3, 4e-3], 32),
+        harness.Measurement("w2", "memoire x", [1e-6], 1),
+    ]
     text = report.table(ms)
     lines = text.splitlines()
     assert lines[0].startswith("| workload | system |") and len(lines) == 2 + 3
@@ -38,8 +40,13 @@ def test_table_rows_and_ratios_against_the_first_system():
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_sample_workload_two_systems_same_content(n_step):
     cfg = Config(**TINY, n_step=n_step)
-    built = bench._build(cfg, 2000, [systems.NumpyRing, systems.Cpprb]
-                         if _has_cpprb() else [systems.NumpyRing, systems.MemoireCore])
+    built = bench._build(
+        cfg,
+        2000,
+        [systems.NumpyRing, systems.Cpprb]
+        if _has_cpprb()
+        else [systems.NumpyRing, systems.MemoireCore],
+    )
     for s in built.values():
         s.sample()
         state, action, reward, next_state, terminal = s.content()
@@ -47,11 +54,16 @@ def test_sample_workload_two_systems_same_content(n_step):
         assert sorted(state.shape[1:]) == sorted((84, 84, 4))
         assert len(action) == len(reward) == len(terminal) == cfg.batch
     bench._close(built)
-    ms = bench.sample_workload(cfg, 2000, repeats=1, batches=(32,),
-                               classes=[systems.NumpyRing, systems.MemoireCore])
+    ms = bench.sample_workload(
+        cfg, 2000, repeats=1, batches=(32,), classes=[systems.NumpyRing, systems.MemoireCore]
+    )
     names = [m.system for m in ms]
-    assert names == ["numpy ring", "memoire (ReplayMemory)", "ceiling: numpy gather",
-                     "ceiling: memcpy"]
+    assert names == [
+        "numpy ring",
+        "memoire (ReplayMemory)",
+        "ceiling: numpy gather",
+        "ceiling: memcpy",
+    ]
     assert len({m.workload for m in ms}) == 1 and all(m.median > 0 for m in ms)
     table = report.table(ms)
     ratios = re.findall(r"\| ([0-9.]+)x \|", table)
@@ -59,8 +71,15 @@ def test_sample_workload_two_systems_same_content(n_step):
 
 
 def test_numpy_ring_n_step_reward_stops_at_terminal():
-    cfg = Config(obs_shape=(4,), obs_dtype=np.float32, stack=1, capacity=100, n_step=3,
-                 episode_length=10, batch=256)
+    cfg = Config(
+        obs_shape=(4,),
+        obs_dtype=np.float32,
+        stack=1,
+        capacity=100,
+        n_step=3,
+        episode_length=10,
+        batch=256,
+    )
     ring = systems.NumpyRing(cfg)
     ring.add(100)
     ring.sample()
@@ -68,7 +87,7 @@ def test_numpy_ring_n_step_reward_stops_at_terminal():
     idx = ring.last
     # Steps 9, 19, ... are terminal: from index 8 the return is 1 + 0.99 (two steps), from 9
     # just 1, elsewhere the full three steps.
-    expected = np.where(idx % 10 == 9, 1.0, np.where(idx % 10 == 8, 1.99, 1 + 0.99 + 0.99 ** 2))
+    expected = np.where(idx % 10 == 9, 1.0, np.where(idx % 10 == 8, 1.99, 1 + 0.99 + 0.99**2))
     np.testing.assert_allclose(reward, expected, rtol=1e-6)
     np.testing.assert_array_equal(terminal, (idx % 10 >= 7).astype(np.uint8))
 
@@ -97,14 +116,16 @@ def _has_cpprb():
 def test_targets_read_ratios_of_the_right_rows():
     a, p = "A", "P"
     M = harness.Measurement
-    ms = [M(f"sample {a}", "memoire (Dopamine layout)", [1.0]),
-          M(f"sample {a}", "cpprb", [1.5]),
-          M(f"sample {a}", "dopamine (OutOfGraph)", [10.0]),
-          M(f"sample {a}", "ceiling: numpy gather", [0.5]),
-          M(f"sample+update {p}", "memoire (Dopamine layout)", [1.0]),
-          M(f"sample+update {p}", "cpprb", [0.8]),
-          M("ingest x 2 actors", "memoire", [1.0]),
-          M("ingest x 2 actors", "raw pyzmq PUSH/PULL", [0.9])]
+    ms = [
+        M(f"sample {a}", "memoire (Dopamine layout)", [1.0]),
+        M(f"sample {a}", "cpprb", [1.5]),
+        M(f"sample {a}", "dopamine (OutOfGraph)", [10.0]),
+        M(f"sample {a}", "ceiling: numpy gather", [0.5]),
+        M(f"sample+update {p}", "memoire (Dopamine layout)", [1.0]),
+        M(f"sample+update {p}", "cpprb", [0.8]),
+        M("ingest x 2 actors", "memoire", [1.0]),
+        M("ingest x 2 actors", "raw pyzmq PUSH/PULL", [0.9]),
+    ]
     rows = report.targets(ms, a, p, 1.05).splitlines()
     assert rows[2] == "| sample 32 stacked Atari transitions vs cpprb | >= 1.0x | 1.50x | yes |"
     assert rows[3].endswith("| 10.00x | **no** |")

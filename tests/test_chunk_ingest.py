@@ -12,29 +12,46 @@ from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, _core,
 from memoire.codec import Msg
 from memoire.server import CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT
 
-TEMPLATES = (np.zeros([2, 3], np.uint8), np.zeros([], np.int64), np.zeros([2], np.float32),
-             np.zeros([], np.float32), np.zeros([2], np.float32), np.zeros([2], np.float32),
-             np.zeros([1], np.int16))
+TEMPLATES = (
+    np.zeros([2, 3], np.uint8),
+    np.zeros([], np.int64),
+    np.zeros([2], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([2], np.float32),
+    np.zeros([2], np.float32),
+    np.zeros([1], np.int16),
+)
 CLOSE = CHUNK_LAST | CHUNK_TERMINAL | CHUNK_UPDATE_VALUE | CHUNK_UPDATE_WEIGHT
 STAGED, COMMITTED, REJECTED = 1, 2, 3
 
 
 def rows(rng, n):
     """s, a, r, p, v, i, init_w of n entries."""
-    return (rng.integers(0, 255, (n, 2, 3)).astype(np.uint8), rng.integers(0, 4, n),
-            rng.normal(size=(n, 2)).astype(np.float32), np.full(n, 0.5, np.float32),
-            rng.normal(size=(n, 2)).astype(np.float32),
-            rng.integers(-9, 9, (n, 1)).astype(np.int16),
-            rng.uniform(0.5, 2.0, n).astype(np.float32))
+    return (
+        rng.integers(0, 255, (n, 2, 3)).astype(np.uint8),
+        rng.integers(0, 4, n),
+        rng.normal(size=(n, 2)).astype(np.float32),
+        np.full(n, 0.5, np.float32),
+        rng.normal(size=(n, 2)).astype(np.float32),
+        rng.integers(-9, 9, (n, 1)).astype(np.int16),
+        rng.uniform(0.5, 2.0, n).astype(np.float32),
+    )
 
 
 def chunk(uuid, episode, index, r, flags=0, multiplier=1.0):
     values = dict(zip(("s", "a", "r", "p", "v", "i", "init_w"), r))
-    values.update({"uuid": np.array(uuid, np.uint64), "episode": np.array(episode, np.int64),
-                   "index": np.array(index, np.int64),
-                   "multiplier": np.array(multiplier, np.float32)})
-    return [memoryview(f).tobytes() if not isinstance(f, bytes) else f
-            for f in codec.encode(Msg.CHUNK, values, flags=flags)]
+    values.update(
+        {
+            "uuid": np.array(uuid, np.uint64),
+            "episode": np.array(episode, np.int64),
+            "index": np.array(index, np.int64),
+            "multiplier": np.array(multiplier, np.float32),
+        }
+    )
+    return [
+        memoryview(f).tobytes() if not isinstance(f, bytes) else f
+        for f in codec.encode(Msg.CHUNK, values, flags=flags)
+    ]
 
 
 def split(r, at):
@@ -42,8 +59,11 @@ def split(r, at):
 
 
 def assert_same_memory(a, b):
-    assert (a.size, a.num_episode(), a.num_sampleable) == (b.size, b.num_episode(),
-                                                             b.num_sampleable)
+    assert (a.size, a.num_episode(), a.num_sampleable) == (
+        b.size,
+        b.num_episode(),
+        b.num_sampleable,
+    )
     assert a.total_weight == pytest.approx(b.total_weight, rel=1e-12)
     a.seed(5)
     b.seed(5)
@@ -60,13 +80,25 @@ def test_interleaved_streams_store_what_a_local_memory_stores():
     ingest = _core.ChunkIngest(mem)
     e1, e2, e3 = rows(rng, 9), rows(rng, 5), rows(rng, 12)
     (e1a, e1b), (e3a, e3b) = split(e1, 4), split(e3, 7)
-    got = [ingest.ingest(chunk(1, 1, 0, e1a)), ingest.ingest(chunk(2, 1, 0, e2, CLOSE, 0.5)),
-           ingest.ingest(chunk(3, 4, 0, e3a)), ingest.ingest(chunk(1, 1, 1, e1b, CLOSE)),
-           ingest.ingest(chunk(3, 4, 1, e3b, CHUNK_LAST | CHUNK_UPDATE_VALUE))]
-    assert [g[:2] for g in got] == [(STAGED, 4), (COMMITTED, 5), (STAGED, 7), (COMMITTED, 9),
-                                    (COMMITTED, 12)]
-    for ep, kw in ((e2, dict(episodic_weight_multiplier=0.5)), (e1, {}),
-                   (e3, dict(do_update_weight=False, terminal=False))):
+    got = [
+        ingest.ingest(chunk(1, 1, 0, e1a)),
+        ingest.ingest(chunk(2, 1, 0, e2, CLOSE, 0.5)),
+        ingest.ingest(chunk(3, 4, 0, e3a)),
+        ingest.ingest(chunk(1, 1, 1, e1b, CLOSE)),
+        ingest.ingest(chunk(3, 4, 1, e3b, CHUNK_LAST | CHUNK_UPDATE_VALUE)),
+    ]
+    assert [g[:2] for g in got] == [
+        (STAGED, 4),
+        (COMMITTED, 5),
+        (STAGED, 7),
+        (COMMITTED, 9),
+        (COMMITTED, 12),
+    ]
+    for ep, kw in (
+        (e2, dict(episodic_weight_multiplier=0.5)),
+        (e1, {}),
+        (e3, dict(do_update_weight=False, terminal=False)),
+    ):
         local.new_episode()
         local.add_entries(*ep)
         local.close_episode(**kw)
@@ -91,8 +123,13 @@ def test_stream_rules_are_counted_by_reason():
     out = ingest.ingest(chunk(4, 1, 1, rows(rng, 28), CLOSE), now=20.0)
     assert out[:3] == (REJECTED, 0, "episode_too_long") and "episode 1" in out[4]
     c = ingest.counters()
-    assert c["rejected"] == {"out_of_order_chunk": 1, "abandoned_episode": 1, "stream_limit": 1,
-                             "stale_episode": 2, "episode_too_long": 1}
+    assert c["rejected"] == {
+        "out_of_order_chunk": 1,
+        "abandoned_episode": 1,
+        "stream_limit": 1,
+        "stale_episode": 2,
+        "episode_too_long": 1,
+    }
     assert c["open_streams"] == 0 and c["frames_held"] == 0 and mem.size == 0
 
 
@@ -112,9 +149,13 @@ def test_malformed_and_bad_chunks_change_nothing():
     nan = rows(rng, 3)
     nan[6][1] = np.nan
     cases = {
-        "malformed": [good[:1] + good[2:], [good[0][:40]] + good[1:], good[:-1] + [b"\0" * 3],
-                      [good[0]] + [b""] * (len(good) - 1),
-                      chunk(1, 1, 0, rows(rng, 2000), CLOSE)],  # over max_message_bytes
+        "malformed": [
+            good[:1] + good[2:],
+            [good[0][:40]] + good[1:],
+            good[:-1] + [b"\0" * 3],
+            [good[0]] + [b""] * (len(good) - 1),
+            chunk(1, 1, 0, rows(rng, 2000), CLOSE),
+        ],  # over max_message_bytes
         "nonfinite": [chunk(1, 2, 0, nan, CLOSE), chunk(1, 3, 0, rows(rng, 3), CLOSE, np.inf)],
         "bad_episode": [chunk(1, 4, 0, rows(rng, 3), CLOSE, -1.0)],
     }
@@ -152,8 +193,9 @@ def test_server_counts_rejected_chunks_and_keeps_serving():
         push.send_multipart(chunk(5, 1, 3, rows(rng, 4)))  # out of order
         push.send_multipart(good[:1] + good[1:][::-1])  # frames swapped: malformed
         push.send_multipart(good)
-        with ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central", chunk_size=2,
-                                timeout=5) as c:
+        with ReplayMemoryClient(
+            None, ep["rep"], ep["pull"], mode="central", chunk_size=2, timeout=5
+        ) as c:
             c.new_episode()
             c.add_entries(*rows(rng, 3))
             c.new_episode()  # abandons the open episode (2 chunks already sent)
@@ -198,9 +240,12 @@ def test_native_receive_takes_chunks_and_hands_back_other_messages():
         got, deadline = [], time.monotonic() + 10
         while sum(g[0] for g in got) < 2 and time.monotonic() < deadline:
             got.append(ingest.receive(pull.underlying, 100))
-        episodes, stored, rejected, other = (sum(g[0] for g in got), sum(g[1] for g in got),
-                                             [r for g in got for r in g[2]],
-                                             [g[3] for g in got if g[3] is not None])
+        episodes, stored, rejected, other = (
+            sum(g[0] for g in got),
+            sum(g[1] for g in got),
+            [r for g in got for r in g[2]],
+            [g[3] for g in got if g[3] is not None],
+        )
         assert (episodes, stored) == (2, 12)
         assert [r[0] for r in rejected] == ["out_of_order_chunk"] and "episode 1" in rejected[0][2]
         assert len(other) == 1 and codec.decode(other[0]).values["message"] == "hi"
@@ -223,13 +268,16 @@ def test_one_server_takes_caches_and_chunks_mixed():
     with ReplayMemoryServer(*TEMPLATES, 200, None, n_caches=8, seed=2) as srv:
         srv.rem.cache_size = 4
         ep = srv.start()
-        with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as cache_actor, \
-                ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central", chunk_size=3,
-                                   timeout=5) as central_actor:
+        with (
+            ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as cache_actor,
+            ReplayMemoryClient(
+                None, ep["rep"], ep["pull"], mode="central", chunk_size=3, timeout=5
+            ) as central_actor,
+        ):
             cache_actor.rem.new_episode()
             cache_actor.rem.add_entries(*rows(rng, 10))
             cache_actor.rem.close_episode()
-            for k in range(6):  # the worker's native receive switches with the traffic
+            for _k in range(6):  # the worker's native receive switches with the traffic
                 assert cache_actor.push_cache() == 0
                 central_actor.new_episode()
                 central_actor.add_entries(*rows(rng, 5))

@@ -21,8 +21,14 @@ EPISODE_HEADER = "iteration,phase,episode,env_steps,return,length,terminated,tru
 
 
 def _run(args, cwd, timeout=180):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def _error_line(out, prog, *, alone=True):
@@ -43,8 +49,11 @@ def _error_line(out, prog, *, alone=True):
 
 def _tree(path):
     """Every file and folder under ``path``, relative to it."""
-    return sorted(os.path.relpath(os.path.join(d, name), path)
-                  for d, ds, fs in os.walk(path) for name in ds + fs)
+    return sorted(
+        os.path.relpath(os.path.join(d, name), path)
+        for d, ds, fs in os.walk(path)
+        for name in ds + fs
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,16 +63,21 @@ TRAIN = ["-m", "memoire.cli", "train"]
 
 
 @pytest.mark.dopamine
-@pytest.mark.parametrize("case", ["gin path", "base_dir is a file", "base_dir under a file",
-                                  "sweep path", "no base_dir"])
+@pytest.mark.parametrize(
+    "case", ["gin path", "base_dir is a file", "base_dir under a file", "sweep path", "no base_dir"]
+)
 def test_train_mistakes_before_gin_are_one_line_and_write_nothing(tmp_path, case):
     (tmp_path / "afile").write_text("x")
     args, expect = {
         "gin path": (["--gin_files", "nope.gin", "--base_dir", "runs"], "'nope.gin': no such"),
-        "base_dir is a file": (["--gin_files", LOCAL_GIN, "--base_dir", "afile"],
-                               "is a file; expected a directory"),
-        "base_dir under a file": (["--gin_files", LOCAL_GIN, "--base_dir", "afile/runs"],
-                                  "is a file; expected a directory"),
+        "base_dir is a file": (
+            ["--gin_files", LOCAL_GIN, "--base_dir", "afile"],
+            "is a file; expected a directory",
+        ),
+        "base_dir under a file": (
+            ["--gin_files", LOCAL_GIN, "--base_dir", "afile/runs"],
+            "is a file; expected a directory",
+        ),
         "sweep path": (["--sweep", "nope.gin", "--base_dir", "runs"], "'nope.gin': no such"),
         "no base_dir": (["--gin_files", LOCAL_GIN], "required: --base_dir"),
     }[case]
@@ -74,21 +88,27 @@ def test_train_mistakes_before_gin_are_one_line_and_write_nothing(tmp_path, case
 
 
 @pytest.mark.dopamine
-@pytest.mark.parametrize("case", ["unknown agent", "unknown configurable", "missing include",
-                                  "no agent bound"])
+@pytest.mark.parametrize(
+    "case", ["unknown agent", "unknown configurable", "missing include", "no agent bound"]
+)
 def test_train_gin_mistakes_are_one_line_and_write_nothing(tmp_path, case):
     (tmp_path / "inc.gin").write_text("include 'not_there.gin'\n")
     args, expect = {
         # Before the fix: a misleading "has no memoire replay variant" line, then a traceback
         # from Dopamine's create_agent after the run folder was made.
-        "unknown agent": (["--gin_files", LOCAL_GIN, "--gin_bindings",
-                           "create_agent.agent_name = 'foo'"],
-                          "create_agent.agent_name: expected one of dqn"),
-        "unknown configurable": (["--gin_files", LOCAL_GIN, "--gin_bindings", "Foo.bar = 1"],
-                                 "No configurable matching 'Foo'"),
+        "unknown agent": (
+            ["--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'foo'"],
+            "create_agent.agent_name: expected one of dqn",
+        ),
+        "unknown configurable": (
+            ["--gin_files", LOCAL_GIN, "--gin_bindings", "Foo.bar = 1"],
+            "No configurable matching 'Foo'",
+        ),
         "missing include": (["--gin_files", "inc.gin"], "not_there.gin"),
-        "no agent bound": (["--gin_bindings", "Runner.num_iterations = 1"],
-                           "create_agent.agent_name is not bound"),
+        "no agent bound": (
+            ["--gin_bindings", "Runner.num_iterations = 1"],
+            "create_agent.agent_name is not bound",
+        ),
     }[case]
     before = _tree(tmp_path)
     out = _run(TRAIN + args + ["--base_dir", "runs"], tmp_path)
@@ -103,45 +123,110 @@ def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
     run = tmp_path / "setting_0" / "run_0"
     run.mkdir(parents=True)
     (run / "episodes.csv").write_text(EPISODE_HEADER)
-    line = _error_line(_run(["-m", "memoire.cli", "plot", str(tmp_path)], tmp_path),
-                       "memoire plot")
+    line = _error_line(_run(["-m", "memoire.cli", "plot", str(tmp_path)], tmp_path), "memoire plot")
     assert "nothing to draw" in line and "1 run(s)" in line
     assert not (tmp_path / "learning_curves.png").exists()
     # No run at all, and no such directory.
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "no setting_*/run_*/episodes.csv" in _error_line(
-        _run(["-m", "memoire.cli", "plot", str(empty)], tmp_path), "memoire plot")
+        _run(["-m", "memoire.cli", "plot", str(empty)], tmp_path), "memoire plot"
+    )
     assert "no such directory" in _error_line(
-        _run(["-m", "memoire.cli", "plot", str(tmp_path / "nope")], tmp_path), "memoire plot")
+        _run(["-m", "memoire.cli", "plot", str(tmp_path / "nope")], tmp_path), "memoire plot"
+    )
 
 
-@pytest.mark.parametrize("args,prog,expect", [
-    (["-m", "memoire.cli", "nosuch"], "memoire", "unknown command 'nosuch'"),
-    (["-m", "memoire.cli", "serve", "--state_dtype", "foo"], "memoire serve",
-     "data type 'foo' not understood"),
-    (["-m", "memoire.cli", "serve", "--max_step", "many"], "memoire serve",
-     "argument --max_step: invalid int value"),
-    (["-m", "memoire.cli", "serve", "--gin_file", "nope.gin"], "memoire serve",
-     "'nope.gin': no such file"),
-    (["-m", "memoire.cli", "sweep", "list", "nope.gin"], "memoire sweep", "no such file"),
-    (["-m", "memoire.cli", "sweep", "run", os.path.join(ROOT, "configs", "sweep_dqn_cartpole.gin"),
-      "--base_dir", "afile", "--indices", "0"], "memoire sweep", "is a file"),
-    (["-m", "memoire.cli", "sweep", "run", "x.gin", "--base_dir", "r", "--indices", "7-3"],
-     "memoire sweep", "empty or negative"),
-    (["-m", "memoire.cli", "bench", "--repeats", "0"], "memoire bench", "--repeats must be >= 1"),
-    (["-m", "memoire.cli", "actor", "--gin_files", "nope.gin", "--rep", "tcp://127.0.0.1:1",
-      "--pub", "tcp://127.0.0.1:2"], "memoire actor", "'nope.gin': no such file"),
-    (["-m", "memoire.cli", "serve", "--buffer", "circular", "--arg", "nokey"],
-     "memoire serve", "--arg: expected KEY=VALUE"),
-    (["-m", "memoire.cli", "serve", "--buffer", "circular", "--allow_nonfinite", "2"],
-     "memoire serve", "allow_nonfinite: expected 0 or 1"),
-    # The buffer server's old entry is the same command.
-    (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--arg", "nokey"],
-     "memoire serve", "--arg: expected KEY=VALUE"),
-    (["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--gin_files", "no.gin"],
-     "memoire serve", "'no.gin': no such file"),
-])
+@pytest.mark.parametrize(
+    "args,prog,expect",
+    [
+        (["-m", "memoire.cli", "nosuch"], "memoire", "unknown command 'nosuch'"),
+        (
+            ["-m", "memoire.cli", "serve", "--state_dtype", "foo"],
+            "memoire serve",
+            "data type 'foo' not understood",
+        ),
+        (
+            ["-m", "memoire.cli", "serve", "--max_step", "many"],
+            "memoire serve",
+            "argument --max_step: invalid int value",
+        ),
+        (
+            ["-m", "memoire.cli", "serve", "--gin_file", "nope.gin"],
+            "memoire serve",
+            "'nope.gin': no such file",
+        ),
+        (["-m", "memoire.cli", "sweep", "list", "nope.gin"], "memoire sweep", "no such file"),
+        (
+            [
+                "-m",
+                "memoire.cli",
+                "sweep",
+                "run",
+                os.path.join(ROOT, "configs", "sweep_dqn_cartpole.gin"),
+                "--base_dir",
+                "afile",
+                "--indices",
+                "0",
+            ],
+            "memoire sweep",
+            "is a file",
+        ),
+        (
+            ["-m", "memoire.cli", "sweep", "run", "x.gin", "--base_dir", "r", "--indices", "7-3"],
+            "memoire sweep",
+            "empty or negative",
+        ),
+        (
+            ["-m", "memoire.cli", "bench", "--repeats", "0"],
+            "memoire bench",
+            "--repeats must be >= 1",
+        ),
+        (
+            [
+                "-m",
+                "memoire.cli",
+                "actor",
+                "--gin_files",
+                "nope.gin",
+                "--rep",
+                "tcp://127.0.0.1:1",
+                "--pub",
+                "tcp://127.0.0.1:2",
+            ],
+            "memoire actor",
+            "'nope.gin': no such file",
+        ),
+        (
+            ["-m", "memoire.cli", "serve", "--buffer", "circular", "--arg", "nokey"],
+            "memoire serve",
+            "--arg: expected KEY=VALUE",
+        ),
+        (
+            ["-m", "memoire.cli", "serve", "--buffer", "circular", "--allow_nonfinite", "2"],
+            "memoire serve",
+            "allow_nonfinite: expected 0 or 1",
+        ),
+        # The buffer server's old entry is the same command.
+        (
+            ["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--arg", "nokey"],
+            "memoire serve",
+            "--arg: expected KEY=VALUE",
+        ),
+        (
+            [
+                "-m",
+                "memoire.dopamine_compat.remote",
+                "--serve",
+                "circular",
+                "--gin_files",
+                "no.gin",
+            ],
+            "memoire serve",
+            "'no.gin': no such file",
+        ),
+    ],
+)
 def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
     (tmp_path / "afile").write_text("x")
     if args[-1] == "7-3":
@@ -154,12 +239,31 @@ def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
 @pytest.mark.dopamine
 def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
     prog = "memoire train"  # the entry point is memoire train under Dopamine's module name
-    out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
-                "--gin_files", LOCAL_GIN, "--gin_bindings", "create_agent.agent_name = 'no_such_agent'"],
-               tmp_path)
+    out = _run(
+        [
+            "-m",
+            "memoire.dopamine_compat.jax_agents",
+            "--base_dir",
+            "runs",
+            "--gin_files",
+            LOCAL_GIN,
+            "--gin_bindings",
+            "create_agent.agent_name = 'no_such_agent'",
+        ],
+        tmp_path,
+    )
     assert "'no_such_agent'" in _error_line(out, prog, alone=False)
-    out = _run(["-m", "memoire.dopamine_compat.jax_agents", "--base_dir", "runs",
-                "--gin_files", "nope.gin"], tmp_path)
+    out = _run(
+        [
+            "-m",
+            "memoire.dopamine_compat.jax_agents",
+            "--base_dir",
+            "runs",
+            "--gin_files",
+            "nope.gin",
+        ],
+        tmp_path,
+    )
     assert "'nope.gin': no such file" in _error_line(out, prog, alone=False)
     assert _tree(tmp_path) == []
 
@@ -172,9 +276,14 @@ def _entry_points():
     from memoire import bench, serve
     from memoire.experiments import distributed, plot, sweep, train
 
-    eps = [("memoire train", train.main), ("memoire plot", plot.main),
-           ("memoire serve", serve.main), ("memoire sweep", sweep.main),
-           ("memoire bench", bench.main), ("memoire actor", distributed.actor_cli)]
+    eps = [
+        ("memoire train", train.main),
+        ("memoire plot", plot.main),
+        ("memoire serve", serve.main),
+        ("memoire sweep", sweep.main),
+        ("memoire bench", bench.main),
+        ("memoire actor", distributed.actor_cli),
+    ]
     return eps
 
 
@@ -214,8 +323,9 @@ def _check_help(prog, main, monkeypatch, capsys):
     assert len(actions) > 1
     for where, action in actions:
         name = "/".join(action.option_strings) or action.dest
-        assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, \
+        assert action.help and action.help.strip() and action.help != argparse.SUPPRESS, (
             f"{prog}{where}: {name} has no help text"
+        )
     # And the help a user sees lists each option with its text.
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
@@ -264,9 +374,10 @@ def test_memoire_help_lists_every_command(tmp_path):
 
 
 def test_one_line_folds_gin_errors():
-    assert cli.one_line("No configurable matching 'Foo'.\n  In bindings string line 1\n"
-                        "    Foo.x = 1") == \
-        "No configurable matching 'Foo'. (In bindings string line 1: Foo.x = 1)"
+    assert (
+        cli.one_line("No configurable matching 'Foo'.\n  In bindings string line 1\n    Foo.x = 1")
+        == "No configurable matching 'Foo'. (In bindings string line 1: Foo.x = 1)"
+    )
     assert cli.one_line("plain") == "plain" and cli.one_line("") == ""
 
 
@@ -304,20 +415,38 @@ def test_successful_tiny_run_logs_no_error(tmp_path):
     cfg = tmp_path / "cfg"
     cfg.mkdir()
     (cfg / "base.gin").write_text(open(LOCAL_GIN).read())
-    (cfg / "tiny.gin").write_text("\n".join([
-        "include 'base.gin'",
-        "Runner.num_iterations = 1",
-        "Runner.training_steps = 120",
-        "Runner.evaluation_steps = 30",
-        "Runner.max_steps_per_episode = 12",
-        "Runner.fine_grained_print_to_console = False",
-        "JaxDQNAgent.min_replay_history = 40",
-        "ClassicControlDQNNetwork.hidden_units = 16",
-    ]) + "\n")
-    out = subprocess.run([sys.executable, "-m", "memoire.cli", "train", "--gin_files",
-                          os.path.join("cfg", "tiny.gin"), "--base_dir", "runs"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=subprocess_env())
+    (cfg / "tiny.gin").write_text(
+        "\n".join(
+            [
+                "include 'base.gin'",
+                "Runner.num_iterations = 1",
+                "Runner.training_steps = 120",
+                "Runner.evaluation_steps = 30",
+                "Runner.max_steps_per_episode = 12",
+                "Runner.fine_grained_print_to_console = False",
+                "JaxDQNAgent.min_replay_history = 40",
+                "ClassicControlDQNNetwork.hidden_units = 16",
+            ]
+        )
+        + "\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memoire.cli",
+            "train",
+            "--gin_files",
+            os.path.join("cfg", "tiny.gin"),
+            "--base_dir",
+            "runs",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(),
+    )
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert "INFO memoire.experiments.runner: iteration 1/1" in out.stderr  # logged, once
@@ -341,11 +470,14 @@ def test_log_level_is_one_option_of_every_command(tmp_path, monkeypatch):
     env = _run(["-m", "memoire", *serve], tmp_path)
     assert env.returncode == 0 and "INFO memoire" not in env.stderr
     monkeypatch.setenv("MEMOIRE_LOG_LEVEL", "loud")
-    assert "expected one of debug, info" in _error_line(_run(["-m", "memoire", *serve], tmp_path),
-                                                        "memoire serve")
+    assert "expected one of debug, info" in _error_line(
+        _run(["-m", "memoire", *serve], tmp_path), "memoire serve"
+    )
     monkeypatch.delenv("MEMOIRE_LOG_LEVEL")
     assert "expected one of debug" in _error_line(
-        _run(["-m", "memoire", "--log-level", "loud", "version"], tmp_path), "memoire")
+        _run(["-m", "memoire", "--log-level", "loud", "version"], tmp_path), "memoire"
+    )
     assert "invalid choice: 'loud'" in _error_line(
         _run(["-m", "memoire", "sweep", "list", "x.gin", "--log-level", "loud"], tmp_path),
-        "memoire sweep list")
+        "memoire sweep list",
+    )

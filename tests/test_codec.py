@@ -19,17 +19,37 @@ def golden_messages():
     return {
         "hello": (Msg.HELLO, 0, {"uuid": 0x1234ABCD}),
         "counter": (Msg.COUNTER, 0, {"uuid": 7, "episodes": 3, "steps": 1200}),
-        "cache": (Msg.CACHE, 0, {
-            "prev/s": np.arange(2 * 1 * 3, dtype=np.uint8).reshape(2, 1, 3),
-            "weight": np.array([0.5, 2.0], np.float32),
-            "done": np.array([False, True]),
-            "uuid": np.uint64(99), "total_weight": np.float64(3.25)}),
-        "chunk": (Msg.CHUNK, 1 | 2, {
-            "s": np.array([[1.0, -2.0], [3.5, 4.0]], np.float32), "init_w": np.ones(2, np.float32),
-            "episode": np.int64(5), "index": np.int64(0)}),
-        "call": (Msg.CALL, 0, {"object": "replay", "method": "add", "args": (1, 2.5, "x", None),
-                               "kwargs": {"flag": True, "raw": b"\x00\xff",
-                                          "a": np.array([[1, 2]], np.int16)}}),
+        "cache": (
+            Msg.CACHE,
+            0,
+            {
+                "prev/s": np.arange(2 * 1 * 3, dtype=np.uint8).reshape(2, 1, 3),
+                "weight": np.array([0.5, 2.0], np.float32),
+                "done": np.array([False, True]),
+                "uuid": np.uint64(99),
+                "total_weight": np.float64(3.25),
+            },
+        ),
+        "chunk": (
+            Msg.CHUNK,
+            1 | 2,
+            {
+                "s": np.array([[1.0, -2.0], [3.5, 4.0]], np.float32),
+                "init_w": np.ones(2, np.float32),
+                "episode": np.int64(5),
+                "index": np.int64(0),
+            },
+        ),
+        "call": (
+            Msg.CALL,
+            0,
+            {
+                "object": "replay",
+                "method": "add",
+                "args": (1, 2.5, "x", None),
+                "kwargs": {"flag": True, "raw": b"\x00\xff", "a": np.array([[1, 2]], np.int16)},
+            },
+        ),
         "log": (Msg.LOG, 0, {"uuid": 1, "message": "épisode 3 done"}),
     }
 
@@ -47,7 +67,7 @@ def read_frames(path):
     (n,), off, frames = struct.unpack_from("<I", data), 4, []
     for _ in range(n):
         (size,) = struct.unpack_from("<I", data, off)
-        frames.append(data[off + 4:off + 4 + size])
+        frames.append(data[off + 4 : off + 4 + size])
         off += 4 + size
     return frames
 
@@ -96,10 +116,16 @@ def test_arrays_come_back_as_views_or_copies():
     assert m["a"][0, 0] == 0
 
 
-@pytest.mark.parametrize("bad, what", [
-    (np.array(["x"]), "dtype"), (np.array([1 + 2j]), "dtype"), ({1: 2}, "keys"),
-    (object(), "object"), (2 ** 70, "int"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        (np.array(["x"]), "dtype"),
+        (np.array([1 + 2j]), "dtype"),
+        ({1: 2}, "keys"),
+        (object(), "object"),
+        (2**70, "int"),
+    ],
+)
 def test_unencodable_values_raise_clearly(bad, what):
     with pytest.raises((ValueError, OverflowError), match=what if what != "int" else None):
         codec.encode(Msg.CALL, {"v": bad})
@@ -113,7 +139,9 @@ def test_wrong_version_is_named():
 
 
 def test_spec_mismatch_and_limits():
-    frames = codec.encode(Msg.CACHE, {"w": np.zeros(8, np.float32), "x": np.zeros((8, 3), np.uint8)})
+    frames = codec.encode(
+        Msg.CACHE, {"w": np.zeros(8, np.float32), "x": np.zeros((8, 3), np.uint8)}
+    )
     spec = codec.Spec({"w": (np.float32, (-1,)), "x": (np.uint8, (-1, 3))})
     assert codec.decode(frames, spec=spec).batch == 8
     with pytest.raises(ProtocolError, match="expected uint8"):
@@ -136,14 +164,19 @@ if __name__ == "__main__" and sys.argv[1:] == ["--regen"]:  # only when the form
 
 
 def _frame_bytes(frames):
-    return [np.ascontiguousarray(f).tobytes() if isinstance(f, np.ndarray) else bytes(f)
-            for f in frames]
+    return [
+        np.ascontiguousarray(f).tobytes() if isinstance(f, np.ndarray) else bytes(f) for f in frames
+    ]
 
 
 def test_flat_arrays_take_the_native_header_path_with_identical_bytes():
-    values = {"s": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
-              "w": np.array(1.5, np.float32), "d": np.array([True, False]),
-              "e": np.zeros((0, 3), np.int64), "h": np.ones(2, np.float16)}
+    values = {
+        "s": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
+        "w": np.array(1.5, np.float32),
+        "d": np.array([True, False]),
+        "e": np.zeros((0, 3), np.int64),
+        "h": np.ones(2, np.float16),
+    }
     fast = codec.encode(Msg.CACHE, values, flags=3)
     general = codec.encode(Msg.CACHE, types.MappingProxyType(values), flags=3)  # not a dict
     assert fast[1] is values["s"]  # the arrays themselves are the data frames
@@ -168,8 +201,11 @@ def test_flat_encoder_leaves_other_values_to_the_general_path():
 def test_flat_frames_of_any_shape_travel_through_pyzmq():
     import zmq
 
-    values = {"empty": np.zeros((0, 0), np.bool_), "m": np.arange(6, dtype=np.int16).reshape(2, 3),
-              "x": np.array(1.5)}
+    values = {
+        "empty": np.zeros((0, 0), np.bool_),
+        "m": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "x": np.array(1.5),
+    }
     ctx = zmq.Context()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
     a.bind("inproc://codec-shapes")
@@ -203,8 +239,10 @@ def test_strided_buffers_are_copied_or_refused():
     np.testing.assert_array_equal(got["a"], data[::-1])
     with pytest.raises(ProtocolError):  # reversed header bytes: a bad magic, read in bounds
         codec.decode([header[::-1], frame])
-    for native in (lambda h: codec._core.decode_header(h, [data.nbytes], 1 << 20),
-                   codec._core.peek_header):
+    for native in (
+        lambda h: codec._core.decode_header(h, [data.nbytes], 1 << 20),
+        codec._core.peek_header,
+    ):
         with pytest.raises(ValueError, match="C-contiguous"):
             native(header[::-1])
         with pytest.raises(ValueError, match="C-contiguous"):

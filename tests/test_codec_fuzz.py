@@ -6,25 +6,50 @@ import time
 
 import numpy as np
 import zmq
-from hypothesis import example, HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from test_codec import GOLDEN, assert_same, read_frames
 
 from memoire import ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg, ProtocolError
 
-from test_codec import GOLDEN, assert_same, read_frames
-
-DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
-          np.uint64, np.float16, np.float32, np.float64]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.uint16,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 
 arrays = st.sampled_from(DTYPES).flatmap(
-    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)))
-leaves = (st.none() | st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1)
-          | st.floats(allow_nan=False) | st.text(max_size=20) | st.binary(max_size=40) | arrays)
-values = st.recursive(leaves, lambda kids: st.lists(kids, max_size=4)
-                      | st.lists(kids, max_size=4).map(tuple)
-                      | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=20)
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5))
+)
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=40)
+    | arrays
+)
+values = st.recursive(
+    leaves,
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.lists(kids, max_size=4).map(tuple)
+        | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,7 +86,7 @@ def mutate(rng: random.Random, frames):
         if op == 0 and f:  # flip a byte
             f[rng.randrange(len(f))] = rng.randrange(256)
         elif op == 1:  # truncate a frame
-            del f[rng.randrange(len(f) + 1):]
+            del f[rng.randrange(len(f) + 1) :]
         elif op == 2:  # grow a frame
             f.extend(rng.randbytes(rng.randint(1, 16)))
         elif op == 3 and len(frames) > 1:  # drop a frame
@@ -70,12 +95,14 @@ def mutate(rng: random.Random, frames):
             frames.insert(i, bytearray(f))
         elif op == 5 and len(f) >= 24:  # a header integer set to an extreme
             off = rng.choice([8, 12, 16, 24, 25, 26, 27])
-            f[off:off + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f"])
+            f[off : off + 4] = rng.choice(
+                [b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f"]
+            )
     return [bytes(f) for f in frames]
 
 
 @settings(max_examples=2500, deadline=None)
-@given(st.integers(0, len(GOLDEN_FRAMES) - 1), st.integers(0, 2 ** 32))
+@given(st.integers(0, len(GOLDEN_FRAMES) - 1), st.integers(0, 2**32))
 @example(5, 10488)  # once raised UnicodeDecodeError: the error text quoted invalid UTF-8
 def test_mutated_golden_messages_decode_or_raise_protocol_error(which, seed):
     frames = mutate(random.Random(seed), GOLDEN_FRAMES[which])
@@ -94,9 +121,15 @@ def test_random_frames_decode_or_raise_protocol_error(frames):
         pass
 
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 
 
 def test_live_server_survives_thousands_of_bad_messages():
@@ -133,7 +166,10 @@ def test_live_server_survives_thousands_of_bad_messages():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             stats = srv.stats()
-            if stats.get("caches", 0) >= 1 and stats["rejected_total"] + stats.get("logs", 0) + n_rep >= 3000 - 10:
+            if (
+                stats.get("caches", 0) >= 1
+                and stats["rejected_total"] + stats.get("logs", 0) + n_rep >= 3000 - 10
+            ):
                 break
             time.sleep(0.01)
         assert stats["rejected_total"] > 2000

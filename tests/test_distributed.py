@@ -17,8 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _link_pair(**config):
     sockets = dist.LearnerSockets(dist.DistributedConfig(num_actors=1, **config))
-    ends = dist.ActorEndpoints(sockets.endpoints["experience"], sockets.endpoints["params"],
-                               queue_chunks=config.get("queue_chunks", 32))
+    ends = dist.ActorEndpoints(
+        sockets.endpoints["experience"],
+        sockets.endpoints["params"],
+        queue_chunks=config.get("queue_chunks", 32),
+    )
     return sockets, ends
 
 
@@ -38,7 +41,8 @@ def test_actor_link_gets_newest_parameters_and_the_stop_notice(transport):
     link = ends.open()
     try:
         assert sockets.endpoints["experience"].startswith(
-            "ipc://" if transport == "multiprocessing" else "tcp://127.0.0.1:")
+            "ipc://" if transport == "multiprocessing" else "tcp://127.0.0.1:"
+        )
         # PUB drops what it sends before the subscription lands: publish until one arrives.
         got = _wait(lambda: sockets.publish(1, b"x") or link.latest())
         assert got == (1, b"x")
@@ -88,9 +92,13 @@ def test_an_actor_starts_episodes_only_while_the_learner_keeps_up():
         link = dist.ActorLink(ends, actor_id=3, give_up_s=10)
         # the learner stores episodes 0..4 of this actor and 7 of another one
         # (PUB drops what it sends before a subscription lands: the learner repeats the table)
-        got = _wait(lambda: sockets.acknowledge(
-            [(link.uuid, 4, 10, None), (other.uuid, 7, 3, None)]) or
-            link.should_stop() or link.stored_episode == 4)
+        got = _wait(
+            lambda: (
+                sockets.acknowledge([(link.uuid, 4, 10, None), (other.uuid, 7, 3, None)])
+                or link.should_stop()
+                or link.stored_episode == 4
+            )
+        )
         assert got and link.stored_episode == 4
         assert link.wait_for_learner(6)  # 6 finished, 5 stored: 1 out
         assert _wait(lambda: other.should_stop() or other.stored_episode == 7)
@@ -114,31 +122,53 @@ def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
     sockets, ends = _link_pair()
     link = ends.open()
     try:
-        buf = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99),
-                              mj.UniformSamplingDistribution(0), batch_size=4, max_capacity=100)
+        buf = mj.ReplayBuffer(
+            mj.TransitionAccumulator(1, 1, 0.99),
+            mj.UniformSamplingDistribution(0),
+            batch_size=4,
+            max_capacity=100,
+        )
         ingest = buf.chunk_ingest(np.zeros((4, 1), np.float32), np.int32(0))
         receiver = ExperienceReceiver(ingest, sockets.pull)
         stream = ChunkStream(ingest.row_spec, link.send, chunk_rows=3, uuid=(9 << 32) | 1)
         for length in (5, 2):
             for i in range(length):
-                assert stream.add({"observation": np.full((4, 1), i, np.float32), "action": i,
-                                   "reward": 1.0, "terminal": i == length - 1})
+                assert stream.add(
+                    {
+                        "observation": np.full((4, 1), i, np.float32),
+                        "action": i,
+                        "reward": 1.0,
+                        "terminal": i == length - 1,
+                    }
+                )
             assert stream.end_episode(True, info=(float(length), length, True))
         stored = []
         deadline = time.monotonic() + 10
         while len(stored) < 2 and time.monotonic() < deadline:
             stored += receiver.poll(0.1)
         assert [(u & 0xFFFFFFFF, e, r, i) for u, e, r, i in stored] == [
-            (1, 0, 5, (5.0, 5.0, 1.0)), (1, 1, 2, (2.0, 2.0, 1.0))]
-        ref = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99),
-                              mj.UniformSamplingDistribution(0), batch_size=4, max_capacity=100)
+            (1, 0, 5, (5.0, 5.0, 1.0)),
+            (1, 1, 2, (2.0, 2.0, 1.0)),
+        ]
+        ref = mj.ReplayBuffer(
+            mj.TransitionAccumulator(1, 1, 0.99),
+            mj.UniformSamplingDistribution(0),
+            batch_size=4,
+            max_capacity=100,
+        )
         for length in (5, 2):
             ends = np.arange(length) == length - 1
-            ref.add_batch(np.arange(length, dtype=np.float32)[:, None, None].repeat(4, 1),
-                          np.arange(length, dtype=np.int32), np.ones(length), ends, ends)
+            ref.add_batch(
+                np.arange(length, dtype=np.float32)[:, None, None].repeat(4, 1),
+                np.arange(length, dtype=np.int32),
+                np.ones(length),
+                ends,
+                ends,
+            )
         assert buf.add_count == ref.add_count > 0
-        np.testing.assert_array_equal(buf.get_elements(buf.keys()).state,
-                                      ref.get_elements(ref.keys()).state)
+        np.testing.assert_array_equal(
+            buf.get_elements(buf.keys()).state, ref.get_elements(ref.keys()).state
+        )
         count = buf.add_count
         # a peer's garbage is counted and dropped; the receiver lives on
         push = sockets._ctx.socket(dist.zmq.PUSH)
@@ -158,8 +188,9 @@ def test_params_round_trip_without_pickle():
     payload = dist.params_to_bytes(params)
     assert b"pickle" not in payload
     back = dist.params_from_bytes(params, payload)
-    np.testing.assert_array_equal(back["params"]["dense"]["kernel"],
-                                  params["params"]["dense"]["kernel"])
+    np.testing.assert_array_equal(
+        back["params"]["dense"]["kernel"], params["params"]["dense"]["kernel"]
+    )
     with pytest.raises(ValueError, match="does not match"):
         dist.params_from_bytes(params, b"\x00garbage")
 
@@ -176,12 +207,24 @@ def test_config_rejects_bad_values():
 @pytest.mark.dopamine
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base, "--gin_files",
-           os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")]
-    for b in ("Runner.num_iterations = 1", "Runner.training_steps = 300",
-              "Runner.evaluation_steps = 50", "JaxDQNAgent.min_replay_history = 50",
-              "ClassicControlDQNNetwork.hidden_units = 32",
-              "DistributedConfig.publish_period = 20", "DistributedConfig.chunk_size = 8"):
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--base_dir",
+        base,
+        "--gin_files",
+        os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
+    ]
+    for b in (
+        "Runner.num_iterations = 1",
+        "Runner.training_steps = 300",
+        "Runner.evaluation_steps = 50",
+        "JaxDQNAgent.min_replay_history = 50",
+        "ClassicControlDQNNetwork.hidden_units = 32",
+        "DistributedConfig.publish_period = 20",
+        "DistributedConfig.chunk_size = 8",
+    ):
         cmd += ["--gin_bindings", b]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -209,16 +252,30 @@ def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
 
     base = str(tmp_path)
     gin = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
-    small = ["Runner.num_iterations = 1", "Runner.training_steps = 200",
-             "Runner.evaluation_steps = 20", "JaxDQNAgent.min_replay_history = 50",
-             "ClassicControlDQNNetwork.hidden_units = 16", "DistributedConfig.publish_period = 20"]
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
-           "--gin_files", gin,
-           "--gin_bindings", "DistributedConfig.spawn_actors = False"]
+    small = [
+        "Runner.num_iterations = 1",
+        "Runner.training_steps = 200",
+        "Runner.evaluation_steps = 20",
+        "JaxDQNAgent.min_replay_history = 50",
+        "ClassicControlDQNNetwork.hidden_units = 16",
+        "DistributedConfig.publish_period = 20",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--base_dir",
+        base,
+        "--gin_files",
+        gin,
+        "--gin_bindings",
+        "DistributedConfig.spawn_actors = False",
+    ]
     for b in small:
         cmd += ["--gin_bindings", b]
-    learner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               cwd=base)
+    learner = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=base
+    )
     actors = []
     try:
         endpoints = None
@@ -229,19 +286,40 @@ def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
             if not line:
                 break
             lines.append(line)
-            endpoints = re.search(r"actors started by endpoint \(experience (\S+), "
-                                  r"parameters (\S+)\)", line)
+            endpoints = re.search(
+                r"actors started by endpoint \(experience (\S+), "
+                r"parameters (\S+)\)",
+                line,
+            )
         assert endpoints, "".join(lines[-30:])
         for k in range(2):
-            acmd = [sys.executable, "-m", "memoire.cli", "actor", "--gin_files", gin,
-                    "--experience", endpoints.group(1).rstrip(","),
-                    "--params", endpoints.group(2),
-                    "--actor_id", str(k), "--seed", str(k), "--max_steps", "2000",
-                    "--chunk_size", "16"]
+            acmd = [
+                sys.executable,
+                "-m",
+                "memoire.cli",
+                "actor",
+                "--gin_files",
+                gin,
+                "--experience",
+                endpoints.group(1).rstrip(","),
+                "--params",
+                endpoints.group(2),
+                "--actor_id",
+                str(k),
+                "--seed",
+                str(k),
+                "--max_steps",
+                "2000",
+                "--chunk_size",
+                "16",
+            ]
             for b in small:
                 acmd += ["--gin_bindings", b]
-            actors.append(subprocess.Popen(acmd, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, cwd=base))
+            actors.append(
+                subprocess.Popen(
+                    acmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=base
+                )
+            )
         rest, _ = learner.communicate(timeout=170)
         assert learner.returncode == 0, rest[-3000:]
     finally:

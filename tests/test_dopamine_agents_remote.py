@@ -19,13 +19,13 @@ pytest.importorskip("gym")
 pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
 from _buffer_server import BufferServerProcess  # noqa: E402
+
 from memoire.dopamine_compat import remote  # noqa: E402
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 300
-ENV = dict(os.environ,
-           TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
 
 
 def _config(name):
@@ -35,38 +35,84 @@ def _config(name):
 def _Server(kind, gin_file, log_path, args=()):
     """A buffer server process of `kind` configured by `gin_file`, in log_path's folder."""
     # Through the buffer server's old entry, as configs/*_remote.gin say to start it.
-    return BufferServerProcess(["--serve", kind, "--gin_files", _config(gin_file), "--seed", "0"]
-                               + list(args), log_path, module=("memoire.dopamine_compat.remote",),
-                               JAX_PLATFORMS="cpu")
+    return BufferServerProcess(
+        ["--serve", kind, "--gin_files", _config(gin_file), "--seed", "0"] + list(args),
+        log_path,
+        module=("memoire.dopamine_compat.remote",),
+        JAX_PLATFORMS="cpu",
+    )
 
 
 def _train(module, gin_file, base_dir, bindings):
-    cmd = [sys.executable, "-m", module, f"--base_dir={base_dir}",
-           f"--gin_files={_config(gin_file)}"] + [f"--gin_bindings={b}" for b in bindings]
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        f"--base_dir={base_dir}",
+        f"--gin_files={_config(gin_file)}",
+    ] + [f"--gin_bindings={b}" for b in bindings]
     # cwd: not ROOT, whose memoire/ (no extension built there) would shadow the installed one.
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=base_dir,
-                         check=False)
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=base_dir, check=False
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout + out.stderr
 
 
 CASES = {
     # id: (entry point, gin file, server kind, server args, agent prefix, endpoint binding)
-    "tf_dqn": ("dopamine.discrete_domains.train", "dqn_cartpole_tf_remote.gin", "circular", [],
-               "DQNAgent", "MemoireRemoteOutOfGraphReplayBuffer.endpoint"),
-    "tf_rainbow": ("dopamine.discrete_domains.train", "rainbow_cartpole_tf_remote.gin",
-                   "prioritized", [], "RainbowAgent",
-                   "MemoireRemoteOutOfGraphReplayBuffer.endpoint"),
-    "jax_dqn": ("memoire.dopamine_compat.jax_agents", "dqn_cartpole_jax_remote.gin", "jax",
-                ["--arg", "stack_size=1", "--arg", "update_horizon=1", "--arg", "gamma=0.99",
-                 "--gin_bindings", "ReplayBuffer.max_capacity = 2000"],
-                "JaxDQNAgent", "MemoireJaxDQNAgent.replay_endpoint"),
-    "jax_rainbow": ("memoire.dopamine_compat.jax_agents", "rainbow_cartpole_jax_remote.gin",
-                    "jax_prioritized",
-                    ["--arg", "stack_size=1", "--arg", "update_horizon=3", "--arg", "gamma=0.99",
-                     "--gin_bindings", "ReplayBuffer.max_capacity = 2000",
-                     "--gin_bindings", "PrioritizedSamplingDistribution.max_capacity = 2000"],
-                    "JaxRainbowAgent", "MemoireJaxRainbowAgent.replay_endpoint"),
+    "tf_dqn": (
+        "dopamine.discrete_domains.train",
+        "dqn_cartpole_tf_remote.gin",
+        "circular",
+        [],
+        "DQNAgent",
+        "MemoireRemoteOutOfGraphReplayBuffer.endpoint",
+    ),
+    "tf_rainbow": (
+        "dopamine.discrete_domains.train",
+        "rainbow_cartpole_tf_remote.gin",
+        "prioritized",
+        [],
+        "RainbowAgent",
+        "MemoireRemoteOutOfGraphReplayBuffer.endpoint",
+    ),
+    "jax_dqn": (
+        "memoire.dopamine_compat.jax_agents",
+        "dqn_cartpole_jax_remote.gin",
+        "jax",
+        [
+            "--arg",
+            "stack_size=1",
+            "--arg",
+            "update_horizon=1",
+            "--arg",
+            "gamma=0.99",
+            "--gin_bindings",
+            "ReplayBuffer.max_capacity = 2000",
+        ],
+        "JaxDQNAgent",
+        "MemoireJaxDQNAgent.replay_endpoint",
+    ),
+    "jax_rainbow": (
+        "memoire.dopamine_compat.jax_agents",
+        "rainbow_cartpole_jax_remote.gin",
+        "jax_prioritized",
+        [
+            "--arg",
+            "stack_size=1",
+            "--arg",
+            "update_horizon=3",
+            "--arg",
+            "gamma=0.99",
+            "--gin_bindings",
+            "ReplayBuffer.max_capacity = 2000",
+            "--gin_bindings",
+            "PrioritizedSamplingDistribution.max_capacity = 2000",
+        ],
+        "JaxRainbowAgent",
+        "MemoireJaxRainbowAgent.replay_endpoint",
+    ),
 }
 
 
@@ -84,13 +130,21 @@ def _add_count(kind, endpoint):
 @pytest.mark.parametrize("case", list(CASES))
 def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     module, gin_file, kind, server_args, prefix, endpoint_binding = CASES[case]
-    common = [f"Runner.training_steps = {STEPS}", "Runner.evaluation_steps = 20",
-              "Runner.max_steps_per_episode = 200", f"{prefix}.min_replay_history = 100"]
+    common = [
+        f"Runner.training_steps = {STEPS}",
+        "Runner.evaluation_steps = 20",
+        "Runner.max_steps_per_episode = 200",
+        f"{prefix}.min_replay_history = 100",
+    ]
 
     first = _Server(kind, gin_file, tmp_path / "server_a.log", server_args)
     try:
-        _train(module, gin_file, tmp_path,
-               common + ["Runner.num_iterations = 1", f"{endpoint_binding} = '{first.endpoint}'"])
+        _train(
+            module,
+            gin_file,
+            tmp_path,
+            common + ["Runner.num_iterations = 1", f"{endpoint_binding} = '{first.endpoint}'"],
+        )
         saved = _add_count(kind, first.endpoint)
     finally:
         first.stop()
@@ -106,14 +160,17 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     second = _Server(kind, gin_file, tmp_path / "server_b.log", server_args)
     try:
         assert _add_count(kind, second.endpoint) == 0  # a fresh, empty buffer
-        log = _train(module, gin_file, tmp_path,
-                     common + ["Runner.num_iterations = 2",
-                               f"{endpoint_binding} = '{second.endpoint}'"])
+        log = _train(
+            module,
+            gin_file,
+            tmp_path,
+            common + ["Runner.num_iterations = 2", f"{endpoint_binding} = '{second.endpoint}'"],
+        )
         resumed = _add_count(kind, second.endpoint)
     finally:
         second.stop()
     # Dopamine's runner logs the first; memoire train (quiet at INFO) prints the second.
-    assert ("will start from iteration 1" in log or "at iteration 1" in log), log[-3000:]
+    assert "will start from iteration 1" in log or "at iteration 1" in log, log[-3000:]
     # Server B reloaded checkpoint 0, then one iteration added its own steps (without the
     # reload it would hold one iteration's worth, about `saved`).
     assert resumed >= saved + STEPS // 2

@@ -14,16 +14,21 @@ FIELDS = ("state", "action", "reward", "next_state", "is_terminal", "episode_end
 
 def make_dopamine(stack, horizon, gamma, cap, prio, seed=0, exponent=0.5):
     acc = accumulator.TransitionAccumulator(stack_size=stack, update_horizon=horizon, gamma=gamma)
-    dist = (samplers.PrioritizedSamplingDistribution(seed, max_capacity=cap,
-                                                     priority_exponent=exponent)
-            if prio else samplers.UniformSamplingDistribution(seed))
+    dist = (
+        samplers.PrioritizedSamplingDistribution(seed, max_capacity=cap, priority_exponent=exponent)
+        if prio
+        else samplers.UniformSamplingDistribution(seed)
+    )
     return replay_buffer.ReplayBuffer(acc, dist, batch_size=8, max_capacity=cap)
 
 
 def make_memoire(stack, horizon, gamma, cap, prio, seed=0, exponent=0.5, fix=False):
     acc = mj.TransitionAccumulator(stack, horizon, gamma, fix_terminal_duplicates=fix)
-    dist = (mj.PrioritizedSamplingDistribution(seed, max_capacity=cap, priority_exponent=exponent)
-            if prio else mj.UniformSamplingDistribution(seed))
+    dist = (
+        mj.PrioritizedSamplingDistribution(seed, max_capacity=cap, priority_exponent=exponent)
+        if prio
+        else mj.UniformSamplingDistribution(seed)
+    )
     return mj.ReplayBuffer(acc, dist, batch_size=8, max_capacity=cap)
 
 
@@ -31,8 +36,13 @@ def stream(rng, n, shape=(3, 2), p_term=0.08, p_trunc=0.05):
     for _ in range(n):
         term = bool(rng.random() < p_term)
         end = term or bool(rng.random() < p_trunc)
-        yield elements.TransitionElement(rng.integers(0, 255, size=shape, dtype=np.uint8),
-                                         int(rng.integers(4)), float(rng.normal()), term, end)
+        yield elements.TransitionElement(
+            rng.integers(0, 255, size=shape, dtype=np.uint8),
+            int(rng.integers(4)),
+            float(rng.normal()),
+            term,
+            end,
+        )
 
 
 def assert_same_batch(a, b):
@@ -91,13 +101,17 @@ def test_same_elements_keys_samples_and_priorities(stack, horizon, gamma, prio):
     if prio:
         assert m.max_recorded_priority == d._sampling_distribution._sum_tree.max_recorded_priority
         assert m._sampling_distribution._sum_tree.max_recorded_priority == m.max_recorded_priority
-        np.testing.assert_array_equal(d._sampling_distribution._sum_tree._nodes,
-                                      m._sampling_distribution.to_state_dict()["sum_tree"]["nodes"])
+        np.testing.assert_array_equal(
+            d._sampling_distribution._sum_tree._nodes,
+            m._sampling_distribution.to_state_dict()["sum_tree"]["nodes"],
+        )
         keys = m.keys()
         np.testing.assert_array_equal(
             m.priorities(keys),
             d._sampling_distribution._sum_tree.get(
-                np.array([d._sampling_distribution._index_by_key[k] for k in keys])))
+                np.array([d._sampling_distribution._index_by_key[k] for k in keys])
+            ),
+        )
 
 
 def test_dopamine_quirks_are_kept():
@@ -116,8 +130,10 @@ def test_dopamine_quirks_are_kept():
     d = make_dopamine(4, 1, 0.9, 50, False)
     m = make_memoire(4, 1, 0.9, 50, False)
     f = make_memoire(4, 1, 0.9, 50, False, fix=True)
-    steps = [elements.TransitionElement(rng.integers(1, 255, (2,), np.uint8), k, 1.0, k == 7)
-             for k in range(8)]
+    steps = [
+        elements.TransitionElement(rng.integers(1, 255, (2,), np.uint8), k, 1.0, k == 7)
+        for k in range(8)
+    ]
     for s in steps:
         d.add(s), m.add(s), f.add(s)
     assert_same_contents(d, m)
@@ -135,8 +151,10 @@ def test_fix_with_horizon_keeps_full_stacks():
     rng = np.random.default_rng(3)
     d = make_dopamine(4, 3, 0.9, 100, False)
     f = make_memoire(4, 3, 0.9, 100, False, fix=True)
-    steps = [elements.TransitionElement(rng.integers(1, 255, (2,), np.uint8), k, float(k), k == 9)
-             for k in range(10)]
+    steps = [
+        elements.TransitionElement(rng.integers(1, 255, (2,), np.uint8), k, float(k), k == 9)
+        for k in range(10)
+    ]
     for s in steps:
         d.add(s), f.add(s)
     want = [d._memory[k].unpack() for k in d._memory]
@@ -157,13 +175,13 @@ def test_sample_and_add_errors_change_nothing():
     with pytest.raises(ValueError, match="No samples"):
         m.sample()
     o = np.zeros((2, 2), np.uint8)
-    for k in range(4):
+    for _k in range(4):
         m.add(elements.TransitionElement(o, 1, 1.0, False), priority=1.0)
     count = m.add_count
     with pytest.raises(ValueError, match="observation"):
         m.add(elements.TransitionElement(np.zeros((3,), np.uint8), 1, 1.0, False), priority=1.0)
     with pytest.raises(ValueError, match="observation"):
-        m.add(elements.TransitionElement(np.zeros((2, 2), np.float32), 1, 1.0, False), priority=1.)
+        m.add(elements.TransitionElement(np.zeros((2, 2), np.float32), 1, 1.0, False), priority=1.0)
     with pytest.raises(TypeError, match="priority"):
         m.add(elements.TransitionElement(o, 1, 1.0, False))
     with pytest.raises(ValueError, match="priority"):
@@ -210,8 +228,9 @@ def test_clear():
     for s in stream(rng, 80):
         d.add(s, priority=1.0), m.add(s, priority=1.0)
     assert_same_contents(d, m)
-    np.testing.assert_array_equal(d.sample(with_sample_metadata=True)[1].keys,
-                                  m.sample(with_sample_metadata=True)[1].keys)
+    np.testing.assert_array_equal(
+        d.sample(with_sample_metadata=True)[1].keys, m.sample(with_sample_metadata=True)[1].keys
+    )
 
 
 @pytest.mark.parametrize("prio", [False, True], ids=["uniform", "prioritized"])
@@ -258,7 +277,9 @@ def test_load_rejects_malformed_state_without_change():
         m.add(s)
     state = m.to_state_dict()
     before = m.get_elements(m.keys())
-    bad = dict(state, memory=dict(state["memory"], values=[[1, 2, 3]] * len(state["memory"]["keys"])))
+    bad = dict(
+        state, memory=dict(state["memory"], values=[[1, 2, 3]] * len(state["memory"]["keys"]))
+    )
     with pytest.raises(ValueError, match="6 leaves"):
         m.from_state_dict(bad)
     bad = dict(state, add_count=state["add_count"] + 5)
@@ -292,8 +313,9 @@ def test_from_dopamine_converts_settings_and_contents():
     assert_same_contents(twin, m)
     for s in stream(rng, 40):
         twin.add(s, priority=0.5), m.add(s, priority=0.5)
-    np.testing.assert_array_equal(twin.sample(with_sample_metadata=True)[1].keys,
-                                  m.sample(with_sample_metadata=True)[1].keys)
+    np.testing.assert_array_equal(
+        twin.sample(with_sample_metadata=True)[1].keys, m.sample(with_sample_metadata=True)[1].keys
+    )
 
 
 def test_frames_are_stored_once():
@@ -305,9 +327,13 @@ def test_frames_are_stored_once():
 
 
 def _columns(steps):
-    return (np.stack([s.observation for s in steps]), np.asarray([s.action for s in steps]),
-            np.asarray([s.reward for s in steps]), np.asarray([s.is_terminal for s in steps]),
-            np.asarray([s.episode_end for s in steps]))
+    return (
+        np.stack([s.observation for s in steps]),
+        np.asarray([s.action for s in steps]),
+        np.asarray([s.reward for s in steps]),
+        np.asarray([s.is_terminal for s in steps]),
+        np.asarray([s.episode_end for s in steps]),
+    )
 
 
 @pytest.mark.parametrize("stack,horizon", [(1, 1), (4, 3)])
@@ -322,16 +348,19 @@ def test_add_batch_equals_single_adds(stack, horizon, prio):
     pri[::11] = 0.0
     start = 0
     for k in (1, 7, 0, 64, 3, 100, 125):  # chunks of assorted sizes, empty included
-        chunk = steps[start:start + k]
+        chunk = steps[start : start + k]
         before = one.add_count
         emitted_one = []
         for j, s in enumerate(chunk):
             a = one.add_count
             one.add(s, priority=float(pri[start + j])) if prio else one.add(s)
             emitted_one.append(one.add_count - a)
-        emitted = bulk.add_batch(*_columns(chunk) if chunk else (
-            np.zeros((0, 3, 2), np.uint8), np.zeros(0, np.int64), [], [], []),
-            priorities=pri[start:start + k] if prio else None)
+        emitted = bulk.add_batch(
+            *_columns(chunk)
+            if chunk
+            else (np.zeros((0, 3, 2), np.uint8), np.zeros(0, np.int64), [], [], []),
+            priorities=pri[start : start + k] if prio else None,
+        )
         assert emitted.tolist() == emitted_one and one.add_count - before == emitted.sum()
         assert bulk.add_count == one.add_count
         start += k
@@ -347,7 +376,8 @@ def test_add_batch_equals_single_adds(stack, horizon, prio):
     assert_same_batch(b1, b2)
     # The accumulator's partial trajectory is the same too.
     assert str(one.to_state_dict()["transition_accumulator"]["trajectory"]) == str(
-        bulk.to_state_dict()["transition_accumulator"]["trajectory"])
+        bulk.to_state_dict()["transition_accumulator"]["trajectory"]
+    )
 
 
 def test_add_batch_rejects_bad_input_without_change():
@@ -387,11 +417,18 @@ def test_saving_a_step_again_replaces_it(tmp_path):
     from dopamine.jax.replay_memory import elements
 
     def filled(n):
-        buf = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99), mj.UniformSamplingDistribution(0),
-                              batch_size=4, max_capacity=100)
+        buf = mj.ReplayBuffer(
+            mj.TransitionAccumulator(1, 1, 0.99),
+            mj.UniformSamplingDistribution(0),
+            batch_size=4,
+            max_capacity=100,
+        )
         for t in range(n):
-            buf.add(elements.TransitionElement(np.full((4,), t, np.float32), 0, 1.0,
-                                               t == n - 1, t == n - 1))
+            buf.add(
+                elements.TransitionElement(
+                    np.full((4,), t, np.float32), 0, 1.0, t == n - 1, t == n - 1
+                )
+            )
         return buf
 
     filled(10).save(str(tmp_path), 3)

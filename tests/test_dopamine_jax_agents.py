@@ -12,8 +12,10 @@ pytest.importorskip("dopamine.jax.replay_memory.replay_buffer")
 from dopamine.discrete_domains import run_experiment  # noqa: E402
 from dopamine.jax.replay_memory import samplers  # noqa: E402
 
-from memoire.dopamine_compat import jax_agents  # noqa: E402
-from memoire.dopamine_compat import jax_replay_buffer  # noqa: E402
+from memoire.dopamine_compat import (
+    jax_agents,  # noqa: E402
+    jax_replay_buffer,  # noqa: E402
+)
 from memoire.experiments.runner import create_runner  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,17 +31,26 @@ SHORT = [
 
 def _runner(gin_file, agent_prefix, base_dir, iterations, extra=()):
     gin.clear_config()
-    bindings = SHORT + [f"Runner.num_iterations = {iterations}",
-                        f"{agent_prefix}.min_replay_history = 100",
-                        f"{agent_prefix}.seed = 7"] + list(extra)
+    bindings = (
+        SHORT
+        + [
+            f"Runner.num_iterations = {iterations}",
+            f"{agent_prefix}.min_replay_history = 100",
+            f"{agent_prefix}.seed = 7",
+        ]
+        + list(extra)
+    )
     run_experiment.load_gin_configs([os.path.join(ROOT, "configs", gin_file)], bindings)
     return create_runner(str(base_dir), create_agent=jax_agents.create_memoire_agent)
 
 
-@pytest.mark.parametrize("gin_file,prefix,cls,prioritized", [
-    ("dqn_cartpole_jax.gin", "JaxDQNAgent", jax_agents.MemoireJaxDQNAgent, False),
-    ("rainbow_cartpole_jax.gin", "JaxRainbowAgent", jax_agents.MemoireJaxRainbowAgent, True),
-])
+@pytest.mark.parametrize(
+    "gin_file,prefix,cls,prioritized",
+    [
+        ("dqn_cartpole_jax.gin", "JaxDQNAgent", jax_agents.MemoireJaxDQNAgent, False),
+        ("rainbow_cartpole_jax.gin", "JaxRainbowAgent", jax_agents.MemoireJaxRainbowAgent, True),
+    ],
+)
 def test_agent_trains_checkpoints_and_resumes(tmp_path, gin_file, prefix, cls, prioritized):
     extra = ["PrioritizedSamplingDistribution.max_capacity = 1000"] if prioritized else []
     runner = _runner(gin_file, prefix, tmp_path, 1, extra)
@@ -49,8 +60,10 @@ def test_agent_trains_checkpoints_and_resumes(tmp_path, gin_file, prefix, cls, p
     assert isinstance(replay, jax_replay_buffer.ReplayBuffer)
     assert replay._max_capacity == 1000 and replay._batch_size == 32
     # The agents' private isinstance check and read work on memoire's shim.
-    assert isinstance(replay._sampling_distribution,
-                      samplers.PrioritizedSamplingDistribution) == prioritized
+    assert (
+        isinstance(replay._sampling_distribution, samplers.PrioritizedSamplingDistribution)
+        == prioritized
+    )
     if prioritized:
         # Dopamine 4.1.2 quirk: JaxDQNAgent.__init__ resets _replay_scheme to 'uniform' after
         # JaxRainbowAgent set it, so Rainbow never updates priorities (memoire keeps that).
@@ -64,8 +77,10 @@ def test_agent_trains_checkpoints_and_resumes(tmp_path, gin_file, prefix, cls, p
         # Rainbow updated priorities with its losses: leaves differ from the initial 1.0.
         pri = replay.priorities(replay.keys())
         assert not np.all(pri == 1.0)
-        assert replay.max_recorded_priority == \
-            replay._sampling_distribution._sum_tree.max_recorded_priority
+        assert (
+            replay.max_recorded_priority
+            == replay._sampling_distribution._sum_tree.max_recorded_priority
+        )
     saved_count = replay.add_count
     saved_batch = replay.get_elements(replay.keys()[-5:])
     assert os.path.isdir(tmp_path / "checkpoints")

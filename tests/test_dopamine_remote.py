@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from memoire import ReplayMemoryServer
-from memoire.dopamine_compat import remote
-from memoire.dopamine_compat import buffer_server
+from memoire.dopamine_compat import buffer_server, remote
 from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer
 from memoire.dopamine_compat.prioritized_replay_buffer import OutOfGraphPrioritizedReplayBuffer
 
@@ -18,9 +17,15 @@ OBS = (5, 3)
 
 
 def _server():
-    t = [np.zeros([4], np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-         np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-         np.zeros([0], np.uint8)]
+    t = [
+        np.zeros([4], np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+    ]
     srv = ReplayMemoryServer(*t, 64, None)
     return srv, srv.start()
 
@@ -36,8 +41,16 @@ def _episodes(actor):
     out = []
     for e in range(3):
         n = 7 + 3 * e + actor
-        rows = [(rng.integers(0, 255, OBS).astype(np.uint8), int(rng.integers(0, 4)),
-                 float(rng.normal()), k == n - 1, float(rng.uniform(0.1, 2))) for k in range(n)]
+        rows = [
+            (
+                rng.integers(0, 255, OBS).astype(np.uint8),
+                int(rng.integers(0, 4)),
+                float(rng.normal()),
+                k == n - 1,
+                float(rng.uniform(0.1, 2)),
+            )
+            for k in range(n)
+        ]
         out.append(rows)
     return out
 
@@ -89,19 +102,29 @@ def test_two_actors_then_learner_matches_local(prioritized):
         assert isinstance(rb.add_count, np.ndarray)
         # The served buffer's arguments (public), and Dopamine's attributes made of them.
         assert rb.arguments() == local.arguments()
-        for name in ("observation_shape", "stack_size", "replay_capacity", "batch_size",
-                     "update_horizon", "gamma", "observation_dtype", "extra_storage_types",
-                     "state_shape"):
+        for name in (
+            "observation_shape",
+            "stack_size",
+            "replay_capacity",
+            "batch_size",
+            "update_horizon",
+            "gamma",
+            "observation_dtype",
+            "extra_storage_types",
+            "state_shape",
+        ):
             assert getattr(rb, "_" + name) == getattr(local, "_" + name), name
-        np.testing.assert_array_equal(rb._cumulative_discount_vector,
-                                      local._cumulative_discount_vector)
+        np.testing.assert_array_equal(
+            rb._cumulative_discount_vector, local._cumulative_discount_vector
+        )
         assert rb.cursor() == local.cursor() and rb.is_full() == local.is_full()
         assert rb.is_empty() == local.is_empty()
         assert rb.episode_end_indices == local.episode_end_indices
         np.testing.assert_array_equal(rb.invalid_range, local.invalid_range)
         valid = [i for i in range(200) if local.is_valid_transition(i)]
-        assert [rb.is_valid_transition(i) for i in range(200)] == \
-            [local.is_valid_transition(i) for i in range(200)]
+        assert [rb.is_valid_transition(i) for i in range(200)] == [
+            local.is_valid_transition(i) for i in range(200)
+        ]
         idx = valid[:8]
         got = rb.sample_transition_batch(8, idx)
         want = local.sample_transition_batch(8, idx)
@@ -113,11 +136,14 @@ def test_two_actors_then_learner_matches_local(prioritized):
         assert sampled[0].shape == (8,) + OBS + (4,)
         assert all(local.is_valid_transition(int(i)) for i in sampled[7])
         if prioritized:
-            np.testing.assert_allclose(rb.get_priority(np.array(idx, np.int32)),
-                                       local.get_priority(np.array(idx, np.int32)))
+            np.testing.assert_allclose(
+                rb.get_priority(np.array(idx, np.int32)),
+                local.get_priority(np.array(idx, np.int32)),
+            )
             rb.set_priority(np.array(idx[:3], np.int32), np.array([5.0, 6.0, 7.0]))
-            np.testing.assert_allclose(served.get_priority(np.array(idx[:3], np.int32)),
-                                       [5.0, 6.0, 7.0])
+            np.testing.assert_allclose(
+                served.get_priority(np.array(idx[:3], np.int32)), [5.0, 6.0, 7.0]
+            )
             assert rb.sum_tree.max_recorded_priority == served.sum_tree.max_recorded_priority
         rb.close()
     finally:
@@ -130,8 +156,9 @@ def test_concurrent_actors_all_rows_arrive():
         served = _make(False)
         buffer_server.serve_buffer(srv, served, "replay")
         dones = [CTX.Event() for _ in range(2)]
-        procs = [CTX.Process(target=_actor, args=(ep["rep"], a, False, d))
-                 for a, d in enumerate(dones)]
+        procs = [
+            CTX.Process(target=_actor, args=(ep["rep"], a, False, d)) for a, d in enumerate(dones)
+        ]
         for p in procs:
             p.start()
         for d in dones:
@@ -155,9 +182,11 @@ def test_bad_calls_raise_as_local():
         local = _make(True)
         rb = remote.RemoteOutOfGraphReplayBuffer(ep["rep"], "replay", timeout=10)
         obs = np.zeros(OBS, np.uint8)
-        for call in (lambda b: b.add(np.zeros((2, 2), np.uint8), 0, 0.0, False, priority=1.0),
-                     lambda b: b.add(obs, 0, 0.0, False, 7, priority=1.0),
-                     lambda b: b.sample_transition_batch(8)):
+        for call in (
+            lambda b: b.add(np.zeros((2, 2), np.uint8), 0, 0.0, False, priority=1.0),
+            lambda b: b.add(obs, 0, 0.0, False, 7, priority=1.0),
+            lambda b: b.sample_transition_batch(8),
+        ):
             with pytest.raises(Exception) as want:
                 call(local)
             with pytest.raises(want.type):
@@ -192,9 +221,12 @@ def test_jax_buffer_remote_matches_local():
     from memoire.dopamine_compat import jax_replay_buffer as jrb
 
     def make():
-        return jrb.ReplayBuffer(jrb.TransitionAccumulator(2, 2, 0.9),
-                                jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=100),
-                                batch_size=4, max_capacity=100)
+        return jrb.ReplayBuffer(
+            jrb.TransitionAccumulator(2, 2, 0.9),
+            jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=100),
+            batch_size=4,
+            max_capacity=100,
+        )
 
     srv, ep = _server()
     try:
@@ -203,8 +235,9 @@ def test_jax_buffer_remote_matches_local():
         rb = remote.RemoteReplayBuffer(ep["rep"], "jax", flush_rows=4, timeout=10)
         rng = np.random.default_rng(3)
         for k in range(30):
-            t = elements.TransitionElement(rng.integers(0, 9, (3, 2)).astype(np.uint8), k % 3,
-                                           float(k), k % 10 == 9, False)
+            t = elements.TransitionElement(
+                rng.integers(0, 9, (3, 2)).astype(np.uint8), k % 3, float(k), k % 10 == 9, False
+            )
             rb.add(t, priority=float(k % 4 + 1))
             local.add(t, priority=float(k % 4 + 1))
         assert rb.add_count == local.add_count and len(rb) == len(local)

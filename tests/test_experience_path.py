@@ -17,24 +17,32 @@ def episodes(seed, count=4, shape=(3, 2)):
     out = []
     for e in range(count):
         n = int(rng.integers(1, 12))
-        out.append((rng.integers(0, 255, (n, *shape), dtype=np.uint8),
-                    rng.integers(0, 4, n).astype(np.int32),
-                    rng.normal(size=n).astype(np.float32), bool(e % 2)))
+        out.append(
+            (
+                rng.integers(0, 255, (n, *shape), dtype=np.uint8),
+                rng.integers(0, 4, n).astype(np.int32),
+                rng.normal(size=n).astype(np.float32),
+                bool(e % 2),
+            )
+        )
     return out
 
 
 def copying_sender(ingest, results):
     """A `send` that hands the ingest a copy of the frames (as a socket does)."""
+
     def send(frames):
         results.append(ingest.ingest([bytes(memoryview(f)) for f in frames]))
         return True
+
     return send
 
 
 def stream(ingest, eps, chunk_rows=3, uuid=7, info=True):
     results = []
-    s = ChunkStream(ingest.row_spec, copying_sender(ingest, results), chunk_rows=chunk_rows,
-                    uuid=uuid)
+    s = ChunkStream(
+        ingest.row_spec, copying_sender(ingest, results), chunk_rows=chunk_rows, uuid=uuid
+    )
     names = [name for name, _, _ in ingest.row_spec]
     for obs, act, rew, term in eps:
         for i in range(len(rew)):
@@ -72,19 +80,26 @@ def test_tf_buffer_ingest_equals_add_batch(cls):
     for name in direct._store:
         np.testing.assert_array_equal(fed._store[name], direct._store[name], err_msg=name)
     valid = [i for i in range(CAP) if direct.is_valid_transition(i)]
-    for a, b in zip(fed.sample_transition_batch(len(valid), np.array(valid)),
-                    direct.sample_transition_batch(len(valid), np.array(valid))):
+    for a, b in zip(
+        fed.sample_transition_batch(len(valid), np.array(valid)),
+        direct.sample_transition_batch(len(valid), np.array(valid)),
+    ):
         np.testing.assert_array_equal(a, b)
     if cls is OutOfGraphPrioritizedReplayBuffer:
-        np.testing.assert_array_equal(fed.get_priority(np.array(valid, np.int32)),
-                                      direct.get_priority(np.array(valid, np.int32)))
+        np.testing.assert_array_equal(
+            fed.get_priority(np.array(valid, np.int32)),
+            direct.get_priority(np.array(valid, np.int32)),
+        )
 
 
 def jax_buffer(prioritized):
     mj = pytest.importorskip("memoire.dopamine_compat.jax_replay_buffer")  # needs dopamine-rl
     acc = mj.TransitionAccumulator(STACK, 2, 0.9)
-    dist = (mj.PrioritizedSamplingDistribution(0, max_capacity=CAP, priority_exponent=0.5)
-            if prioritized else mj.UniformSamplingDistribution(0))
+    dist = (
+        mj.PrioritizedSamplingDistribution(0, max_capacity=CAP, priority_exponent=0.5)
+        if prioritized
+        else mj.UniformSamplingDistribution(0)
+    )
     return mj.ReplayBuffer(acc, dist, batch_size=4, max_capacity=CAP)
 
 
@@ -99,8 +114,9 @@ def test_jax_buffer_ingest_equals_add_batch(prioritized):
         terms[-1] = term
         ends = np.zeros(n, bool)
         ends[-1] = True
-        direct.add_batch(obs, act, rew.astype(np.float64), terms, ends,
-                         priorities=0.8 if prioritized else None)
+        direct.add_batch(
+            obs, act, rew.astype(np.float64), terms, ends, priorities=0.8 if prioritized else None
+        )
     ingest = fed.chunk_ingest(eps[0][0][0], eps[0][1][0])
     fed.set_ingest_priority(ingest, 0.8)
     stream(ingest, [(o, a, r.astype(np.float64), t) for o, a, r, t in eps])
@@ -120,8 +136,10 @@ def test_interleaved_actors_store_whole_episodes_in_commit_order():
     fed = tf_buffer(OutOfGraphReplayBuffer)
     ingest = fed.chunk_ingest()
     results = []
-    streams = [ChunkStream(ingest.row_spec, copying_sender(ingest, results), chunk_rows=2,
-                           uuid=u) for u in (1, 2)]
+    streams = [
+        ChunkStream(ingest.row_spec, copying_sender(ingest, results), chunk_rows=2, uuid=u)
+        for u in (1, 2)
+    ]
     order = []  # (actor, episode) in commit order
     pending = [list(eps_a), list(eps_b)]
     rows = [0, 0]
@@ -131,8 +149,14 @@ def test_interleaved_actors_store_whole_episodes_in_commit_order():
                 continue
             obs, act, rew, term = pending[k][0]
             i = rows[k]
-            streams[k].add({"observation": obs[i], "action": act[i], "reward": rew[i],
-                            "terminal": term and i == len(rew) - 1})
+            streams[k].add(
+                {
+                    "observation": obs[i],
+                    "action": act[i],
+                    "reward": rew[i],
+                    "terminal": term and i == len(rew) - 1,
+                }
+            )
             rows[k] += 1
             if rows[k] == len(rew):
                 streams[k].end_episode(term)
@@ -156,8 +180,9 @@ def test_committed_records_carry_the_actors_info():
     stream(ingest, eps, uuid=11)
     records, dropped = ingest.take_committed()
     assert dropped == 0
-    assert [(u, e, r) for u, e, r, _ in records] == [(11, k, len(ep[2])) for k, ep in
-                                                     enumerate(eps)]
+    assert [(u, e, r) for u, e, r, _ in records] == [
+        (11, k, len(ep[2])) for k, ep in enumerate(eps)
+    ]
     for (_, _, _, info), (_, _, rew, term) in zip(records, eps):
         assert info == pytest.approx((float(rew.sum()), len(rew), float(term)))
     assert ingest.take_committed() == ([], 0)
@@ -185,8 +210,14 @@ def test_bad_chunks_are_refused_and_change_nothing():
     # another layout (float32 observations): malformed
     spec = [(n, np.float32 if n == "observation" else d, sh) for n, d, sh in ingest.row_spec]
     s = ChunkStream(spec, copying_sender(ingest, got), uuid=10)
-    s.add({"observation": obs[0].astype(np.float32), "action": act[0], "reward": 1.0,
-           "terminal": False})
+    s.add(
+        {
+            "observation": obs[0].astype(np.float32),
+            "action": act[0],
+            "reward": 1.0,
+            "terminal": False,
+        }
+    )
     s.end_episode(False)
     assert got[-1][0] == 3 and got[-1][2] == "malformed"
     assert fed.add_count == count
@@ -214,7 +245,13 @@ def test_jax_ingest_checks_layout_and_priority():
         buf.set_ingest_priority(ingest, -1.0)
     with pytest.raises(ValueError, match="observation: expected 6 bytes"):
         from memoire import _core
-        _core.ChunkIngest(buf._store, observation_dtype=np.float32, observation_shape=[3, 2],
-                          action_dtype=np.int32, action_shape=[])
+
+        _core.ChunkIngest(
+            buf._store,
+            observation_dtype=np.float32,
+            observation_shape=[3, 2],
+            action_dtype=np.int32,
+            action_shape=[],
+        )
     with pytest.raises(RuntimeError, match="priority"):
         tf_buffer(OutOfGraphReplayBuffer).chunk_ingest().priority = 1.0

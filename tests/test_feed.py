@@ -12,7 +12,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from _subprocess_env import subprocess_env
 
 from memoire import ReplayMemory
@@ -21,6 +20,7 @@ from memoire.feed import Feed
 
 try:  # the Dopamine faces (and scipy, which JAX brings); a core-only install has neither
     import scipy.stats as stats
+
     from memoire.dopamine_compat import circular_replay_buffer as crb
     from memoire.dopamine_compat import jax_replay_buffer as jrb
 except ImportError:
@@ -30,23 +30,32 @@ except ImportError:
 def dopamine(test):
     """Marks a test that needs the Dopamine faces (deselected in the core-only run)."""
     return pytest.mark.dopamine(
-        pytest.mark.skipif(jrb is None, reason="needs dopamine-rl and scipy")(test))
+        pytest.mark.skipif(jrb is None, reason="needs dopamine-rl and scipy")(test)
+    )
 
 
 P_MIN = 1e-3  # chi-square p-value below which two samples are called different
 
 
-def _jax_buffer(n_elements=20, *, prioritized=False, obs_shape=(4, 4), batch_size=32,
-                capacity=1000):
+def _jax_buffer(
+    n_elements=20, *, prioritized=False, obs_shape=(4, 4), batch_size=32, capacity=1000
+):
     """A stack-1 JAX-face buffer holding keys 0..n_elements-1 (observation i is all i)."""
     acc = jrb.TransitionAccumulator(stack_size=1, update_horizon=1, gamma=0.99)
-    dist = (jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=capacity) if prioritized
-            else jrb.UniformSamplingDistribution(seed=0))
+    dist = (
+        jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=capacity)
+        if prioritized
+        else jrb.UniformSamplingDistribution(seed=0)
+    )
     buf = jrb.ReplayBuffer(acc, dist, batch_size=batch_size, max_capacity=capacity)
     kw = {"priority": 1.0} if prioritized else {}
     for i in range(n_elements + 1):  # the last step's element appears with the next step
-        buf.add(jrb.TransitionElement(np.full(obs_shape, i % 251, np.uint8), i % 3, float(i),
-                                      False, False), **kw)
+        buf.add(
+            jrb.TransitionElement(
+                np.full(obs_shape, i % 251, np.uint8), i % 3, float(i), False, False
+            ),
+            **kw,
+        )
     assert len(buf) == n_elements
     return buf
 
@@ -62,6 +71,7 @@ def _same_distribution(a, b):
 
 
 # ---- distribution ----
+
 
 @dopamine
 def test_uniform_jax_feed_matches_inline_distribution():
@@ -103,8 +113,9 @@ def test_prioritized_jax_feed_draws_in_proportion_to_priorities():
 
 @dopamine
 def test_tf_face_feed_matches_inline_distribution():
-    buf = crb.OutOfGraphReplayBuffer(observation_shape=(2, 2), stack_size=2, replay_capacity=40,
-                                     batch_size=16, seed=5)
+    buf = crb.OutOfGraphReplayBuffer(
+        observation_shape=(2, 2), stack_size=2, replay_capacity=40, batch_size=16, seed=5
+    )
     for i in range(30):
         buf.add(np.full((2, 2), i, np.uint8), i % 2, float(i), i == 12)
     inline = [buf.sample_transition_batch()[7].copy() for _ in range(400)]
@@ -122,8 +133,7 @@ def test_tf_face_feed_matches_inline_distribution():
 def test_single_thread_feed_is_deterministic_and_device_batches_match_host():
     jax = pytest.importorskip("jax")
     buf = _jax_buffer(50)
-    with Feed(buf, threads=1, seed=11) as host, Feed(buf, threads=1, seed=11,
-                                                     device="jax") as dev:
+    with Feed(buf, threads=1, seed=11) as host, Feed(buf, threads=1, seed=11, device="jax") as dev:
         for _ in range(20):
             h, d = next(host), next(dev)
             assert isinstance(d.state, jax.Array)
@@ -136,11 +146,16 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
     """Each batch is drawn and gathered under one lock: with adds (and evictions, capacity 300)
     running in another thread, every element is still the one its key names."""
     import threading
+
     buf = _jax_buffer(50, capacity=300)
+
     def adder():
         for i in range(51, 3000):
-            buf.add(jrb.TransitionElement(np.full((4, 4), i % 251, np.uint8), i % 3, float(i),
-                                          False, False))
+            buf.add(
+                jrb.TransitionElement(
+                    np.full((4, 4), i % 251, np.uint8), i % 3, float(i), False, False
+                )
+            )
 
     t = threading.Thread(target=adder)
     with Feed(buf, depth=4, threads=2, seed=4, with_sample_metadata=True) as feed:
@@ -149,8 +164,7 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
             for _ in range(500):
                 batch, meta = next(feed)
                 np.testing.assert_array_equal(batch.state[:, 0, 0, 0], meta.keys % 251)
-                np.testing.assert_array_equal(batch.next_state[:, 0, 0, 0],
-                                              (meta.keys + 1) % 251)
+                np.testing.assert_array_equal(batch.next_state[:, 0, 0, 0], (meta.keys + 1) % 251)
                 np.testing.assert_array_equal(batch.reward, meta.keys.astype(np.float64))
         finally:
             t.join()
@@ -158,6 +172,7 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
 
 
 # ---- prioritized updates land ----
+
 
 @dopamine
 def test_priority_updates_reach_batches_within_depth():
@@ -184,16 +199,18 @@ def test_priority_updates_reach_device_batches_within_depth_plus_one():
         next(feed)
         buf.update(np.array([9]), priorities=np.array([0.0]))
         later = [np.asarray(next(feed)[1].keys).copy() for _ in range(depth + 1 + 100)]
-        assert not any((k == 9).any() for k in later[depth + 1:])
+        assert not any((k == 9).any() for k in later[depth + 1 :])
 
 
 # ---- errors ----
 
+
 @dopamine
 def test_empty_jax_buffer_raises_the_synchronous_error():
     acc = jrb.TransitionAccumulator(stack_size=1, update_horizon=1, gamma=0.99)
-    buf = jrb.ReplayBuffer(acc, jrb.UniformSamplingDistribution(seed=0), batch_size=4,
-                           max_capacity=10)
+    buf = jrb.ReplayBuffer(
+        acc, jrb.UniformSamplingDistribution(seed=0), batch_size=4, max_capacity=10
+    )
     with pytest.raises(ValueError) as sync:
         buf.sample()
     with Feed(buf) as feed:
@@ -222,8 +239,9 @@ def test_empty_jax_buffer_raises_the_synchronous_error():
 
 @dopamine
 def test_tf_face_feed_raises_dopamines_error():
-    buf = crb.OutOfGraphReplayBuffer(observation_shape=(2,), stack_size=4, replay_capacity=40,
-                                     batch_size=8, seed=0)
+    buf = crb.OutOfGraphReplayBuffer(
+        observation_shape=(2,), stack_size=4, replay_capacity=40, batch_size=8, seed=0
+    )
     buf.add(np.zeros(2, np.uint8), 0, 0.0, False)
     with pytest.raises(RuntimeError) as sync:
         buf.sample_transition_batch()
@@ -234,10 +252,17 @@ def test_tf_face_feed_raises_dopamines_error():
 
 
 @dopamine
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(depth=0), "depth"), (dict(depth=2, threads=3), "threads"), (dict(threads=0), "threads"),
-    (dict(batch_size=0), "batch_size"), (dict(seed=-1), "seed"), (dict(device="gpu"), "device"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(depth=0), "depth"),
+        (dict(depth=2, threads=3), "threads"),
+        (dict(threads=0), "threads"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(seed=-1), "seed"),
+        (dict(device="gpu"), "device"),
+    ],
+)
 def test_bad_settings_raise_value_error(kwargs, match):
     buf = _jax_buffer(4)
     with pytest.raises(ValueError, match=match):
@@ -250,6 +275,7 @@ def test_unknown_buffer_raises_type_error():
 
 
 # ---- lifetime ----
+
 
 @dopamine
 def test_batches_stay_valid_after_close_and_take_after_close_raises():
@@ -297,9 +323,14 @@ def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean(tmp_p
         print("OK", flush=True)
     """)
     # cwd: not the checkout, whose memoire/ (no extension in CI) `-c` would import first
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, env=subprocess_env(os.path.dirname(__file__)),
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(os.path.dirname(__file__)),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("OK")
     assert "terminate called" not in proc.stderr
@@ -322,6 +353,7 @@ def test_many_thousand_batches_do_not_grow_memory():
 
 # ---- the Dopamine agents ----
 
+
 @dopamine
 def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
     gin = pytest.importorskip("gin")
@@ -332,13 +364,20 @@ def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
     gin.clear_config()
     runner_lib.load_gin(
         [os.path.join(root, "configs", "dqn_cartpole_jax_feed.gin")],
-        ["Runner.num_iterations = 1", "Runner.training_steps = 300",
-         "Runner.evaluation_steps = 20", "ReplayBuffer.max_capacity = 1000",
-         "ReplayBuffer.batch_size = 32", "JaxDQNAgent.min_replay_history = 100",
-         "JaxDQNAgent.seed = 7"])
+        [
+            "Runner.num_iterations = 1",
+            "Runner.training_steps = 300",
+            "Runner.evaluation_steps = 20",
+            "ReplayBuffer.max_capacity = 1000",
+            "ReplayBuffer.batch_size = 32",
+            "JaxDQNAgent.min_replay_history = 100",
+            "JaxDQNAgent.seed = 7",
+        ],
+    )
     try:
-        runner = runner_lib.create_runner(str(tmp_path),
-                                          create_agent=jax_agents.create_memoire_agent)
+        runner = runner_lib.create_runner(
+            str(tmp_path), create_agent=jax_agents.create_memoire_agent
+        )
         agent = runner._agent
         replay = agent._replay
         assert replay._feed is not None and replay._feed.depth == 4
@@ -354,17 +393,24 @@ def test_jax_agent_trains_from_the_feed_with_gin(tmp_path):
 def test_agent_default_keeps_synchronous_sampling():
     gin = pytest.importorskip("gin")
     from memoire.dopamine_compat import jax_agents
+
     gin.clear_config()
     with pytest.raises(ValueError, match="prefetch_depth"):
         jax_agents.MemoireJaxDQNAgent(num_actions=2, prefetch_depth=-1)
     gin.parse_config(["ReplayBuffer.batch_size = 8", "ReplayBuffer.max_capacity = 100"])
     try:
-        agent = jax_agents.MemoireJaxDQNAgent(num_actions=2, observation_shape=(4, 1),
-                                              stack_size=1, seed=0)
+        agent = jax_agents.MemoireJaxDQNAgent(
+            num_actions=2, observation_shape=(4, 1), stack_size=1, seed=0
+        )
         assert agent._replay._feed is None
-        fed = jax_agents.MemoireJaxDQNAgent(num_actions=2, observation_shape=(4, 1),
-                                            stack_size=1, seed=0, prefetch_depth=2,
-                                            prefetch_to_device=False)
+        fed = jax_agents.MemoireJaxDQNAgent(
+            num_actions=2,
+            observation_shape=(4, 1),
+            stack_size=1,
+            seed=0,
+            prefetch_depth=2,
+            prefetch_to_device=False,
+        )
         assert fed._replay._feed.depth == 2
         fed._replay.stop_feed()
         assert fed._replay._feed is None
@@ -374,20 +420,33 @@ def test_agent_default_keeps_synchronous_sampling():
 
 # ---- memoire's ReplayMemory (core only) ----
 
+
 def _memory(weights):
     """A memory with one closed episode of len(weights) + 1 entries; entry k (state [k]) has
     init weight weights[k] (the last entry is never sampleable with multi_step 1)."""
-    rem = ReplayMemory(np.zeros([1], np.int64), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([1], np.int64), 100)
+    rem = ReplayMemory(
+        np.zeros([1], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([1], np.int64),
+        100,
+    )
     rem.seed(0)
     n = len(weights) + 1
     pos = np.arange(n, dtype=np.int64)
     rem.new_episode()
-    rem.add_entries(pos[:, None], pos.astype(np.float32), np.ones(n, np.float32),
-                    np.zeros(n, np.float32), np.zeros(n, np.float32), pos[:, None],
-                    np.append(np.asarray(weights, np.float32), 1).astype(np.float32))
+    rem.add_entries(
+        pos[:, None],
+        pos.astype(np.float32),
+        np.ones(n, np.float32),
+        np.zeros(n, np.float32),
+        np.zeros(n, np.float32),
+        pos[:, None],
+        np.append(np.asarray(weights, np.float32), 1).astype(np.float32),
+    )
     rem.close_episode(do_update_value=False, do_update_weight=False)
     return rem
 
@@ -427,10 +486,16 @@ def test_replay_memory_feed_sees_weight_updates_and_frame_stack_changes():
 
 
 def test_replay_memory_feed_raises_the_synchronous_error_and_cache_flags_give_none():
-    rem = ReplayMemory(np.zeros([2], np.uint8), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([0], np.uint8), 50)
+    rem = ReplayMemory(
+        np.zeros([2], np.uint8),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        50,
+    )
     with pytest.raises(RuntimeError) as sync:
         rem.get_batch(4)
     with Feed(rem, 4) as feed, pytest.raises(RuntimeError) as fed:

@@ -21,9 +21,15 @@ from memoire import ReplayMemoryServer
 from memoire.experience import ChunkStream
 from memoire.transport import DEFAULT_HEARTBEAT, ConnectionWatch, Heartbeat, open_socket
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 FAST = Heartbeat(interval=0.2, timeout=1.0, ttl=2.0)
 
 # An actor that opens an episode (two chunks, no last one), says so, then hangs: killed or
@@ -53,8 +59,9 @@ def _until(cond, timeout=30.0):
 
 
 def _spec_text(srv) -> str:
-    return repr([(n, f"dtype('{np.dtype(d).str}')", tuple(s))
-                 for n, d, s in srv._central.ingest.row_spec]).replace('"', "")
+    return repr(
+        [(n, f"dtype('{np.dtype(d).str}')", tuple(s)) for n, d, s in srv._central.ingest.row_spec]
+    ).replace('"', "")
 
 
 class _LiveActor:
@@ -63,15 +70,25 @@ class _LiveActor:
     def __init__(self, srv, endpoint):
         self._ctx = zmq.Context()
         self._sock = open_socket(self._ctx, zmq.PUSH, endpoint, "Conn")
-        self._stream = ChunkStream(srv._central.ingest.row_spec,
-                                   lambda f: self._sock.send_multipart(f) or True, chunk_rows=1)
+        self._stream = ChunkStream(
+            srv._central.ingest.row_spec,
+            lambda f: self._sock.send_multipart(f) or True,
+            chunk_rows=1,
+        )
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self):
-        row = {"s": np.ones(4, np.float32), "a": 1, "r": 0.5, "p": 0.5, "v": 0.0,
-               "i": np.zeros(0, np.uint8), "init_w": 1.0}
+        row = {
+            "s": np.ones(4, np.float32),
+            "a": 1,
+            "r": 0.5,
+            "p": 0.5,
+            "v": 0.0,
+            "i": np.zeros(0, np.uint8),
+            "init_w": 1.0,
+        }
         while not self.stop.is_set():
             self._stream.add(row)
             time.sleep(0.02)
@@ -85,8 +102,11 @@ class _LiveActor:
 
 
 def _start_actor(srv, endpoint):
-    proc = subprocess.Popen([sys.executable, "-c", ACTOR, endpoint, _spec_text(srv)],
-                            stdout=subprocess.PIPE, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ACTOR, endpoint, _spec_text(srv)],
+        stdout=subprocess.PIPE,
+        env=subprocess_env(),
+    )
     assert proc.stdout.readline().strip() == b"open"
     return proc
 
@@ -125,8 +145,10 @@ def test_without_heartbeats_a_frozen_actor_keeps_its_connection():
             assert _until(lambda: srv.stats()["open_streams"] == 1)
             os.kill(proc.pid, signal.SIGSTOP)
             # As long as the heartbeat case waits at most (interval + timeout + grace), twice.
-            assert not _until(lambda: srv.stats().get("peer_disconnects", 0) > 0,
-                              timeout=2 * (FAST.interval + 2 * FAST.timeout))
+            assert not _until(
+                lambda: srv.stats().get("peer_disconnects", 0) > 0,
+                timeout=2 * (FAST.interval + 2 * FAST.timeout),
+            )
             assert srv.stats()["open_streams"] == 1
         finally:
             proc.kill()
@@ -149,8 +171,9 @@ def test_every_socket_gets_the_default_heartbeat():
         ctx.term()
 
 
-@pytest.mark.parametrize("kwargs", [dict(interval=0), dict(timeout=-1.0),
-                                    dict(ttl=10000.0), dict(interval="1")])
+@pytest.mark.parametrize(
+    "kwargs", [dict(interval=0), dict(timeout=-1.0), dict(ttl=10000.0), dict(interval="1")]
+)
 def test_bad_heartbeat_settings_raise(kwargs):
     with pytest.raises(ValueError, match="heartbeat"):
         Heartbeat(**kwargs)
@@ -161,8 +184,10 @@ def test_connection_watch_counts_opens_and_closes():
     pull = open_socket(ctx, zmq.PULL, "tcp://127.0.0.1:*", "Bind")
     watch = ConnectionWatch(pull)
     try:
-        pushes = [open_socket(ctx, zmq.PUSH, pull.getsockopt(zmq.LAST_ENDPOINT).decode(),
-                              "Conn") for _ in range(3)]
+        pushes = [
+            open_socket(ctx, zmq.PUSH, pull.getsockopt(zmq.LAST_ENDPOINT).decode(), "Conn")
+            for _ in range(3)
+        ]
         for p in pushes:
             p.send(b"x")
         assert _until(lambda: (watch.poll(), watch.open)[1] == 3)
@@ -186,13 +211,19 @@ def test_a_learner_notices_when_all_its_actors_are_gone():
     procs = []
     try:
         assert not sockets.actors_gone(grace=0.0)  # none has connected yet: still waiting
-        script = ("import sys, time, zmq; c = zmq.Context(); s = c.socket(zmq.PUSH); "
-                  "s.connect(sys.argv[1]); s.send(b'x'); print('up', flush=True); "
-                  "time.sleep(600)")
+        script = (
+            "import sys, time, zmq; c = zmq.Context(); s = c.socket(zmq.PUSH); "
+            "s.connect(sys.argv[1]); s.send(b'x'); print('up', flush=True); "
+            "time.sleep(600)"
+        )
         for _ in range(2):
-            procs.append(subprocess.Popen([sys.executable, "-c", script,
-                                           sockets.endpoints["experience"]],
-                                          stdout=subprocess.PIPE, env=subprocess_env()))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", script, sockets.endpoints["experience"]],
+                    stdout=subprocess.PIPE,
+                    env=subprocess_env(),
+                )
+            )
             assert procs[-1].stdout.readline().strip() == b"up"
         assert _until(lambda: (sockets.actors_gone(0.0), sockets._watch.open)[1] == 2)
         os.kill(procs[0].pid, signal.SIGKILL)

@@ -12,12 +12,11 @@ import subprocess
 import sys
 import textwrap
 
+import _hostile as h
 import numpy as np
 import pytest
-
 from _subprocess_env import subprocess_env
 
-import _hostile as h
 from memoire import CapacityError
 from memoire.dopamine_compat.checkpoint import CheckpointError
 
@@ -44,21 +43,27 @@ def refused(target, directory, file_name, match):
 
 
 def run_isolated(body, timeout=300, **values):
-  """Runs `body` (source; `np`, `h` (tests/_hostile), `pytest`, `refused` (above) and `values`
-  are defined) in a new interpreter and fails unless it finishes cleanly: a crash there is a
-  failure here."""
-  prelude = "import numpy as np, pytest\nimport _hostile as h\n" + REFUSED
-  prelude += "".join("{} = {!r}\n".format(k, v) for k, v in values.items())
-  code = prelude + textwrap.dedent(body) + "\nprint('SURVIVED')\n"
-  env = subprocess_env(TESTS)
-  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        timeout=timeout, env=env, cwd=TESTS)
-  assert proc.returncode == 0 and "SURVIVED" in proc.stdout, (
-      "exit status {}\n--- stdout\n{}\n--- stderr\n{}".format(proc.returncode, proc.stdout[-3000:],
-                                                             proc.stderr[-5000:]))
-  return proc.stdout
-
-
+    """Runs `body` (source; `np`, `h` (tests/_hostile), `pytest`, `refused` (above) and `values`
+    are defined) in a new interpreter and fails unless it finishes cleanly: a crash there is a
+    failure here."""
+    prelude = "import numpy as np, pytest\nimport _hostile as h\n" + REFUSED
+    prelude += "".join("{} = {!r}\n".format(k, v) for k, v in values.items())
+    code = prelude + textwrap.dedent(body) + "\nprint('SURVIVED')\n"
+    env = subprocess_env(TESTS)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=TESTS,
+    )
+    assert proc.returncode == 0 and "SURVIVED" in proc.stdout, (
+        "exit status {}\n--- stdout\n{}\n--- stderr\n{}".format(
+            proc.returncode, proc.stdout[-3000:], proc.stderr[-5000:]
+        )
+    )
+    return proc.stdout
 
 
 # ---- 1. counters that wrap ----------------------------------------------------------------------
@@ -66,7 +71,8 @@ def run_isolated(body, timeout=300, **values):
 
 @PRIORITIZED
 def test_add_count_attribute_is_bounded(prioritized):
-  run_isolated("""
+    run_isolated(
+        """
     from memoire import CapacityError
     b = h.small_buffer(prioritized)
     h.fill(b, 20)
@@ -88,12 +94,15 @@ def test_add_count_attribute_is_bounded(prioritized):
     b.add_count = 20  # back in range: it works again
     h.fill(b, 6, start=50)
     b.sample_transition_batch(4)
-  """, prioritized=prioritized)
+  """,
+        prioritized=prioritized,
+    )
 
 
 @PRIORITIZED
 def test_tampered_add_count_file_is_refused(tmp_path, prioritized):
-  run_isolated("""
+    run_isolated(
+        """
     src = h.small_buffer(prioritized)
     h.fill(src, 23)
     h.saved(src, directory)
@@ -107,13 +116,18 @@ def test_tampered_add_count_file_is_refused(tmp_path, prioritized):
     for bad in (np.zeros(2, np.int64), np.zeros((), [("a", "<i8")])):  # shape, fields
       h.write(directory, "add_count", h.npy(bad))
       refused(target, directory, name, "expected shape|plain numeric")
-  """, prioritized=prioritized, directory=str(tmp_path))
+  """,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+    )
 
 
 @PRIORITIZED
-def test_consistent_checkpoint_at_the_counter_limit_loads_then_adds_fail_cleanly(tmp_path,
-                                                                                   prioritized):
-  run_isolated("""
+def test_consistent_checkpoint_at_the_counter_limit_loads_then_adds_fail_cleanly(
+    tmp_path, prioritized
+):
+    run_isolated(
+        """
     from memoire import CapacityError
     from memoire.dopamine_compat import checkpoint
     src = h.small_buffer(prioritized)
@@ -131,59 +145,95 @@ def test_consistent_checkpoint_at_the_counter_limit_loads_then_adds_fail_cleanly
       h.fill(target, 1)
     h.assert_same(h.snapshot(target), before)
     target.sample_transition_batch(4)
-  """, prioritized=prioritized, directory=str(tmp_path))
+  """,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+    )
 
 
 # ---- 2. pickles from the allowed globals ------------------------------------------------------
 
 
 def crafted_dtypes():
-  """(label, dtype opcodes): dtypes that numpy's own unpickling builds unchecked."""
-  return [
-      ("field at 1 MiB", h.dtype_ops("V8", h.field_at_offset_state(1 << 20))),
-      ("float with a field", h.dtype_ops("f8", h.field_at_offset_state(1 << 16))),
-      ("subarray of 10**6", h.dtype_ops("f8", h.subarray_state(10**6))),
-      ("void subarray", h.dtype_ops("V8", h.subarray_state(4096))),
-      ("item size lie", h.dtype_ops("f8", h.lit((3, "<", None, None, None, 4096, 1, 0)))),
-      ("object", h.dtype_ops("O", h.plain_dtype_state("|"))),
-      ("structured code", h.dtype_ops("i4,i4", None)),
-      ("subarray code", h.dtype_ops("(9)f8", None)),
-  ]
+    """(label, dtype opcodes): dtypes that numpy's own unpickling builds unchecked."""
+    return [
+        ("field at 1 MiB", h.dtype_ops("V8", h.field_at_offset_state(1 << 20))),
+        ("float with a field", h.dtype_ops("f8", h.field_at_offset_state(1 << 16))),
+        ("subarray of 10**6", h.dtype_ops("f8", h.subarray_state(10**6))),
+        ("void subarray", h.dtype_ops("V8", h.subarray_state(4096))),
+        ("item size lie", h.dtype_ops("f8", h.lit((3, "<", None, None, None, 4096, 1, 0)))),
+        ("object", h.dtype_ops("O", h.plain_dtype_state("|"))),
+        ("structured code", h.dtype_ops("i4,i4", None)),
+        ("subarray code", h.dtype_ops("(9)f8", None)),
+    ]
 
 
 @PRIORITIZED
 def test_crafted_dtype_pickles_are_refused(tmp_path, prioritized):
-  ends = []
-  for label, dt in crafted_dtypes():
-    ends.append((label, h.set_pickle([h.scalar_ops(dt, bytes(8))])))
-    ends.append((label + " array", h.set_pickle([h.array_ops((2,), dt, bytes(16))])))
-  plain = h.dtype_ops("i8", h.plain_dtype_state())
-  ends += [
-      ("short scalar", h.set_pickle([h.scalar_ops(plain, bytes(3))])),
-      ("ndarray called", h.set_pickle([h.glob("numpy", "ndarray") + h.lit(((1 << 40,), "f8"))
-                                       + h.REDUCE])),
-      ("reconstruct of a set", h.set_pickle([
-          h.glob("numpy.core.multiarray", "_reconstruct") + h.MARK + h.glob("builtins", "set") +
-          h.lit((0,)) + h.lit(b"b") + h.TUPLE + h.REDUCE])),
-  ]
-  trees = []
-  padded = 16
-  good_levels = [h.plain_level_ops(level) for level in h.sum_tree_levels(np.ones(padded))]
-  for label, dt in crafted_dtypes():
-    trees.append((label, h.sum_tree_pickle(good_levels[:-1] + [
-        h.array_ops((padded,), dt, bytes(8 * padded))])))
-  trees += [
-      ("data shorter than shape", h.sum_tree_pickle(good_levels[:-1] + [
-          h.array_ops((padded,), plain, bytes(8))])),
-      ("data longer than shape", h.sum_tree_pickle(good_levels[:-1] + [
-          h.array_ops((padded,), plain, bytes(8 * padded + 8))])),
-      ("huge shape", h.sum_tree_pickle(good_levels[:-1] + [
-          h.array_ops((1 << 40, 1 << 40), plain, b"")])),
-      ("missing level", h.sum_tree_pickle(good_levels[:-2] + good_levels[-1:])),
-      ("big-endian ok shape lie", h.sum_tree_pickle(good_levels[:-1] + [
-          h.array_ops((padded,), h.dtype_ops("f8", h.plain_dtype_state(">")), bytes(4))])),
-  ]
-  run_isolated("""
+    ends = []
+    for label, dt in crafted_dtypes():
+        ends.append((label, h.set_pickle([h.scalar_ops(dt, bytes(8))])))
+        ends.append((label + " array", h.set_pickle([h.array_ops((2,), dt, bytes(16))])))
+    plain = h.dtype_ops("i8", h.plain_dtype_state())
+    ends += [
+        ("short scalar", h.set_pickle([h.scalar_ops(plain, bytes(3))])),
+        (
+            "ndarray called",
+            h.set_pickle([h.glob("numpy", "ndarray") + h.lit(((1 << 40,), "f8")) + h.REDUCE]),
+        ),
+        (
+            "reconstruct of a set",
+            h.set_pickle(
+                [
+                    h.glob("numpy.core.multiarray", "_reconstruct")
+                    + h.MARK
+                    + h.glob("builtins", "set")
+                    + h.lit((0,))
+                    + h.lit(b"b")
+                    + h.TUPLE
+                    + h.REDUCE
+                ]
+            ),
+        ),
+    ]
+    trees = []
+    padded = 16
+    good_levels = [h.plain_level_ops(level) for level in h.sum_tree_levels(np.ones(padded))]
+    for label, dt in crafted_dtypes():
+        trees.append(
+            (
+                label,
+                h.sum_tree_pickle(
+                    good_levels[:-1] + [h.array_ops((padded,), dt, bytes(8 * padded))]
+                ),
+            )
+        )
+    trees += [
+        (
+            "data shorter than shape",
+            h.sum_tree_pickle(good_levels[:-1] + [h.array_ops((padded,), plain, bytes(8))]),
+        ),
+        (
+            "data longer than shape",
+            h.sum_tree_pickle(
+                good_levels[:-1] + [h.array_ops((padded,), plain, bytes(8 * padded + 8))]
+            ),
+        ),
+        (
+            "huge shape",
+            h.sum_tree_pickle(good_levels[:-1] + [h.array_ops((1 << 40, 1 << 40), plain, b"")]),
+        ),
+        ("missing level", h.sum_tree_pickle(good_levels[:-2] + good_levels[-1:])),
+        (
+            "big-endian ok shape lie",
+            h.sum_tree_pickle(
+                good_levels[:-1]
+                + [h.array_ops((padded,), h.dtype_ops("f8", h.plain_dtype_state(">")), bytes(4))]
+            ),
+        ),
+    ]
+    run_isolated(
+        """
     src, good, target = h.saved_and_target(prioritized, directory)
     for label, payload in ends:
       h.write(directory, "episode_end_indices", payload)
@@ -196,31 +246,52 @@ def test_crafted_dtype_pickles_are_refused(tmp_path, prioritized):
       h.write(directory, "sum_tree", good["sum_tree"])
     target.load(directory, 0)  # the genuine files still load
     assert int(target.add_count) == int(src.add_count)
-  """, prioritized=prioritized, directory=str(tmp_path), ends=ends,
-                trees=trees if prioritized else [])
+  """,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+        ends=ends,
+        trees=trees if prioritized else [],
+    )
 
 
 def test_plain_pickles_built_by_hand_still_load(tmp_path):
-  """The checked unpickler accepts numpy's own spelling (big-endian included)."""
-  src = h.small_buffer(True)
-  h.fill(src, 23)
-  h.saved(src, tmp_path)
-  leaves = src._core.get_priorities(np.arange(16, dtype=np.int64))  # pylint: disable=protected-access
-  levels = h.sum_tree_levels(leaves)
-  big = [h.array_ops(level.shape, h.dtype_ops("f8", h.plain_dtype_state(">")),
-                     level.astype(">f8").tobytes()) for level in levels]
-  h.write(tmp_path, "sum_tree", h.sum_tree_pickle(big, h.scalar_ops(
-      h.dtype_ops("f8", h.plain_dtype_state()), np.float64(2.0).tobytes())))
-  ends = sorted(src.episode_end_indices)
-  h.write(tmp_path, "episode_end_indices", h.set_pickle(
-      [h.scalar_ops(h.dtype_ops("i8", h.plain_dtype_state()), np.int64(e).tobytes())
-       for e in ends]))
-  target = h.small_buffer(True, seed=3)
-  target.load(str(tmp_path), 0)
-  assert sorted(target.episode_end_indices) == ends
-  np.testing.assert_array_equal(
-      target._core.get_priorities(np.arange(16, dtype=np.int64)), leaves)  # pylint: disable=protected-access
-  assert target._core.max_recorded_priority == 2.0  # pylint: disable=protected-access
+    """The checked unpickler accepts numpy's own spelling (big-endian included)."""
+    src = h.small_buffer(True)
+    h.fill(src, 23)
+    h.saved(src, tmp_path)
+    leaves = src._core.get_priorities(np.arange(16, dtype=np.int64))  # pylint: disable=protected-access
+    levels = h.sum_tree_levels(leaves)
+    big = [
+        h.array_ops(
+            level.shape, h.dtype_ops("f8", h.plain_dtype_state(">")), level.astype(">f8").tobytes()
+        )
+        for level in levels
+    ]
+    h.write(
+        tmp_path,
+        "sum_tree",
+        h.sum_tree_pickle(
+            big, h.scalar_ops(h.dtype_ops("f8", h.plain_dtype_state()), np.float64(2.0).tobytes())
+        ),
+    )
+    ends = sorted(src.episode_end_indices)
+    h.write(
+        tmp_path,
+        "episode_end_indices",
+        h.set_pickle(
+            [
+                h.scalar_ops(h.dtype_ops("i8", h.plain_dtype_state()), np.int64(e).tobytes())
+                for e in ends
+            ]
+        ),
+    )
+    target = h.small_buffer(True, seed=3)
+    target.load(str(tmp_path), 0)
+    assert sorted(target.episode_end_indices) == ends
+    np.testing.assert_array_equal(
+        target._core.get_priorities(np.arange(16, dtype=np.int64)), leaves
+    )  # pylint: disable=protected-access
+    assert target._core.max_recorded_priority == 2.0  # pylint: disable=protected-access
 
 
 # ---- 3. bombs and lying headers -------------------------------------------------------------------
@@ -228,8 +299,9 @@ def test_plain_pickles_built_by_hand_still_load(tmp_path):
 
 @PRIORITIZED
 def test_gzip_bomb_inflates_no_further_than_the_budget(tmp_path, prioritized):
-  """A 256 MiB bomb in each pickled file: refused while peak RSS grows by less than 64 MiB."""
-  run_isolated("""
+    """A 256 MiB bomb in each pickled file: refused while peak RSS grows by less than 64 MiB."""
+    run_isolated(
+        """
     import resource
     src, good, target = h.saved_and_target(prioritized, directory)
     bomb = h.gzip_bomb(256 << 20)
@@ -246,12 +318,16 @@ def test_gzip_bomb_inflates_no_further_than_the_budget(tmp_path, prioritized):
     column = good["$store$_observation"] + bytes(64 << 20)
     h.write(directory, "$store$_observation", column)
     target.load(directory, 0)
-  """, prioritized=prioritized, directory=str(tmp_path))
+  """,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+    )
 
 
 @PRIORITIZED
 def test_npy_headers_that_lie_are_refused_before_allocating(tmp_path, prioritized):
-  run_isolated("""
+    run_isolated(
+        """
     src, good, target = h.saved_and_target(prioritized, directory)
     cases = [
         ("add_count", h.npy_header((1 << 40,)), "expected shape"),
@@ -269,13 +345,17 @@ def test_npy_headers_that_lie_are_refused_before_allocating(tmp_path, prioritize
       h.write(directory, name, payload)
       refused(target, directory, h.path(directory, name), match)
       h.write(directory, name, good[name])
-  """, prioritized=prioritized, directory=str(tmp_path))
+  """,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+    )
 
 
 def test_checkpoint_error_is_a_value_error_and_a_protocol_error():
-  from memoire import ProtocolError
-  assert issubclass(CheckpointError, ValueError) and issubclass(CheckpointError, ProtocolError)
-  assert issubclass(CapacityError, ValueError)
+    from memoire import ProtocolError
+
+    assert issubclass(CheckpointError, ValueError) and issubclass(CheckpointError, ProtocolError)
+    assert issubclass(CapacityError, ValueError)
 
 
 # ---- special files at a checkpoint file name ---------------------------------------------------
@@ -283,9 +363,10 @@ def test_checkpoint_error_is_a_value_error_and_a_protocol_error():
 
 @PRIORITIZED
 def test_fifo_or_symlink_at_a_checkpoint_file_name_is_refused_at_once(tmp_path, prioritized):
-  # The buffer's own load, after any folder check would have passed: the open itself refuses.
-  # A blocking open of the FIFO would hang the child; the timeout fails the test then.
-  run_isolated("""
+    # The buffer's own load, after any folder check would have passed: the open itself refuses.
+    # A blocking open of the FIFO would hang the child; the timeout fails the test then.
+    run_isolated(
+        """
     import os, shutil
     src = h.small_buffer(prioritized)
     h.fill(src, 23)
@@ -311,12 +392,17 @@ def test_fifo_or_symlink_at_a_checkpoint_file_name_is_refused_at_once(tmp_path, 
       os.rename(genuine, path)
     target.load(directory, 0)  # the genuine files load
     h.assert_same(h.snapshot(target), h.snapshot(src))
-  """, timeout=120, prioritized=prioritized, directory=str(tmp_path))
+  """,
+        timeout=120,
+        prioritized=prioritized,
+        directory=str(tmp_path),
+    )
 
 
 @pytest.mark.dopamine
 def test_jax_fifo_or_symlink_at_the_checkpoint_file_is_refused_at_once(tmp_path):
-  run_isolated("""
+    run_isolated(
+        """
     import glob, os
     from memoire.dopamine_compat import jax_replay_buffer as jrb
     from memoire.dopamine_compat.checkpoint import CheckpointError
@@ -352,7 +438,10 @@ def test_jax_fifo_or_symlink_at_the_checkpoint_file_is_refused_at_once(tmp_path)
     os.rename(genuine, path)
     target.load(directory, 1)
     assert target.add_count == src.add_count and len(target) == len(src)
-  """, timeout=120, directory=str(tmp_path))
+  """,
+        timeout=120,
+        directory=str(tmp_path),
+    )
 
 
 # ---- the JAX buffer --------------------------------------------------------------------------
@@ -361,7 +450,8 @@ def test_jax_fifo_or_symlink_at_the_checkpoint_file_is_refused_at_once(tmp_path)
 @pytest.mark.dopamine
 @pytest.mark.parametrize("compress", [True, False], ids=["compressed", "plain"])
 def test_jax_tampered_checkpoint_is_refused(tmp_path, compress):
-  run_isolated("""
+    run_isolated(
+        """
     import glob, os
     import msgpack
     from dopamine.jax import serialization
@@ -453,7 +543,10 @@ def test_jax_tampered_checkpoint_is_refused(tmp_path, compress):
       fill(target, 1)
     assert snapshot(target) == before
     target.sample(4)
-  """, directory=str(tmp_path), compress=compress)
+  """,
+        directory=str(tmp_path),
+        compress=compress,
+    )
 
 
 # ---- a remotely hosted buffer -------------------------------------------------------------------
@@ -461,7 +554,8 @@ def test_jax_tampered_checkpoint_is_refused(tmp_path, compress):
 
 @pytest.mark.parametrize("kind", ["circular", "prioritized"])
 def test_remote_load_of_tampered_folder_then_add_batch_keeps_the_server_alive(tmp_path, kind):
-  run_isolated("""
+    run_isolated(
+        """
     from memoire import CapacityError, ProtocolError
     from memoire.dopamine_compat import buffer_server, checkpoint, remote
     prioritized = kind == "prioritized"
@@ -499,12 +593,16 @@ def test_remote_load_of_tampered_folder_then_add_batch_keeps_the_server_alive(tm
       proxy.close()
     finally:
       server.close()
-  """, kind=kind, directory=str(tmp_path))
+  """,
+        kind=kind,
+        directory=str(tmp_path),
+    )
 
 
 @pytest.mark.dopamine
 def test_remote_jax_load_of_tampered_folder_then_adds_keep_the_server_alive(tmp_path):
-  run_isolated("""
+    run_isolated(
+        """
     import glob, os
     import msgpack
     from dopamine.jax.replay_memory import elements
@@ -555,4 +653,6 @@ def test_remote_jax_load_of_tampered_folder_then_adds_keep_the_server_alive(tmp_
       proxy.close()
     finally:
       server.close()
-  """, directory=str(tmp_path))
+  """,
+        directory=str(tmp_path),
+    )

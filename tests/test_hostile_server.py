@@ -13,10 +13,9 @@ import time
 
 import numpy as np
 import pytest
-
+import zmq
 from _buffer_server import BufferServerProcess
 from _subprocess_env import subprocess_env
-import zmq
 
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
@@ -24,9 +23,15 @@ from memoire.remote import RemoteMemory, request
 from memoire.server import COUNTER_MAX, default_stream_budgets
 from memoire.transport import CurveKeys, RequestChannel, generate_keys
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 
 
 def _wait(predicate, timeout=10.0):
@@ -53,12 +58,19 @@ def _honest_episode_is_stored(srv, ep):
 
 def _chunk(uuid, episode, index, n, flags=0, reward=0.0):
     """A CHUNK message of n rows (frames as bytes), as an actor would send it."""
-    values = {"s": np.zeros((n, 4), np.float32), "a": np.zeros(n, np.int64),
-              "r": np.full(n, reward, np.float32), "p": np.full(n, 0.5, np.float32),
-              "v": np.zeros(n, np.float32), "i": np.zeros((n, 0), np.uint8),
-              "init_w": np.ones(n, np.float32), "uuid": np.array(uuid, np.uint64),
-              "episode": np.array(episode, np.int64), "index": np.array(index, np.int64),
-              "multiplier": np.array(1.0, np.float32)}
+    values = {
+        "s": np.zeros((n, 4), np.float32),
+        "a": np.zeros(n, np.int64),
+        "r": np.full(n, reward, np.float32),
+        "p": np.full(n, 0.5, np.float32),
+        "v": np.zeros(n, np.float32),
+        "i": np.zeros((n, 0), np.uint8),
+        "init_w": np.ones(n, np.float32),
+        "uuid": np.array(uuid, np.uint64),
+        "episode": np.array(episode, np.int64),
+        "index": np.array(index, np.int64),
+        "multiplier": np.array(1.0, np.float32),
+    }
     return [memoryview(f).tobytes() for f in codec.encode(Msg.CHUNK, values, flags=flags)]
 
 
@@ -82,9 +94,17 @@ class _Push:
 
 @pytest.fixture
 def central():
-    srv = ReplayMemoryServer(*TEMPLATES, 1000, None, seed=0, max_stream_bytes=64 << 10,
-                             max_open_bytes=256 << 10, reply_cache_bytes=1 << 20,
-                             max_batch=5000, max_counter_clients=4)
+    srv = ReplayMemoryServer(
+        *TEMPLATES,
+        1000,
+        None,
+        seed=0,
+        max_stream_bytes=64 << 10,
+        max_open_bytes=256 << 10,
+        reply_cache_bytes=1 << 20,
+        max_batch=5000,
+        max_counter_clients=4,
+    )
     ep = srv.start()
     yield srv, ep
     srv.close()
@@ -92,9 +112,15 @@ def central():
 
 # ---- item 4: counters ------------------------------------------------------------------------
 
+
 def _counter(channel, uuid, episodes, steps):
-    return request(channel, Msg.COUNTER, {"uuid": uuid, "episodes": episodes, "steps": steps},
-                   (Msg.COUNTER_REPLY,), "update_counter").values
+    return request(
+        channel,
+        Msg.COUNTER,
+        {"uuid": uuid, "episodes": episodes, "steps": steps},
+        (Msg.COUNTER_REPLY,),
+        "update_counter",
+    ).values
 
 
 def test_counters_out_of_range_are_refused_and_the_totals_stay_usable(central):
@@ -103,7 +129,7 @@ def test_counters_out_of_range_are_refused_and_the_totals_stay_usable(central):
     ch = RequestChannel(ctx, ep["rep"], timeout=5, retries=0)
     try:
         assert _counter(ch, 1, 3, 30) == {"total_episodes": 3, "total_steps": 30}
-        for episodes, steps in ((2 ** 62, 1), (1, 2 ** 63 - 1), (-1, 5), (COUNTER_MAX + 1, 0)):
+        for episodes, steps in ((2**62, 1), (1, 2**63 - 1), (-1, 5), (COUNTER_MAX + 1, 0)):
             with pytest.raises(ValueError, match="must be in"):
                 _counter(ch, 2, episodes, steps)
         assert srv.stats()["rejected"]["counter_range"] == 4
@@ -133,15 +159,16 @@ def test_counter_totals_saturate_instead_of_overflowing():
         try:
             for uuid in range(1100):  # 1100 * (2**53 - 1) > 2**63 - 1
                 totals = _counter(ch, uuid, COUNTER_MAX, COUNTER_MAX)
-            assert totals["total_steps"] == 2 ** 63 - 1 == srv.total_steps
-            assert _counter(ch, 0, COUNTER_MAX, COUNTER_MAX)["total_episodes"] == 2 ** 63 - 1
-            assert srv.stats()["total_episodes"] == 2 ** 63 - 1
+            assert totals["total_steps"] == 2**63 - 1 == srv.total_steps
+            assert _counter(ch, 0, COUNTER_MAX, COUNTER_MAX)["total_episodes"] == 2**63 - 1
+            assert srv.stats()["total_episodes"] == 2**63 - 1
         finally:
             ch.close()
             ctx.term()
 
 
 # ---- item 6: unfinished episode streams ------------------------------------------------------
+
 
 def test_a_flood_of_empty_chunks_under_one_sender_is_bounded(central):
     srv, ep = central
@@ -197,11 +224,18 @@ def test_unfinished_streams_are_reaped_on_the_pyzmq_path_too():
         "        push.send_multipart(_chunk(7, 1, 0, 5))\n"
         "        assert _wait(lambda: srv.stats()['open_streams'] == 1)\n"
         "    assert _wait(lambda: srv.stats()['open_streams'] == 0, timeout=15)\n"
-        "    print(srv.stats()['rejected'])\n")
+        "    print(srv.stats()['rejected'])\n"
+    )
     tests = os.path.dirname(os.path.abspath(__file__))
     # cwd: `python -c` puts it first on sys.path; the checkout's root would shadow memoire.
-    out = subprocess.run([sys.executable, "-c", script, tests], capture_output=True, text=True,
-                         timeout=120, env=subprocess_env(MEMOIRE_NATIVE_ZMQ="0"), cwd=tests)
+    out = subprocess.run(
+        [sys.executable, "-c", script, tests],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(MEMOIRE_NATIVE_ZMQ="0"),
+        cwd=tests,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "'stale_episode': 1" in out.stdout
 
@@ -211,21 +245,26 @@ def test_default_stream_budgets_follow_the_memory_size():
         row = 16 + 8 + 4 + 4 + 4 + 0 + 4  # s, a, r, p, v, i, init_w
         assert srv.max_stream_bytes == 10_000 * row + (32 << 20)
         assert srv.max_open_bytes == 64 << 20
-        assert default_stream_budgets(srv._schema, 10 ** 9) == ((256 << 20) + (32 << 20),
-                                                               4 << 30)
+        assert default_stream_budgets(srv._schema, 10**9) == ((256 << 20) + (32 << 20), 4 << 30)
         with pytest.raises(ValueError, match="max_open_bytes"):
             srv.max_open_bytes = 0
 
 
 # ---- item 7: reply cache and batch sizes -------------------------------------------------------
 
+
 def _fill(rem, episodes=5, length=200):
     for _ in range(episodes):
         rem.new_episode()
-        rem.add_entries(np.ones((length, 4), np.float32), np.zeros(length, np.int64),
-                        np.ones(length, np.float32), np.full(length, 0.5, np.float32),
-                        np.zeros(length, np.float32), np.zeros((length, 0), np.uint8),
-                        np.ones(length, np.float32))
+        rem.add_entries(
+            np.ones((length, 4), np.float32),
+            np.zeros(length, np.int64),
+            np.ones(length, np.float32),
+            np.full(length, 0.5, np.float32),
+            np.zeros(length, np.float32),
+            np.zeros((length, 0), np.uint8),
+            np.ones(length, np.float32),
+        )
         rem.close_episode()
 
 
@@ -247,11 +286,11 @@ def test_batch_size_of_a_remote_call_is_bounded(central):
     _fill(srv.rem)
     size = srv.stats()["memory_size"]
     with RemoteMemory(ep["rep"], timeout=10, retries=0) as rm:
-        for n in (5001, 200_000, 2 ** 62):
+        for n in (5001, 200_000, 2**62):
             with pytest.raises(ValueError, match="max_batch"):
                 rm.sample(n)
         with pytest.raises(ValueError, match="max_batch"):
-            rm.get_batch(10 ** 9)
+            rm.get_batch(10**9)
         assert srv.stats()["rejected"]["batch_too_large"] == 4
         assert len(rm.sample(5000)) == 5000  # still serving, up to the bound
     assert srv.stats()["memory_size"] == size
@@ -260,10 +299,18 @@ def test_batch_size_of_a_remote_call_is_bounded(central):
 def test_memoire_serve_takes_the_limits():
     from memoire import serve
 
-    srv = serve.build_server(serve.serve_config(
-        pub="tcp://127.0.0.1:*", max_step=100, max_batch=7, reply_cache_bytes=1000,
-        max_stream_bytes=5000, max_open_bytes=9000, max_counter_clients=3,
-        allow_nonfinite="1"))
+    srv = serve.build_server(
+        serve.serve_config(
+            pub="tcp://127.0.0.1:*",
+            max_step=100,
+            max_batch=7,
+            reply_cache_bytes=1000,
+            max_stream_bytes=5000,
+            max_open_bytes=9000,
+            max_counter_clients=3,
+            allow_nonfinite="1",
+        )
+    )
     try:
         assert (srv.max_batch, srv.reply_cache_bytes, srv.max_counter_clients) == (7, 1000, 3)
         assert (srv.max_stream_bytes, srv.max_open_bytes) == (5000, 9000)
@@ -274,20 +321,30 @@ def test_memoire_serve_takes_the_limits():
 
 # ---- non-finite values -------------------------------------------------------------------------
 
+
 def test_nonfinite_local_adds_are_refused_unless_allowed():
     rem = ReplayMemory(*TEMPLATES, 50)
     rem.new_episode()
     rem.add_entry(np.zeros(4, np.float32), 0, 1.0, 0.5, 0.0)
-    for r, p, v, field in ((np.nan, 0.5, 0.0, "r"), (1.0, np.inf, 0.0, "p"),
-                           (1.0, 0.5, -np.inf, "v")):
+    for r, p, v, field in (
+        (np.nan, 0.5, 0.0, "r"),
+        (1.0, np.inf, 0.0, "p"),
+        (1.0, 0.5, -np.inf, "v"),
+    ):
         with pytest.raises(ValueError, match=f"{field}: expected finite values"):
             rem.add_entry(np.zeros(4, np.float32), 0, r, p, v)
     rewards = np.ones(6, np.float32)
     rewards[4] = np.nan
     with pytest.raises(ValueError, match=r"r: expected finite values, got nan \(row 4"):
-        rem.add_entries(np.zeros((6, 4), np.float32), np.zeros(6, np.int64), rewards,
-                        np.full(6, 0.5, np.float32), np.zeros(6, np.float32),
-                        np.zeros((6, 0), np.uint8), np.ones(6, np.float32))
+        rem.add_entries(
+            np.zeros((6, 4), np.float32),
+            np.zeros(6, np.int64),
+            rewards,
+            np.full(6, 0.5, np.float32),
+            np.zeros(6, np.float32),
+            np.zeros((6, 0), np.uint8),
+            np.ones(6, np.float32),
+        )
     assert rem.size == 1 and rem.open_length == 1  # nothing of the refused adds stored
     rem.allow_nonfinite = True
     rem.add_entry(np.zeros(4, np.float32), 0, np.inf, 0.5, 0.0)
@@ -298,8 +355,9 @@ def test_nonfinite_local_adds_are_refused_unless_allowed():
 
 def test_nonfinite_rewards_from_an_actor_are_refused_and_counted(central):
     srv, ep = central
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central", chunk_size=3,
-                            timeout=5) as c:
+    with ReplayMemoryClient(
+        None, ep["rep"], ep["pull"], mode="central", chunk_size=3, timeout=5
+    ) as c:
         _episode(c)
         assert srv.wait_rows_in(10, timeout=10)
         for bad in (np.nan, np.inf):
@@ -353,12 +411,26 @@ def test_allow_nonfinite_stores_them():
 
 # ---- item 5: remote save/load of a hosted buffer (a server process), CURVE ----------------------
 
+
 def _BufferServer(tmp_path, args=()):
     """A circular buffer server process (4-float observations, capacity 100) in `tmp_path`."""
     return BufferServerProcess(
-        ["--buffer", "circular", "--arg", "observation_shape=(4,)", "--arg", "stack_size=1",
-         "--arg", "replay_capacity=100", "--arg", "batch_size=4"] + list(args),
-        tmp_path / "server.log", cwd=tmp_path)
+        [
+            "--buffer",
+            "circular",
+            "--arg",
+            "observation_shape=(4,)",
+            "--arg",
+            "stack_size=1",
+            "--arg",
+            "replay_capacity=100",
+            "--arg",
+            "batch_size=4",
+        ]
+        + list(args),
+        tmp_path / "server.log",
+        cwd=tmp_path,
+    )
 
 
 def _add_rows(proxy, n=6):
@@ -431,17 +503,27 @@ def test_buffer_server_takes_curve_keys(tmp_path):
     server_pub, server_secret = generate_keys(str(tmp_path / "server"), "server")
     _, good_secret = generate_keys(str(tmp_path / "authorized"), "learner")
     _, bad_secret = generate_keys(str(tmp_path / "strangers"), "stranger")
-    server = _BufferServer(tmp_path, ["--curve_secret", server_secret,
-                                      "--curve_authorized", str(tmp_path / "authorized"),
-                                      "--max_batch", "8"])
+    server = _BufferServer(
+        tmp_path,
+        [
+            "--curve_secret",
+            server_secret,
+            "--curve_authorized",
+            str(tmp_path / "authorized"),
+            "--max_batch",
+            "8",
+        ],
+    )
     try:
         for keys in (None, CurveKeys(bad_secret, server_public_file=server_pub)):
             with pytest.raises(TimeoutError):
-                remote.RemoteOutOfGraphReplayBuffer(server.endpoint, timeout=0.5, retries=0,
-                                                    keys=keys)
+                remote.RemoteOutOfGraphReplayBuffer(
+                    server.endpoint, timeout=0.5, retries=0, keys=keys
+                )
         good = CurveKeys(good_secret, server_public_file=server_pub)
-        with remote.RemoteOutOfGraphReplayBuffer(server.endpoint, timeout=10, retries=0,
-                                                 keys=good) as proxy:
+        with remote.RemoteOutOfGraphReplayBuffer(
+            server.endpoint, timeout=10, retries=0, keys=good
+        ) as proxy:
             _add_rows(proxy)
             assert int(proxy.add_count) == 6
             with pytest.raises(ValueError, match="max_batch"):
@@ -473,14 +555,15 @@ def _buffer_state(proxy, prioritized):
 @pytest.mark.parametrize("kind", ["circular", "prioritized"])
 def test_nonfinite_values_sent_to_a_buffer_server_are_refused_and_counted(kind):
     pytest.importorskip("gin")
-    from memoire.dopamine_compat import remote
-    from memoire.dopamine_compat import buffer_server
+    from memoire.dopamine_compat import buffer_server, remote
 
     prioritized = kind == "prioritized"
-    server, endpoint = buffer_server.start_buffer_server(kind, observation_shape=(4,), stack_size=1,
-                                                  replay_capacity=100, batch_size=4)
+    server, endpoint = buffer_server.start_buffer_server(
+        kind, observation_shape=(4,), stack_size=1, replay_capacity=100, batch_size=4
+    )
     try:
         with remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
+
             def add_batch(rows, priorities=None):
                 if prioritized and priorities is None:
                     priorities = np.ones(len(rows[0]))
@@ -521,8 +604,7 @@ def test_nonfinite_values_sent_to_a_buffer_server_are_refused_and_counted(kind):
 @pytest.mark.dopamine
 def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
     pytest.importorskip("gin")
-    from memoire.dopamine_compat import remote
-    from memoire.dopamine_compat import buffer_server
+    from memoire.dopamine_compat import buffer_server, remote
     from memoire.remote import RemoteObject
 
     def nan_reward_is_stored(endpoint):
@@ -534,9 +616,14 @@ def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
             batch = proxy.sample_transition_batch(1, indices=np.array([1], np.int32))
             return bool(np.isnan(batch[2][0]))
 
-    server, endpoint = buffer_server.start_buffer_server("circular", observation_shape=(4,),
-                                                  stack_size=1, replay_capacity=100,
-                                                  batch_size=4, allow_nonfinite=True)
+    server, endpoint = buffer_server.start_buffer_server(
+        "circular",
+        observation_shape=(4,),
+        stack_size=1,
+        replay_capacity=100,
+        batch_size=4,
+        allow_nonfinite=True,
+    )
     try:
         assert nan_reward_is_stored(endpoint)
         assert "nonfinite" not in server.stats()["rejected"]
@@ -562,24 +649,29 @@ def test_buffer_server_allow_nonfinite_stores_nan_rewards(tmp_path):
 def test_nonfinite_values_sent_to_a_jax_buffer_server_are_refused_and_counted():
     from dopamine.jax.replay_memory import elements
 
+    from memoire.dopamine_compat import buffer_server, remote
     from memoire.dopamine_compat import jax_replay_buffer as jrb
-    from memoire.dopamine_compat import remote
-    from memoire.dopamine_compat import buffer_server
 
-    buffer = jrb.ReplayBuffer(jrb.TransitionAccumulator(1, 1, 0.9),
-                              jrb.PrioritizedSamplingDistribution(0, max_capacity=50),
-                              batch_size=4, max_capacity=50)
+    buffer = jrb.ReplayBuffer(
+        jrb.TransitionAccumulator(1, 1, 0.9),
+        jrb.PrioritizedSamplingDistribution(0, max_capacity=50),
+        batch_size=4,
+        max_capacity=50,
+    )
     server = ReplayMemoryServer(*TEMPLATES, 10, None)
     try:
         endpoint = server.start()["rep"]
         buffer_server.serve_buffer(server, buffer)  # the server's own rule: non-finite refused
         with remote.RemoteReplayBuffer(endpoint, timeout=10, retries=0) as proxy:
+
             def episode(reward=1.0, priority=1.0, length=4):
                 for k in range(length):
-                    proxy.add(elements.TransitionElement(np.full(3, k, np.uint8), 0,
-                                                         reward if k == 1 else 1.0,
-                                                         k == length - 1),
-                              priority=priority if k == 2 else None)
+                    proxy.add(
+                        elements.TransitionElement(
+                            np.full(3, k, np.uint8), 0, reward if k == 1 else 1.0, k == length - 1
+                        ),
+                        priority=priority if k == 2 else None,
+                    )
 
             episode()
             before = (proxy.add_count, len(proxy))

@@ -53,9 +53,12 @@ def _is_main_guard(node: ast.AST) -> bool:
         return False
     t = node.test
     sides = [t.left] + list(t.comparators)
-    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
-            and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+    return (
+        len(t.ops) == 1
+        and isinstance(t.ops[0], ast.Eq)
+        and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+        and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+    )
 
 
 def _imports(tree: ast.AST):
@@ -82,7 +85,7 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> Optional[st
     if node.level > 1:
         if node.level - 1 > len(parts):
             return None
-        parts = parts[:len(parts) - (node.level - 1)]
+        parts = parts[: len(parts) - (node.level - 1)]
     return ".".join(parts + ([node.module] if node.module else []))
 
 
@@ -126,7 +129,7 @@ def find_cycle(graph: Dict[str, Set[str]]) -> Optional[List[str]]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -174,8 +177,13 @@ def is_library(module: str) -> bool:
 
 def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
     """``library -> upper layer`` edges, as text."""
-    return sorted(f"{m} -> {t}" for m, targets in graph.items() if is_library(m)
-                  for t in targets if any(in_layer(t, u) for u in UPPER_LAYERS))
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if is_library(m)
+        for t in targets
+        if any(in_layer(t, u) for u in UPPER_LAYERS)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,43 +223,54 @@ def _write(root, files: Dict[str, str]) -> str:
 
 
 def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
-    pkg = _write(str(tmp_path), {
-        "__init__.py": "from memoire.memory import Memory\n",
-        "memory.py": "import numpy\nfrom memoire import _core\n",
-        "_core.cpython-311-x86_64-linux-gnu.so": "",
-        "server.py": ("def f():\n    from .experiments import train\n"
-                      "if __name__ == '__main__':\n    import memoire.bench\n"
-                      "else:\n    from . import memory\n"),
-        "dopamine_compat/__init__.py": "",
-        "dopamine_compat/buf.py": "from .. import Memory\nfrom ..bench import systems\n",
-        "experiments/__init__.py": "",
-        "experiments/train.py": "import memoire.memory\nfrom memoire.dopamine_compat import buf\n",
-        "bench/__init__.py": "",
-        "bench/systems.py": "",
-    })
+    pkg = _write(
+        str(tmp_path),
+        {
+            "__init__.py": "from memoire.memory import Memory\n",
+            "memory.py": "import numpy\nfrom memoire import _core\n",
+            "_core.cpython-311-x86_64-linux-gnu.so": "",
+            "server.py": (
+                "def f():\n    from .experiments import train\n"
+                "if __name__ == '__main__':\n    import memoire.bench\n"
+                "else:\n    from . import memory\n"
+            ),
+            "dopamine_compat/__init__.py": "",
+            "dopamine_compat/buf.py": "from .. import Memory\nfrom ..bench import systems\n",
+            "experiments/__init__.py": "",
+            "experiments/train.py": "import memoire.memory\nfrom memoire.dopamine_compat import buf\n",
+            "bench/__init__.py": "",
+            "bench/systems.py": "",
+        },
+    )
     graph = import_graph(module_files(pkg))
     assert graph["memoire"] == {"memoire.memory"}
     assert graph["memoire.memory"] == {"memoire._core"}  # the extension, not the package
     assert graph["memoire.server"] == {"memoire.experiments.train", "memoire.memory"}
     assert graph["memoire.dopamine_compat.buf"] == {"memoire", "memoire.bench.systems"}
-    assert graph["memoire.experiments.train"] == {"memoire.memory",
-                                                  "memoire.dopamine_compat.buf"}
-    assert layer_violations(graph) == ["memoire.dopamine_compat.buf -> memoire.bench.systems",
-                                       "memoire.server -> memoire.experiments.train"]
+    assert graph["memoire.experiments.train"] == {"memoire.memory", "memoire.dopamine_compat.buf"}
+    assert layer_violations(graph) == [
+        "memoire.dopamine_compat.buf -> memoire.bench.systems",
+        "memoire.server -> memoire.experiments.train",
+    ]
     assert all_cycles(graph) == []
 
 
 def test_checker_reports_each_cycle(tmp_path):
-    pkg = _write(str(tmp_path), {
-        "__init__.py": "from memoire.a import x\n",
-        "_core.pyi": "",
-        "a.py": "from memoire import b, _core\n",
-        "b.py": "def f():\n    import memoire.c\n",
-        "c.py": "from . import a\n",
-        "d.py": "from memoire.e import x\n",
-        "e.py": "from .d import y\n",
-        "f.py": "import memoire.a\n",
-    })
+    pkg = _write(
+        str(tmp_path),
+        {
+            "__init__.py": "from memoire.a import x\n",
+            "_core.pyi": "",
+            "a.py": "from memoire import b, _core\n",
+            "b.py": "def f():\n    import memoire.c\n",
+            "c.py": "from . import a\n",
+            "d.py": "from memoire.e import x\n",
+            "e.py": "from .d import y\n",
+            "f.py": "import memoire.a\n",
+        },
+    )
     cycles = all_cycles(import_graph(module_files(pkg)))
-    assert cycles == [["memoire.a", "memoire.b", "memoire.c", "memoire.a"],
-                      ["memoire.d", "memoire.e", "memoire.d"]]
+    assert cycles == [
+        ["memoire.a", "memoire.b", "memoire.c", "memoire.a"],
+        ["memoire.d", "memoire.e", "memoire.d"],
+    ]

@@ -18,9 +18,15 @@ FLOAT = np.float32
 def make(max_step=100, reward_shape=(), seed=0):
     """A memory whose state is int64[1] (the entry's position) and info int64[1] (its episode)."""
     rem = memoire.ReplayMemory(
-        np.zeros([1], np.int64), np.zeros([], FLOAT), np.zeros(reward_shape, FLOAT),
-        np.zeros([], FLOAT), np.zeros(reward_shape, FLOAT), np.zeros(reward_shape, FLOAT),
-        np.zeros([1], np.int64), max_step)
+        np.zeros([1], np.int64),
+        np.zeros([], FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros([1], np.int64),
+        max_step,
+    )
     rem.seed(seed)
     return rem
 
@@ -40,9 +46,15 @@ class Model:
         pos = np.arange(self.tail, self.tail + length, dtype=np.int64)
         w = np.ones(length, FLOAT) if init_w is None else np.asarray(init_w, FLOAT)
         rem.new_episode()
-        rem.add_entries(pos[:, None], pos.astype(FLOAT), np.ones((length,) + rshape, FLOAT),
-                        np.zeros(length, FLOAT), np.zeros((length,) + rshape, FLOAT),
-                        np.full((length, 1), self.next_episode, np.int64), w)
+        rem.add_entries(
+            pos[:, None],
+            pos.astype(FLOAT),
+            np.ones((length,) + rshape, FLOAT),
+            np.zeros(length, FLOAT),
+            np.zeros((length,) + rshape, FLOAT),
+            np.full((length, 1), self.next_episode, np.int64),
+            w,
+        )
         rem.close_episode(terminal=terminal, **close_kwargs)
         self.episodes.append([self.tail, length, terminal, self.next_episode, w])
         self.tail += length
@@ -77,8 +89,15 @@ class Model:
 
 def snapshot(rem):
     """Counts and one batch drawn with a fixed seed: equal snapshots mean an unchanged memory."""
-    counts = (rem.num_episode(), rem.size, rem.num_sampleable, rem.total_weight,
-              rem.episode_open, rem.open_length, rem.total_added)
+    counts = (
+        rem.num_episode(),
+        rem.size,
+        rem.num_sampleable,
+        rem.total_weight,
+        rem.episode_open,
+        rem.open_length,
+        rem.total_added,
+    )
     if rem.num_sampleable == 0:
         return counts, None
     rem.seed(1234)
@@ -92,13 +111,25 @@ def snapshot(rem):
 
 
 def test_seed001_constructor_and_read_only_properties():
-    rem = memoire.ReplayMemory(np.zeros([3, 2], np.uint8), np.zeros([2], np.int32),
-                               np.zeros([2], FLOAT), np.zeros([], FLOAT), np.zeros([2], FLOAT),
-                               np.zeros([2], FLOAT), np.zeros([5], np.int16), max_step=13)
-    for name, shape, dtype in [("state_buf", (3, 2), np.uint8), ("action_buf", (2,), np.int32),
-                               ("reward_buf", (2,), FLOAT), ("prob_buf", (), FLOAT),
-                               ("value_buf", (2,), FLOAT), ("qvest_buf", (2,), FLOAT),
-                               ("info_buf", (5,), np.int16)]:
+    rem = memoire.ReplayMemory(
+        np.zeros([3, 2], np.uint8),
+        np.zeros([2], np.int32),
+        np.zeros([2], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([2], FLOAT),
+        np.zeros([2], FLOAT),
+        np.zeros([5], np.int16),
+        max_step=13,
+    )
+    for name, shape, dtype in [
+        ("state_buf", (3, 2), np.uint8),
+        ("action_buf", (2,), np.int32),
+        ("reward_buf", (2,), FLOAT),
+        ("prob_buf", (), FLOAT),
+        ("value_buf", (2,), FLOAT),
+        ("qvest_buf", (2,), FLOAT),
+        ("info_buf", (5,), np.int16),
+    ]:
         buf = getattr(rem, name)
         assert buf.shape == shape and buf.dtype == dtype, name
         assert np.all(buf == 0), name
@@ -113,13 +144,21 @@ def test_seed001_constructor_and_read_only_properties():
     assert rem.memory_bytes >= 13 * rem.entry_size
     assert isinstance(rem.uuid, int)
     assert (rem.state_size, rem.action_size, rem.reward_size, rem.prob_size, rem.value_size) == (
-        6, 2, 2, 1, 2)
+        6,
+        2,
+        2,
+        1,
+        2,
+    )
 
 
 def test_seed000_constructor_positional_and_keyword():
-    for rem in (memoire.ReplayMemory(4, 2, 3, 1, 3, 100),
-                memoire.ReplayMemory(state_size=4, action_size=2, reward_size=3, prob_size=1,
-                                     value_size=3, capacity=100)):
+    for rem in (
+        memoire.ReplayMemory(4, 2, 3, 1, 3, 100),
+        memoire.ReplayMemory(
+            state_size=4, action_size=2, reward_size=3, prob_size=1, value_size=3, capacity=100
+        ),
+    ):
         assert rem.state_buf.dtype == np.uint8 and rem.state_buf.shape == (4,)
         assert rem.action_buf.dtype == FLOAT and rem.action_buf.shape == (2,)
         assert rem.reward_buf.shape == (3,) and rem.value_buf.shape == (3,)
@@ -127,10 +166,22 @@ def test_seed000_constructor_positional_and_keyword():
         assert rem.capacity == 100 and rem.entry_size == 4 + 8 + 12 + 4 + 12 + 12
         # Seed 000's add_entry(s, a, r, p, v, init_w).
         rem.new_episode()
-        rem.add_entry(np.arange(4, dtype=np.uint8), np.zeros(2, FLOAT), np.ones(3, FLOAT), 0.5,
-                      np.zeros(3, FLOAT), 2.0)
-        rem.add_entry(np.arange(4, dtype=np.uint8), np.zeros(2, FLOAT), np.ones(3, FLOAT), 0.5,
-                      np.zeros(3, FLOAT), 2.0)
+        rem.add_entry(
+            np.arange(4, dtype=np.uint8),
+            np.zeros(2, FLOAT),
+            np.ones(3, FLOAT),
+            0.5,
+            np.zeros(3, FLOAT),
+            2.0,
+        )
+        rem.add_entry(
+            np.arange(4, dtype=np.uint8),
+            np.zeros(2, FLOAT),
+            np.ones(3, FLOAT),
+            0.5,
+            np.zeros(3, FLOAT),
+            2.0,
+        )
         rem.close_episode()
         assert rem.num_episode() == 1
         b = rem.get_batch(3)
@@ -149,34 +200,55 @@ def test_seed000_constructor_any_prob_size(prob_size):
     p = np.arange(prob_size, dtype=FLOAT) if prob_size != 1 else 0.25
     rem.new_episode()
     for k in range(3):
-        rem.add_entry(np.full(4, k, np.uint8), np.zeros(2, FLOAT), np.ones(1, FLOAT), p,
-                      np.zeros(1, FLOAT), 1.0)
+        rem.add_entry(
+            np.full(4, k, np.uint8),
+            np.zeros(2, FLOAT),
+            np.ones(1, FLOAT),
+            p,
+            np.zeros(1, FLOAT),
+            1.0,
+        )
     rem.close_episode()
     b = rem.get_batch(4)
     assert b.prev[3].shape == (4, 1) + rem.prob_buf.shape
     np.testing.assert_array_equal(b.prev[3], np.broadcast_to(np.asarray(p, FLOAT), b.prev[3].shape))
     with pytest.raises(ValueError):  # a prob of another size is rejected
         rem.new_episode()
-        rem.add_entry(np.zeros(4, np.uint8), np.zeros(2, FLOAT), np.ones(1, FLOAT),
-                      np.zeros(prob_size + 2, FLOAT), np.zeros(1, FLOAT), 1.0)
+        rem.add_entry(
+            np.zeros(4, np.uint8),
+            np.zeros(2, FLOAT),
+            np.ones(1, FLOAT),
+            np.zeros(prob_size + 2, FLOAT),
+            np.zeros(1, FLOAT),
+            1.0,
+        )
 
 
 def test_uuids_differ():
     assert len({make(10).uuid for _ in range(8)}) == 8
 
 
-@pytest.mark.parametrize("templates, match", [
-    (dict(r=np.zeros([2], np.int32)), "reward_buf"),
-    (dict(p=np.zeros([2], FLOAT)), "prob_buf"),
-    (dict(v=np.zeros([3], FLOAT)), "value_buf"),
-    (dict(q=np.zeros([2], np.float64)), "qvest_buf"),
-    (dict(s=np.zeros([2], np.complex64)), "state_buf"),
-    (dict(s="not an array"), "state_buf"),
-])
+@pytest.mark.parametrize(
+    "templates, match",
+    [
+        (dict(r=np.zeros([2], np.int32)), "reward_buf"),
+        (dict(p=np.zeros([2], FLOAT)), "prob_buf"),
+        (dict(v=np.zeros([3], FLOAT)), "value_buf"),
+        (dict(q=np.zeros([2], np.float64)), "qvest_buf"),
+        (dict(s=np.zeros([2], np.complex64)), "state_buf"),
+        (dict(s="not an array"), "state_buf"),
+    ],
+)
 def test_bad_templates_raise(templates, match):
-    t = dict(s=np.zeros([2], np.uint8), a=np.zeros([], FLOAT), r=np.zeros([2], FLOAT),
-             p=np.zeros([], FLOAT), v=np.zeros([2], FLOAT), q=np.zeros([2], FLOAT),
-             i=np.zeros([0], np.uint8))
+    t = dict(
+        s=np.zeros([2], np.uint8),
+        a=np.zeros([], FLOAT),
+        r=np.zeros([2], FLOAT),
+        p=np.zeros([], FLOAT),
+        v=np.zeros([2], FLOAT),
+        q=np.zeros([2], FLOAT),
+        i=np.zeros([0], np.uint8),
+    )
     t.update(templates)
     with pytest.raises(ValueError, match=match):
         memoire.ReplayMemory(*t.values(), 10)
@@ -215,33 +287,43 @@ SETTINGS = [
     ("multi_step", 3, 3, [0, -2, 50]),
     ("cache_size", 7, 7, [0, -1]),
     ("max_episode", 9, 9, [-1]),
-    ("discount_factor", [0.9, 0.5], [0.9, 0.5], [[0.9, 0.5, 0.1], 1.5, -0.1, math.nan,
-                                                  [0.9, math.nan]]),
+    (
+        "discount_factor",
+        [0.9, 0.5],
+        [0.9, 0.5],
+        [[0.9, 0.5, 0.1], 1.5, -0.1, math.nan, [0.9, math.nan]],
+    ),
     ("discount_factor", 0.7, [0.7, 0.7], []),
     ("reward_coeff", [1.0, -2.0], [1.0, -2.0], [[1.0, 2.0, 3.0], math.nan, math.inf]),
     ("rwd_coeff", 3.0, [3.0, 3.0], [[math.inf, 1.0]]),
-    ("cache_flags", [True] * 7 + [False] * 7, [True] * 7 + [False] * 7, [[True] * 13,
-                                                                          [True] * 15]),
+    ("cache_flags", [True] * 7 + [False] * 7, [True] * 7 + [False] * 7, [[True] * 13, [True] * 15]),
 ]
 
 
-@pytest.mark.parametrize("name, good, readback, bads", SETTINGS,
-                         ids=[s[0] + str(k) for k, s in enumerate(SETTINGS)])
+@pytest.mark.parametrize(
+    "name, good, readback, bads", SETTINGS, ids=[s[0] + str(k) for k, s in enumerate(SETTINGS)]
+)
 def test_settings_read_write_and_reject(name, good, readback, bads):
     rem = make(50, reward_shape=(2,))
     model = Model(rem)
     model.add_episode(20)
     setattr(rem, name, good)
-    np.testing.assert_allclose(np.asarray(getattr(rem, name), np.float64),
-                               np.asarray(readback, np.float64), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(getattr(rem, name), np.float64), np.asarray(readback, np.float64), rtol=1e-6
+    )
     others = {n: np.asarray(getattr(rem, n)).tolist() for n, *_ in SETTINGS}
     before = snapshot(rem)
     for bad in bads:
-        with pytest.raises(ValueError, match=name.replace("td_lambda", "mix_lambda")
-                           .replace("rwd_coeff", "reward_coeff").split("_")[0]):
+        with pytest.raises(
+            ValueError,
+            match=name.replace("td_lambda", "mix_lambda")
+            .replace("rwd_coeff", "reward_coeff")
+            .split("_")[0],
+        ):
             setattr(rem, name, bad)
-        np.testing.assert_allclose(np.asarray(getattr(rem, name), np.float64),
-                                   np.asarray(readback, np.float64), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(getattr(rem, name), np.float64), np.asarray(readback, np.float64), rtol=1e-6
+        )
         assert {n: np.asarray(getattr(rem, n)).tolist() for n, *_ in SETTINGS} == others
         assert snapshot(rem) == before
 
@@ -297,32 +379,91 @@ def test_add_entry_casts_same_kind_values():
 
 
 BAD_ADDS = [
-    ("wrong state shape", lambda rem: rem.add_entry(np.zeros([2], np.int64), 0., 0., 0., 0.,
-                                                    np.zeros([1], np.int64)), ValueError, "s:"),
-    ("wrong reward shape", lambda rem: rem.add_entry(np.zeros([1], np.int64), 0., [0., 1.], 0.,
-                                                     0., np.zeros([1], np.int64)), ValueError,
-     "r:"),
-    ("float state into int64", lambda rem: rem.add_entry(np.zeros([1], np.float64), 0., 0., 0.,
-                                                         0., np.zeros([1], np.int64)),
-     ValueError, "same_kind"),
-    ("complex reward", lambda rem: rem.add_entry(np.zeros([1], np.int64), 0., 1j, 0., 0.,
-                                                 np.zeros([1], np.int64)), ValueError, "r:"),
-    ("string action", lambda rem: rem.add_entry(np.zeros([1], np.int64), "x", 0., 0., 0.,
-                                                np.zeros([1], np.int64)), ValueError, "a:"),
+    (
+        "wrong state shape",
+        lambda rem: rem.add_entry(
+            np.zeros([2], np.int64), 0.0, 0.0, 0.0, 0.0, np.zeros([1], np.int64)
+        ),
+        ValueError,
+        "s:",
+    ),
+    (
+        "wrong reward shape",
+        lambda rem: rem.add_entry(
+            np.zeros([1], np.int64), 0.0, [0.0, 1.0], 0.0, 0.0, np.zeros([1], np.int64)
+        ),
+        ValueError,
+        "r:",
+    ),
+    (
+        "float state into int64",
+        lambda rem: rem.add_entry(
+            np.zeros([1], np.float64), 0.0, 0.0, 0.0, 0.0, np.zeros([1], np.int64)
+        ),
+        ValueError,
+        "same_kind",
+    ),
+    (
+        "complex reward",
+        lambda rem: rem.add_entry(
+            np.zeros([1], np.int64), 0.0, 1j, 0.0, 0.0, np.zeros([1], np.int64)
+        ),
+        ValueError,
+        "r:",
+    ),
+    (
+        "string action",
+        lambda rem: rem.add_entry(
+            np.zeros([1], np.int64), "x", 0.0, 0.0, 0.0, np.zeros([1], np.int64)
+        ),
+        ValueError,
+        "a:",
+    ),
     ("nan init_w", lambda rem: add(rem, 99, w=math.nan), ValueError, "init_w"),
     ("negative init_w", lambda rem: add(rem, 99, w=-1.0), ValueError, "init_w"),
     ("inf init_w", lambda rem: add(rem, 99, w=math.inf), ValueError, "init_w"),
-    ("add_entries lengths differ", lambda rem: rem.add_entries(
-        np.zeros([3, 1], np.int64), np.zeros(2, FLOAT), np.zeros(3, FLOAT), np.zeros(3, FLOAT),
-        np.zeros(3, FLOAT), np.zeros([3, 1], np.int64), np.ones(3, FLOAT)), ValueError, "a:"),
-    ("add_entries one nan weight", lambda rem: rem.add_entries(
-        np.zeros([3, 1], np.int64), np.zeros(3, FLOAT), np.zeros(3, FLOAT), np.zeros(3, FLOAT),
-        np.zeros(3, FLOAT), np.zeros([3, 1], np.int64), np.array([1, math.nan, 1], FLOAT)),
-     ValueError, "init_w"),
-    ("add_entries weight count", lambda rem: rem.add_entries(
-        np.zeros([3, 1], np.int64), np.zeros(3, FLOAT), np.zeros(3, FLOAT), np.zeros(3, FLOAT),
-        np.zeros(3, FLOAT), np.zeros([3, 1], np.int64), np.ones(2, FLOAT)), ValueError,
-     "init_w"),
+    (
+        "add_entries lengths differ",
+        lambda rem: rem.add_entries(
+            np.zeros([3, 1], np.int64),
+            np.zeros(2, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros([3, 1], np.int64),
+            np.ones(3, FLOAT),
+        ),
+        ValueError,
+        "a:",
+    ),
+    (
+        "add_entries one nan weight",
+        lambda rem: rem.add_entries(
+            np.zeros([3, 1], np.int64),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros([3, 1], np.int64),
+            np.array([1, math.nan, 1], FLOAT),
+        ),
+        ValueError,
+        "init_w",
+    ),
+    (
+        "add_entries weight count",
+        lambda rem: rem.add_entries(
+            np.zeros([3, 1], np.int64),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros(3, FLOAT),
+            np.zeros([3, 1], np.int64),
+            np.ones(2, FLOAT),
+        ),
+        ValueError,
+        "init_w",
+    ),
     ("negative multiplier", lambda rem: rem.close_episode(-1.0), ValueError, "multiplier"),
     ("nan multiplier", lambda rem: rem.close_episode(math.nan), ValueError, "multiplier"),
 ]
@@ -405,7 +546,7 @@ def test_eviction_at_max_episode(capacity):
         model.check()
         assert rem.num_episode() <= 3
     rem.max_episode = 0  # no limit: the ring alone decides
-    for k in range(20):
+    for _ in range(20):
         model.add_episode(2)
         model.check()
 
@@ -451,9 +592,15 @@ def test_episode_longer_than_memory_raises_capacity_error():
     assert rem.num_episode() == 1 and rem.size == 7 and rem.num_sampleable == 6
     rem.new_episode()
     with pytest.raises(memoire.CapacityError):
-        rem.add_entries(np.zeros([8, 1], np.int64), np.zeros(8, FLOAT), np.zeros(8, FLOAT),
-                        np.zeros(8, FLOAT), np.zeros(8, FLOAT), np.zeros([8, 1], np.int64),
-                        np.ones(8, FLOAT))
+        rem.add_entries(
+            np.zeros([8, 1], np.int64),
+            np.zeros(8, FLOAT),
+            np.zeros(8, FLOAT),
+            np.zeros(8, FLOAT),
+            np.zeros(8, FLOAT),
+            np.zeros([8, 1], np.int64),
+            np.ones(8, FLOAT),
+        )
     assert rem.open_length == 0 and rem.num_episode() == 1  # nothing was added or evicted
 
 
@@ -568,8 +715,9 @@ def test_weight_overflowing_float32_is_not_sampled_as_infinite():
 # ------------------------------------------------------------------ batch contents
 
 
-@pytest.mark.parametrize("capacity, fs, ms", [(13, 1, 1), (13, 4, 1), (13, 3, 2), (7, 2, 3),
-                                               (100, 4, 3)])
+@pytest.mark.parametrize(
+    "capacity, fs, ms", [(13, 1, 1), (13, 4, 1), (13, 3, 2), (7, 2, 3), (100, 4, 3)]
+)
 def test_batch_stacks_encode_positions_across_ring_wrap(capacity, fs, ms):
     rem = make(capacity)
     rem.frame_stack, rem.multi_step = fs, ms
@@ -577,8 +725,7 @@ def test_batch_stacks_encode_positions_across_ring_wrap(capacity, fs, ms):
     rng = np.random.default_rng(capacity * 10 + fs)
     wrapped = False
     for _ in range(25):
-        model.add_episode(int(rng.integers(1, capacity // 2 + 2)),
-                          terminal=bool(rng.integers(2)))
+        model.add_episode(int(rng.integers(1, capacity // 2 + 2)), terminal=bool(rng.integers(2)))
         wrapped |= model.tail > capacity
         if not model.sampleable():
             continue
@@ -597,8 +744,7 @@ def test_batch_stacks_encode_positions_across_ring_wrap(capacity, fs, ms):
         eps = np.array([ep_of[p][0] for p in ids])
         np.testing.assert_array_equal(b.prev[6][:, :, 0], np.repeat(eps[:, None], fs, 1))
         np.testing.assert_array_equal(b.next[6][:, :, 0], np.repeat(eps[:, None], fs, 1))
-        done = np.array([ids[k] + ms == ep_of[p][1] and ep_of[p][2]
-                         for k, p in enumerate(ids)])
+        done = np.array([ids[k] + ms == ep_of[p][1] and ep_of[p][2] for k, p in enumerate(ids)])
         np.testing.assert_array_equal(b.done, done)
         for name in ("prev", "next"):
             for arr, field in zip(getattr(b, name), ("s", "a", "r", "p", "v", "q", "i")):
@@ -607,21 +753,39 @@ def test_batch_stacks_encode_positions_across_ring_wrap(capacity, fs, ms):
 
 
 def test_batch_shapes_dtypes_and_cache_flags():
-    rem = memoire.ReplayMemory(np.zeros([3, 2], np.uint8), np.zeros([2], np.int32),
-                               np.zeros([2], FLOAT), np.zeros([], FLOAT), np.zeros([2], FLOAT),
-                               np.zeros([2], FLOAT), np.zeros([5], np.int16), max_step=13)
+    rem = memoire.ReplayMemory(
+        np.zeros([3, 2], np.uint8),
+        np.zeros([2], np.int32),
+        np.zeros([2], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([2], FLOAT),
+        np.zeros([2], FLOAT),
+        np.zeros([5], np.int16),
+        max_step=13,
+    )
     rem.frame_stack = 2
     rem.new_episode()
     for k in range(5):
-        rem.add_entry(np.full([3, 2], k, np.uint8), [k, -k], [1, 2], 0.5, [0, 0],
-                      np.full([5], k, np.int16))
+        rem.add_entry(
+            np.full([3, 2], k, np.uint8), [k, -k], [1, 2], 0.5, [0, 0], np.full([5], k, np.int16)
+        )
     rem.close_episode()
     b = rem.get_batch(6)
     prev, nxt, weight = b  # the seed's (prev, next, weight)
     assert len(b) == 6 and weight.dtype == FLOAT and b.prob.dtype == np.float64
     assert b.done.dtype == bool and b.id.dtype == np.int64
-    for arr, tmpl in zip(prev, (rem.state_buf, rem.action_buf, rem.reward_buf, rem.prob_buf,
-                                rem.value_buf, rem.qvest_buf, rem.info_buf)):
+    for arr, tmpl in zip(
+        prev,
+        (
+            rem.state_buf,
+            rem.action_buf,
+            rem.reward_buf,
+            rem.prob_buf,
+            rem.value_buf,
+            rem.qvest_buf,
+            rem.info_buf,
+        ),
+    ):
         assert arr.dtype == tmpl.dtype and arr.shape == (6, 2) + tmpl.shape
     np.testing.assert_array_equal(nxt[1][:, -1, 0], b.id + 1)
     np.testing.assert_allclose(b.prob, 1 / 3)

@@ -19,15 +19,37 @@ from memoire.checkpoint_io import CheckpointError
 
 # Offsets in the version-1 header (cpp/core/replay_memory_checkpoint.cc, struct Header).
 HEADER = 680
-OFF = dict(version=8, byte_order=12, max_step=16, fields=24, reward_elems=528, head=536,
-           open_start=544, tail=552, num_episode=560, rng=576, priority_exponent=608,
-           frame_stack=632, multi_step=636, max_episode=648, open=656, cache_flags=664)
+OFF = dict(
+    version=8,
+    byte_order=12,
+    max_step=16,
+    fields=24,
+    reward_elems=528,
+    head=536,
+    open_start=544,
+    tail=552,
+    num_episode=560,
+    rng=576,
+    priority_exponent=608,
+    frame_stack=632,
+    multi_step=636,
+    max_episode=648,
+    open=656,
+    cache_flags=664,
+)
 
 
 def _memory(max_step=300, state=(6, 5), dtype=np.uint8):
-    return ReplayMemory(np.zeros(state, dtype), np.zeros([], np.int64), np.zeros([2], np.float32),
-                        np.zeros([], np.float32), np.zeros([2], np.float32),
-                        np.zeros([2], np.float32), np.zeros([3], np.int16), max_step)
+    return ReplayMemory(
+        np.zeros(state, dtype),
+        np.zeros([], np.int64),
+        np.zeros([2], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([2], np.float32),
+        np.zeros([2], np.float32),
+        np.zeros([3], np.int16),
+        max_step,
+    )
 
 
 def _fill(m, episodes, seed=0, open_rows=0):
@@ -37,11 +59,15 @@ def _fill(m, episodes, seed=0, open_rows=0):
     for e in range(episodes + (1 if open_rows else 0)):
         n = open_rows if e == episodes else int(rng.integers(3, 40))
         m.new_episode()
-        m.add_entries(rng.integers(0, 255, (n, *shape)).astype(m.state_buf.dtype),
-                      rng.integers(0, 6, n), rng.random((n, 2), np.float32),
-                      rng.random(n, np.float32), rng.random((n, 2), np.float32),
-                      rng.integers(-9, 9, (n, 3)).astype(np.int16),
-                      rng.random(n, np.float32) + 0.1)
+        m.add_entries(
+            rng.integers(0, 255, (n, *shape)).astype(m.state_buf.dtype),
+            rng.integers(0, 6, n),
+            rng.random((n, 2), np.float32),
+            rng.random(n, np.float32),
+            rng.random((n, 2), np.float32),
+            rng.integers(-9, 9, (n, 3)).astype(np.int16),
+            rng.random(n, np.float32) + 0.1,
+        )
         if e < episodes:
             m.close_episode(terminal=bool(e % 2))
     return m
@@ -81,9 +107,22 @@ def test_round_trip_restores_everything_and_samples_the_same_batches(tmp_path):
     assert os.listdir(tmp_path) == ["memory.ckpt"]  # no temporary file left
     fresh = _memory()
     fresh.load(path)
-    for name in ("size", "num_sampleable", "total_weight", "total_added", "episode_open",
-                 "open_length", "uuid", "frame_stack", "multi_step", "priority_exponent",
-                 "mix_lambda", "max_episode", "cache_size", "allow_nonfinite"):
+    for name in (
+        "size",
+        "num_sampleable",
+        "total_weight",
+        "total_added",
+        "episode_open",
+        "open_length",
+        "uuid",
+        "frame_stack",
+        "multi_step",
+        "priority_exponent",
+        "mix_lambda",
+        "max_episode",
+        "cache_size",
+        "allow_nonfinite",
+    ):
         assert getattr(fresh, name) == getattr(m, name), name
     assert fresh.num_episode() == m.num_episode()
     np.testing.assert_array_equal(fresh.discount_factor, m.discount_factor)
@@ -167,8 +206,10 @@ def test_bit_flips_anywhere_are_refused_and_the_memory_is_unchanged(saved, tmp_p
     path, data, m = saved
     bad = tmp_path / "bad"
     rng = np.random.default_rng(0)
-    spots = sorted({0, 9, 13, 17, 30, 540, 600, HEADER + 3, len(data) - 3}
-                   | set(rng.integers(0, len(data), 25).tolist()))
+    spots = sorted(
+        {0, 9, 13, 17, 30, 540, 600, HEADER + 3, len(data) - 3}
+        | set(rng.integers(0, len(data), 25).tolist())
+    )
     for at in spots:
         flipped = bytearray(data)
         flipped[at] ^= 1 << int(rng.integers(8))
@@ -214,26 +255,28 @@ def _with_header(data, **fields):
     return bytes(out)
 
 
-@pytest.mark.parametrize("fields, match", [
-    (dict(version=("I", 2)), "version 2; this memoire reads version 1"),
-    (dict(byte_order=("I", 0x04030201)), "another byte order"),
-    (dict(tail=("q", 2**62 + 1)), "tail <= 2\\*\\*62"),
-    (dict(head=("q", -1)), "0 <= head"),
-    (dict(head=("q", 0), open_start=("q", 2**40), tail=("q", 2**40 + 5)), "at most max_step"),
-    (dict(num_episode=("q", 2**60)), "episodes for"),
-    (dict(num_episode=("q", -3)), "episodes for"),
-    (dict(open=("B", 7)), "expected open 0 or 1"),
-    (dict(rng=("4Q", (0, 0, 0, 0))), "generator state"),
-    (dict(reward_elems=("q", 2**40)), "reward elements"),
-    (dict(field_4=("I", 40)), r"field s: expected uint8\[6,5\].*invalid dtype or shape"),
-    (dict(frame_stack=("i", 0)), "settings: frame_stack"),
-    (dict(multi_step=("i", 400)), "settings: "),
-    (dict(priority_exponent=("d", float("nan"))), "settings: priority_exponent"),
-    (dict(max_episode=("q", 2)), "at most max_episode=2"),
-    (dict(cache_flags=("B", 2)), "flags of 0 or 1"),
-])
-def test_headers_that_lie_are_refused_before_anything_is_allocated(saved, tmp_path, fields,
-                                                                   match):
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(version=("I", 2)), "version 2; this memoire reads version 1"),
+        (dict(byte_order=("I", 0x04030201)), "another byte order"),
+        (dict(tail=("q", 2**62 + 1)), "tail <= 2\\*\\*62"),
+        (dict(head=("q", -1)), "0 <= head"),
+        (dict(head=("q", 0), open_start=("q", 2**40), tail=("q", 2**40 + 5)), "at most max_step"),
+        (dict(num_episode=("q", 2**60)), "episodes for"),
+        (dict(num_episode=("q", -3)), "episodes for"),
+        (dict(open=("B", 7)), "expected open 0 or 1"),
+        (dict(rng=("4Q", (0, 0, 0, 0))), "generator state"),
+        (dict(reward_elems=("q", 2**40)), "reward elements"),
+        (dict(field_4=("I", 40)), r"field s: expected uint8\[6,5\].*invalid dtype or shape"),
+        (dict(frame_stack=("i", 0)), "settings: frame_stack"),
+        (dict(multi_step=("i", 400)), "settings: "),
+        (dict(priority_exponent=("d", float("nan"))), "settings: priority_exponent"),
+        (dict(max_episode=("q", 2)), "at most max_episode=2"),
+        (dict(cache_flags=("B", 2)), "flags of 0 or 1"),
+    ],
+)
+def test_headers_that_lie_are_refused_before_anything_is_allocated(saved, tmp_path, fields, match):
     path, data, m = saved
     bad = tmp_path / "bad"
     bad.write_bytes(_with_header(data, **fields))
@@ -249,15 +292,19 @@ def test_inconsistent_sections_are_refused_even_with_good_checksums(tmp_path):
 
     def with_section(data, offset, body, section):
         out = bytearray(data)
-        out[offset:offset + len(body)] = body
-        struct.pack_into("<Q", out, offset + len(body),
-                         ReplayMemory._checkpoint_checksum(bytes(body), section))
+        out[offset : offset + len(body)] = body
+        struct.pack_into(
+            "<Q", out, offset + len(body), ReplayMemory._checkpoint_checksum(bytes(body), section)
+        )
         return bytes(out)
 
     lengths = np.frombuffer(data, np.int64, episodes, start).copy()
-    terminated = data[start + 8 * episodes:start + 9 * episodes]
-    for bad_lengths in ([lengths[0] + lengths[1], 0], [lengths[0] - 1, lengths[1]],
-                        [-5, lengths[0] + lengths[1] + 5]):
+    terminated = data[start + 8 * episodes : start + 9 * episodes]
+    for bad_lengths in (
+        [lengths[0] + lengths[1], 0],
+        [lengths[0] - 1, lengths[1]],
+        [-5, lengths[0] + lengths[1] + 5],
+    ):
         body = np.asarray(bad_lengths, np.int64).tobytes() + terminated
         (tmp_path / "bad").write_bytes(with_section(data, start, body, 2))
         _refused(_memory(), tmp_path / "bad", "episode|summing to")
@@ -285,9 +332,13 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatc
         _memory().save(tmp_path / "no_such_folder" / "ckpt")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=6),
-       st.booleans())
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=6),
+    st.booleans(),
+)
 def test_mutated_checkpoints_load_consistently_or_are_refused(tmp_path, edits, fix_header):
     """Random byte edits, with the header's checksum recomputed or not: either a CheckpointError
     and the memory unchanged, or (edits that change nothing) a memory that samples."""
@@ -296,8 +347,9 @@ def test_mutated_checkpoints_load_consistently_or_are_refused(tmp_path, edits, f
     for at, value in edits:
         data[at % len(data)] = value
     if fix_header:
-        struct.pack_into("<Q", data, HEADER,
-                         ReplayMemory._checkpoint_checksum(bytes(data[:HEADER]), 0))
+        struct.pack_into(
+            "<Q", data, HEADER, ReplayMemory._checkpoint_checksum(bytes(data[:HEADER]), 0)
+        )
     (tmp_path / "mutated").write_bytes(bytes(data))
     m = _fill(_memory(max_step=120), 2, seed=8)
     before = _saved_bytes(m, tmp_path / "before")
@@ -321,18 +373,31 @@ def test_an_empty_large_memory_and_a_small_checkpoint_loaded_into_it_stay_small(
     """Storage and per-slot bookkeeping take memory only where entries are: an empty
     1,000,000-entry Atari memory (6.8 GB reserved) holds its sum tree, and loading 2,000
     entries into it adds what they hold (the staging memory's pages move in)."""
+
     def atari(max_step):
-        return ReplayMemory(np.zeros([84, 84], np.uint8), np.zeros([], np.int64),
-                            np.zeros([], np.float32), np.zeros([], np.float32),
-                            np.zeros([], np.float32), np.zeros([], np.float32),
-                            np.zeros([0], np.uint8), max_step)
+        return ReplayMemory(
+            np.zeros([84, 84], np.uint8),
+            np.zeros([], np.int64),
+            np.zeros([], np.float32),
+            np.zeros([], np.float32),
+            np.zeros([], np.float32),
+            np.zeros([], np.float32),
+            np.zeros([0], np.uint8),
+            max_step,
+        )
 
     small = atari(2000)
     small.new_episode()
     frames = np.random.default_rng(0).integers(0, 256, (2000, 84, 84), dtype=np.uint8)
-    small.add_entries(frames, np.zeros(2000, np.int64), np.zeros(2000, np.float32),
-                      np.zeros(2000, np.float32), np.zeros(2000, np.float32),
-                      np.zeros((2000, 0), np.uint8), np.ones(2000, np.float32))
+    small.add_entries(
+        frames,
+        np.zeros(2000, np.int64),
+        np.zeros(2000, np.float32),
+        np.zeros(2000, np.float32),
+        np.zeros(2000, np.float32),
+        np.zeros((2000, 0), np.uint8),
+        np.ones(2000, np.float32),
+    )
     small.close_episode()
     small.save(tmp_path / "small")
     # The same entries, saved by a 1,000,000-entry memory (max_step must match to load).
@@ -341,9 +406,15 @@ def test_an_empty_large_memory_and_a_small_checkpoint_loaded_into_it_stay_small(
     empty = _rss_mib() - before
     assert big.memory_bytes > 6_000_000_000 and empty < 40, empty
     big.new_episode()
-    big.add_entries(frames, np.zeros(2000, np.int64), np.zeros(2000, np.float32),
-                    np.zeros(2000, np.float32), np.zeros(2000, np.float32),
-                    np.zeros((2000, 0), np.uint8), np.ones(2000, np.float32))
+    big.add_entries(
+        frames,
+        np.zeros(2000, np.int64),
+        np.zeros(2000, np.float32),
+        np.zeros(2000, np.float32),
+        np.zeros(2000, np.float32),
+        np.zeros((2000, 0), np.uint8),
+        np.ones(2000, np.float32),
+    )
     big.close_episode()
     big.save(tmp_path / "big")
     del big

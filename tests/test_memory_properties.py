@@ -5,7 +5,8 @@ import collections
 
 import numpy as np
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import memoire
@@ -18,13 +19,19 @@ class MemoryMachine(RuleBasedStateMachine):
     @initialize(capacity=st.sampled_from([3, 5, 7, 13]), seed=st.integers(0, 2**32))
     def init(self, capacity, seed):
         self.cap = capacity
-        self.rem = memoire.ReplayMemory(np.zeros([1], np.int64), np.zeros([], FLOAT),
-                                        np.zeros([], FLOAT), np.zeros([], FLOAT),
-                                        np.zeros([], FLOAT), np.zeros([], FLOAT),
-                                        np.zeros([0], np.uint8), capacity)
+        self.rem = memoire.ReplayMemory(
+            np.zeros([1], np.int64),
+            np.zeros([], FLOAT),
+            np.zeros([], FLOAT),
+            np.zeros([], FLOAT),
+            np.zeros([], FLOAT),
+            np.zeros([], FLOAT),
+            np.zeros([0], np.uint8),
+            capacity,
+        )
         self.rem.seed(seed)
         self.episodes = collections.deque()  # [start, weights(list)], oldest first
-        self.open = None                     # weights of the open episode, or None
+        self.open = None  # weights of the open episode, or None
         self.open_start = 0
         self.tail = 0
         self.fs, self.ms, self.max_episode = 1, 1, 0
@@ -60,8 +67,14 @@ class MemoryMachine(RuleBasedStateMachine):
 
     def rows(self, n):
         pos = np.arange(self.tail, self.tail + n, dtype=np.int64)
-        return (pos[:, None], pos.astype(FLOAT), np.ones(n, FLOAT), np.zeros(n, FLOAT),
-                np.zeros(n, FLOAT), np.zeros([n, 0], np.uint8))
+        return (
+            pos[:, None],
+            pos.astype(FLOAT),
+            np.ones(n, FLOAT),
+            np.zeros(n, FLOAT),
+            np.zeros(n, FLOAT),
+            np.zeros([n, 0], np.uint8),
+        )
 
     # ---------------------------------------------------------------- rules
 
@@ -169,10 +182,12 @@ class MemoryMachine(RuleBasedStateMachine):
         assert rem.open_length == (len(self.open) if self.open is not None else 0)
         assert rem.num_sampleable == len(self.sampleable())
         assert rem.total_weight == pytest.approx(sum(self.rule_ok().values()))
-        assert (rem.frame_stack, rem.multi_step, rem.max_episode) == (self.fs, self.ms,
-                                                                      self.max_episode)
+        assert (rem.frame_stack, rem.multi_step, rem.max_episode) == (
+            self.fs,
+            self.ms,
+            self.max_episode,
+        )
 
 
-MemoryMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40,
-                                           deadline=None)
+MemoryMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
 TestMemoryMachine = MemoryMachine.TestCase

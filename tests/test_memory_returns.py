@@ -33,10 +33,16 @@ def reference_weights(q, v, init_w, mult, alpha, eps, coeff, update_weight=True)
 
 
 def make(reward_shape, max_step=200, seed=0):
-    rem = memoire.ReplayMemory(np.zeros([1], np.int64), np.zeros([], FLOAT),
-                               np.zeros(reward_shape, FLOAT), np.zeros([], FLOAT),
-                               np.zeros(reward_shape, FLOAT), np.zeros(reward_shape, FLOAT),
-                               np.zeros([0], np.uint8), max_step)
+    rem = memoire.ReplayMemory(
+        np.zeros([1], np.int64),
+        np.zeros([], FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros(reward_shape, FLOAT),
+        np.zeros([0], np.uint8),
+        max_step,
+    )
     rem.seed(seed)
     return rem
 
@@ -47,9 +53,15 @@ def add_episode(rem, r, v, init_w, first_id, **close_kwargs):
     rshape = rem.reward_buf.shape
     total_before = rem.total_weight
     rem.new_episode()
-    rem.add_entries(np.arange(first_id, first_id + n)[:, None], np.zeros(n, FLOAT),
-                    r.reshape((n,) + rshape), np.zeros(n, FLOAT), v.reshape((n,) + rshape),
-                    np.zeros([n, 0], np.uint8), init_w)
+    rem.add_entries(
+        np.arange(first_id, first_id + n)[:, None],
+        np.zeros(n, FLOAT),
+        r.reshape((n,) + rshape),
+        np.zeros(n, FLOAT),
+        v.reshape((n,) + rshape),
+        np.zeros([n, 0], np.uint8),
+        init_w,
+    )
     rem.close_episode(**close_kwargs)
     return total_before
 
@@ -69,7 +81,7 @@ def check_episode(rem, first_id, q_ref, w_ref, total_before):
     With frame_stack = multi_step = 1, entries 0..L-2 are sampleable and entry k's next is k+1.
     """
     L = len(q_ref)
-    assert rem.total_weight == pytest.approx(total_before + w_ref[:L - 1].sum(), rel=1e-5)
+    assert rem.total_weight == pytest.approx(total_before + w_ref[: L - 1].sum(), rel=1e-5)
     for i, (_, w, _) in stored(rem, 50 * L).items():
         if first_id <= i < first_id + L:
             assert w_ref[i - first_id] > 0
@@ -151,8 +163,9 @@ def test_do_update_weight_false_keeps_init_w_times_multiplier():
     r = rng.normal(size=(L, 1)).astype(FLOAT)
     v = rng.normal(size=(L, 1)).astype(FLOAT)
     init_w = rng.uniform(0.1, 3, L).astype(FLOAT)
-    before = add_episode(rem, r, v, init_w, 0, do_update_weight=False,
-                         episodic_weight_multiplier=2.5)
+    before = add_episode(
+        rem, r, v, init_w, 0, do_update_weight=False, episodic_weight_multiplier=2.5
+    )
     q_ref = reference_returns(r, v, [0.99], 0.95, True)
     check_episode(rem, 0, q_ref, 2.5 * init_w.astype(np.float64), before)
 
@@ -178,7 +191,7 @@ def test_episodic_multiplier_and_priority_exponent(mult, alpha):
     before = add_episode(rem, r, v, init_w, 4, episodic_weight_multiplier=mult)
     q_ref = reference_returns(r, v, [0.9, 0.8], 0.95, True)
     w_ref = reference_weights(q_ref, v, init_w, mult, alpha, 0.05, [2.0, -0.5])
-    assert rem.num_sampleable == n_before + int((w_ref[:L - 1] > 0).sum())
+    assert rem.num_sampleable == n_before + int((w_ref[: L - 1] > 0).sum())
     check_episode(rem, 4, q_ref, w_ref, before)
 
 

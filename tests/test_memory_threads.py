@@ -16,19 +16,34 @@ FLOAT = np.float32
 
 
 def make(max_step, state_shape=(1,), state_dtype=np.int64):
-    rem = memoire.ReplayMemory(np.zeros(state_shape, state_dtype), np.zeros([], FLOAT),
-                               np.zeros([], FLOAT), np.zeros([], FLOAT), np.zeros([], FLOAT),
-                               np.zeros([], FLOAT), np.zeros([0], np.uint8), max_step)
+    rem = memoire.ReplayMemory(
+        np.zeros(state_shape, state_dtype),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([], FLOAT),
+        np.zeros([0], np.uint8),
+        max_step,
+    )
     rem.seed(0)
     return rem
 
 
 def rows(first, n, state_shape=(1,), state_dtype=np.int64):
     pos = np.arange(first, first + n, dtype=np.int64)
-    s = np.broadcast_to(pos.reshape((n,) + (1,) * len(state_shape)).astype(state_dtype),
-                        (n,) + state_shape)
-    return (np.ascontiguousarray(s), pos.astype(FLOAT), np.ones(n, FLOAT), np.zeros(n, FLOAT),
-            np.zeros(n, FLOAT), np.zeros([n, 0], np.uint8), np.ones(n, FLOAT))
+    s = np.broadcast_to(
+        pos.reshape((n,) + (1,) * len(state_shape)).astype(state_dtype), (n,) + state_shape
+    )
+    return (
+        np.ascontiguousarray(s),
+        pos.astype(FLOAT),
+        np.ones(n, FLOAT),
+        np.zeros(n, FLOAT),
+        np.zeros(n, FLOAT),
+        np.zeros([n, 0], np.uint8),
+        np.ones(n, FLOAT),
+    )
 
 
 def run_threads(targets):
@@ -40,6 +55,7 @@ def run_threads(targets):
                 f()
             except BaseException as e:  # reported by the main thread
                 errors.append(e)
+
         return run
 
     threads = [threading.Thread(target=wrap(f)) for f in targets]
@@ -57,8 +73,8 @@ def test_one_adder_two_samplers():
     rem.frame_stack = 2
     rem.multi_step = 2
     episodes, length = 120, 37
-    progress = [0, 0]          # samples taken by each sampler
-    seen_max = [[], []]        # the largest id each sampler saw, batch by batch
+    progress = [0, 0]  # samples taken by each sampler
+    seen_max = [[], []]  # the largest id each sampler saw, batch by batch
     done = threading.Event()
 
     def adder():
@@ -93,6 +109,7 @@ def test_one_adder_two_samplers():
                 seen_max[k].append(int(b.id.max()))
                 progress[k] += 1
             raise AssertionError("sampler loop bound reached")
+
         return run
 
     run_threads([adder, sampler(0), sampler(1)])
@@ -175,8 +192,9 @@ def test_frame_stack_changes_race_sampling_safely():
                 fs = b.prev[0].shape[1]
                 shapes.append(fs)
                 assert b.next[0].shape[1] == fs and b.prev[6].shape[1] == fs
-                np.testing.assert_array_equal(b.prev[0][:, :, 0],
-                                              b.id[:, None] + np.arange(fs) - (fs - 1))
+                np.testing.assert_array_equal(
+                    b.prev[0][:, :, 0], b.id[:, None] + np.arange(fs) - (fs - 1)
+                )
         finally:
             stop.set()
 

@@ -7,34 +7,47 @@ import subprocess
 import sys
 import textwrap
 
-import memoire
 from _subprocess_env import subprocess_env
+
+import memoire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Modules that need an extra (gin, plot, dopamine) by design; every other module of the package
 # is core and must import with none of the extras installed.
 NEEDS_EXTRAS = {
-    "memoire.gin_query",                           # gin
-    "memoire.dopamine_compat.gin_registry",        # gin
-    "memoire.dopamine_compat.jax_agents",          # dopamine
-    "memoire.dopamine_compat.jax_replay_buffer",   # dopamine
-    "memoire.dopamine_compat.tf_configurables",    # dopamine
-    "memoire.bench.dopamine",                      # dopamine
+    "memoire.gin_query",  # gin
+    "memoire.dopamine_compat.gin_registry",  # gin
+    "memoire.dopamine_compat.jax_agents",  # dopamine
+    "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
+    "memoire.dopamine_compat.tf_configurables",  # dopamine
+    "memoire.bench.dopamine",  # dopamine
 }
-NEEDS_EXTRAS_PACKAGES = ("memoire.experiments",)   # `memoire train/sweep/plot`: gin, dopamine, plot
+NEEDS_EXTRAS_PACKAGES = ("memoire.experiments",)  # `memoire train/sweep/plot`: gin, dopamine, plot
 EXTRAS = ("gin", "matplotlib", "dopamine", "tensorflow", "jax", "flax", "gym", "gymnasium")
 
 
 def _run(code, tmp_path):
     # cwd: not ROOT, whose memoire/ would shadow the package under test for `python -c`.
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_python_dash_m_memoire(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "memoire", "--help"], cwd=tmp_path,
-                         env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "memoire", "--help"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: memoire <command>") and "serve" in out.stdout
 
@@ -91,25 +104,50 @@ def test_core_imports_without_extras(tmp_path):
     out = _run(code, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     core = out.stdout.split("CORE", 1)[1].split()
-    assert {"memoire", "memoire.dopamine_compat", "memoire.server", "memoire.client",
-            "memoire.serve", "memoire.dopamine_compat.remote"} <= set(core), core
+    assert {
+        "memoire",
+        "memoire.dopamine_compat",
+        "memoire.server",
+        "memoire.client",
+        "memoire.serve",
+        "memoire.dopamine_compat.remote",
+    } <= set(core), core
 
 
 def test_hung_test_fails(tmp_path):
     """pytest-timeout with the project's settings (thread method) ends a test that hangs:
     here a recv on a socket nobody sends to, with the timeout lowered to 1 s."""
-    (tmp_path / "test_hang.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_hang.py").write_text(
+        textwrap.dedent("""
         import socket
 
         def test_hang():
             a, b = socket.socketpair()
             a.recv(1)
-    """))
+    """)
+    )
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
-         os.path.join(ROOT, "pyproject.toml"), "--rootdir", str(tmp_path), "-o", "timeout=1",
-         str(tmp_path / "test_hang.py")],
-        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            os.path.join(ROOT, "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-o",
+            "timeout=1",
+            str(tmp_path / "test_hang.py"),
+        ],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # The thread method's report: the hung test's stack, between "+++ Timeout +++" rules.
     assert out.returncode != 0, out.stdout[-2000:]
     assert "+ Timeout +" in out.stdout and "a.recv(1)" in out.stdout, out.stdout[-2000:]

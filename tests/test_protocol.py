@@ -15,9 +15,16 @@ from memoire.transport import native_libzmq
 
 
 def _memory():
-    rem = ReplayMemory(np.zeros([2], np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([0], np.uint8), 32)
+    rem = ReplayMemory(
+        np.zeros([2], np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        32,
+    )
     rem.cache_size = 3
     rem.new_episode()
     for k in range(6):
@@ -32,8 +39,12 @@ def test_python_names_the_native_constants():
     assert {k.name: int(k) for k in protocol.Kind} == dict(native.KINDS)
     assert codec.Msg is protocol.Msg and codec.WIRE_VERSION == native.WIRE_VERSION == 1
     assert memory.FIELDS is protocol.FIELDS == ("s", "a", "r", "p", "v", "q", "i")
-    flags = (protocol.CHUNK_LAST, protocol.CHUNK_TERMINAL, protocol.CHUNK_UPDATE_VALUE,
-             protocol.CHUNK_UPDATE_WEIGHT)
+    flags = (
+        protocol.CHUNK_LAST,
+        protocol.CHUNK_TERMINAL,
+        protocol.CHUNK_UPDATE_VALUE,
+        protocol.CHUNK_UPDATE_WEIGHT,
+    )
     assert sorted(flags) == [1, 2, 4, 8]  # distinct bits of the one flags byte
     # A CacheBatch carries each per-row column and 0-d value of a cache, by its wire name.
     names = {f.name for f in dataclasses.fields(CacheBatch)}
@@ -49,12 +60,24 @@ def test_every_message_type_travels_as_its_native_code():
 def test_python_and_native_cache_messages_both_match_the_cache_spec():
     rem = _memory()
     layout = protocol.cache_layout(rem)
-    schema = protocol.describe_schema((rem.state_buf, rem.action_buf, rem.reward_buf,
-                                       rem.prob_buf, rem.value_buf, rem.qvest_buf, rem.info_buf))
+    schema = protocol.describe_schema(
+        (
+            rem.state_buf,
+            rem.action_buf,
+            rem.reward_buf,
+            rem.prob_buf,
+            rem.value_buf,
+            rem.qvest_buf,
+            rem.info_buf,
+        )
+    )
     spec = protocol.cache_spec(schema, layout)
     names = list(spec.arrays)
-    assert names[:2] == ["prev/s", "next/s"] and names[-3:] == ["uuid", "num_sampleable",
-                                                                 "total_weight"]
+    assert names[:2] == ["prev/s", "next/s"] and names[-3:] == [
+        "uuid",
+        "num_sampleable",
+        "total_weight",
+    ]
     msg = codec.decode(cache_message(rem, 9), spec=spec)  # the Python encoder
     assert list(msg.values) == names and int(msg["uuid"]) == 9
     if not native_libzmq():  # the native sender needs pyzmq's libzmq; the Python one is above
@@ -76,13 +99,25 @@ def test_python_and_native_cache_messages_both_match_the_cache_spec():
 
 
 def test_a_closing_chunk_is_committed_as_the_protocol_says():
-    rem = ReplayMemory(np.zeros([2], np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([0], np.uint8), 32)
+    rem = ReplayMemory(
+        np.zeros([2], np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        32,
+    )
     ingest = _core.ChunkIngest(rem)
-    rows = {"s": np.zeros((2, 2), np.uint8), "a": np.zeros(2, np.int64),
-            "r": np.ones(2, np.float32), "p": np.ones(2, np.float32), "v": np.zeros(2, np.float32),
-            "i": np.zeros((2, 0), np.uint8)}
+    rows = {
+        "s": np.zeros((2, 2), np.uint8),
+        "a": np.zeros(2, np.int64),
+        "r": np.ones(2, np.float32),
+        "p": np.ones(2, np.float32),
+        "v": np.zeros(2, np.float32),
+        "i": np.zeros((2, 0), np.uint8),
+    }
     init_w, dtype = protocol.CHUNK_INIT_W
     rows[init_w] = np.ones(2, dtype)
     meta = dict(zip((n for n, _ in protocol.CHUNK_SCALARS), (7, 1, 0, 1.0)))
@@ -90,8 +125,11 @@ def test_a_closing_chunk_is_committed_as_the_protocol_says():
     staged = ingest.ingest(codec.encode(protocol.Msg.CHUNK, values))
     assert staged[0] == protocol.INGEST_STAGED
     values["index"] = np.array(1, np.int64)
-    done = ingest.ingest(codec.encode(protocol.Msg.CHUNK, values,
-                                      flags=protocol.CHUNK_LAST | protocol.CHUNK_TERMINAL))
+    done = ingest.ingest(
+        codec.encode(
+            protocol.Msg.CHUNK, values, flags=protocol.CHUNK_LAST | protocol.CHUNK_TERMINAL
+        )
+    )
     assert done[:2] == (protocol.INGEST_COMMITTED, 4) and rem.size == 4
     bad = ingest.ingest(codec.encode(protocol.Msg.CHUNK, dict(values, index=np.array(5))))
     assert bad[0] == protocol.INGEST_REJECTED

@@ -22,9 +22,15 @@ from memoire.experience import ChunkStream
 from memoire.rate_limiter import MinSize, SampleToInsertRatio
 from memoire.remote import RemoteMemory
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 EPISODE = 10  # rows per streamed episode
 
 
@@ -72,8 +78,11 @@ def test_ratio_blocks_inserts_above_the_band_and_samples_below_it():
 
 def test_timeouts_raise_naming_the_limiter_and_its_state():
     lim = SampleToInsertRatio(1.0, 5, 2)
-    with pytest.raises(TimeoutError, match=r"rate limiter: sample blocked .*inserts=0 "
-                                           r"samples=0 .*min_size_to_sample=5"):
+    with pytest.raises(
+        TimeoutError,
+        match=r"rate limiter: sample blocked .*inserts=0 "
+        r"samples=0 .*min_size_to_sample=5",
+    ):
         lim.await_sample(1, 0.05)
     lim.inserted(7)
     with pytest.raises(TimeoutError, match=r"rate limiter: insert blocked .*inserts=7"):
@@ -104,6 +113,7 @@ def test_cancel_fails_waiters():
             lim.await_sample(1, None)
         except TimeoutError as e:
             errors.append(str(e))
+
     t = threading.Thread(target=wait)
     t.start()
     assert _until(lambda: lim.counters()["samples_waiting"] == 1)
@@ -126,6 +136,7 @@ def test_two_threads_keep_the_cursor_in_its_band_over_many_steps(spi, batch):
         while lim.counters()["samples"] < samples_target:
             lim.await_sample(batch, 30.0)
         done.set()
+
     t = threading.Thread(target=sampler)
     t.start()
     steps = 0
@@ -145,16 +156,24 @@ def test_two_threads_keep_the_cursor_in_its_band_over_many_steps(spi, batch):
     assert c["insert_blocked"] > 0 or c["sample_blocked"] > 0
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(samples_per_insert=-1.0, min_size_to_sample=10, error_buffer=5), "samples_per_insert"),
-    (dict(samples_per_insert=0.0, min_size_to_sample=10, error_buffer=5), "samples_per_insert"),
-    (dict(samples_per_insert=math.nan, min_size_to_sample=10, error_buffer=5),
-     "samples_per_insert"),
-    (dict(samples_per_insert=1.0, min_size_to_sample=0, error_buffer=5), "min_size_to_sample"),
-    (dict(samples_per_insert=4.0, min_size_to_sample=10, error_buffer=3), "at least"),
-    (dict(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=(11.0, 30.0)), "above"),
-    (dict(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=-1), "error_buffer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            dict(samples_per_insert=-1.0, min_size_to_sample=10, error_buffer=5),
+            "samples_per_insert",
+        ),
+        (dict(samples_per_insert=0.0, min_size_to_sample=10, error_buffer=5), "samples_per_insert"),
+        (
+            dict(samples_per_insert=math.nan, min_size_to_sample=10, error_buffer=5),
+            "samples_per_insert",
+        ),
+        (dict(samples_per_insert=1.0, min_size_to_sample=0, error_buffer=5), "min_size_to_sample"),
+        (dict(samples_per_insert=4.0, min_size_to_sample=10, error_buffer=3), "at least"),
+        (dict(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=(11.0, 30.0)), "above"),
+        (dict(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=-1), "error_buffer"),
+    ],
+)
 def test_bad_settings_raise_clearly(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SampleToInsertRatio(**kwargs)
@@ -169,8 +188,11 @@ def test_a_batch_the_band_can_never_allow_is_refused():
 
 
 def test_server_refuses_a_min_size_beyond_its_capacity():
-    with pytest.raises(ValueError, match=r"min_size_to_sample=2000 is more than the server's "
-                                         r"memory \(max_step\) holds \(1000"):
+    with pytest.raises(
+        ValueError,
+        match=r"min_size_to_sample=2000 is more than the server's "
+        r"memory \(max_step\) holds \(1000",
+    ):
         ReplayMemoryServer(*TEMPLATES, 1000, None, rate_limiter=MinSize(2000))
 
 
@@ -205,8 +227,15 @@ class _Writer:
         return False
 
     def _run(self):
-        row = {"s": np.ones(4, np.float32), "a": 1, "r": 0.5, "p": 0.5, "v": 0.0, "i":
-               np.zeros(0, np.uint8), "init_w": 1.0}
+        row = {
+            "s": np.ones(4, np.float32),
+            "a": 1,
+            "r": 0.5,
+            "p": 0.5,
+            "v": 0.0,
+            "i": np.zeros(0, np.uint8),
+            "init_w": 1.0,
+        }
         while not self.stop.is_set() and self.episodes < self._max:
             for _ in range(EPISODE - 1):
                 self._stream.add(row)
@@ -229,8 +258,9 @@ def test_server_holds_the_ratio_against_a_full_speed_writer():
         writer = _Writer(srv, ep["pull"])
         try:
             # No sampler yet: the ingest stops pulling once the band is full.
-            assert _until(lambda: lim.counters()["inserts_waiting"] == 1
-                          and lim.counters()["inserts"] >= 200)
+            assert _until(
+                lambda: lim.counters()["inserts_waiting"] == 1 and lim.counters()["inserts"] >= 200
+            )
             held = lim.counters()["inserts"]
             assert held * spi <= lim.max_diff + EPISODE * spi
             outside = []
@@ -277,8 +307,11 @@ def test_a_remote_sample_that_waits_too_long_gets_a_timeout_naming_the_limiter()
     with ReplayMemoryServer(*TEMPLATES, 1000, None, rate_limiter=MinSize(50)) as srv:
         ep = srv.start()
         with RemoteMemory(ep["rep"], timeout=10, retries=0) as rm:
-            with pytest.raises(TimeoutError, match=r"memory.sample: rate limiter: blocked for "
-                                                   r"0.2 s \(inserts=0 .*min_size_to_sample=50"):
+            with pytest.raises(
+                TimeoutError,
+                match=r"memory.sample: rate limiter: blocked for "
+                r"0.2 s \(inserts=0 .*min_size_to_sample=50",
+            ):
                 rm.sample(4, timeout=0.2)
             assert rm.stats()["rate_limiter"]["sample_timeouts"] == 1
         with pytest.raises(TimeoutError, match="rate limiter: sample blocked"):
@@ -291,14 +324,27 @@ def test_a_distributed_learner_keeps_its_replay_ratio(tmp_path):
     the run completes."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base = str(tmp_path)
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base, "--gin_files",
-           os.path.join(root, "configs", "dqn_cartpole_jax_distributed.gin")]
-    for b in ("Runner.num_iterations = 1", "Runner.training_steps = 400",
-              "Runner.evaluation_steps = 20", "JaxDQNAgent.min_replay_history = 50",
-              "ClassicControlDQNNetwork.hidden_units = 16",
-              "DistributedConfig.num_actors = 1", "DistributedConfig.publish_period = 20",
-              "DistributedConfig.chunk_size = 8", "DistributedConfig.samples_per_insert = 64.0",
-              "DistributedConfig.rate_error_buffer = 1280.0"):
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--base_dir",
+        base,
+        "--gin_files",
+        os.path.join(root, "configs", "dqn_cartpole_jax_distributed.gin"),
+    ]
+    for b in (
+        "Runner.num_iterations = 1",
+        "Runner.training_steps = 400",
+        "Runner.evaluation_steps = 20",
+        "JaxDQNAgent.min_replay_history = 50",
+        "ClassicControlDQNNetwork.hidden_units = 16",
+        "DistributedConfig.num_actors = 1",
+        "DistributedConfig.publish_period = 20",
+        "DistributedConfig.chunk_size = 8",
+        "DistributedConfig.samples_per_insert = 64.0",
+        "DistributedConfig.rate_error_buffer = 1280.0",
+    ):
         cmd += ["--gin_bindings", b]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -12,18 +12,22 @@ import time
 import types
 
 import pytest
+from _subprocess_env import subprocess_env
 
 from memoire.experiments import sweep as sw
-
-from _subprocess_env import subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIST_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
 # test_distributed's tiny run, two iterations.
-TINY = ("Runner.num_iterations = 2", "Runner.training_steps = 300",
-        "Runner.evaluation_steps = 50", "JaxDQNAgent.min_replay_history = 50",
-        "ClassicControlDQNNetwork.hidden_units = 32",
-        "DistributedConfig.publish_period = 20", "DistributedConfig.chunk_size = 8")
+TINY = (
+    "Runner.num_iterations = 2",
+    "Runner.training_steps = 300",
+    "Runner.evaluation_steps = 50",
+    "JaxDQNAgent.min_replay_history = 50",
+    "ClassicControlDQNNetwork.hidden_units = 32",
+    "DistributedConfig.publish_period = 20",
+    "DistributedConfig.chunk_size = 8",
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +35,13 @@ def cluster():
     """A local Ray cluster on loopback for this module; yields its address."""
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
-             namespace="memoire", log_to_driver=False)
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        namespace="memoire",
+        log_to_driver=False,
+    )
     try:
         # Ray's servers listen on every interface; the tests reach them through loopback.
         yield "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
@@ -83,22 +92,37 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
 
     base = str(tmp_path)
     run = os.path.join(base, "setting_0", "run_0")
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base,
-           "--gin_files", DIST_GIN, "--launcher", "ray", "--ray_address", cluster]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--base_dir",
+        base,
+        "--gin_files",
+        DIST_GIN,
+        "--launcher",
+        "ray",
+        "--ray_address",
+        cluster,
+    ]
     for b in TINY:
         cmd += ["--gin_bindings", b]
 
     # 1. Both actors are placed and stream; then both processes are killed, so the run can
     # only go on if Ray restarts them and they rejoin the learner.
     out_path = tmp_path / "first.out"  # a file, not a pipe nobody reads while we wait
-    proc = subprocess.Popen(cmd, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT,
-                            env=subprocess_env())
+    proc = subprocess.Popen(
+        cmd, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT, env=subprocess_env()
+    )
     try:
-        actors = [_wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150,
-                        f"Ray actor {i}") for i in range(2)]
+        actors = [
+            _wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150, f"Ray actor {i}")
+            for i in range(2)
+        ]
         for a in actors:
-            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 300,
-                  "chunks from an actor")  # the learner starts first (TF, JAX)
+            _wait(
+                lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 300, "chunks from an actor"
+            )  # the learner starts first (TF, JAX)
         import ray
 
         pids = []
@@ -110,8 +134,11 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
         # The new processes rejoin: each streams chunks again (a counter of the
         # new process, which starts at 0), and the run goes on to its first checkpoint.
         for a in actors:
-            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 150,
-                  "chunks from a restarted actor")
+            _wait(
+                lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2,
+                150,
+                "chunks from a restarted actor",
+            )
         ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
         _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
         assert proc.poll() is None and os.path.exists(ckpt0)
@@ -129,8 +156,9 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     assert "learner with 2 Ray actor(s) (experience tcp://127.0.0.1:" in out
 
     # 3. The same command again resumes after checkpoint 0 and finishes.
-    again = subprocess.run(cmd, cwd=base, capture_output=True, text=True, timeout=300,
-                           env=subprocess_env())
+    again = subprocess.run(
+        cmd, cwd=base, capture_output=True, text=True, timeout=300, env=subprocess_env()
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {run} at iteration 1" in again.stdout + again.stderr
     assert os.path.exists(os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.1"))
@@ -182,29 +210,50 @@ def _tree(base):
 
 
 @pytest.mark.ray
-def test_a_sweep_through_ray_leaves_the_local_launchers_records(cluster, tmp_path,
-                                                               monkeypatch, caplog):
-    monkeypatch.setattr(sw, "_train_command", lambda args, index: [
-        sys.executable, "-c", _CHILD, args.sweep, args.base_dir, str(index)])
+def test_a_sweep_through_ray_leaves_the_local_launchers_records(
+    cluster, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(
+        sw,
+        "_train_command",
+        lambda args, index: [sys.executable, "-c", _CHILD, args.sweep, args.base_dir, str(index)],
+    )
     (tmp_path / "s.gin").write_text("A.x = [1, 2]\nB.y = ['u', 'v']\n")
     records, messages = {}, {}
     for launcher in ("local", "ray"):
         base = tmp_path / launcher
-        args = types.SimpleNamespace(sweep=str(tmp_path / "s.gin"), base_dir=str(base),
-                                     indices="0-3", parallel=2, gin_files=[], gin_bindings=[],
-                                     launcher=launcher, ray_address=cluster, cpus=1, gpus=0)
+        args = types.SimpleNamespace(
+            sweep=str(tmp_path / "s.gin"),
+            base_dir=str(base),
+            indices="0-3",
+            parallel=2,
+            gin_files=[],
+            gin_bindings=[],
+            launcher=launcher,
+            ray_address=cluster,
+            cpus=1,
+            gpus=0,
+        )
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="memoire.experiments.sweep"):
             assert sw.run_indices(args) == 2  # indices 1 and 3 fail, under either launcher
         records[launcher] = _tree(str(base))
-        messages[launcher] = {r.getMessage() for r in caplog.records
-                              if "index" in r.getMessage() or "succeeded" in r.getMessage()}
+        messages[launcher] = {
+            r.getMessage()
+            for r in caplog.records
+            if "index" in r.getMessage() or "succeeded" in r.getMessage()
+        }
     assert records["ray"] == records["local"]
     assert len(records["ray"]) == 8  # setting.json and train.log of each of the 4 indices
     assert records["ray"][os.path.join("setting_1", "run_0", "train.log")] == "child 1 1 0\n"
     for launcher in ("local", "ray"):
-        assert {"index 0 done", "index 2 done", "index 1 FAILED (exit 3)",
-                "index 3 FAILED (exit 3)", "2/4 succeeded"} <= messages[launcher]
+        assert {
+            "index 0 done",
+            "index 2 done",
+            "index 1 FAILED (exit 3)",
+            "index 3 FAILED (exit 3)",
+            "2/4 succeeded",
+        } <= messages[launcher]
     # Resumable: run again, every index runs again into the same directory (memoire train
     # resumes from its checkpoints), and the records stay where they were.
     args.indices = "0"
@@ -216,8 +265,18 @@ def test_a_sweep_through_ray_leaves_the_local_launchers_records(cluster, tmp_pat
 def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
-    code = sw.main(["run", str(tmp_path / "s.gin"), "--base_dir", str(tmp_path / "runs"),
-                    "--indices", "0-1", "--launcher", "ray"])
+    code = sw.main(
+        [
+            "run",
+            str(tmp_path / "s.gin"),
+            "--base_dir",
+            str(tmp_path / "runs"),
+            "--indices",
+            "0-1",
+            "--launcher",
+            "ray",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err == "memoire sweep: error: the Ray launcher needs Ray: pip install memoire[ray]\n"
@@ -230,17 +289,27 @@ _NO_RAY = "import sys; sys.modules['ray'] = None; from memoire.cli import main; 
 
 
 @pytest.mark.dopamine
-@pytest.mark.parametrize("gin, ray_missing, expect", [
-    (LOCAL_GIN, False,
-     "DistributedConfig.launcher = 'ray' needs DistributedConfig.num_actors >= 1"),
-    (DIST_GIN, True, "the Ray launcher needs Ray: pip install memoire[ray]"),
-])
-def test_train_launcher_mistakes_are_one_line_and_write_nothing(tmp_path, gin, ray_missing,
-                                                                 expect):
+@pytest.mark.parametrize(
+    "gin, ray_missing, expect",
+    [
+        (
+            LOCAL_GIN,
+            False,
+            "DistributedConfig.launcher = 'ray' needs DistributedConfig.num_actors >= 1",
+        ),
+        (DIST_GIN, True, "the Ray launcher needs Ray: pip install memoire[ray]"),
+    ],
+)
+def test_train_launcher_mistakes_are_one_line_and_write_nothing(tmp_path, gin, ray_missing, expect):
     cmd = ["-c", _NO_RAY, "train"] if ray_missing else ["-m", "memoire.cli", "train"]
-    out = subprocess.run([sys.executable, *cmd, "--gin_files", gin, "--base_dir", "runs",
-                          "--launcher", "ray"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=180, env=subprocess_env())
+    out = subprocess.run(
+        [sys.executable, *cmd, "--gin_files", gin, "--base_dir", "runs", "--launcher", "ray"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=subprocess_env(),
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"memoire train: error: {expect}"

@@ -42,8 +42,10 @@ README = os.path.join(ROOT, "README.md")
 STOCK_GIN = os.environ.get("MEMOIRE_DOPAMINE_STOCK_GIN", "/work/shared/dopamine-stock-gin")
 MODES = ("python", "shell", "help", "gin-tf", "skip")
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
-TRAINING = re.compile(r"^(memoire train|memoire sweep run|python -m memoire\.dopamine_compat\."
-                      r"jax_agents|python -m dopamine\.discrete_domains\.train)\b")
+TRAINING = re.compile(
+    r"^(memoire train|memoire sweep run|python -m memoire\.dopamine_compat\."
+    r"jax_agents|python -m dopamine\.discrete_domains\.train)\b"
+)
 
 # One iteration of a few steps with small memories, for any of the repository's or Dopamine's
 # configurations (gin accepts bindings of configurables a run does not use).
@@ -89,8 +91,14 @@ def readme_blocks():
             end += 1
         above = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         marker = MARKER.match(above)
-        blocks.append(Block(i + 1, fence.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                            marker.group(1) if marker else None))
+        blocks.append(
+            Block(
+                i + 1,
+                fence.group(1),
+                "\n".join(lines[i + 1 : end]) + "\n",
+                marker.group(1) if marker else None,
+            )
+        )
         i = end + 1
     return blocks
 
@@ -111,9 +119,13 @@ def test_every_block_says_how_it_is_tested():
 def test_readme_names_the_entry_points_and_the_atari_configs():
     text = open(README).read()
     assert "## Migrating from Dopamine" in text
-    for name in ("python -m memoire.dopamine_compat.jax_agents", "configs/atari/dqn.gin",
-                 "configs/atari/rainbow.gin", "configs/atari/dqn_distributed.gin",
-                 "memoire serve --buffer"):
+    for name in (
+        "python -m memoire.dopamine_compat.jax_agents",
+        "configs/atari/dqn.gin",
+        "configs/atari/rainbow.gin",
+        "configs/atari/dqn_distributed.gin",
+        "memoire serve --buffer",
+    ):
         assert name in text, name
 
 
@@ -124,8 +136,11 @@ def test_readme_names_the_entry_points_and_the_atari_configs():
 def _commands(text):
     """The block's commands, backslash continuations joined, comments and blanks left out."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [line.strip() for line in joined.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    return [
+        line.strip()
+        for line in joined.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 # TensorFlow's GPU probe on a machine with CUDA libraries and no driver (this CI's machines)
@@ -162,8 +177,14 @@ def _scratch(tmp_path, block):
 
 
 def _run_bash(script, cwd, env, timeout):
-    out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert out.returncode == 0, f"{script}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
@@ -187,19 +208,28 @@ def _params(mode):
 def _skip_unless_present(block):
     for path in filter(None, block.options.get("needs", "").split(",")):
         if not os.path.exists(os.path.join(ROOT, path.strip())):
-            pytest.skip(f"README.md line {block.line} uses {path.strip()}, which this checkout "
-                        "does not have yet (the Atari configurations arrive with the atari "
-                        "work)")
+            pytest.skip(
+                f"README.md line {block.line} uses {path.strip()}, which this checkout "
+                "does not have yet (the Atari configurations arrive with the atari "
+                "work)"
+            )
     if "stock" in block.flags and not os.path.isdir(os.path.join(STOCK_GIN, "dopamine")):
-        pytest.skip(f"Dopamine's stock gin files are not at {STOCK_GIN} "
-                    "(set MEMOIRE_DOPAMINE_STOCK_GIN)")
+        pytest.skip(
+            f"Dopamine's stock gin files are not at {STOCK_GIN} (set MEMOIRE_DOPAMINE_STOCK_GIN)"
+        )
 
 
 @pytest.mark.parametrize("block", _params("python"))
 def test_python_block(block, tmp_path):
     _skip_unless_present(block)
-    out = subprocess.run([sys.executable, "-c", block.text], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", block.text],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -213,8 +243,9 @@ def test_shell_block(block, tmp_path):
         commands = [_with_tiny(c) for c in commands]
     out = _run_bash("\n".join(commands), work, env, timeout=900)
     log = out.stdout + out.stderr
-    assert [line for line in log.splitlines()
-            if "ERROR" in line and not _TF_GPU_PROBE.search(line)] == [], log[-3000:]
+    assert [
+        line for line in log.splitlines() if "ERROR" in line and not _TF_GPU_PROBE.search(line)
+    ] == [], log[-3000:]
     # What the block's commands say they make is there.
     for c in commands:
         m = re.search(r"--base_dir (\S+)", c)
@@ -242,8 +273,15 @@ def test_gin_tf_block(block, tmp_path):
     own = open(os.path.join(ROOT, "configs", "dqn_cartpole_tf.gin")).read().splitlines()
     dopamine_only = [line for line in own if "emoire" not in line]
     (work / "tf.gin").write_text("\n".join(dopamine_only) + "\n" + block.text)
-    cmd = [sys.executable, "-m", "dopamine.discrete_domains.train", "--base_dir", "runs/tf",
-           "--gin_files", "tf.gin"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dopamine.discrete_domains.train",
+        "--base_dir",
+        "runs/tf",
+        "--gin_files",
+        "tf.gin",
+    ]
     for b in TINY:
         cmd += ["--gin_bindings", b]
     out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)

@@ -14,16 +14,23 @@ from memoire.server import ReplayMemoryServer
 from memoire.stream import SamplingStream
 from memoire.transport import native_libzmq
 
-pytestmark = pytest.mark.skipif(not native_libzmq(),
-                                reason="needs the native message path (pyzmq's libzmq)")
+pytestmark = pytest.mark.skipif(
+    not native_libzmq(), reason="needs the native message path (pyzmq's libzmq)"
+)
 
 FRAME = (12, 10)  # small Atari-like frames: uint8[12, 10]
 
 
 def _templates():
-    return (np.zeros(FRAME, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-            np.zeros([2], np.int16))
+    return (
+        np.zeros(FRAME, np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([2], np.int16),
+    )
 
 
 def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1):
@@ -31,12 +38,15 @@ def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1):
     rng = np.random.default_rng(seed)
     for k, steps in enumerate(episodes):
         rem.new_episode()
-        rem.add_entries(rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8),
-                        rng.integers(0, 6, steps), rng.normal(size=steps).astype(np.float32),
-                        rng.random(steps).astype(np.float32),
-                        rng.normal(size=steps).astype(np.float32),
-                        rng.integers(-9, 9, (steps, 2)).astype(np.int16),
-                        (rng.random(steps) + 0.1).astype(np.float32))
+        rem.add_entries(
+            rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8),
+            rng.integers(0, 6, steps),
+            rng.normal(size=steps).astype(np.float32),
+            rng.random(steps).astype(np.float32),
+            rng.normal(size=steps).astype(np.float32),
+            rng.integers(-9, 9, (steps, 2)).astype(np.int16),
+            (rng.random(steps) + 0.1).astype(np.float32),
+        )
         rem.close_episode(terminal=bool(k % 2))
 
 
@@ -83,14 +93,18 @@ SETTINGS = [
     dict(frame_stack=4, multi_step=1),  # Atari: 5 distinct rows per transition
     dict(frame_stack=3, multi_step=5),  # next does not overlap prev
     dict(frame_stack=1, multi_step=1),
-    dict(frame_stack=2, multi_step=1,   # some stacks left out
-         flags=[1, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0]),
+    dict(
+        frame_stack=2,
+        multi_step=1,  # some stacks left out
+        flags=[1, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0],
+    ),
 ]
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
-@pytest.mark.parametrize("transport,shm", [("tcp", False), ("ipc", False), ("tcp", True),
-                                           ("ipc", True)])
+@pytest.mark.parametrize(
+    "transport,shm", [("tcp", False), ("ipc", False), ("tcp", True), ("ipc", True)]
+)
 def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path):
     # The same contents and seed: the stream is the server memory's only sampler, so its
     # batches are the ones the local memory's get_batch draws, in the same order.
@@ -99,10 +113,10 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path
     _configure(local, **settings)
     _fill(local)
     with _server(seed=7, **settings) as srv:
-        ep = srv.start_stream("tcp://127.0.0.1:*" if transport == "tcp"
-                              else f"ipc://{tmp_path}/stream.ipc")
-        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10,
-                            shared_memory=shm) as stream:
+        ep = srv.start_stream(
+            "tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{tmp_path}/stream.ipc"
+        )
+        with SamplingStream(ep, 16, credit=5, depth=3, timeout=10, shared_memory=shm) as stream:
             assert stream.shared_memory == shm
             for _ in range(30):
                 got, want = next(stream), local.get_batch(16)
@@ -116,14 +130,16 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path
 def test_stream_is_a_feed_layout():
     # The same arrays (dtype, shape, None fields) as an in-process feed's.
     from memoire.feed import Feed
+
     with _server(flags=[1] * 7 + [0] * 7) as srv:
         local = ReplayMemory(*_templates(), 150)
         _configure(local, flags=[1] * 7 + [0] * 7)
         _fill(local)
         with SamplingStream(srv.start_stream(), 8) as stream, Feed(local, 8) as feed:
             a, b = next(stream), next(feed)
-            assert [None if x is None else (x.dtype, x.shape) for x in a.prev + a.next] == \
-                   [None if x is None else (x.dtype, x.shape) for x in b.prev + b.next]
+            assert [None if x is None else (x.dtype, x.shape) for x in a.prev + a.next] == [
+                None if x is None else (x.dtype, x.shape) for x in b.prev + b.next
+            ]
             with pytest.raises(ValueError, match="its own feed"):
                 Feed(stream, 8)  # one consumer per connection
 
@@ -140,6 +156,7 @@ def test_two_endpoints_serve_side_by_side(tmp_path):
 
 
 # ---------------------------------------------------------------- credit
+
 
 @pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])
 def test_credit_bounds_batches_in_flight(credit, depth):
@@ -162,6 +179,7 @@ def test_credit_bounds_batches_in_flight(credit, depth):
 
 
 # ---------------------------------------------------------------- priorities
+
 
 def test_priority_updates_land():
     with _server() as srv:
@@ -186,6 +204,7 @@ def test_priority_updates_land():
 
 
 # ---------------------------------------------------------------- dead and restarted servers
+
 
 def test_dead_server_raises_timeout_not_hang():
     srv = _server()
@@ -244,6 +263,7 @@ def test_draw_error_reaches_the_learner_and_the_stream_goes_on():
 
 # ---------------------------------------------------------------- hostile clients
 
+
 def _ask(sock, frames, timeout_ms=5000):
     sock.send_multipart(frames)
     assert sock.poll(timeout_ms), "the server must answer every refused request"
@@ -264,11 +284,11 @@ def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
         try:
             cases = [
                 (_stream({"op": "credit", "credit": 1}), "stream_unknown"),
-                (_stream({"op": "open", "batch_size": 4, "credit": 10 ** 12}), "stream_credit"),
+                (_stream({"op": "open", "batch_size": 4, "credit": 10**12}), "stream_credit"),
                 (_stream({"op": "open", "batch_size": 4, "credit": -3}), "stream_credit"),
                 (_stream({"op": "open", "batch_size": 4, "credit": True}), "stream_credit"),
                 (_stream({"op": "open", "batch_size": 4, "credit": "8"}), "stream_credit"),
-                (_stream({"op": "open", "batch_size": 10 ** 9, "credit": 1}), "batch_too_large"),
+                (_stream({"op": "open", "batch_size": 10**9, "credit": 1}), "batch_too_large"),
                 (_stream({"op": "open", "batch_size": 2.5, "credit": 1}), "stream_request"),
                 (_stream({"op": "drain everything"}), "stream_request"),
                 ([b"MMRW\x01\x00\x0c\x00garbage"], "malformed"),
@@ -287,12 +307,24 @@ def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
             batch = codec.decode(bad.recv_multipart(), expect=(Msg.STREAM_BATCH,))
             assert batch.values["index"].shape == (4, 5)  # stack 4 + 1: 5 window rows
             for values, reason in [
-                ({"op": "credit", "credit": 10 ** 15}, "stream_credit"),
+                ({"op": "credit", "credit": 10**15}, "stream_credit"),
                 ({"op": "credit", "credit": -1}, "stream_credit"),
-                ({"op": "priorities", "ids": np.zeros(3, np.float64),
-                  "weights": np.zeros(3, np.float32)}, "bad_priorities"),
-                ({"op": "priorities", "ids": np.zeros(3, np.int64),
-                  "weights": np.full(3, np.nan, np.float32)}, "bad_priorities"),
+                (
+                    {
+                        "op": "priorities",
+                        "ids": np.zeros(3, np.float64),
+                        "weights": np.zeros(3, np.float32),
+                    },
+                    "bad_priorities",
+                ),
+                (
+                    {
+                        "op": "priorities",
+                        "ids": np.zeros(3, np.int64),
+                        "weights": np.full(3, np.nan, np.float32),
+                    },
+                    "bad_priorities",
+                ),
             ]:
                 before = srv.stats()["rejected"].get(reason, 0)
                 assert _ask(bad, _stream(values)).type == Msg.ERROR, reason
@@ -309,8 +341,10 @@ def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
 
 # ---------------------------------------------------------------- shared memory
 
+
 def _shm_files():
     import glob
+
     return set(glob.glob("/dev/shm/memoire-stream-*"))
 
 
@@ -329,8 +363,9 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
         peer.linger = 0
         peer.connect(ep)
         try:
-            reply = _ask(peer, _stream({"op": "open", "batch_size": 4, "credit": 3,
-                                        "shared_memory": True}))
+            reply = _ask(
+                peer, _stream({"op": "open", "batch_size": 4, "credit": 3, "shared_memory": True})
+            )
             assert reply.values["shm_slots"] == 3
             for _ in range(3):  # the notices its credit brought: slot numbers, no rows
                 assert peer.poll(5000)
@@ -350,30 +385,45 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
 
 # ---------------------------------------------------------------- a hostile server
 
+
 def _fake_batch(u, index, extra=None):
     from memoire.protocol import describe_schema
-    values = {"seq": np.int64(0), "num_sampleable": np.int64(5), "total_weight": np.float64(1),
-              "weight": np.ones(2, np.float32), "prob": np.ones(2), "done": np.zeros(2, bool),
-              "id": np.arange(2, dtype=np.int64), "index": np.asarray(index, np.int32)}
+
+    values = {
+        "seq": np.int64(0),
+        "num_sampleable": np.int64(5),
+        "total_weight": np.float64(1),
+        "weight": np.ones(2, np.float32),
+        "prob": np.ones(2),
+        "done": np.zeros(2, bool),
+        "id": np.arange(2, dtype=np.int64),
+        "index": np.asarray(index, np.int32),
+    }
     for name, dtype, shape in describe_schema(_templates()):
         values["rows/" + name] = np.zeros((u,) + tuple(shape), dtype)
     values.update(extra or {})
     return codec.encode(Msg.STREAM_BATCH, values)
 
 
-@pytest.mark.parametrize("frames_of,match", [
-    (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside"),     # index past the rows
-    (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside"),
-    (lambda: _fake_batch(3, [[0, 1, 2]]), "index"),                   # wrong shape
-    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]],
-                         {"weight": np.ones(2, np.float64)}), "weight"),  # wrong dtype
-    (lambda: [b"MMRW garbage"], "header"),
-    (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after"),
-])
+@pytest.mark.parametrize(
+    "frames_of,match",
+    [
+        (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside"),  # index past the rows
+        (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside"),
+        (lambda: _fake_batch(3, [[0, 1, 2]]), "index"),  # wrong shape
+        (
+            lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"weight": np.ones(2, np.float64)}),
+            "weight",
+        ),  # wrong dtype
+        (lambda: [b"MMRW garbage"], "header"),
+        (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after"),
+    ],
+)
 def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
     # A server that answers the open properly, then sends a bad batch: the learner raises
     # memoire.ProtocolError (a ValueError) naming it, and reads nothing out of bounds.
     from memoire.protocol import describe_schema
+
     ctx = zmq.Context()
     fake = ctx.socket(zmq.ROUTER)
     fake.linger = 0
@@ -385,11 +435,26 @@ def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
         def serve():
             assert fake.poll(5000)
             ident, *_ = fake.recv_multipart()
-            fake.send_multipart([ident, *codec.encode(Msg.STREAM, {
-                "op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
-                                           for f, d, s in describe_schema(_templates())],
-                "frame_stack": 2, "multi_step": 1, "flags": np.ones(14, bool),
-                "batch_size": 2, "max_credit": 64})])
+            fake.send_multipart(
+                [
+                    ident,
+                    *codec.encode(
+                        Msg.STREAM,
+                        {
+                            "op": "layout",
+                            "schema": [
+                                (f, d, np.asarray(s, np.int64))
+                                for f, d, s in describe_schema(_templates())
+                            ],
+                            "frame_stack": 2,
+                            "multi_step": 1,
+                            "flags": np.ones(14, bool),
+                            "batch_size": 2,
+                            "max_credit": 64,
+                        },
+                    ),
+                ]
+            )
             fake.send_multipart([ident, *frames_of()])
 
         t = threading.Thread(target=serve)
@@ -405,21 +470,41 @@ def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
 
 # ---------------------------------------------------------------- memoire serve --stream
 
+
 def test_memoire_serve_stream_flag(tmp_path):
     import os
     import re
     import signal
     import subprocess
     import sys
+
     from memoire import ReplayMemoryClient
-    cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
-           "--state_shape", "4", "--frame_stack", "2", "--interval", "5",
-           "--stream", f"ipc://{tmp_path}/serve.ipc"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ), cwd=str(tmp_path))
+
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+        "--state_shape",
+        "4",
+        "--frame_stack",
+        "2",
+        "--interval",
+        "5",
+        "--stream",
+        f"ipc://{tmp_path}/serve.ipc",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ),
+        cwd=str(tmp_path),
+    )
     try:
-        pub, rep, pull = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)",
-                                  proc.stdout.readline()).groups()
+        pub, rep, pull = re.match(
+            r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)", proc.stdout.readline()
+        ).groups()
         ep = re.match(r"memoire serve: stream (\S+)", proc.stdout.readline()).group(1)
         with ReplayMemoryClient(pub, rep, pull, mode="central", timeout=5) as c:
             c.new_episode()
@@ -445,8 +530,10 @@ def test_memoire_serve_stream_flag(tmp_path):
 
 # ---------------------------------------------------------------- CURVE
 
+
 def test_curve_stream_serves_key_holders_only(tmp_path):
     from memoire.transport import CurveKeys, generate_keys
+
     server_pub, server_secret = generate_keys(str(tmp_path / "server"), "server")
     _, good_secret = generate_keys(str(tmp_path / "authorized"), "learner")
     _, bad_secret = generate_keys(str(tmp_path / "strangers"), "stranger")

@@ -13,9 +13,15 @@ from memoire.codec import Msg
 from memoire.remote import RemoteMemory, RemoteObject
 from memoire.transport import CurveKeys, RequestChannel, bind_address, generate_keys
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 
 
 @pytest.fixture
@@ -28,7 +34,7 @@ def server():
 
 
 def _fill(rem, episodes=2, length=10):
-    for e in range(episodes):
+    for _e in range(episodes):
         rem.new_episode()
         for k in range(length):
             rem.add_entry(np.full(4, k, np.float32), k, float(k == length - 1), 0.5, 0.0)
@@ -44,7 +50,10 @@ def test_handshake_copies_schema_and_settings(server):
     with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], max_step=500) as c:
         assert c.rem.max_step == 500 and c.rem.frame_stack == 2 and c.rem.multi_step == 3
         assert np.allclose(c.rem.discount_factor, 0.9) and c.rem.cache_size == 8
-        assert list(c.rem.cache_flags) == [True, True, True] + [False] * 4 + [True, False, True] + [False] * 4
+        assert (
+            list(c.rem.cache_flags)
+            == [True, True, True] + [False] * 4 + [True, False, True] + [False] * 4
+        )
         assert c.rem.state_buf.shape == (4,) and c.rem.action_buf.dtype == np.int64
         _fill(c.rem)
         assert c.push_cache() == 0
@@ -78,7 +87,11 @@ def test_wrong_version_client_gets_a_clear_error(server):
     req.send_multipart(codec.encode(Msg.HELLO, {"uuid": 1}, version=2))
     assert req.poll(5000)
     reply = codec.decode(req.recv_multipart())
-    assert reply.type == Msg.ERROR and "version" in reply["reason"] and "speaks version 1" in reply["reason"]
+    assert (
+        reply.type == Msg.ERROR
+        and "version" in reply["reason"]
+        and "speaks version 1" in reply["reason"]
+    )
     req.close()
     ctx.term()
     assert srv.stats()["rejected"]["version"] == 1
@@ -163,6 +176,7 @@ def test_pub_sub_carries_large_payloads(server):
                 srv.pub_bytes("params", payload)
                 srv.pub_bytes("paramsX", b"other")  # a prefix match must not leak through
                 time.sleep(0.02)
+
         t = threading.Thread(target=publish)
         t.start()
         try:
@@ -321,11 +335,23 @@ def test_a_cache_of_another_layout_is_rejected_and_the_held_caches_stay(server):
         assert c.push_cache() == 0
         srv.get_batch(1, timeout=5)  # the first cache is held
         prev, nxt, w, p, d, i = c.rem._sample(7)  # 7 rows where the server expects 8
-        values = {f"{side}/{f}": x for side, xs in (("prev", prev), ("next", nxt))
-                  for f, x in zip(("s", "a", "r", "p", "v", "q", "i"), xs) if x is not None}
-        values.update({"weight": w, "prob": p, "done": d, "id": i,
-                       "uuid": np.array(1, np.uint64), "num_sampleable": np.array(1, np.int64),
-                       "total_weight": np.array(1.0)})
+        values = {
+            f"{side}/{f}": x
+            for side, xs in (("prev", prev), ("next", nxt))
+            for f, x in zip(("s", "a", "r", "p", "v", "q", "i"), xs)
+            if x is not None
+        }
+        values.update(
+            {
+                "weight": w,
+                "prob": p,
+                "done": d,
+                "id": i,
+                "uuid": np.array(1, np.uint64),
+                "num_sampleable": np.array(1, np.int64),
+                "total_weight": np.array(1.0),
+            }
+        )
         assert c._send(codec.encode(Msg.CACHE, values))
         deadline = time.monotonic() + 10
         while srv.stats()["rejected"].get("malformed", 0) < 1 and time.monotonic() < deadline:
@@ -389,12 +415,23 @@ def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
     import os
     import subprocess
     import sys
+
     import memoire
+
     here = os.path.dirname(os.path.dirname(os.path.abspath(memoire.__file__)))  # this memoire
-    env = dict(os.environ, MEMOIRE_NATIVE_ZMQ=setting,
-               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", NATIVE_OFF], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        MEMOIRE_NATIVE_ZMQ=setting,
+        PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", NATIVE_OFF],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     # On Linux with pyzmq's wheel (libzmq as a shared library) the native path is found.
     assert f"native {setting == '1'}" in out.stdout
@@ -402,6 +439,7 @@ def test_caches_travel_with_and_without_the_native_paths(setting, tmp_path):
 
 def test_native_cache_header_equals_the_encoded_one(server):
     from memoire.client import cache_message
+
     srv, ep = server
     srv.rem.frame_stack = 2
     srv.rem.cache_flags = [1, 1, 0, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1]

@@ -16,20 +16,26 @@ import time
 
 import numpy as np
 import pytest
+from _subprocess_env import subprocess_env
 
 from memoire import ReplayMemoryClient
 from memoire.checkpoint_io import CheckpointError
 from memoire.remote import RemoteMemory
 from memoire.server import ReplayMemoryServer
-from _subprocess_env import subprocess_env
 
 SHAPE = (8, 8)
 
 
 def _templates(shape=SHAPE):
-    return (np.zeros(shape, np.uint8), np.zeros([], np.int64), np.zeros([], np.float32),
-            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-            np.zeros([0], np.uint8))
+    return (
+        np.zeros(shape, np.uint8),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+    )
 
 
 def _stream(rep, pull, episodes, seed, stored, length=12):
@@ -40,8 +46,13 @@ def _stream(rep, pull, episodes, seed, stored, length=12):
         for _ in range(episodes):
             c.new_episode()
             for k in range(length):
-                c.add_entry(rng.integers(0, 255, SHAPE, dtype=np.uint8), k % 3,
-                            float(rng.random()), 0.5, float(rng.random()))
+                c.add_entry(
+                    rng.integers(0, 255, SHAPE, dtype=np.uint8),
+                    k % 3,
+                    float(rng.random()),
+                    0.5,
+                    float(rng.random()),
+                )
             c.close_episode(terminal=True)
         _wait(stored, what="the episodes stored")
 
@@ -96,19 +107,23 @@ def test_a_server_without_a_folder_refuses_checkpoints(tmp_path):
         with pytest.raises(RuntimeError, match="no checkpoint folder"):
             srv.checkpoint()
         ep = srv.start()
-        with RemoteMemory(ep["rep"]) as remote, pytest.raises(RuntimeError,
-                                                              match="no checkpoint folder"):
+        with (
+            RemoteMemory(ep["rep"]) as remote,
+            pytest.raises(RuntimeError, match="no checkpoint folder"),
+        ):
             remote.checkpoint()
     with pytest.raises(ValueError, match="needs a checkpoint_dir"):
         ReplayMemoryServer(*_templates(), 100, None, checkpoint_every=1.0)
     with pytest.raises(ValueError, match="seconds > 0"):
-        ReplayMemoryServer(*_templates(), 100, None, checkpoint_dir=str(tmp_path),
-                           checkpoint_every=0)
+        ReplayMemoryServer(
+            *_templates(), 100, None, checkpoint_dir=str(tmp_path), checkpoint_every=0
+        )
 
 
 def test_periodic_checkpoints_run_until_close(tmp_path):
-    srv = ReplayMemoryServer(*_templates(), 100, None, checkpoint_dir=str(tmp_path),
-                             checkpoint_every=0.1)
+    srv = ReplayMemoryServer(
+        *_templates(), 100, None, checkpoint_dir=str(tmp_path), checkpoint_every=0.1
+    )
     try:
         _wait(lambda: _ckpts(tmp_path)[-1:] >= ["memory-000000000004.ckpt"], what="4 saves")
         assert len(_ckpts(tmp_path)) == 3
@@ -154,8 +169,12 @@ class ServeProcess:
         self.log = open(log, "a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memoire.cli", "serve"] + list(args),
-            stdout=subprocess.PIPE, stderr=self.log, text=True, env=subprocess_env(),
-            cwd=os.path.dirname(log))
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=subprocess_env(),
+            cwd=os.path.dirname(log),
+        )
         line = self._line(timeout)
         m = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)", line or "")
         if not m:
@@ -192,9 +211,22 @@ def _remote_size(rep):
 
 def test_a_server_killed_with_sigkill_restarts_from_its_checkpoint(tmp_path):
     folder = tmp_path / "ckpt"
-    args = ["--state_shape", "8,8", "--state_dtype", "uint8", "--max_step", "3000",
-            "--frame_stack", "2", "--seed", "3", "--interval", "60",
-            "--checkpoint_dir", str(folder)]
+    args = [
+        "--state_shape",
+        "8,8",
+        "--state_dtype",
+        "uint8",
+        "--max_step",
+        "3000",
+        "--frame_stack",
+        "2",
+        "--seed",
+        "3",
+        "--interval",
+        "60",
+        "--checkpoint_dir",
+        str(folder),
+    ]
     log = tmp_path / "serve.log"
     first = ServeProcess(args, log)
     try:
@@ -238,8 +270,25 @@ def test_serve_refuses_a_checkpoint_folder_of_another_memory_in_one_line(tmp_pat
     with ReplayMemoryServer(*_templates(), 100, None, checkpoint_dir=str(folder)) as srv:
         srv.checkpoint()
     proc = subprocess.run(
-        [sys.executable, "-m", "memoire.cli", "serve", "--state_shape", "4",
-         "--max_step", "100", "--checkpoint_dir", str(folder), "--duration", "0"],
-        capture_output=True, text=True, env=subprocess_env(), cwd=str(tmp_path), timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "memoire.cli",
+            "serve",
+            "--state_shape",
+            "4",
+            "--max_step",
+            "100",
+            "--checkpoint_dir",
+            str(folder),
+            "--duration",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=str(tmp_path),
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "field s: expected float32[4]" in proc.stderr and "Traceback" not in proc.stderr

@@ -11,21 +11,35 @@ import numpy as np
 
 from memoire import ReplayMemoryClient, ReplayMemoryServer
 
-TEMPLATES = (np.zeros([4], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-             np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-             np.zeros([0], np.uint8))
+TEMPLATES = (
+    np.zeros([4], np.float32),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
 CTX = mp.get_context("spawn")
 
 
 def _episode_rows(k, length):
     s = np.tile(np.arange(length, dtype=np.float32)[:, None], (1, 4)) + 1000 * k
-    return (s, np.arange(length), np.ones(length, np.float32), np.full(length, 0.5, np.float32),
-            np.zeros(length, np.float32), np.zeros((length, 0), np.uint8), np.ones(length, np.float32))
+    return (
+        s,
+        np.arange(length),
+        np.ones(length, np.float32),
+        np.full(length, 0.5, np.float32),
+        np.zeros(length, np.float32),
+        np.zeros((length, 0), np.uint8),
+        np.ones(length, np.float32),
+    )
 
 
 def cache_actor(ep, actor, episodes, length, out):
-    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], input_uuid=actor + 1, timeout=5,
-                            seed=actor) as c:
+    with ReplayMemoryClient(
+        ep["pub"], ep["rep"], ep["pull"], input_uuid=actor + 1, timeout=5, seed=actor
+    ) as c:
         for k in range(episodes):
             c.rem.new_episode()
             s, a, r, p, v, i, w = _episode_rows(k, length + k % 3)
@@ -37,8 +51,15 @@ def cache_actor(ep, actor, episodes, length, out):
 
 
 def central_actor(ep, actor, episodes, length, out, hang=False):
-    with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], input_uuid=actor + 1, timeout=5,
-                            mode="central", chunk_size=7) as c:
+    with ReplayMemoryClient(
+        ep["pub"],
+        ep["rep"],
+        ep["pull"],
+        input_uuid=actor + 1,
+        timeout=5,
+        mode="central",
+        chunk_size=7,
+    ) as c:
         for k in range(episodes):
             c.new_episode()
             c.add_entries(*_episode_rows(k, length))
@@ -60,8 +81,10 @@ def _wait(out, n, timeout=120, procs=()):
             got.append(out.get(timeout=max(0.1, deadline - time.monotonic())))
         except queue.Empty:
             states = [(p.pid, p.exitcode) for p in procs]
-            raise AssertionError(f"{len(got)} of {n} actor reports within {timeout} s; "
-                                 f"got {got}; actors (pid, exitcode): {states}") from None
+            raise AssertionError(
+                f"{len(got)} of {n} actor reports within {timeout} s; "
+                f"got {got}; actors (pid, exitcode): {states}"
+            ) from None
     return got
 
 
@@ -77,8 +100,10 @@ def test_cache_mode_actors_feed_a_learner_with_exact_counts():
         srv.rem.cache_size = 16
         ep = srv.start()
         out = CTX.Queue()
-        procs = [CTX.Process(target=cache_actor, args=(ep, a, episodes, length, out))
-                 for a in range(n_actors)]
+        procs = [
+            CTX.Process(target=cache_actor, args=(ep, a, episodes, length, out))
+            for a in range(n_actors)
+        ]
         for p in procs:
             p.start()
         batches = 0
@@ -113,8 +138,9 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
         assert _wait(victim_out, 1) == [("hanging", 9)]
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(10)
-        procs = [CTX.Process(target=central_actor, args=(ep, a, episodes, length, out))
-                 for a in range(2)]
+        procs = [
+            CTX.Process(target=central_actor, args=(ep, a, episodes, length, out)) for a in range(2)
+        ]
         for p in procs:
             p.start()
         assert sorted(_wait(out, 2, procs=procs)) == [("done", 0), ("done", 1)]
@@ -128,14 +154,17 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
         assert srv.total_episodes == 2 * episodes and srv.total_steps == 2 * episodes * length
         # The learner samples and updates priorities; the dead actor's rows are nowhere.
         b = srv.sample(64)
-        assert (b.prev[0][:, 0, 0] < 1000 * episodes).all() and srv.update_priorities(b.id, np.full(64, 2.0)) > 0
+        assert (b.prev[0][:, 0, 0] < 1000 * episodes).all() and srv.update_priorities(
+            b.id, np.full(64, 2.0)
+        ) > 0
         # The victim's unfinished episode is staged apart (or lost in its socket when killed).
         assert stats["open_streams"] <= 1
 
 
 def restarting_client(ep, out):
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], input_uuid=77, timeout=5, retries=6,
-                            mode="central") as c:
+    with ReplayMemoryClient(
+        None, ep["rep"], ep["pull"], input_uuid=77, timeout=5, retries=6, mode="central"
+    ) as c:
         for k in range(6):
             c.new_episode()
             c.add_entries(*_episode_rows(k, 5))

@@ -16,13 +16,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
     log = tmp_path / "actors.log"
-    env = dict(os.environ)  # the installed memoire (or the caller's PYTHONPATH), not the source tree
-    cmd = [sys.executable, "-c", "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
-           "--state_shape", "4", "--cache_size", "4", "--interval", "0.2", "--logfile", str(log),
-           "--gin_binding", "serve_config.n_caches = 8"]
+    env = dict(
+        os.environ
+    )  # the installed memoire (or the caller's PYTHONPATH), not the source tree
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+        "--state_shape",
+        "4",
+        "--cache_size",
+        "4",
+        "--interval",
+        "0.2",
+        "--logfile",
+        str(log),
+        "--gin_binding",
+        "serve_config.n_caches = 8",
+    ]
     # cwd: `python -c` puts it first on sys.path, and the source tree has no extension built.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(tmp_path))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(tmp_path)
+    )
     try:
         first = proc.stdout.readline()
         m = re.match(r"memoire serve: pub (\S+)  rep (\S+)  pull (\S+)", first)

@@ -11,8 +11,13 @@ import zmq
 from memoire import _core, codec
 from memoire.client import cache_message
 from memoire.memory import ReplayMemory
-from memoire.protocol import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE,
-                              CHUNK_UPDATE_WEIGHT, Msg)
+from memoire.protocol import (
+    CHUNK_LAST,
+    CHUNK_TERMINAL,
+    CHUNK_UPDATE_VALUE,
+    CHUNK_UPDATE_WEIGHT,
+    Msg,
+)
 from memoire.remote import RemoteObject
 from memoire.server import RpcServer
 from memoire.server.cache_service import CacheService
@@ -23,9 +28,16 @@ from memoire.transport import RequestChannel, publication
 
 
 def _memory(max_step=64, cache_size=4, seed=0):
-    rem = ReplayMemory(np.zeros([3], np.float32), np.zeros([], np.int64), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([], np.float32),
-                       np.zeros([], np.float32), np.zeros([0], np.uint8), max_step)
+    rem = ReplayMemory(
+        np.zeros([3], np.float32),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        max_step,
+    )
     rem.cache_size = cache_size
     rem.seed(seed)
     return rem
@@ -34,8 +46,17 @@ def _memory(max_step=64, cache_size=4, seed=0):
 def _schema(rem):
     from memoire.protocol import describe_schema
 
-    return describe_schema((rem.state_buf, rem.action_buf, rem.reward_buf, rem.prob_buf,
-                            rem.value_buf, rem.qvest_buf, rem.info_buf))
+    return describe_schema(
+        (
+            rem.state_buf,
+            rem.action_buf,
+            rem.reward_buf,
+            rem.prob_buf,
+            rem.value_buf,
+            rem.qvest_buf,
+            rem.info_buf,
+        )
+    )
 
 
 def _fill(rem, n=10):
@@ -106,8 +127,14 @@ def test_a_retried_call_runs_once_and_replies_are_bounded_in_bytes():
     host.host("c", counter, methods=("add",))
 
     def call(caller, seq, k=1):
-        values = {"object": "c", "method": "add", "args": (k,), "kwargs": {}, "caller": caller,
-                  "seq": seq}
+        values = {
+            "object": "c",
+            "method": "add",
+            "args": (k,),
+            "kwargs": {},
+            "caller": caller,
+            "seq": seq,
+        }
         return codec.decode(host.handle_call(codec.decode(codec.encode(Msg.CALL, values))))
 
     assert call(7, 1)["result"] == 1
@@ -143,8 +170,15 @@ def test_cache_service_holds_caches_and_relays_them_out_after_a_settings_change(
     _fill(source)
     settings = _memory()  # the server's memory: its settings lay the ring out
     stats = Stats()
-    caches = CacheService(_schema(settings), settings, n_caches=2, seed=3,
-                          max_message_bytes=1 << 20, stats=stats, closing=threading.Event())
+    caches = CacheService(
+        _schema(settings),
+        settings,
+        n_caches=2,
+        seed=3,
+        max_message_bytes=1 << 20,
+        stats=stats,
+        closing=threading.Event(),
+    )
     for _ in range(3):
         caches.insert(cache_message(source, uuid=42))
     assert caches.held == 2 and stats.counts["caches"] == 3  # the newest two are kept
@@ -181,12 +215,19 @@ class _CountingIngest:
 
 
 def _chunk(rows, index, flags, uuid=5, episode=1):
-    values = {"s": np.zeros((rows, 3), np.float32), "a": np.arange(rows, dtype=np.int64),
-              "r": np.ones(rows, np.float32), "p": np.full(rows, 0.5, np.float32),
-              "v": np.zeros(rows, np.float32), "i": np.zeros((rows, 0), np.uint8),
-              "init_w": np.ones(rows, np.float32), "uuid": np.array(uuid, np.uint64),
-              "episode": np.array(episode, np.int64), "index": np.array(index, np.int64),
-              "multiplier": np.array(1.0, np.float32)}
+    values = {
+        "s": np.zeros((rows, 3), np.float32),
+        "a": np.arange(rows, dtype=np.int64),
+        "r": np.ones(rows, np.float32),
+        "p": np.full(rows, 0.5, np.float32),
+        "v": np.zeros(rows, np.float32),
+        "i": np.zeros((rows, 0), np.uint8),
+        "init_w": np.ones(rows, np.float32),
+        "uuid": np.array(uuid, np.uint64),
+        "episode": np.array(episode, np.int64),
+        "index": np.array(index, np.int64),
+        "multiplier": np.array(1.0, np.float32),
+    }
     return codec.encode(Msg.CHUNK, values, flags=flags)
 
 
@@ -216,8 +257,9 @@ def test_central_service_stores_episodes_through_the_ingest_it_is_given():
 
 
 def _counter(uuid, episodes, steps):
-    return codec.decode(codec.encode(Msg.COUNTER, {"uuid": uuid, "episodes": episodes,
-                                                   "steps": steps}))
+    return codec.decode(
+        codec.encode(Msg.COUNTER, {"uuid": uuid, "episodes": episodes, "steps": steps})
+    )
 
 
 def test_client_counters_count_a_retried_report_once_and_bound_clients():
@@ -257,8 +299,9 @@ def test_a_request_channel_reaches_the_standalone_host():
         ctx = zmq.Context()
         channel = RequestChannel(ctx, endpoint, timeout=10, retries=0)
         try:
-            frames = channel.request(codec.encode(Msg.CALL, {"object": "c", "method": "add",
-                                                             "args": (4,), "kwargs": {}}))
+            frames = channel.request(
+                codec.encode(Msg.CALL, {"object": "c", "method": "add", "args": (4,), "kwargs": {}})
+            )
             assert codec.decode(frames)["result"] == 4
         finally:
             channel.close()

@@ -7,9 +7,10 @@ import re
 import subprocess
 import sys
 
+from _subprocess_env import subprocess_env
+
 import memoire
 from memoire import _core
-from _subprocess_env import subprocess_env
 
 # The stub beside the module under test: the installed one under `make test` and in the wheel.
 STUB = pathlib.Path(memoire.__file__).parent / "_core.pyi"
@@ -33,8 +34,9 @@ def test_stub_classes_match_module():
 
 
 def test_stub_members_match_module():
-    for cls in (n for n in _stub_tree().body
-                if isinstance(n, ast.ClassDef) and n.name not in STUB_ONLY):
+    for cls in (
+        n for n in _stub_tree().body if isinstance(n, ast.ClassDef) and n.name not in STUB_ONLY
+    ):
         runtime = getattr(_core, cls.name)
         names = set()
         for node in cls.body:
@@ -94,8 +96,9 @@ def _stub_signature(fn):
         named, a_posonly = named[1:], a.posonlyargs[1:] if a.posonlyargs else []
     else:
         a_posonly = a.posonlyargs
-    named[:len(a_posonly)] = [f"arg{i}" + "=" * n.endswith("=") for i, n in
-                              enumerate(named[:len(a_posonly)])]
+    named[: len(a_posonly)] = [
+        f"arg{i}" + "=" * n.endswith("=") for i, n in enumerate(named[: len(a_posonly)])
+    ]
     if a.vararg:
         named.append("*" + a.vararg.arg)
     elif a.kwonlyargs:
@@ -110,19 +113,25 @@ def test_stub_signatures_match_module():
     """Parameter names, order, keyword-only markers and which have defaults: the stub's against
     the signatures pybind11 writes into the docstrings (stubtest cannot read those: pybind11
     functions have no __text_signature__)."""
+
     def functions(body):
         out = {}
         for node in body:
-            is_property = any(isinstance(d, ast.Name) and d.id == "property"
-                              for d in getattr(node, "decorator_list", []))
+            is_property = any(
+                isinstance(d, ast.Name) and d.id == "property"
+                for d in getattr(node, "decorator_list", [])
+            )
             if isinstance(node, ast.FunctionDef) and not is_property:
                 out.setdefault(node.name, set()).add(_stub_signature(node))
         return out
 
     owners = [(_core, "", _stub_tree().body)] + [
-        (getattr(_core, c.name), c.name + ".", c.body) for c in _stub_tree().body
-        if isinstance(c, ast.ClassDef) and c.name not in STUB_ONLY
-        and not issubclass(getattr(_core, c.name), Exception)]
+        (getattr(_core, c.name), c.name + ".", c.body)
+        for c in _stub_tree().body
+        if isinstance(c, ast.ClassDef)
+        and c.name not in STUB_ONLY
+        and not issubclass(getattr(_core, c.name), Exception)
+    ]
     mismatches, checked = [], 0
     for owner, prefix, body in owners:
         for name, stub in functions(body).items():
@@ -141,5 +150,10 @@ def test_stubtest(tmp_path):
     """mypy's stubtest (the `stubs` extra) of memoire/_core.pyi against the built module."""
     out = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "memoire._core", "--allowlist", str(ALLOWLIST)],
-        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]

@@ -59,16 +59,19 @@ def test_empty_sweep_is_one_setting():
     assert s.num_settings == 1 and s.locate(3) == (0, 3) and s.bindings(0) == []
 
 
-@pytest.mark.parametrize("text, message", [
-    ("A.x = 3", "non-empty list"),
-    ("A.x = []", "non-empty list"),
-    ("A.x = [1]\nA.x = [2]", "listed twice"),
-    ("A.x = [1, 2]\nB.y = [1]\nsweep.zip = [('A.x', 'B.y')]", "equally many"),
-    ("A.x = [1]\nsweep.zip = [('A.x', 'Q.z')]", "lists no candidates"),
-    ("A.x = [1]\nB.y = [2]\nsweep.zip = [('A.x', 'B.y'), ('A.x',)]", "more than one zip"),
-    ("sweep.zip = 'A.x'", "list of tuples"),
-    ("A.x = [1, 2", "not valid gin"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("A.x = 3", "non-empty list"),
+        ("A.x = []", "non-empty list"),
+        ("A.x = [1]\nA.x = [2]", "listed twice"),
+        ("A.x = [1, 2]\nB.y = [1]\nsweep.zip = [('A.x', 'B.y')]", "equally many"),
+        ("A.x = [1]\nsweep.zip = [('A.x', 'Q.z')]", "lists no candidates"),
+        ("A.x = [1]\nB.y = [2]\nsweep.zip = [('A.x', 'B.y'), ('A.x',)]", "more than one zip"),
+        ("sweep.zip = 'A.x'", "list of tuples"),
+        ("A.x = [1, 2", "not valid gin"),
+    ],
+)
 def test_bad_sweeps_raise(text, message):
     with pytest.raises(sw.SweepError, match=message):
         sw.parse_sweep(text)
@@ -91,9 +94,17 @@ def test_parse_indices():
 def test_records(tmp_path):
     d = sw.run_dir(str(tmp_path), 2, 3)
     assert d.endswith(os.path.join("setting_2", "run_3"))
-    path = sw.write_setting_record(d, index=11, setting=2, run=3, seed=3,
-                                   bindings=["A.x = 1"], gin_files=["base.gin"],
-                                   sweep_file=None, extra_bindings=["B.y = 2"])
+    path = sw.write_setting_record(
+        d,
+        index=11,
+        setting=2,
+        run=3,
+        seed=3,
+        bindings=["A.x = 1"],
+        gin_files=["base.gin"],
+        sweep_file=None,
+        extra_bindings=["B.y = 2"],
+    )
     rec = json.load(open(path))
     assert (rec["index"], rec["setting"], rec["run"], rec["seed"]) == (11, 2, 3, 3)
     assert rec["bindings"] == ["A.x = 1"] and rec["gin_bindings"] == ["B.y = 2"]
@@ -114,11 +125,18 @@ def test_list_command_prints_table(tmp_path, capsys):
 def test_run_indices_runs_each_index_and_logs_the_outcome(tmp_path, monkeypatch, caplog):
     # Children that stand in for memoire train: odd indices fail with exit 3.
     code = "import sys; print('child', sys.argv[1]); sys.exit(3 * (int(sys.argv[1]) % 2))"
-    monkeypatch.setattr(sw, "_train_command",
-                        lambda args, index: [sys.executable, "-c", code, str(index)])
+    monkeypatch.setattr(
+        sw, "_train_command", lambda args, index: [sys.executable, "-c", code, str(index)]
+    )
     (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
-    args = types.SimpleNamespace(sweep=str(tmp_path / "s.gin"), base_dir=str(tmp_path / "runs"),
-                                 indices="0-3", parallel=2, gin_files=[], gin_bindings=[])
+    args = types.SimpleNamespace(
+        sweep=str(tmp_path / "s.gin"),
+        base_dir=str(tmp_path / "runs"),
+        indices="0-3",
+        parallel=2,
+        gin_files=[],
+        gin_bindings=[],
+    )
     with caplog.at_level(logging.INFO, logger="memoire.experiments.sweep"):
         assert sw.run_indices(args) == 2
     for index in range(4):

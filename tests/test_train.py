@@ -26,8 +26,17 @@ TINY = [
 
 
 def _cmd(base_dir, iterations):
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--gin_files", LOCAL_GIN,
-           "--base_dir", base_dir, "--gin_bindings", f"Runner.num_iterations = {iterations}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.experiments.train",
+        "--gin_files",
+        LOCAL_GIN,
+        "--base_dir",
+        base_dir,
+        "--gin_bindings",
+        f"Runner.num_iterations = {iterations}",
+    ]
     for b in TINY:
         cmd += ["--gin_bindings", b]
     return cmd
@@ -51,8 +60,14 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     ckpt = os.path.join(run, "checkpoints")
 
     # 1. A long run, killed (SIGKILL) once iteration 1 is checkpointed.
-    proc = subprocess.Popen(_cmd(base, 50), env=_env(), cwd=base, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        _cmd(base, 50),
+        env=_env(),
+        cwd=base,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 150
         while not os.path.exists(os.path.join(ckpt, "sentinel_checkpoint_complete.1")):
@@ -63,8 +78,11 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    done = max(int(f.split(".")[-1]) for f in os.listdir(ckpt)
-               if f.startswith("sentinel_checkpoint_complete."))
+    done = max(
+        int(f.split(".")[-1])
+        for f in os.listdir(ckpt)
+        if f.startswith("sentinel_checkpoint_complete.")
+    )
 
     # 2. What the killed run left: records, trackers written as it went, a checkpoint.
     rec = json.load(open(os.path.join(run, "setting.json")))
@@ -85,8 +103,9 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     assert int(_rows(os.path.join(run, "replay.csv"))[0]["add_count"]) > 100
 
     # 3. The same command again resumes after the last complete checkpoint.
-    out = subprocess.run(_cmd(base, done + 2), env=_env(), cwd=base, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        _cmd(base, done + 2), env=_env(), cwd=base, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # memoire's messages are logged to stderr (memoire.cli.configure_logging).
     assert f"INFO memoire.experiments.train: resuming {run} at iteration {done + 1}" in out.stderr
@@ -100,7 +119,8 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
         assert numbers == list(range(len(numbers)))
     steps = [int(r["env_steps"]) for r in eps if r["phase"] == "train"]
     assert steps == sorted(steps) and steps[-1] == sum(
-        int(r["length"]) for r in eps if r["phase"] == "train")
+        int(r["length"]) for r in eps if r["phase"] == "train"
+    )
     replay = _rows(os.path.join(run, "replay.csv"))
     assert [int(r["iteration"]) for r in replay] == list(range(done + 2))
     adds = [int(r["add_count"]) for r in replay]
@@ -115,8 +135,12 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
     # accumulator drops the last reward), and only terminations are stored as terminal.
     from memoire.dopamine_compat import jax_replay_buffer as mj
 
-    buf = mj.ReplayBuffer(mj.TransitionAccumulator(1, 1, 0.99), mj.UniformSamplingDistribution(0),
-                          batch_size=128, max_capacity=50000)
+    buf = mj.ReplayBuffer(
+        mj.TransitionAccumulator(1, 1, 0.99),
+        mj.UniformSamplingDistribution(0),
+        batch_size=128,
+        max_capacity=50000,
+    )
     buf.load(ckpt, done + 1)
     train = [r for r in eps if r["phase"] == "train"]
     assert buf.add_count == adds[-1] == sum(int(r["length"]) - 1 for r in train)
@@ -164,8 +188,7 @@ class _FakeRunner:
 
 
 @pytest.mark.parametrize("time_limit, runner_limit", [(5, 100), (100, 5)])
-def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
-                                                           runner_limit):
+def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit, runner_limit):
     gymnasium = pytest.importorskip("gymnasium")
     from dopamine.discrete_domains import gym_lib
 
@@ -207,8 +230,10 @@ def test_replay_backend_chooses_the_agent_factory():
     from memoire.experiments import replay_routing, runner
 
     try:
-        for extra, want in (([], jax_agents.create_memoire_agent),
-                            (["replay_backend.name = 'dopamine'"], run_experiment.create_agent)):
+        for extra, want in (
+            ([], jax_agents.create_memoire_agent),
+            (["replay_backend.name = 'dopamine'"], run_experiment.create_agent),
+        ):
             gin.clear_config()
             runner.load_gin([LOCAL_GIN], extra)
             assert replay_routing.create_agent_fn() is want
@@ -254,15 +279,28 @@ def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
     gin_file = tmp_path / "dqn_tf.gin"
     gin_file.write_text(TF_DQN_GIN)
     base = str(tmp_path / "run")
-    out = subprocess.run([sys.executable, "-m", "memoire.experiments.train",
-                          "--gin_files", str(gin_file),
-                          "--base_dir", base], env=_env(), cwd=str(tmp_path),
-                         capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memoire.experiments.train",
+            "--gin_files",
+            str(gin_file),
+            "--base_dir",
+            base,
+        ],
+        env=_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run = os.path.join(base, "setting_0", "run_0")
     replay = _rows(os.path.join(run, "replay.csv"))
-    assert replay[0]["memory"] == ("memoire.dopamine_compat.circular_replay_buffer."
-                                   "OutOfGraphReplayBuffer")
+    assert replay[0]["memory"] == (
+        "memoire.dopamine_compat.circular_replay_buffer.OutOfGraphReplayBuffer"
+    )
     assert float(replay[0]["samples_per_s"]) > 0
     config = open(os.path.join(run, "config.gin")).read()
     assert "MemoireOutOfGraphReplayBuffer.replay_capacity = 5000" in config

@@ -73,9 +73,16 @@ def _close(built: Dict[str, systems.System]) -> None:
     gc.collect()
 
 
-def sample_workload(cfg: Config, fill: int, *, repeats: int, batches: Sequence[int] = (32,),
-                    with_update: bool = False, ceilings: bool = True,
-                    classes: Optional[Sequence[type]] = None) -> List[Measurement]:
+def sample_workload(
+    cfg: Config,
+    fill: int,
+    *,
+    repeats: int,
+    batches: Sequence[int] = (32,),
+    with_update: bool = False,
+    ceilings: bool = True,
+    classes: Optional[Sequence[type]] = None,
+) -> List[Measurement]:
     """Times one batch (with next states), or one batch plus a priority update, for each batch
     size on the same filled systems."""
     built = _build(cfg, fill, SAMPLERS if classes is None else classes)
@@ -87,6 +94,7 @@ def sample_workload(cfg: Config, fill: int, *, repeats: int, batches: Sequence[i
         ops: Dict[str, Callable[[], object]] = {}
         for name, s in built.items():
             if with_update:
+
                 def op(s=s):
                     s.sample()
                     s.update()
@@ -131,8 +139,13 @@ def checkpoint_workload(cfg: Config, fill: int, *, repeats: int) -> List[Measure
         label = f"{pair[0].name.split('(')[1].rstrip(')')} {cfg.label}"
         for verb in ("save", "load"):
             ops = {n: getattr(s, verb) for n, s in built.items()}
-            out += compare(f"{verb} {label}", ops, repeats=repeats, calls={n: 1 for n in ops},
-                           items_per_op=fill)
+            out += compare(
+                f"{verb} {label}",
+                ops,
+                repeats=repeats,
+                calls={n: 1 for n in ops},
+                items_per_op=fill,
+            )
         _close(built)
     return out
 
@@ -196,8 +209,10 @@ def memory_workload(cfg: Config, fill: int) -> Tuple[List[str], Dict[str, float]
             p.kill()
         if per is not None:
             ratios[cls.name] = per / raw
-            rows.append(f"| {cfg.label.rsplit(' batch', 1)[0]} | {cls.name} | {n:,} | "
-                        f"{per:,.0f} B | {per / raw:.2f}x |")
+            rows.append(
+                f"| {cfg.label.rsplit(' batch', 1)[0]} | {cls.name} | {n:,} | "
+                f"{per:,.0f} B | {per / raw:.2f}x |"
+            )
     return rows, ratios
 
 
@@ -210,14 +225,17 @@ def scaling_plot(path: str, repeats: int, quick: bool) -> List[Measurement]:
     import matplotlib.pyplot as plt
 
     caps = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]
-    classes = [c for c in SAMPLERS if c.name.startswith("memoire (Dopamine")] + \
-        [systems.NumpyRing, systems.Cpprb]
+    classes = [c for c in SAMPLERS if c.name.startswith("memoire (Dopamine")] + [
+        systems.NumpyRing,
+        systems.Cpprb,
+    ]
     series: Dict[tuple, List[float]] = {}
     results: List[Measurement] = []
     for cap in caps:
         cfg = Config(obs_shape=(4,), obs_dtype=np.float32, stack=1, capacity=cap)
-        results += sample_workload(cfg, cap, repeats=repeats, batches=(32, 256), ceilings=False,
-                                   classes=classes)
+        results += sample_workload(
+            cfg, cap, repeats=repeats, batches=(32, 256), ceilings=False, classes=classes
+        )
     for m in results:
         cap = int(float(m.workload.split(" cap")[1].split()[0]))
         batch = int(m.workload.split(" batch")[1].split()[0])
@@ -249,16 +267,27 @@ def _loadavg() -> str:
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire bench``."""
     parser = cli.ArgumentParser(prog="memoire bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="small capacities and fewer workloads, 3 repetitions (about 3 min)")
-    parser.add_argument("--large", action="store_true",
-                        help="fill the 84x84 capacity-1,000,000 buffers completely (about 7 GB "
-                             "per system) instead of with 100,000 transitions")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="alternating repetitions per workload; medians are reported "
-                             "(default: 3 with --quick, else 5)")
-    parser.add_argument("--out", default=None, help="write the report (markdown) here, and "
-                        "scaling.png next to it")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small capacities and fewer workloads, 3 repetitions (about 3 min)",
+    )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="fill the 84x84 capacity-1,000,000 buffers completely (about 7 GB "
+        "per system) instead of with 100,000 transitions",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="alternating repetitions per workload; medians are reported "
+        "(default: 3 with --quick, else 5)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="write the report (markdown) here, and scaling.png next to it"
+    )
     return parser
 
 
@@ -282,8 +311,7 @@ def main(argv=None) -> int:
     n_steps = (1,) if args.quick else (1, 3)
     stages = len(n_steps) + (6 if args.quick else 7) + (ingest is not None)
     with Progress(stages, "memoire bench", log, unit="stage") as progress:
-        text = _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start,
-                    progress.stage)
+        text = _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, progress.stage)
     cli.emit(text)
     if args.out:
         with open(args.out, "w") as f:
@@ -298,37 +326,62 @@ def _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, stage) 
     vec = dict(obs_shape=(4,), obs_dtype=np.float32, stack=1)
     for n_step in n_steps:
         stage(f"atari uniform n{n_step}")
-        results += sample_workload(Config(**atari, capacity=atari_cap, n_step=n_step), atari_cap,
-                                   repeats=repeats, batches=(32, 256))
+        results += sample_workload(
+            Config(**atari, capacity=atari_cap, n_step=n_step),
+            atari_cap,
+            repeats=repeats,
+            batches=(32, 256),
+        )
     stage("atari prioritized")
-    results += sample_workload(Config(**atari, capacity=atari_cap, prioritized=True), atari_cap,
-                               repeats=repeats, batches=(32, 256), with_update=True)
+    results += sample_workload(
+        Config(**atari, capacity=atari_cap, prioritized=True),
+        atari_cap,
+        repeats=repeats,
+        batches=(32, 256),
+        with_update=True,
+    )
     if not args.quick:
         stage("atari capacity 1e6")
         big_fill = 1_000_000 if args.large else 100_000
         # memoire commits its whole ring at construction (7 GB here); the other memoire
         # adapters would each take as much again, so this workload leaves them out.
-        big = [c for c in SAMPLERS if not c.name.startswith("memoire") or
-               getattr(c, "primary", False)]
-        results += sample_workload(Config(**atari, capacity=1_000_000), big_fill,
-                                   repeats=repeats, batches=(32,), classes=big)
+        big = [
+            c for c in SAMPLERS if not c.name.startswith("memoire") or getattr(c, "primary", False)
+        ]
+        results += sample_workload(
+            Config(**atari, capacity=1_000_000),
+            big_fill,
+            repeats=repeats,
+            batches=(32,),
+            classes=big,
+        )
     stage("vector uniform / prioritized")
-    results += sample_workload(Config(**vec, capacity=vec_cap), vec_cap, repeats=repeats,
-                               batches=(32, 256))
-    results += sample_workload(Config(**vec, capacity=vec_cap, prioritized=True), vec_cap,
-                               repeats=repeats, batches=(32, 256), with_update=True)
+    results += sample_workload(
+        Config(**vec, capacity=vec_cap), vec_cap, repeats=repeats, batches=(32, 256)
+    )
+    results += sample_workload(
+        Config(**vec, capacity=vec_cap, prioritized=True),
+        vec_cap,
+        repeats=repeats,
+        batches=(32, 256),
+        with_update=True,
+    )
     stage("add")
     results += add_workload(Config(**atari, capacity=atari_cap), 2_000, 2_000, repeats=repeats)
     results += add_workload(Config(**vec, capacity=vec_cap), 2_000, 20_000, repeats=repeats)
     stage("save/load")
     ckpt = 2_000 if args.quick else 5_000
-    results += checkpoint_workload(Config(**atari, capacity=ckpt), ckpt,
-                                   repeats=2 if args.quick else 3)
+    results += checkpoint_workload(
+        Config(**atari, capacity=ckpt), ckpt, repeats=2 if args.quick else 3
+    )
     ingest_rows: List[Measurement] = []
     if ingest is not None:
         stage("ingest")
-        ingest_rows = ingest.ingest_workload(actors=(1, 2) if args.quick else (1, 2, 4),
-                                             repeats=repeats, seconds=0.5 if args.quick else 1.0)
+        ingest_rows = ingest.ingest_workload(
+            actors=(1, 2) if args.quick else (1, 2, 4),
+            repeats=repeats,
+            seconds=0.5 if args.quick else 1.0,
+        )
 
     out_dir = os.path.dirname(args.out) if args.out else "."
     plot_path = os.path.join(out_dir or ".", "scaling.png")
@@ -342,20 +395,27 @@ def _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, stage) 
         "# memoire benchmark results",
         "Regenerate with `memoire bench --out benchmarks/RESULTS.md` (`make bench`); "
         "`memoire bench --quick` is a smaller smoke run.",
-        report.header({"load average (1/5/15 min) at start": load_start,
-                       "load average at end": load_end}),
-        "## Targets\n\n" + report.targets(
-            results + ingest_rows, Config(**atari, capacity=atari_cap).label,
+        report.header(
+            {"load average (1/5/15 min) at start": load_start, "load average at end": load_end}
+        ),
+        "## Targets\n\n"
+        + report.targets(
+            results + ingest_rows,
+            Config(**atari, capacity=atari_cap).label,
             Config(**atari, capacity=atari_cap, prioritized=True).label,
-            next((v for k, v in mem_ratios.items() if k.startswith("memoire (Dopamine")), None)),
+            next((v for k, v in mem_ratios.items() if k.startswith("memoire (Dopamine")), None),
+        ),
         "## Throughput\n\n" + report.NOTES + "\n\n" + report.table(results),
     ]
     if ingest_rows:
-        sections.append("## Distributed ingest\n\n" + report.INGEST_NOTES + "\n\n"
-                        + report.table(ingest_rows))
+        sections.append(
+            "## Distributed ingest\n\n" + report.INGEST_NOTES + "\n\n" + report.table(ingest_rows)
+        )
     else:
-        sections.append("## Distributed ingest\n\nNot measured: memoire.bench.ingest needs "
-                        "memoire's network layer (ReplayMemoryServer / ReplayMemoryClient).")
+        sections.append(
+            "## Distributed ingest\n\nNot measured: memoire.bench.ingest needs "
+            "memoire's network layer (ReplayMemoryServer / ReplayMemoryClient)."
+        )
     sections += [
         "## Memory per stored transition\n\nResident-set growth of a fresh process from before "
         "the buffer's construction to after the fill and one sample, over the transitions "

@@ -25,17 +25,22 @@ import os
 import shutil
 import tempfile
 
+import dopamine  # noqa: F401  (ImportError here: the suite runs without these rows)
 import numpy as np
 
 from memoire.bench.systems import FILL_CHUNK, Config, System, Unavailable, register
 
-import dopamine  # noqa: F401  (ImportError here: the suite runs without these rows)
-
 
 def _dopamine_kwargs(cfg: Config) -> dict:
-    return dict(observation_shape=tuple(cfg.obs_shape), stack_size=cfg.stack,
-                replay_capacity=cfg.capacity, batch_size=cfg.batch, update_horizon=cfg.n_step,
-                gamma=0.99, observation_dtype=cfg.obs_dtype)
+    return dict(
+        observation_shape=tuple(cfg.obs_shape),
+        stack_size=cfg.stack,
+        replay_capacity=cfg.capacity,
+        batch_size=cfg.batch,
+        update_horizon=cfg.n_step,
+        gamma=0.99,
+        observation_dtype=cfg.obs_dtype,
+    )
 
 
 class _OutOfGraph(System):
@@ -101,8 +106,11 @@ class MemoireOutOfGraph(_OutOfGraph):
     primary = True
 
     def _classes(self):
-        from memoire.dopamine_compat import (OutOfGraphPrioritizedReplayBuffer,
-                                             OutOfGraphReplayBuffer)
+        from memoire.dopamine_compat import (
+            OutOfGraphPrioritizedReplayBuffer,
+            OutOfGraphReplayBuffer,
+        )
+
         return OutOfGraphReplayBuffer, OutOfGraphPrioritizedReplayBuffer
 
     def __init__(self, cfg: Config):
@@ -118,9 +126,13 @@ class MemoireOutOfGraph(_OutOfGraph):
             n = min(k, FILL_CHUNK)
             t = self.count + np.arange(n)
             pr = np.ones(n) if self.cfg.prioritized else None
-            self.buf.add_batch(self.frames[t % len(self.frames)], np.zeros(n, np.int32),
-                               np.ones(n, np.float32), ((t + 1) % self.cfg.episode_length == 0),
-                               priorities=pr)
+            self.buf.add_batch(
+                self.frames[t % len(self.frames)],
+                np.zeros(n, np.int32),
+                np.ones(n, np.float32),
+                ((t + 1) % self.cfg.episode_length == 0),
+                priorities=pr,
+            )
             self.count += n
             k -= n
 
@@ -157,10 +169,14 @@ class _Jax(System):
             raise Unavailable("dopamine.jax (jax)") from e
         self.elements = elements
         acc_mod, dist_mod, buf_cls = self._modules()
-        acc = acc_mod.TransitionAccumulator(stack_size=cfg.stack, update_horizon=cfg.n_step,
-                                            gamma=0.99)
-        dist = (dist_mod.PrioritizedSamplingDistribution(cfg.seed, max_capacity=cfg.capacity)
-                if cfg.prioritized else dist_mod.UniformSamplingDistribution(cfg.seed))
+        acc = acc_mod.TransitionAccumulator(
+            stack_size=cfg.stack, update_horizon=cfg.n_step, gamma=0.99
+        )
+        dist = (
+            dist_mod.PrioritizedSamplingDistribution(cfg.seed, max_capacity=cfg.capacity)
+            if cfg.prioritized
+            else dist_mod.UniformSamplingDistribution(cfg.seed)
+        )
         self.buf = buf_cls(acc, dist, batch_size=cfg.batch, max_capacity=cfg.capacity)
         self.last = None
 
@@ -209,6 +225,7 @@ class MemoireJax(_Jax):
 
     def _modules(self):
         from memoire.dopamine_compat import jax_replay_buffer as mj
+
         return mj, mj, mj.ReplayBuffer
 
 
@@ -219,6 +236,7 @@ class DopamineJax(_Jax):
 
     def _modules(self):
         from dopamine.jax.replay_memory import accumulator, replay_buffer, samplers
+
         return accumulator, samplers, replay_buffer.ReplayBuffer
 
 

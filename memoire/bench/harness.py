@@ -46,9 +46,16 @@ def _calibrate(op: Callable[[], object], block_seconds: float) -> int:
         n *= 4
 
 
-def compare(workload: str, ops: Dict[str, Callable[[], object]], *, repeats: int = 5,
-            block_seconds: float = 0.2, items_per_op: int = 1, unit: str = "transitions",
-            calls: Optional[Dict[str, int]] = None) -> List[Measurement]:
+def compare(
+    workload: str,
+    ops: Dict[str, Callable[[], object]],
+    *,
+    repeats: int = 5,
+    block_seconds: float = 0.2,
+    items_per_op: int = 1,
+    unit: str = "transitions",
+    calls: Optional[Dict[str, int]] = None,
+) -> List[Measurement]:
     """Times each op in ``ops`` (system name -> zero-argument callable).
 
     Args:
@@ -62,7 +69,7 @@ def compare(workload: str, ops: Dict[str, Callable[[], object]], *, repeats: int
     counts = dict(calls) if calls else {n: _calibrate(ops[n], block_seconds) for n in names}
     seconds: Dict[str, List[float]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             op, n = ops[name], counts[name]
             start = time.perf_counter()

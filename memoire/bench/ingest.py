@@ -31,8 +31,8 @@ import time
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
-
 import zmq  # (ImportError here: the suite runs without the ingest rows)
+
 from memoire import ReplayMemoryClient, ReplayMemoryServer
 from memoire.bench.harness import Measurement
 
@@ -62,25 +62,42 @@ class Setup:
 
     @property
     def label(self) -> str:
-        what = (f"cache{self.cache_size}" if self.mode == "cache"
-                else f"central chunk{self.chunk} spi{self.spi:g}")
-        return (f"ingest {'x'.join(map(str, self.shape))} {np.dtype(self.dtype).name} "
-                f"{self.actors} actor{'s' if self.actors > 1 else ''} {what}")
+        what = (
+            f"cache{self.cache_size}"
+            if self.mode == "cache"
+            else f"central chunk{self.chunk} spi{self.spi:g}"
+        )
+        return (
+            f"ingest {'x'.join(map(str, self.shape))} {np.dtype(self.dtype).name} "
+            f"{self.actors} actor{'s' if self.actors > 1 else ''} {what}"
+        )
 
 
 def templates(shape, dtype) -> tuple:
-    return (np.zeros(shape, dtype), np.zeros([], np.int64), np.zeros([], np.float32),
-            np.zeros([], np.float32), np.zeros([], np.float32), np.zeros([], np.float32),
-            np.zeros([0], np.uint8))
+    return (
+        np.zeros(shape, dtype),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+    )
 
 
 def episode_rows(shape, dtype, steps: int, seed: int = 0) -> tuple:
     """s, a, r, p, v, i, init_w of one episode of `steps` entries."""
     rng = np.random.default_rng(seed)
     s = rng.integers(0, 255, (steps,) + tuple(shape)).astype(dtype)
-    return (s, np.zeros(steps, np.int64), np.ones(steps, np.float32),
-            np.full(steps, 0.5, np.float32), np.zeros(steps, np.float32),
-            np.zeros((steps, 0), np.uint8), np.ones(steps, np.float32))
+    return (
+        s,
+        np.zeros(steps, np.int64),
+        np.ones(steps, np.float32),
+        np.full(steps, 0.5, np.float32),
+        np.zeros(steps, np.float32),
+        np.zeros((steps, 0), np.uint8),
+        np.ones(steps, np.float32),
+    )
 
 
 def _fill(rem, shape, dtype, steps: int = 2000) -> None:
@@ -90,6 +107,7 @@ def _fill(rem, shape, dtype, steps: int = 2000) -> None:
 
 
 # ---------------------------------------------------------------------------- actors
+
 
 def _actor_loop(step: Callable[[], None], go, stop, parent: int) -> None:
     deadline = time.monotonic() + ACTOR_DEADLINE_S
@@ -109,8 +127,10 @@ def _memoire_actor(ep: dict, setup: Setup, go, stop, ready, parent: int) -> None
             _actor_loop(c.push_cache, go, stop, parent)
         return
     rows = episode_rows(setup.shape, setup.dtype, setup.episode)
-    with ReplayMemoryClient(None, ep["rep"], ep["pull"], mode="central",
-                            chunk_size=setup.chunk, timeout=10) as c:
+    with ReplayMemoryClient(
+        None, ep["rep"], ep["pull"], mode="central", chunk_size=setup.chunk, timeout=10
+    ) as c:
+
         def episode():
             c.new_episode()
             try:
@@ -118,6 +138,7 @@ def _memoire_actor(ep: dict, setup: Setup, go, stop, ready, parent: int) -> None
                 c.close_episode()
             except TimeoutError:
                 pass
+
         ready.set()
         _actor_loop(episode, go, stop, parent)
 
@@ -132,10 +153,20 @@ def raw_frames(setup: Setup) -> list:
         rem.cache_size = setup.cache_size
         _fill(rem, setup.shape, setup.dtype)
         return cache_message(rem, 1)
-    values = dict(zip(("s", "a", "r", "p", "v", "i", "init_w"),
-                      episode_rows(setup.shape, setup.dtype, setup.chunk)))
-    values.update({"uuid": np.array(7, np.uint64), "episode": np.array(1, np.int64),
-                   "index": np.array(0, np.int64), "multiplier": np.array(1.0, np.float32)})
+    values = dict(
+        zip(
+            ("s", "a", "r", "p", "v", "i", "init_w"),
+            episode_rows(setup.shape, setup.dtype, setup.chunk),
+        )
+    )
+    values.update(
+        {
+            "uuid": np.array(7, np.uint64),
+            "episode": np.array(1, np.int64),
+            "index": np.array(0, np.int64),
+            "multiplier": np.array(1.0, np.float32),
+        }
+    )
     return codec.encode(codec.Msg.CHUNK, values)
 
 
@@ -154,6 +185,7 @@ def _raw_actor(endpoint: str, setup: Setup, go, stop, ready, parent: int) -> Non
             push.send_multipart(frames, copy=False)
         except zmq.Again:
             pass
+
     _actor_loop(send, go, stop, parent)
     push.close()
     ctx.term()
@@ -165,9 +197,14 @@ class _Actors:
     def __init__(self, target, first_arg, setup: Setup):
         self.go, self.stop = CTX.Event(), CTX.Event()
         readies = [CTX.Event() for _ in range(setup.actors)]
-        self.procs = [CTX.Process(target=target, daemon=True,
-                                  args=(first_arg, setup, self.go, self.stop, r, os.getpid()))
-                      for r in readies]
+        self.procs = [
+            CTX.Process(
+                target=target,
+                daemon=True,
+                args=(first_arg, setup, self.go, self.stop, r, os.getpid()),
+            )
+            for r in readies
+        ]
         for p in self.procs:
             p.start()
         for r in readies:
@@ -185,6 +222,7 @@ class _Actors:
 
 # ---------------------------------------------------------------------------- learners
 
+
 def _memoire_learner(srv, setup: Setup) -> Callable[[], float]:
     """A function that receives for a while and returns the transitions it counts."""
     if setup.mode == "cache":
@@ -196,6 +234,7 @@ def _memoire_learner(srv, setup: Setup) -> Callable[[], float]:
                 return len(out[0])
             except RuntimeError:  # no cache within the timeout
                 return 0
+
         return receive
     batch = setup.batch or setup.chunk
     state = {"stored": srv.rows_in, "sampled": 0.0}
@@ -211,6 +250,7 @@ def _memoire_learner(srv, setup: Setup) -> Callable[[], float]:
         now = stored if setup.spi == 0 else min(stored, state["sampled"] / setup.spi)
         grown, state["counted"] = now - state.get("counted", 0.0), now
         return grown
+
     return receive
 
 
@@ -235,8 +275,9 @@ def measure(setup: Setup, repeats: int = 3, seconds: float = 1.0) -> Dict[str, L
     """Seconds per transition of memoire and of raw pyzmq for `setup`, one per repetition."""
     sec: Dict[str, List[float]] = {"memoire": [], "raw pyzmq PUSH/PULL": []}
     capacity = setup.capacity if setup.mode == "central" else 4000
-    with ReplayMemoryServer(*templates(setup.shape, setup.dtype), capacity, None,
-                            n_caches=64) as srv:
+    with ReplayMemoryServer(
+        *templates(setup.shape, setup.dtype), capacity, None, n_caches=64
+    ) as srv:
         srv.rem.cache_size = setup.cache_size
         ep = srv.start()
         ctx = zmq.Context()
@@ -254,10 +295,13 @@ def measure(setup: Setup, repeats: int = 3, seconds: float = 1.0) -> Dict[str, L
                     pull.recv_multipart(copy=False)
                     return setup.rows_per_message
                 return 0
+
             for r in range(repeats):
-                order = [("memoire", mem_actors.go, None),
-                         ("raw pyzmq PUSH/PULL", raw_actors.go, raw_receive)]
-                for name, go, receive in (order if r % 2 == 0 else order[::-1]):
+                order = [
+                    ("memoire", mem_actors.go, None),
+                    ("raw pyzmq PUSH/PULL", raw_actors.go, raw_receive),
+                ]
+                for name, go, receive in order if r % 2 == 0 else order[::-1]:
                     receive = receive or _memoire_learner(srv, setup)
                     sec[name].append(_window(go, receive, seconds))
         finally:
@@ -269,9 +313,14 @@ def measure(setup: Setup, repeats: int = 3, seconds: float = 1.0) -> Dict[str, L
     return sec
 
 
-def ingest_workload(actors: Sequence[int] = (1, 2, 4), *, repeats: int = 3,
-                    seconds: float = 1.0, modes: Sequence[str] = ("cache", "central"),
-                    states=(FLOAT, ATARI)) -> List[Measurement]:
+def ingest_workload(
+    actors: Sequence[int] = (1, 2, 4),
+    *,
+    repeats: int = 3,
+    seconds: float = 1.0,
+    modes: Sequence[str] = ("cache", "central"),
+    states=(FLOAT, ATARI),
+) -> List[Measurement]:
     """memoire vs raw pyzmq, seconds per transition at the learner, for each mode, state
     layout and actor count (the suite's rows). Central mode counts stored transitions (spi 0:
     ingest; a learner's own sampling is measured by ``benchmarks/bench_network.py --spi 1``)."""
@@ -279,8 +328,13 @@ def ingest_workload(actors: Sequence[int] = (1, 2, 4), *, repeats: int = 3,
     for mode in modes:
         for shape, dtype in states:
             for n in actors:
-                setup = Setup(mode=mode, shape=shape, dtype=dtype, actors=n,
-                              spi=1.0 if mode == "cache" else 0.0)
+                setup = Setup(
+                    mode=mode,
+                    shape=shape,
+                    dtype=dtype,
+                    actors=n,
+                    spi=1.0 if mode == "cache" else 0.0,
+                )
                 for name, s in measure(setup, repeats, seconds).items():
                     out.append(Measurement(setup.label, name, s))
     return out

@@ -42,8 +42,9 @@ def machine() -> Dict[str, str]:
 _DISTRIBUTIONS = {"dopamine": "dopamine-rl", "zmq": "pyzmq"}
 
 
-def versions(packages: Iterable[str] = ("memoire", "numpy", "dopamine", "cpprb", "zmq", "jax",
-                                         "tensorflow")) -> Dict[str, str]:
+def versions(
+    packages: Iterable[str] = ("memoire", "numpy", "dopamine", "cpprb", "zmq", "jax", "tensorflow"),
+) -> Dict[str, str]:
     """Version of each package: its distribution's metadata, else the module's
     ``__version__`` (always for memoire, which may run from a source tree), else
     "not installed"."""
@@ -82,9 +83,10 @@ Dopamine and cpprb return). For the ceilings the ratio is below 1: the fraction 
 memoire reaches. `[filled N]`: a buffer of the stated capacity filled with only N transitions
 because its adds are slow (sampling does not depend on the fill once the frames exceed the CPU
 caches); `fill1e+05` in a workload's name: every system holds that many transitions (the
-84x84 capacity-1e6 rows, unless run with `--large`, which needs about 7 GB per system). `ceiling: numpy gather` gathers the same frames (states and next states) from a
-NumPy array by fancy indexing without any bookkeeping; `ceiling: memcpy` copies as many
-bytes contiguously. The numpy ring returns channel-first stacks (`[batch, 4, 84, 84]`, no
+84x84 capacity-1e6 rows, unless run with `--large`, which needs about 7 GB per system).
+`ceiling: numpy gather` gathers the same frames (states and next states) from a NumPy array
+by fancy indexing without any bookkeeping; `ceiling: memcpy` copies as many bytes
+contiguously. The numpy ring returns channel-first stacks (`[batch, 4, 84, 84]`, no
 transpose) and ignores episode boundaries when stacking."""
 
 INGEST_NOTES = """Actor processes feed one learner process over loopback TCP
@@ -102,8 +104,10 @@ def table(measurements: List[Measurement]) -> str:
     """A markdown table: one row per (workload, system), with the ratio of the baseline's
     throughput to each system's (``> 1`` means the baseline is faster). The baseline of a
     workload is its first measurement."""
-    rows = ["| workload | system | median time/op | throughput | ratio |",
-            "|---|---|---:|---:|---:|"]
+    rows = [
+        "| workload | system | median time/op | throughput | ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
     by_workload: Dict[str, List[Measurement]] = {}
     for m in measurements:
         by_workload.setdefault(m.workload, []).append(m)
@@ -111,8 +115,10 @@ def table(measurements: List[Measurement]) -> str:
         base = ms[0]
         for m in ms:
             ratio = m.median / base.median
-            rows.append(f"| {workload} | {m.system} | {_fmt_time(m.median)} | "
-                        f"{_fmt_rate(m.throughput)} {m.unit}/s | {ratio:.2f}x |")
+            rows.append(
+                f"| {workload} | {m.system} | {_fmt_time(m.median)} | "
+                f"{_fmt_rate(m.throughput)} {m.unit}/s | {ratio:.2f}x |"
+            )
     return "\n".join(rows)
 
 
@@ -141,8 +147,12 @@ def header(extra: Optional[Dict[str, str]] = None) -> str:
     return "\n".join(lines)
 
 
-def targets(measurements: List[Measurement], atari_label: str, prio_label: str,
-            memory_ratio: Optional[float]) -> str:
+def targets(
+    measurements: List[Measurement],
+    atari_label: str,
+    prio_label: str,
+    memory_ratio: Optional[float],
+) -> str:
     """The issue's targets, each with this run's value, as a markdown table.
 
     Args:
@@ -164,23 +174,40 @@ def targets(measurements: List[Measurement], atari_label: str, prio_label: str,
     sample = f"sample {atari_label}"
     upd = f"sample+update {prio_label}"
     row("sample 32 stacked Atari transitions vs cpprb", ">= 1.0x", *speedup(sample, "cpprb", 1.0))
-    row("sample 32 stacked Atari transitions vs Dopamine", ">= 20x",
-        *speedup(sample, "dopamine (OutOfGraph)", 20.0))
+    row(
+        "sample 32 stacked Atari transitions vs Dopamine",
+        ">= 20x",
+        *speedup(sample, "dopamine (OutOfGraph)", 20.0),
+    )
     g = ratio(measurements, sample, "ceiling: numpy gather")
     # The ceilings' ratio is memoire's throughput over the ceiling's: the fraction reached.
-    row("sample 32 stacked Atari transitions, fraction of the raw gather ceiling", ">= 70%",
-        None if g is None else f"{100 * g:.0f}%", g is not None and g >= 0.7)
+    row(
+        "sample 32 stacked Atari transitions, fraction of the raw gather ceiling",
+        ">= 70%",
+        None if g is None else f"{100 * g:.0f}%",
+        g is not None and g >= 0.7,
+    )
     row("prioritized sample + priority update vs cpprb", ">= 1.0x", *speedup(upd, "cpprb", 1.0))
-    row("prioritized sample + priority update vs Dopamine", ">= 20x",
-        *speedup(upd, "dopamine (OutOfGraph)", 20.0))
+    row(
+        "prioritized sample + priority update vs Dopamine",
+        ">= 20x",
+        *speedup(upd, "dopamine (OutOfGraph)", 20.0),
+    )
     ingest = sorted({m.workload for m in measurements if m.workload.startswith("ingest")})
     for w in ingest:
         frac = ratio(measurements, w, "raw pyzmq")  # memoire's throughput over raw pyzmq's
-        row(f"distributed {w.split('ingest ', 1)[1]}: fraction of raw pyzmq", ">= 80%",
-            None if frac is None else f"{100 * frac:.0f}%", frac is not None and frac >= 0.8)
+        row(
+            f"distributed {w.split('ingest ', 1)[1]}: fraction of raw pyzmq",
+            ">= 80%",
+            None if frac is None else f"{100 * frac:.0f}%",
+            frac is not None and frac >= 0.8,
+        )
     if not ingest:
         row("distributed ingest: fraction of raw pyzmq", ">= 80%", None, False)
-    row("resident bytes per Atari transition / raw frame bytes", "<= 1.1x",
+    row(
+        "resident bytes per Atari transition / raw frame bytes",
+        "<= 1.1x",
         None if memory_ratio is None else f"{memory_ratio:.2f}x",
-        memory_ratio is not None and memory_ratio <= 1.1)
+        memory_ratio is not None and memory_ratio <= 1.1,
+    )
     return "\n".join(rows)

@@ -42,8 +42,10 @@ class Config:
     def label(self) -> str:
         obs = "x".join(map(str, self.obs_shape))
         kind = "prioritized" if self.prioritized else "uniform"
-        return (f"{obs} {np.dtype(self.obs_dtype).name} stack{self.stack} cap{self.capacity:.0e} "
-                f"batch{self.batch} n{self.n_step} {kind}")
+        return (
+            f"{obs} {np.dtype(self.obs_dtype).name} stack{self.stack} cap{self.capacity:.0e} "
+            f"batch{self.batch} n{self.n_step} {kind}"
+        )
 
 
 def frame_pool(cfg: Config, n: int = 512) -> np.ndarray:
@@ -65,7 +67,7 @@ def frame_pool(cfg: Config, n: int = 512) -> np.ndarray:
     frames = np.repeat(background[None], n, axis=0)
     for t in range(n):
         y, x = (t * 3) % (h - 6), t % (w - 6)
-        frames[t, y:y + 6, x:x + 6] = 255
+        frames[t, y : y + 6, x : x + 6] = 255
     return frames
 
 
@@ -115,9 +117,16 @@ class MemoireCore(System):
         import memoire
 
         z = np.zeros
-        self.rem = memoire.ReplayMemory(z(cfg.obs_shape, cfg.obs_dtype), z([], np.int32),
-                                        z([], np.float32), z([], np.float32), z([], np.float32),
-                                        z([], np.float32), z([0], np.uint8), cfg.capacity)
+        self.rem = memoire.ReplayMemory(
+            z(cfg.obs_shape, cfg.obs_dtype),
+            z([], np.int32),
+            z([], np.float32),
+            z([], np.float32),
+            z([], np.float32),
+            z([], np.float32),
+            z([0], np.uint8),
+            cfg.capacity,
+        )
         self.rem.frame_stack = cfg.stack
         self.rem.multi_step = cfg.n_step
         self.rem.discount_factor = 0.99
@@ -142,10 +151,15 @@ class MemoireCore(System):
                 self.rem.add_entry(self.frames[self.count % len(self.frames)], 0, 1.0, 0.0, 0.0)
             else:
                 idx = (self.count + np.arange(n)) % len(self.frames)
-                self.rem.add_entries(self.frames[idx], np.zeros(n, np.int32),
-                                     np.ones(n, np.float32), np.zeros(n, np.float32),
-                                     np.zeros(n, np.float32), np.zeros((n, 0), np.uint8),
-                                     np.ones(n, np.float32))
+                self.rem.add_entries(
+                    self.frames[idx],
+                    np.zeros(n, np.int32),
+                    np.ones(n, np.float32),
+                    np.zeros(n, np.float32),
+                    np.zeros(n, np.float32),
+                    np.zeros((n, 0), np.uint8),
+                    np.ones(n, np.float32),
+                )
             self.count += n
             k -= n
             if self.count % L == 0:
@@ -207,7 +221,9 @@ class NumpyRing(System):
         steps = idx[:, None] + np.arange(cfg.n_step)
         # The n-step return stops at the first terminal (as Dopamine's and cpprb's).
         term = self.term[steps]
-        alive = np.cumprod(np.concatenate([np.ones((len(idx), 1), np.uint8), 1 - term[:, :-1]], 1), 1)
+        alive = np.cumprod(
+            np.concatenate([np.ones((len(idx), 1), np.uint8), 1 - term[:, :-1]], 1), 1
+        )
         rew = (self.rew[steps] * self.discounts * alive).sum(1)
         self.last = idx
         self.batch = (state, self.act[idx], rew, nxt, term.max(1))
@@ -236,8 +252,12 @@ class Cpprb(System):
         except ImportError as e:
             raise Unavailable("cpprb") from e
         shape = (*cfg.obs_shape, cfg.stack)
-        env = {"obs": {"shape": shape, "dtype": cfg.obs_dtype}, "act": {"dtype": np.int32},
-               "rew": {}, "done": {}}
+        env = {
+            "obs": {"shape": shape, "dtype": cfg.obs_dtype},
+            "act": {"dtype": np.int32},
+            "rew": {},
+            "done": {},
+        }
         compress = cfg.stack > 1
         if cfg.n_step == 1:
             kwargs = dict(next_of="obs", stack_compress="obs" if compress else None)
@@ -245,9 +265,10 @@ class Cpprb(System):
             # cpprb's Nstep does not return next_of's next states (it drops the key), so
             # next_obs is a stored field of its own here, stack-compressed too.
             env["next_obs"] = env["obs"]
-            kwargs = dict(stack_compress=["obs", "next_obs"] if compress else None,
-                          Nstep={"size": cfg.n_step, "gamma": 0.99, "rew": "rew",
-                                 "next": "next_obs"})
+            kwargs = dict(
+                stack_compress=["obs", "next_obs"] if compress else None,
+                Nstep={"size": cfg.n_step, "gamma": 0.99, "rew": "rew", "next": "next_obs"},
+            )
         cls = cpprb.PrioritizedReplayBuffer if cfg.prioritized else cpprb.ReplayBuffer
         self.rb = cls(cfg.capacity, env, **kwargs)
         # Stacked observations, built once from the pool (cpprb takes whole stacks per add).
@@ -264,11 +285,21 @@ class Cpprb(System):
             i = (self.count + np.arange(n)) % P
             done = ((self.count + np.arange(n) + 1) % L == 0).astype(np.float32)
             if n == 1:
-                self.rb.add(obs=self.stacks[i[0]], next_obs=self.stacks[(i[0] + 1) % P], act=0,
-                            rew=1.0, done=done[0])
+                self.rb.add(
+                    obs=self.stacks[i[0]],
+                    next_obs=self.stacks[(i[0] + 1) % P],
+                    act=0,
+                    rew=1.0,
+                    done=done[0],
+                )
             else:
-                self.rb.add(obs=self.stacks[i], next_obs=self.stacks[(i + 1) % P],
-                            act=np.zeros(n, np.int32), rew=np.ones(n, np.float32), done=done)
+                self.rb.add(
+                    obs=self.stacks[i],
+                    next_obs=self.stacks[(i + 1) % P],
+                    act=np.zeros(n, np.int32),
+                    rew=np.ones(n, np.float32),
+                    done=done,
+                )
             if done[-1]:  # the episode's last step
                 self.rb.on_episode_end()
             self.count += n
@@ -314,7 +345,13 @@ class MemcpyCeiling(System):
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        nbytes = 2 * cfg.batch * cfg.stack * int(np.prod(cfg.obs_shape)) * np.dtype(cfg.obs_dtype).itemsize
+        nbytes = (
+            2
+            * cfg.batch
+            * cfg.stack
+            * int(np.prod(cfg.obs_shape))
+            * np.dtype(cfg.obs_dtype).itemsize
+        )
         self.src = np.ones(nbytes, np.uint8)
         self.dst = np.empty_like(self.src)
 

@@ -15,8 +15,7 @@ that plugs memoire into Dopamine's own agents).
     >>> buf = OutOfGraphReplayBuffer((84, 84), 4, replay_capacity=1000, batch_size=32)
 """
 
-from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer
-from memoire.dopamine_compat.circular_replay_buffer import ReplayElement
+from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer, ReplayElement
 from memoire.dopamine_compat.prioritized_replay_buffer import OutOfGraphPrioritizedReplayBuffer
 
 __all__ = [
@@ -29,13 +28,16 @@ __all__ = [
 
 
 def __getattr__(name):  # the TF wrappers import TensorFlow, so only on first access
-  if name == "WrappedReplayBuffer":
-    from memoire.dopamine_compat import circular_replay_buffer  # pylint: disable=g-import-not-at-top
-    return circular_replay_buffer.WrappedReplayBuffer
-  if name == "WrappedPrioritizedReplayBuffer":
-    from memoire.dopamine_compat import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
-    return prioritized_replay_buffer.WrappedPrioritizedReplayBuffer
-  if name == "ReplayBuffer":  # the JAX buffer, from its own module
-    from memoire.dopamine_compat import jax_replay_buffer  # pylint: disable=g-import-not-at-top
-    return jax_replay_buffer.ReplayBuffer
-  raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
+    if name == "WrappedReplayBuffer":
+        from memoire.dopamine_compat import circular_replay_buffer  # pylint: disable=g-import-not-at-top
+
+        return circular_replay_buffer.WrappedReplayBuffer
+    if name == "WrappedPrioritizedReplayBuffer":
+        from memoire.dopamine_compat import prioritized_replay_buffer  # pylint: disable=g-import-not-at-top
+
+        return prioritized_replay_buffer.WrappedPrioritizedReplayBuffer
+    if name == "ReplayBuffer":  # the JAX buffer, from its own module
+        from memoire.dopamine_compat import jax_replay_buffer  # pylint: disable=g-import-not-at-top
+
+        return jax_replay_buffer.ReplayBuffer
+    raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))

@@ -11,11 +11,15 @@ STORE_FILENAME_PREFIX = "$store$_"
 
 
 def invalid_range(cursor, replay_capacity, stack_size, update_horizon):
-  """Dopamine's cursor-related invalid indices: c - N, ..., c + K - 1 (mod capacity).
+    """Dopamine's cursor-related invalid indices: c - N, ..., c + K - 1 (mod capacity).
 
-  Returns:
-    int64[stack_size + update_horizon].
-  """
-  assert cursor < replay_capacity
-  return np.array([(cursor - update_horizon + i) % replay_capacity
-                   for i in range(stack_size + update_horizon)])
+    Returns:
+      int64[stack_size + update_horizon].
+    """
+    assert cursor < replay_capacity
+    return np.array(
+        [
+            (cursor - update_horizon + i) % replay_capacity
+            for i in range(stack_size + update_horizon)
+        ]
+    )

@@ -57,23 +57,33 @@ MODULE = "memoire.dopamine_compat"
 _AGENT_OWNED = ["observation_shape", "stack_size", "update_horizon", "gamma"]
 
 MemoireOutOfGraphReplayBuffer = gin.external_configurable(
-    _crb.OutOfGraphReplayBuffer, name="MemoireOutOfGraphReplayBuffer", module=MODULE)
+    _crb.OutOfGraphReplayBuffer, name="MemoireOutOfGraphReplayBuffer", module=MODULE
+)
 MemoireOutOfGraphPrioritizedReplayBuffer = gin.external_configurable(
-    _prb.OutOfGraphPrioritizedReplayBuffer, name="MemoireOutOfGraphPrioritizedReplayBuffer",
-    module=MODULE)
+    _prb.OutOfGraphPrioritizedReplayBuffer,
+    name="MemoireOutOfGraphPrioritizedReplayBuffer",
+    module=MODULE,
+)
 MemoireRemoteOutOfGraphReplayBuffer = gin.external_configurable(
-    _remote.RemoteOutOfGraphReplayBuffer, name="MemoireRemoteOutOfGraphReplayBuffer",
-    module=MODULE, denylist=["keys"])
+    _remote.RemoteOutOfGraphReplayBuffer,
+    name="MemoireRemoteOutOfGraphReplayBuffer",
+    module=MODULE,
+    denylist=["keys"],
+)
 
 try:
-  _wrapped = _crb.WrappedReplayBuffer
-  _wrapped_prioritized = _prb.WrappedPrioritizedReplayBuffer
+    _wrapped = _crb.WrappedReplayBuffer
+    _wrapped_prioritized = _prb.WrappedPrioritizedReplayBuffer
 except ImportError:  # no TensorFlow / dopamine-rl: the out-of-graph classes still register
-  _wrapped = _wrapped_prioritized = None
+    _wrapped = _wrapped_prioritized = None
 
 if _wrapped is not None:
-  MemoireWrappedReplayBuffer = gin.external_configurable(
-      _wrapped, name="MemoireWrappedReplayBuffer", module=MODULE, denylist=_AGENT_OWNED)
-  MemoireWrappedPrioritizedReplayBuffer = gin.external_configurable(
-      _wrapped_prioritized, name="MemoireWrappedPrioritizedReplayBuffer", module=MODULE,
-      denylist=_AGENT_OWNED)
+    MemoireWrappedReplayBuffer = gin.external_configurable(
+        _wrapped, name="MemoireWrappedReplayBuffer", module=MODULE, denylist=_AGENT_OWNED
+    )
+    MemoireWrappedPrioritizedReplayBuffer = gin.external_configurable(
+        _wrapped_prioritized,
+        name="MemoireWrappedPrioritizedReplayBuffer",
+        module=MODULE,
+        denylist=_AGENT_OWNED,
+    )

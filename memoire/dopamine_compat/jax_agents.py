@@ -65,13 +65,13 @@ if __name__ == "__main__":
 
     sys.exit(train.main())
 
+import gin
 from dopamine.discrete_domains import run_experiment  # noqa: F401  registers create_agent, Runner
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.jax.agents.full_rainbow import full_rainbow_agent
 from dopamine.jax.agents.implicit_quantile import implicit_quantile_agent
 from dopamine.jax.agents.quantile import quantile_agent
 from dopamine.jax.agents.rainbow import rainbow_agent
-import gin
 
 from memoire.dopamine_compat import jax_replay_buffer
 from memoire.gin_query import query
@@ -84,16 +84,28 @@ _DOPAMINE_CREATE_AGENT = "dopamine.discrete_domains.run_experiment.create_agent.
 class _MemoireReplayMixin:
     """Builds memoire's buffer from the one the Dopamine parent would build."""
 
-    def __init__(self, *args, fix_terminal_duplicates: bool = False,
-                 replay_endpoint: str | None = None, replay_name: str = "replay",
-                 prefetch_depth: int = 0, prefetch_threads: int = 1,
-                 prefetch_to_device: bool = True, **kwargs):
-        if isinstance(prefetch_depth, bool) or not isinstance(prefetch_depth, int) \
-                or prefetch_depth < 0:
+    def __init__(
+        self,
+        *args,
+        fix_terminal_duplicates: bool = False,
+        replay_endpoint: str | None = None,
+        replay_name: str = "replay",
+        prefetch_depth: int = 0,
+        prefetch_threads: int = 1,
+        prefetch_to_device: bool = True,
+        **kwargs,
+    ):
+        if (
+            isinstance(prefetch_depth, bool)
+            or not isinstance(prefetch_depth, int)
+            or prefetch_depth < 0
+        ):
             raise ValueError(f"prefetch_depth: expected an int >= 0, got {prefetch_depth!r}")
         if prefetch_depth and replay_endpoint:
-            raise ValueError("prefetch_depth: the feed serves a local buffer; unset "
-                             "replay_endpoint or prefetch_depth")
+            raise ValueError(
+                "prefetch_depth: the feed serves a local buffer; unset "
+                "replay_endpoint or prefetch_depth"
+            )
         self._memoire_fix_terminal_duplicates = bool(fix_terminal_duplicates)
         self._memoire_replay_endpoint = replay_endpoint
         self._memoire_replay_name = replay_name
@@ -101,8 +113,12 @@ class _MemoireReplayMixin:
         if prefetch_depth:
             # Dopamine's agents keep their seed in _seed; the feed's stream derives from it.
             seed = int(getattr(self, "_seed", 0) or 0) % (1 << 63)
-            self._replay.start_feed(prefetch_depth, threads=prefetch_threads, seed=seed,
-                                    device="jax" if prefetch_to_device else None)
+            self._replay.start_feed(
+                prefetch_depth,
+                threads=prefetch_threads,
+                seed=seed,
+                device="jax" if prefetch_to_device else None,
+            )
 
     def _build_replay_buffer(self):
         endpoint = getattr(self, "_memoire_replay_endpoint", None)
@@ -112,16 +128,21 @@ class _MemoireReplayMixin:
             return remote.RemoteReplayBuffer(endpoint, self._memoire_replay_name)
         dopamine_buffer = super()._build_replay_buffer()
         return jax_replay_buffer.ReplayBuffer.from_dopamine(
-            dopamine_buffer, fix_terminal_duplicates=getattr(
-                self, "_memoire_fix_terminal_duplicates", False))
+            dopamine_buffer,
+            fix_terminal_duplicates=getattr(self, "_memoire_fix_terminal_duplicates", False),
+        )
 
 
 def _register(name: str, parent: type) -> type:
-    cls = type(name, (_MemoireReplayMixin, parent), {
-        "__module__": __name__,
-        "__doc__": f"Dopamine's {parent.__name__} with memoire's replay buffer (same settings, "
-                   "same batches); ``fix_terminal_duplicates`` selects the #228 fix.",
-    })
+    cls = type(
+        name,
+        (_MemoireReplayMixin, parent),
+        {
+            "__module__": __name__,
+            "__doc__": f"Dopamine's {parent.__name__} with memoire's replay buffer (same settings, "
+            "same batches); ``fix_terminal_duplicates`` selects the #228 fix.",
+        },
+    )
     return gin.configurable(name, module=_MODULE)(cls)
 
 
@@ -129,9 +150,11 @@ MemoireJaxDQNAgent = _register("MemoireJaxDQNAgent", dqn_agent.JaxDQNAgent)
 MemoireJaxRainbowAgent = _register("MemoireJaxRainbowAgent", rainbow_agent.JaxRainbowAgent)
 MemoireJaxQuantileAgent = _register("MemoireJaxQuantileAgent", quantile_agent.JaxQuantileAgent)
 MemoireJaxImplicitQuantileAgent = _register(
-    "MemoireJaxImplicitQuantileAgent", implicit_quantile_agent.JaxImplicitQuantileAgent)
-MemoireJaxFullRainbowAgent = _register("MemoireJaxFullRainbowAgent",
-                                       full_rainbow_agent.JaxFullRainbowAgent)
+    "MemoireJaxImplicitQuantileAgent", implicit_quantile_agent.JaxImplicitQuantileAgent
+)
+MemoireJaxFullRainbowAgent = _register(
+    "MemoireJaxFullRainbowAgent", full_rainbow_agent.JaxFullRainbowAgent
+)
 
 AGENTS = {
     "jax_dqn": MemoireJaxDQNAgent,
@@ -143,8 +166,7 @@ AGENTS = {
 
 
 @gin.configurable("create_memoire_agent", module=_MODULE)
-def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None,
-                         debug_mode=None):
+def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None, debug_mode=None):
     """Dopamine's ``create_agent`` for the JAX agents, with memoire's buffer.
 
     Args:
@@ -168,5 +190,4 @@ def create_memoire_agent(sess, environment, agent_name=None, summary_writer=None
         raise ValueError(f"agent_name: expected one of {sorted(AGENTS)}, got {agent_name!r}")
     if not debug_mode:
         summary_writer = None
-    return AGENTS[agent_name](num_actions=environment.action_space.n,
-                              summary_writer=summary_writer)
+    return AGENTS[agent_name](num_actions=environment.action_space.n, summary_writer=summary_writer)

@@ -54,21 +54,19 @@ from __future__ import annotations
 
 import ast
 import copy
-import functools
 import os
 import pickle
 from typing import Any, Optional
 
+import jax
 import msgpack
 import numpy as np
 import snappy
-
 from dopamine.jax import checkpointers
 from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
 from dopamine.jax.replay_memory import elements
 from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
 from dopamine.jax.replay_memory import samplers as dopamine_samplers
-import jax
 from orbax import checkpoint as orbax
 
 from memoire import _core
@@ -103,8 +101,14 @@ class TransitionAccumulator:
       ValueError: a non-positive stack size or horizon.
     """
 
-    def __init__(self, stack_size: int, update_horizon: int, gamma: float, *,
-                 fix_terminal_duplicates: bool = False):
+    def __init__(
+        self,
+        stack_size: int,
+        update_horizon: int,
+        gamma: float,
+        *,
+        fix_terminal_duplicates: bool = False,
+    ):
         if int(stack_size) < 1:
             raise ValueError(f"stack_size: expected >= 1, got {stack_size}")
         if int(update_horizon) < 1:
@@ -123,10 +127,16 @@ class TransitionAccumulator:
 
 def _accumulator_settings(acc) -> tuple[int, int, float, bool]:
     if isinstance(acc, (TransitionAccumulator, dopamine_accumulator.TransitionAccumulator)):
-        return (int(acc._stack_size), int(acc._update_horizon), float(acc._gamma),
-                bool(getattr(acc, "fix_terminal_duplicates", False)))
-    raise TypeError("transition_accumulator: expected a TransitionAccumulator (memoire's or "
-                    f"dopamine.jax.replay_memory.accumulator's), got {type(acc).__name__}")
+        return (
+            int(acc._stack_size),
+            int(acc._update_horizon),
+            float(acc._gamma),
+            bool(getattr(acc, "fix_terminal_duplicates", False)),
+        )
+    raise TypeError(
+        "transition_accumulator: expected a TransitionAccumulator (memoire's or "
+        f"dopamine.jax.replay_memory.accumulator's), got {type(acc).__name__}"
+    )
 
 
 class _SumTreeView:
@@ -143,8 +153,9 @@ class _SumTreeView:
         return 0.0 if store is None else store.tree_root
 
     def get(self, index):
-        raise NotImplementedError("memoire's sum tree is addressed by key: use "
-                                  "ReplayBuffer.priorities(keys)")
+        raise NotImplementedError(
+            "memoire's sum tree is addressed by key: use ReplayBuffer.priorities(keys)"
+        )
 
 
 class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution):
@@ -195,9 +206,11 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
     def to_state_dict(self) -> dict[str, Any]:
         store = self._store()
         keys = [] if store is None else store.export_sampler()[0].tolist()
-        return {"key_by_index": keys,
-                "index_by_key": {k: i for i, k in enumerate(keys)},
-                "rng_state": self._rng.bit_generator.state}
+        return {
+            "key_by_index": keys,
+            "index_by_key": {k: i for i, k in enumerate(keys)},
+            "rng_state": self._rng.bit_generator.state,
+        }
 
     def from_state_dict(self, state_dict: dict[str, Any]) -> None:
         # The key maps are restored by ReplayBuffer.from_state_dict (with the elements).
@@ -218,8 +231,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
       max_capacity: int, leaves of the tree (Dopamine's sampler capacity).
     """
 
-    def __init__(self, seed, *, priority_exponent: float = 1.0,
-                 max_capacity: int) -> None:  # pylint: disable=super-init-not-called
+    def __init__(self, seed, *, priority_exponent: float = 1.0, max_capacity: int) -> None:  # pylint: disable=super-init-not-called
         self._rng = np.random.default_rng(seed)
         self._priority_exponent = priority_exponent
         self._max_capacity = int(max_capacity)
@@ -249,7 +261,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
             priority = 0.0
         if not priority >= 0.0:
             raise ValueError(f"priority: expected a value >= 0, got {priority}")
-        return 0.0 if priority == 0.0 else priority ** self._priority_exponent
+        return 0.0 if priority == 0.0 else priority**self._priority_exponent
 
     def update(self, keys, *, priorities) -> None:
         """Sets the priorities of stored ``keys``.
@@ -267,7 +279,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         raw = np.asarray(priorities, dtype=np.float64)
         if np.isnan(raw).any() or (raw < 0).any():
             raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
-        values = np.where(priorities == 0.0, 0.0, priorities ** self._priority_exponent)
+        values = np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
         values = np.asarray(values)
         flat = values.reshape(-1).astype(np.float64, copy=False)
         if flat.size == 1 and keys.size != 1:
@@ -286,7 +298,8 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         if root == 0.0:
             keys = UniformSamplingDistribution.sample(self, size).keys
             return PrioritizedSampleMetadata(
-                keys=keys, probabilities=np.full_like(keys, 1.0 / self.size, dtype=np.float64))
+                keys=keys, probabilities=np.full_like(keys, 1.0 / self.size, dtype=np.float64)
+            )
         targets = self._rng.uniform(0.0, root, size=size)
         keys, probabilities = store.query(targets)
         return PrioritizedSampleMetadata(keys=keys, probabilities=probabilities)
@@ -294,8 +307,11 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
     def to_state_dict(self) -> dict[str, Any]:
         state = UniformSamplingDistribution.to_state_dict(self)
         store = self._store()
-        nodes = (np.zeros(2 * _tree_leaves(self._max_capacity, self._max_capacity) - 1)
-                 if store is None else store.export_sampler()[1])
+        nodes = (
+            np.zeros(2 * _tree_leaves(self._max_capacity, self._max_capacity) - 1)
+            if store is None
+            else store.export_sampler()[1]
+        )
         return {"sum_tree": {"nodes": nodes}, **state}
 
     from_state_dict = UniformSamplingDistribution.from_state_dict
@@ -314,15 +330,19 @@ def _as_memoire_distribution(dist):
     if isinstance(dist, (UniformSamplingDistribution, PrioritizedSamplingDistribution)):
         return dist
     if isinstance(dist, dopamine_samplers.PrioritizedSamplingDistribution):
-        ours = PrioritizedSamplingDistribution(dist._rng, priority_exponent=dist._priority_exponent,
-                                               max_capacity=dist._max_capacity)
+        ours = PrioritizedSamplingDistribution(
+            dist._rng, priority_exponent=dist._priority_exponent, max_capacity=dist._max_capacity
+        )
         ours._sum_tree.max_recorded_priority = dist._sum_tree.max_recorded_priority
         return ours
-    if (isinstance(dist, dopamine_samplers.UniformSamplingDistribution)
-            and not isinstance(dist, dopamine_samplers.SequentialSamplingDistribution)):
+    if isinstance(dist, dopamine_samplers.UniformSamplingDistribution) and not isinstance(
+        dist, dopamine_samplers.SequentialSamplingDistribution
+    ):
         return UniformSamplingDistribution(dist._rng)
-    raise TypeError("sampling_distribution: expected a Uniform- or PrioritizedSamplingDistribution "
-                    f"(memoire's or Dopamine's), got {type(dist).__name__}")
+    raise TypeError(
+        "sampling_distribution: expected a Uniform- or PrioritizedSamplingDistribution "
+        f"(memoire's or Dopamine's), got {type(dist).__name__}"
+    )
 
 
 class ReplayBuffer(checkpointers.Checkpointable):
@@ -350,14 +370,25 @@ class ReplayBuffer(checkpointers.Checkpointable):
       TypeError: an unsupported accumulator or sampling distribution.
     """
 
-    def __init__(self, transition_accumulator, sampling_distribution, *,
-                 batch_size: Optional[int] = None, max_capacity: Optional[int] = None,
-                 checkpoint_duration: int = 4, compress: bool = True):
+    def __init__(
+        self,
+        transition_accumulator,
+        sampling_distribution,
+        *,
+        batch_size: Optional[int] = None,
+        max_capacity: Optional[int] = None,
+        checkpoint_duration: int = 4,
+        compress: bool = True,
+    ):
         # Assigned to dopamine.jax.replay_memory.replay_buffer.ReplayBuffer, this class is what
         # Dopamine's agents build, with batch_size and max_capacity left to the gin bindings of
         # Dopamine's ReplayBuffer: take them (and the other two, when left at their defaults).
-        given = dict(batch_size=batch_size, max_capacity=max_capacity,
-                     checkpoint_duration=checkpoint_duration, compress=compress)
+        given = dict(
+            batch_size=batch_size,
+            max_capacity=max_capacity,
+            checkpoint_duration=checkpoint_duration,
+            compress=compress,
+        )
         defaults = dict(batch_size=None, max_capacity=None, checkpoint_duration=4, compress=True)
         bindings = _dropin.dopamine_gin_bindings(_DOPAMINE_REPLAY_BUFFER)
         for name, default in defaults.items():
@@ -367,10 +398,13 @@ class ReplayBuffer(checkpointers.Checkpointable):
         checkpoint_duration, compress = given["checkpoint_duration"], given["compress"]
         for name in ("batch_size", "max_capacity"):
             if given[name] is None:
-                raise TypeError(f"ReplayBuffer: missing argument {name!r} (pass it, or bind "
-                                f"ReplayBuffer.{name} in gin)")
-        (self._stack_size, self._update_horizon, self._gamma,
-         self._fix_terminal_duplicates) = _accumulator_settings(transition_accumulator)
+                raise TypeError(
+                    f"ReplayBuffer: missing argument {name!r} (pass it, or bind "
+                    f"ReplayBuffer.{name} in gin)"
+                )
+        (self._stack_size, self._update_horizon, self._gamma, self._fix_terminal_duplicates) = (
+            _accumulator_settings(transition_accumulator)
+        )
         if checkpoint_duration < 1:
             raise ValueError(f"Invalid checkpoint_duration: {checkpoint_duration}")
         if int(max_capacity) < 1:
@@ -402,11 +436,17 @@ class ReplayBuffer(checkpointers.Checkpointable):
         from what the parent agent's ``_build_replay_buffer`` configured (gin included).
         """
         stack, horizon, gamma, _ = _accumulator_settings(buffer._transition_accumulator)
-        acc = TransitionAccumulator(stack, horizon, gamma,
-                                    fix_terminal_duplicates=fix_terminal_duplicates)
-        ours = cls(acc, buffer._sampling_distribution, batch_size=buffer._batch_size,
-                   max_capacity=buffer._max_capacity,
-                   checkpoint_duration=buffer._checkpoint_duration, compress=buffer._compress)
+        acc = TransitionAccumulator(
+            stack, horizon, gamma, fix_terminal_duplicates=fix_terminal_duplicates
+        )
+        ours = cls(
+            acc,
+            buffer._sampling_distribution,
+            batch_size=buffer._batch_size,
+            max_capacity=buffer._max_capacity,
+            checkpoint_duration=buffer._checkpoint_duration,
+            compress=buffer._compress,
+        )
         if buffer.add_count:
             ours.from_state_dict(buffer.to_state_dict())
         return ours
@@ -450,18 +490,24 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def _make_store(self, obs: np.ndarray, action: np.ndarray):
         """A new C++ store for observations like ``obs`` and actions like ``action``."""
         if obs.dtype.kind not in "biuf" or obs.size == 0:
-            raise ValueError(f"observation: expected a non-empty numeric array, got {obs.dtype}"
-                             f"{list(obs.shape)}")
+            raise ValueError(
+                f"observation: expected a non-empty numeric array, got {obs.dtype}{list(obs.shape)}"
+            )
         if action.dtype.kind not in "biuf":
             raise ValueError(f"action: expected a number or numeric array, got {action.dtype}")
         dist = self._sampling_distribution
         return _core.TransitionStore(
-            max_capacity=self._max_capacity, stack_size=self._stack_size,
-            update_horizon=self._update_horizon, gamma=self._gamma,
+            max_capacity=self._max_capacity,
+            stack_size=self._stack_size,
+            update_horizon=self._update_horizon,
+            gamma=self._gamma,
             fix_terminal_duplicates=self._fix_terminal_duplicates,
             prioritized=self._prioritized,
             tree_capacity=dist._max_capacity if self._prioritized else 0,
-            frame_bytes=obs.nbytes, elem_bytes=obs.dtype.itemsize, action_bytes=action.nbytes)
+            frame_bytes=obs.nbytes,
+            elem_bytes=obs.dtype.itemsize,
+            action_bytes=action.nbytes,
+        )
 
     def _coerce(self, value, dtype, shape, what: str) -> np.ndarray:
         a = np.asarray(value)
@@ -469,8 +515,10 @@ class ReplayBuffer(checkpointers.Checkpointable):
             raise ValueError(f"{what}: expected {dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
         if a.dtype != dtype:
             if not np.can_cast(a.dtype, dtype, "same_kind"):
-                raise ValueError(f"{what}: expected {dtype}{list(shape)}, got "
-                                 f"{a.dtype}{list(a.shape)} (no same_kind cast)")
+                raise ValueError(
+                    f"{what}: expected {dtype}{list(shape)}, got "
+                    f"{a.dtype}{list(a.shape)} (no same_kind cast)"
+                )
             a = a.astype(dtype)
         return np.ascontiguousarray(a)
 
@@ -494,8 +542,11 @@ class ReplayBuffer(checkpointers.Checkpointable):
         action = np.asarray(transition.action)
         if self._store is None:
             self._build_store(obs, action)
-        if obs.dtype != self._obs_dtype or obs.shape != self._obs_shape \
-                or not obs.flags.c_contiguous:
+        if (
+            obs.dtype != self._obs_dtype
+            or obs.shape != self._obs_shape
+            or not obs.flags.c_contiguous
+        ):
             obs = self._coerce(obs, self._obs_dtype, self._obs_shape, "observation")
         if action.dtype != self._action_dtype or action.shape != self._action_shape:
             action = self._coerce(action, self._action_dtype, self._action_shape, "action")
@@ -504,14 +555,20 @@ class ReplayBuffer(checkpointers.Checkpointable):
             if "priority" not in kwargs:
                 raise TypeError("add() of a prioritized buffer needs the keyword 'priority'")
             value = self._sampling_distribution.leaf_value(kwargs["priority"])
-        emitted = self._store.add(obs, action, float(transition.reward),
-                                  bool(transition.is_terminal), bool(transition.episode_end),
-                                  float(value))
+        emitted = self._store.add(
+            obs,
+            action,
+            float(transition.reward),
+            bool(transition.is_terminal),
+            bool(transition.episode_end),
+            float(value),
+        )
         if emitted and self._prioritized:
             self._sampling_distribution._record(np.asarray([value], dtype=np.float64))
 
-    def add_batch(self, observations, actions, rewards, is_terminal, episode_end=None, *,
-                  priorities=None) -> np.ndarray:
+    def add_batch(
+        self, observations, actions, rewards, is_terminal, episode_end=None, *, priorities=None
+    ) -> np.ndarray:
         """memoire's bulk add: the same as ``K`` :meth:`add` calls in order, in one native call
         (the C++ loop runs with the GIL released).
 
@@ -539,39 +596,55 @@ class ReplayBuffer(checkpointers.Checkpointable):
         rew = np.ascontiguousarray(rewards, dtype=np.float64).reshape(-1)
         k = rew.size
         if obs.ndim < 1 or len(obs) != k or acts.ndim < 1 or len(acts) != k:
-            raise ValueError(f"add_batch: expected observations, actions and rewards of one "
-                             f"length, got {obs.shape}, {acts.shape}, {rew.shape}")
+            raise ValueError(
+                f"add_batch: expected observations, actions and rewards of one "
+                f"length, got {obs.shape}, {acts.shape}, {rew.shape}"
+            )
         terms = np.ascontiguousarray(is_terminal, dtype=np.bool_).reshape(-1)
-        ends = (np.zeros(k, np.bool_) if episode_end is None
-                else np.ascontiguousarray(episode_end, dtype=np.bool_).reshape(-1))
+        ends = (
+            np.zeros(k, np.bool_)
+            if episode_end is None
+            else np.ascontiguousarray(episode_end, dtype=np.bool_).reshape(-1)
+        )
         if terms.size != k or ends.size != k:
-            raise ValueError(f"add_batch: expected is_terminal and episode_end of length {k}, "
-                             f"got {terms.size} and {ends.size}")
+            raise ValueError(
+                f"add_batch: expected is_terminal and episode_end of length {k}, "
+                f"got {terms.size} and {ends.size}"
+            )
         if k == 0:
             return np.zeros(0, np.int64)
         if self._store is None:
             self._build_store(obs[0], acts[0])
-        if obs.dtype != self._obs_dtype or obs.shape[1:] != self._obs_shape \
-                or not obs.flags.c_contiguous:
+        if (
+            obs.dtype != self._obs_dtype
+            or obs.shape[1:] != self._obs_shape
+            or not obs.flags.c_contiguous
+        ):
             obs = self._coerce(obs, self._obs_dtype, (k, *self._obs_shape), "observations")
-        if acts.dtype != self._action_dtype or acts.shape[1:] != self._action_shape \
-                or not acts.flags.c_contiguous:
+        if (
+            acts.dtype != self._action_dtype
+            or acts.shape[1:] != self._action_shape
+            or not acts.flags.c_contiguous
+        ):
             acts = self._coerce(acts, self._action_dtype, (k, *self._action_shape), "actions")
         values = None
         if self._prioritized:
-            raw = (np.zeros(k) if priorities is None
-                   else np.asarray(priorities, dtype=np.float64).reshape(-1))
+            raw = (
+                np.zeros(k)
+                if priorities is None
+                else np.asarray(priorities, dtype=np.float64).reshape(-1)
+            )
             if raw.size == 1:
                 raw = np.full(k, raw[0])
             if raw.size != k:
-                raise ValueError(f"priorities: expected {k} values (one per step), got "
-                                 f"{raw.size}")
+                raise ValueError(f"priorities: expected {k} values (one per step), got {raw.size}")
             if np.isnan(raw).any() or (raw < 0).any():
                 raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
             e = self._sampling_distribution._priority_exponent
-            values = np.where(raw == 0.0, 0.0, raw ** e).astype(np.float64)
-        emitted = self._store.add_batch(obs, acts, rew, terms.view(np.uint8),
-                                        ends.view(np.uint8), values)
+            values = np.where(raw == 0.0, 0.0, raw**e).astype(np.float64)
+        emitted = self._store.add_batch(
+            obs, acts, rew, terms.view(np.uint8), ends.view(np.uint8), values
+        )
         if self._prioritized and emitted.any():
             self._sampling_distribution._record(values[emitted > 0])
         return emitted
@@ -598,10 +671,14 @@ class ReplayBuffer(checkpointers.Checkpointable):
         """
         if self._store is None:
             self._build_store(np.asarray(observation), np.asarray(action))
-        return _core.ChunkIngest(self._store, observation_dtype=self._obs_dtype,
-                                 observation_shape=list(self._obs_shape),
-                                 action_dtype=self._action_dtype,
-                                 action_shape=list(self._action_shape), **limits)
+        return _core.ChunkIngest(
+            self._store,
+            observation_dtype=self._obs_dtype,
+            observation_shape=list(self._obs_shape),
+            action_dtype=self._action_dtype,
+            action_shape=list(self._action_shape),
+            **limits,
+        )
 
     def set_ingest_priority(self, ingest: "_core.ChunkIngest", priority: float) -> None:
         """Gives the elements ``ingest`` stores from now on ``priority`` (as ``add``'s: raised
@@ -630,9 +707,14 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def _empty_batch(self, n: int):
         s = self._stack_size
         state = np.empty((n, *self._obs_shape, s), self._obs_dtype)
-        return (state, np.empty((n, *self._action_shape), self._action_dtype),
-                np.empty(n, np.float64), np.empty_like(state), np.empty(n, np.bool_),
-                np.empty(n, np.bool_))
+        return (
+            state,
+            np.empty((n, *self._action_shape), self._action_dtype),
+            np.empty(n, np.float64),
+            np.empty_like(state),
+            np.empty(n, np.bool_),
+            np.empty(n, np.bool_),
+        )
 
     def _gather(self, keys: np.ndarray) -> ReplayElement:
         keys = np.asarray(keys).reshape(-1)
@@ -689,8 +771,15 @@ class ReplayBuffer(checkpointers.Checkpointable):
         from memoire.feed import Feed
 
         self.stop_feed()
-        self._feed = Feed(self, self._batch_size, depth=depth, threads=threads, seed=seed,
-                          device=device, with_sample_metadata=True)
+        self._feed = Feed(
+            self,
+            self._batch_size,
+            depth=depth,
+            threads=threads,
+            seed=seed,
+            device=device,
+            with_sample_metadata=True,
+        )
         return self._feed
 
     def stop_feed(self) -> None:
@@ -754,31 +843,46 @@ class ReplayBuffer(checkpointers.Checkpointable):
         values = []
         chunk = 1024
         for start in range(0, keys.size, chunk):
-            b = self.get_elements(keys[start:start + chunk])
+            b = self.get_elements(keys[start : start + chunk])
             states, next_states = b.state, b.next_state
             for k in range(len(b.reward)):
                 s, ns = states[k], next_states[k]
                 if self._compress:
                     s, ns = elements.compress(s), elements.compress(ns)
-                values.append([s, b.action[k], float(b.reward[k]), ns,
-                               bool(b.is_terminal[k]), bool(b.episode_end[k])])
+                values.append(
+                    [
+                        s,
+                        b.action[k],
+                        float(b.reward[k]),
+                        ns,
+                        bool(b.is_terminal[k]),
+                        bool(b.episode_end[k]),
+                    ]
+                )
         element_def = jax.tree_util.tree_structure(ReplayElement(*([0] * 6)))
         trajectory = []
         if self._store is not None:
             frames, actions, rewards, terms, ends = self._store.export_window()
             for k in range(len(rewards)):
-                trajectory.append([
-                    frames[k].view(self._obs_dtype).reshape(self._obs_shape).copy(),
-                    actions[k].view(self._action_dtype).reshape(self._action_shape).copy(),
-                    float(rewards[k]), bool(terms[k]), bool(ends[k])])
+                trajectory.append(
+                    [
+                        frames[k].view(self._obs_dtype).reshape(self._obs_shape).copy(),
+                        actions[k].view(self._action_dtype).reshape(self._action_shape).copy(),
+                        float(rewards[k]),
+                        bool(terms[k]),
+                        bool(ends[k]),
+                    ]
+                )
         step_def = jax.tree_util.tree_structure(TransitionElement(0, 0, 0, 0, 0))
         return {
             "add_count": self.add_count,
-            "memory": {"keys": keys.tolist(), "values": values,
-                       "treedef": pickle.dumps(element_def)},
+            "memory": {
+                "keys": keys.tolist(),
+                "values": values,
+                "treedef": pickle.dumps(element_def),
+            },
             "sampling_distribution": self._sampling_distribution.to_state_dict(),
-            "transition_accumulator": {"trajectory": trajectory,
-                                       "treedef": pickle.dumps(step_def)},
+            "transition_accumulator": {"trajectory": trajectory, "treedef": pickle.dumps(step_def)},
         }
 
     def from_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -800,31 +904,47 @@ class ReplayBuffer(checkpointers.Checkpointable):
             trajectory = state_dict["transition_accumulator"]["trajectory"]
         except (KeyError, TypeError) as e:
             raise ValueError(f"replay buffer state dict: missing or malformed entry {e}") from None
-        if (isinstance(add_count, (bool, np.bool_)) or not isinstance(add_count, (int, np.integer))
-                or not 0 <= add_count <= _core.TransitionStore.MAX_ADD_COUNT):
-            raise ValueError("replay buffer state dict: expected add_count an integer in "
-                             f"[0, 2**31] (keys are int32), got {add_count!r}")
+        if (
+            isinstance(add_count, (bool, np.bool_))
+            or not isinstance(add_count, (int, np.integer))
+            or not 0 <= add_count <= _core.TransitionStore.MAX_ADD_COUNT
+        ):
+            raise ValueError(
+                "replay buffer state dict: expected add_count an integer in "
+                f"[0, 2**31] (keys are int32), got {add_count!r}"
+            )
         add_count = int(add_count)
-        if not isinstance(values, list) or not isinstance(trajectory, list) \
-                or not isinstance(dist_state, dict):
-            raise ValueError("replay buffer state dict: expected lists of elements and steps and "
-                             "a sampling_distribution dict")
+        if (
+            not isinstance(values, list)
+            or not isinstance(trajectory, list)
+            or not isinstance(dist_state, dict)
+        ):
+            raise ValueError(
+                "replay buffer state dict: expected lists of elements and steps and "
+                "a sampling_distribution dict"
+            )
         if len(values) != len(mkeys) or mkeys != list(range(add_count - len(mkeys), add_count)):
-            raise ValueError("replay buffer state dict: expected consecutive keys ending at "
-                             f"add_count - 1 = {add_count - 1}, one element each")
+            raise ValueError(
+                "replay buffer state dict: expected consecutive keys ending at "
+                f"add_count - 1 = {add_count - 1}, one element each"
+            )
         cols = [[] for _ in range(6)]
         for v in values:
             if not isinstance(v, (list, tuple)) or len(v) != 6:
-                raise ValueError("replay buffer state dict: each element must hold the 6 leaves "
-                                 "[state, action, reward, next_state, is_terminal, episode_end]")
+                raise ValueError(
+                    "replay buffer state dict: each element must hold the 6 leaves "
+                    "[state, action, reward, next_state, is_terminal, episode_end]"
+                )
             for c, leaf in zip(cols, v):
                 c.append(leaf)
         steps = [[] for _ in range(5)]
         for t in trajectory:
             if not isinstance(t, (list, tuple)) or len(t) != 5:
-                raise ValueError("replay buffer state dict: each accumulator step must hold the "
-                                 "5 leaves [observation, action, reward, is_terminal, "
-                                 "episode_end]")
+                raise ValueError(
+                    "replay buffer state dict: each accumulator step must hold the "
+                    "5 leaves [observation, action, reward, is_terminal, "
+                    "episode_end]"
+                )
             for c, leaf in zip(steps, t):
                 c.append(leaf)
 
@@ -844,33 +964,43 @@ class ReplayBuffer(checkpointers.Checkpointable):
         else:
             obs_shape, obs_dtype, action_tmpl = None, None, None
         if obs_shape is not None:
-            if self._store is not None and (obs_shape != self._obs_shape or
-                                            obs_dtype != self._obs_dtype):
-                raise ValueError(f"replay buffer state dict: observations {obs_dtype}"
-                                 f"{list(obs_shape)}, this buffer holds {self._obs_dtype}"
-                                 f"{list(self._obs_shape)}")
+            if self._store is not None and (
+                obs_shape != self._obs_shape or obs_dtype != self._obs_dtype
+            ):
+                raise ValueError(
+                    f"replay buffer state dict: observations {obs_dtype}"
+                    f"{list(obs_shape)}, this buffer holds {self._obs_dtype}"
+                    f"{list(self._obs_shape)}"
+                )
             stack_shape = (*obs_shape, s)
             for x in states + next_states:
                 if x.shape != stack_shape or x.dtype != obs_dtype:
-                    raise ValueError(f"replay buffer state dict: expected stacks {obs_dtype}"
-                                     f"{list(stack_shape)}, got {x.dtype}{list(x.shape)}")
+                    raise ValueError(
+                        f"replay buffer state dict: expected stacks {obs_dtype}"
+                        f"{list(stack_shape)}, got {x.dtype}{list(x.shape)}"
+                    )
 
         def stacked(xs, shape, dtype):
-            return (np.ascontiguousarray(np.stack(xs)).astype(dtype, copy=False) if xs
-                    else np.zeros((0, *shape), dtype))
+            return (
+                np.ascontiguousarray(np.stack(xs)).astype(dtype, copy=False)
+                if xs
+                else np.zeros((0, *shape), dtype)
+            )
 
         nodes = None
         if self._prioritized:
             try:
                 nodes = np.asarray(dist_state["sum_tree"]["nodes"], dtype=np.float64)
             except (KeyError, TypeError):
-                raise ValueError("replay buffer state dict: prioritized sampler without "
-                                 "sum_tree.nodes") from None
+                raise ValueError(
+                    "replay buffer state dict: prioritized sampler without sum_tree.nodes"
+                ) from None
         try:
             key_by_index = np.asarray(dist_state.get("key_by_index", []), dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
-            raise ValueError("replay buffer state dict: sampler key_by_index is not a list of "
-                             "keys") from None
+            raise ValueError(
+                "replay buffer state dict: sampler key_by_index is not a list of keys"
+            ) from None
         # The generator state is checked on a scratch generator first: applying it is the last
         # step, which must not fail once the store has changed.
         try:
@@ -894,12 +1024,16 @@ class ReplayBuffer(checkpointers.Checkpointable):
             obs_shape, obs_dtype = self._obs_shape, self._obs_dtype
             action_shape, action_dtype = self._action_shape, self._action_dtype
         if self._prioritized and nodes.size != store.num_nodes:
-            raise ValueError(f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
-                             f"buffer's has {store.num_nodes} (max_capacity differs)")
+            raise ValueError(
+                f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
+                f"buffer's has {store.num_nodes} (max_capacity differs)"
+            )
         m = len(states)
         if key_by_index.shape != (m,):
-            raise ValueError(f"replay buffer state dict: sampler key_by_index holds "
-                             f"{key_by_index.size} keys, expected {m} (one per element)")
+            raise ValueError(
+                f"replay buffer state dict: sampler key_by_index holds "
+                f"{key_by_index.size} keys, expected {m} (one per element)"
+            )
         store.import_state(
             add_count,
             stacked(states, (*obs_shape, s), obs_dtype),
@@ -908,23 +1042,31 @@ class ReplayBuffer(checkpointers.Checkpointable):
             stacked(next_states, (*obs_shape, s), obs_dtype),
             np.asarray(cols[4], dtype=np.bool_).reshape(m),
             np.asarray(cols[5], dtype=np.bool_).reshape(m),
-            key_by_index, nodes,
+            key_by_index,
+            nodes,
             stacked([np.asarray(o) for o in steps[0]], obs_shape, obs_dtype),
             stacked([np.asarray(a) for a in steps[1]], action_shape, action_dtype),
             np.asarray(steps[2], dtype=np.float64).reshape(len(steps[2])),
             np.asarray(steps[3], dtype=np.bool_).reshape(len(steps[3])),
-            np.asarray(steps[4], dtype=np.bool_).reshape(len(steps[4])))
+            np.asarray(steps[4], dtype=np.bool_).reshape(len(steps[4])),
+        )
         if obs_tmpl is not None:
             self._commit_store(store, obs_tmpl, action_tmpl)
         self._sampling_distribution.from_state_dict(dist_state)
 
-    @functools.lru_cache
     def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:
-        return orbax.CheckpointManager(
-            checkpoint_dir,
-            checkpointers={"replay": orbax.Checkpointer(_CheckedCheckpointHandler())},
-            options=orbax.CheckpointManagerOptions(max_to_keep=self._checkpoint_duration,
-                                                   create=True))
+        # One manager per folder and buffer (Dopamine caches them with functools.lru_cache on
+        # the method, which would keep up to 128 buffers alive; a dict on the buffer does not).
+        managers = self.__dict__.setdefault("_checkpoint_managers", {})
+        if checkpoint_dir not in managers:
+            managers[checkpoint_dir] = orbax.CheckpointManager(
+                checkpoint_dir,
+                checkpointers={"replay": orbax.Checkpointer(_CheckedCheckpointHandler())},
+                options=orbax.CheckpointManagerOptions(
+                    max_to_keep=self._checkpoint_duration, create=True
+                ),
+            )
+        return managers[checkpoint_dir]
 
     def save(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Writes a checkpoint in Dopamine's layout (``<dir>/<iteration>/replay/``, msgpack).
@@ -958,8 +1100,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
         except CheckpointError:
             raise
         except (ValueError, TypeError, KeyError, OverflowError) as e:
-            path = os.path.join(str(checkpoint_dir), str(iteration_number), "replay",
-                                "checkpoint.msgpack")
+            path = os.path.join(
+                str(checkpoint_dir), str(iteration_number), "replay", "checkpoint.msgpack"
+            )
             raise CheckpointError(f"{path}: {e}") from e
 
 
@@ -981,8 +1124,11 @@ def _plain_dtype(spelled, what: str) -> np.dtype:
 
 
 def _checked_shape(shape, what: str) -> tuple:
-    if (not isinstance(shape, (list, tuple)) or len(shape) > _MAX_NDIM
-            or not all(type(d) is int and d >= 0 for d in shape)):  # noqa: E721 (no bools)
+    if (
+        not isinstance(shape, (list, tuple))
+        or len(shape) > _MAX_NDIM
+        or not all(type(d) is int and d >= 0 for d in shape)
+    ):  # noqa: E721 (no bools)
         raise ValueError(f"{what}: bad shape {shape!r}")
     return tuple(shape)
 
@@ -1010,20 +1156,25 @@ def _uncompress_checked(record: np.ndarray) -> np.ndarray:
     stream declares exactly that shape's bytes (checked before inflating: nothing inflates to
     more than the record says, and the record says no more than the stack holds)."""
     if record.shape != () or record.dtype.names != _COMPRESSED_FIELDS:
-        raise ValueError("compressed stack: expected Dopamine's record (data, shape, dtype), got "
-                         f"{record.dtype}{list(record.shape)}")
+        raise ValueError(
+            "compressed stack: expected Dopamine's record (data, shape, dtype), got "
+            f"{record.dtype}{list(record.shape)}"
+        )
     try:
         spelled = record["dtype"].item().decode("ascii")
     except (AttributeError, UnicodeDecodeError):
         raise ValueError("compressed stack: dtype is not a dtype code") from None
     dtype = _plain_dtype(spelled, "compressed stack")
-    shape = _checked_shape([int(d) for d in np.asarray(record["shape"]).reshape(-1)],
-                           "compressed stack")
+    shape = _checked_shape(
+        [int(d) for d in np.asarray(record["shape"]).reshape(-1)], "compressed stack"
+    )
     data = np.ascontiguousarray(record["data"]).reshape(-1).view(np.uint8).tobytes()
     nbytes = _nbytes(shape, dtype)
     if _snappy_length(data) != nbytes:
-        raise ValueError(f"compressed stack: {dtype}{list(shape)} is {nbytes} bytes, the snappy "
-                         f"stream declares {_snappy_length(data)}")
+        raise ValueError(
+            f"compressed stack: {dtype}{list(shape)} is {nbytes} bytes, the snappy "
+            f"stream declares {_snappy_length(data)}"
+        )
     return np.frombuffer(snappy.uncompress(data), dtype=dtype).reshape(shape)
 
 
@@ -1035,12 +1186,20 @@ def _compressed_descr_ok(descr) -> bool:
     if names != _COMPRESSED_FIELDS:
         return False
     (_, data_t, data_shape), (_, shape_t, shape_shape), dtype_field = descr
-    return (data_t == "|u1" and shape_t == "<i4" and len(dtype_field) == 2 and
-            isinstance(dtype_field[1], str) and dtype_field[1].startswith("|S") and
-            dtype_field[1][2:].isdigit() and int(dtype_field[1][2:]) <= 16 and
-            isinstance(data_shape, tuple) and len(data_shape) == 1 and
-            isinstance(shape_shape, tuple) and len(shape_shape) == 1 and
-            0 <= shape_shape[0] <= _MAX_NDIM)
+    return (
+        data_t == "|u1"
+        and shape_t == "<i4"
+        and len(dtype_field) == 2
+        and isinstance(dtype_field[1], str)
+        and dtype_field[1].startswith("|S")
+        and dtype_field[1][2:].isdigit()
+        and int(dtype_field[1][2:]) <= 16
+        and isinstance(data_shape, tuple)
+        and len(data_shape) == 1
+        and isinstance(shape_shape, tuple)
+        and len(shape_shape) == 1
+        and 0 <= shape_shape[0] <= _MAX_NDIM
+    )
 
 
 def _decode_checked(obj: Any) -> Any:
@@ -1064,10 +1223,15 @@ def _decode_checked(obj: Any) -> Any:
         shape = _checked_shape(obj["shape"], "array")
         data = obj["data"]
         order = obj.get("order")
-        if not isinstance(data, bytes) or len(data) != _nbytes(shape, dtype) \
-                or order not in (None, "C", "F"):
-            raise ValueError(f"array {dtype}{list(shape)}: expected {_nbytes(shape, dtype)} data "
-                             f"bytes and order C or F")
+        if (
+            not isinstance(data, bytes)
+            or len(data) != _nbytes(shape, dtype)
+            or order not in (None, "C", "F")
+        ):
+            raise ValueError(
+                f"array {dtype}{list(shape)}: expected {_nbytes(shape, dtype)} data "
+                f"bytes and order C or F"
+            )
         return np.ndarray(shape=shape, dtype=dtype, buffer=data, order=order)
     if isinstance(obj, dict) and "integer" in obj:
         text = obj["integer"]
@@ -1097,14 +1261,17 @@ class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
         except CheckpointError:
             raise
         except OSError as e:  # as Dopamine's read_bytes would
-            raise CheckpointError(f"{filename}: not a readable replay checkpoint "
-                                  f"({type(e).__name__}: {e})") from e
+            raise CheckpointError(
+                f"{filename}: not a readable replay checkpoint ({type(e).__name__}: {e})"
+            ) from e
         try:
-            state_dict = msgpack.unpackb(data, object_hook=_decode_checked,
-                                         raw=False, strict_map_key=False)
+            state_dict = msgpack.unpackb(
+                data, object_hook=_decode_checked, raw=False, strict_map_key=False
+            )
         except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
-            raise CheckpointError(f"{filename}: not a readable replay checkpoint "
-                                  f"({type(e).__name__}: {e})") from None
+            raise CheckpointError(
+                f"{filename}: not a readable replay checkpoint ({type(e).__name__}: {e})"
+            ) from None
         if item is None:
             return state_dict
         item = copy.deepcopy(item)

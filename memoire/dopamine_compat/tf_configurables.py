@@ -14,9 +14,15 @@ import gin
 import tensorflow as tf
 
 # The v1 optimizers a TF agent's `optimizer` argument accepts (graph mode, `minimize`).
-OPTIMIZERS = ("GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
-              "RMSPropOptimizer", "AdagradOptimizer", "AdadeltaOptimizer", "FtrlOptimizer")
+OPTIMIZERS = (
+    "GradientDescentOptimizer",
+    "MomentumOptimizer",
+    "AdamOptimizer",
+    "RMSPropOptimizer",
+    "AdagradOptimizer",
+    "AdadeltaOptimizer",
+    "FtrlOptimizer",
+)
 
 for _name in OPTIMIZERS:
-    gin.external_configurable(getattr(tf.compat.v1.train, _name), name=_name,
-                              module="tf.train")
+    gin.external_configurable(getattr(tf.compat.v1.train, _name), name=_name, module="tf.train")

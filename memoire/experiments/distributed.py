@@ -56,7 +56,6 @@ import zmq
 from memoire import cli, transport
 from memoire.experience import ChunkStream, ExperienceReceiver
 from memoire.gin_query import query
-from memoire.experiments import trackers
 
 log = logging.getLogger(__name__)
 
@@ -102,23 +101,38 @@ class DistributedConfig:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
     """
 
-    def __init__(self, num_actors: int = 0, publish_period: int = 100, chunk_size: int = 64,
-                 queue_chunks: int = 32, episodes_ahead: int = 1,
-                 transport: str = "multiprocessing",
-                 experience_endpoint: str = "auto",
-                 param_endpoint: str = "auto", actor_threads: int = 1,
-                 spawn_actors: bool = True, launcher: str = "local",
-                 samples_per_insert: float = 0.0, rate_error_buffer: float = 0.0):
+    def __init__(
+        self,
+        num_actors: int = 0,
+        publish_period: int = 100,
+        chunk_size: int = 64,
+        queue_chunks: int = 32,
+        episodes_ahead: int = 1,
+        transport: str = "multiprocessing",
+        experience_endpoint: str = "auto",
+        param_endpoint: str = "auto",
+        actor_threads: int = 1,
+        spawn_actors: bool = True,
+        launcher: str = "local",
+        samples_per_insert: float = 0.0,
+        rate_error_buffer: float = 0.0,
+    ):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
         if episodes_ahead < 0:
             raise ValueError(f"episodes_ahead must be >= 0, got {episodes_ahead}")
-        for name, v in (("publish_period", publish_period), ("chunk_size", chunk_size),
-                        ("queue_chunks", queue_chunks), ("actor_threads", actor_threads)):
+        for name, v in (
+            ("publish_period", publish_period),
+            ("chunk_size", chunk_size),
+            ("queue_chunks", queue_chunks),
+            ("actor_threads", actor_threads),
+        ):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        for name, v in (("samples_per_insert", samples_per_insert),
-                        ("rate_error_buffer", rate_error_buffer)):
+        for name, v in (
+            ("samples_per_insert", samples_per_insert),
+            ("rate_error_buffer", rate_error_buffer),
+        ):
             if not (0 <= float(v) < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {v}")
         self.samples_per_insert = float(samples_per_insert)
@@ -139,8 +153,10 @@ class DistributedConfig:
             raise ValueError(f"launcher must be 'local' or 'ray', got {launcher!r}")
         self.launcher = launcher
         if not self.spawn_actors and transport != "zmq":
-            raise ValueError("spawn_actors=False needs transport 'zmq' (actors started by "
-                             "endpoint with `memoire actor`)")
+            raise ValueError(
+                "spawn_actors=False needs transport 'zmq' (actors started by "
+                "endpoint with `memoire actor`)"
+            )
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -195,14 +211,17 @@ class LearnerSockets:
             experience = _endpoint(config.experience_endpoint, host)
             params = _endpoint(config.param_endpoint, host)
         try:
-            self.pull = transport.open_socket(self._ctx, zmq.PULL, experience, "Bind",
-                                              hwm=config.queue_chunks)
+            self.pull = transport.open_socket(
+                self._ctx, zmq.PULL, experience, "Bind", hwm=config.queue_chunks
+            )
             self.pub = transport.open_socket(self._ctx, zmq.PUB, params, "Bind")
         except Exception:
             self.close()
             raise
-        self.endpoints = {"experience": transport.last_endpoint(self.pull),
-                          "params": transport.last_endpoint(self.pub)}
+        self.endpoints = {
+            "experience": transport.last_endpoint(self.pull),
+            "params": transport.last_endpoint(self.pub),
+        }
         self._watch = transport.ConnectionWatch(self.pull)
         self._stored: collections.OrderedDict = collections.OrderedDict()  # uuid -> episode
         self._told = 0.0
@@ -234,8 +253,7 @@ class LearnerSockets:
         actor comes back within that."""
         self._watch.poll()
         w = self._watch
-        return (w.opened > 0 and w.open == 0
-                and time.monotonic() - w.last_closed >= grace)
+        return w.opened > 0 and w.open == 0 and time.monotonic() - w.last_closed >= grace
 
     def stop_actors(self) -> None:
         """Tells actors started by endpoint to finish."""
@@ -280,11 +298,11 @@ class ActorLink:
     def __init__(self, ends: ActorEndpoints, actor_id: int = 0, give_up_s: float = 60.0):
         # the low half names the actor in the learner's records; the high half tells apart
         # actors started with the same id
-        self.uuid = ((int.from_bytes(os.urandom(4), "little") << 32)
-                     | (int(actor_id) & 0xFFFFFFFF))
+        self.uuid = (int.from_bytes(os.urandom(4), "little") << 32) | (int(actor_id) & 0xFFFFFFFF)
         self._ctx = zmq.Context()
-        self._push = transport.open_socket(self._ctx, zmq.PUSH, ends.experience, "Conn",
-                                           hwm=ends.queue_chunks)
+        self._push = transport.open_socket(
+            self._ctx, zmq.PUSH, ends.experience, "Conn", hwm=ends.queue_chunks
+        )
         self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn")
         self._sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STOP_TOPIC)
@@ -303,20 +321,23 @@ class ActorLink:
     def send(self, frames: list) -> bool:
         """Queues one chunk message (copied); False on a stop or when the learner took
         nothing for ``give_up_s`` seconds."""
+
         def sent() -> bool:
             try:
                 self._push.send_multipart(frames, flags=zmq.NOBLOCK)
                 return True
             except zmq.Again:
                 return False
+
         return self._until(sent, "took no experience")
 
     def wait_for_learner(self, finished: int) -> bool:
         """Waits until at most ``episodes_ahead`` of this actor's ``finished`` episodes
         (numbered from 0) are not stored by the learner. False on a stop or when nothing was
         stored for ``give_up_s`` seconds."""
-        return self._until(lambda: finished - (self.stored_episode + 1) <= self._ahead,
-                           "stored nothing of ours")
+        return self._until(
+            lambda: finished - (self.stored_episode + 1) <= self._ahead, "stored nothing of ours"
+        )
 
     def _until(self, ready, what: str) -> bool:
         """Polls ``ready()`` every few ms: True once it is, False on a stop or after
@@ -355,7 +376,7 @@ class ActorLink:
                     self.stored_episode = max(self.stored_episode, int(mine.max()))
             elif topic == PARAMS_TOPIC and len(data) >= _VERSION.size:
                 (version,) = _VERSION.unpack_from(data)
-                self._newest = (version, data[_VERSION.size:])
+                self._newest = (version, data[_VERSION.size :])
 
     def close(self) -> None:
         self._push.close(0)
@@ -379,9 +400,12 @@ def actor_row_spec(agent) -> list:
     (:meth:`memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer.chunk_ingest` built from the
     same agent's observation shape and dtype): observation, action int32, reward float64,
     terminal bool."""
-    return [("observation", np.dtype(agent.observation_dtype), tuple(agent.observation_shape)),
-            ("action", np.dtype(np.int32), ()), ("reward", np.dtype(np.float64), ()),
-            ("terminal", np.dtype(np.bool_), ())]
+    return [
+        ("observation", np.dtype(agent.observation_dtype), tuple(agent.observation_shape)),
+        ("action", np.dtype(np.int32), ()),
+        ("reward", np.dtype(np.float64), ()),
+        ("terminal", np.dtype(np.bool_), ()),
+    ]
 
 
 class _StreamingMemory:
@@ -400,9 +424,17 @@ class _StreamingMemory:
         self.ok = True
 
     def add(self, element, *args, **kwargs) -> None:
-        self.ok = self._stream.add({"observation": element.observation,
-                                    "action": element.action, "reward": element.reward,
-                                    "terminal": element.is_terminal}) and self.ok
+        self.ok = (
+            self._stream.add(
+                {
+                    "observation": element.observation,
+                    "action": element.action,
+                    "reward": element.reward,
+                    "terminal": element.is_terminal,
+                }
+            )
+            and self.ok
+        )
 
 
 def environment_from_gin():
@@ -414,8 +446,9 @@ def environment_from_gin():
     return environment_fn()()
 
 
-def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
-              max_steps: int | None = None) -> int:
+def run_actor(
+    actor_id: int, link: ActorLink, *, chunk_size: int, seed: int, max_steps: int | None = None
+) -> int:
     """Runs one actor until the learner says stop, the link gives up, or ``max_steps``
     environment steps.
 
@@ -425,8 +458,7 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
-    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size,
-                         uuid=link.uuid)
+    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size, uuid=link.uuid)
     memory = _StreamingMemory(stream)
     agent._replay = memory  # the actor trains nothing; its memory only streams
     agent.eval_mode = False
@@ -455,10 +487,12 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
             total += reward
             steps += 1
             clipped = np.clip(reward, -1, 1) if clip else reward
-            if (environment.game_over or (ends is not None and ends.truncated)
-                    or length == max_per_episode):
-                terminated = bool(ends.terminated if ends is not None
-                                  else environment.game_over)
+            if (
+                environment.game_over
+                or (ends is not None and ends.truncated)
+                or length == max_per_episode
+            ):
+                terminated = bool(ends.terminated if ends is not None else environment.game_over)
                 agent.end_episode(clipped, terminated)
                 memory.ok = stream.end_episode(terminated, info=(total, length, terminated))
                 finished += 1
@@ -475,8 +509,11 @@ def run_actor(actor_id: int, link: ActorLink, *, chunk_size: int, seed: int,
 def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -> None:
     """Entry point of an actor process: loads gin, seeds, connects (``ends.open()``) and runs
     :func:`run_actor`."""
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
-                          f"intra_op_parallelism_threads={config['actor_threads']}")
+    os.environ.setdefault(
+        "XLA_FLAGS",
+        "--xla_cpu_multi_thread_eigen=false "
+        f"intra_op_parallelism_threads={config['actor_threads']}",
+    )
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)
@@ -487,8 +524,13 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -
     runner.seed_everything(seed)
     link = ends.open(actor_id)
     try:
-        run_actor(actor_id, link, chunk_size=config["chunk_size"], seed=seed,
-                  max_steps=config.get("max_steps"))
+        run_actor(
+            actor_id,
+            link,
+            chunk_size=config["chunk_size"],
+            seed=seed,
+            max_steps=config.get("max_steps"),
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -507,21 +549,34 @@ def _learner_class():
     class LearnerRunner(base):
         """Dopamine's Runner whose training phase takes actors' episodes."""
 
-        def __init__(self, base_dir, create_agent_fn, *, sockets: LearnerSockets,
-                     publish_period: int, actors_alive=lambda: True, seed=None,
-                     samples_per_insert: float = 0.0, rate_error_buffer: float = 0.0,
-                     **kwargs):
+        def __init__(
+            self,
+            base_dir,
+            create_agent_fn,
+            *,
+            sockets: LearnerSockets,
+            publish_period: int,
+            actors_alive=lambda: True,
+            seed=None,
+            samples_per_insert: float = 0.0,
+            rate_error_buffer: float = 0.0,
+            **kwargs,
+        ):
             super().__init__(base_dir, create_agent_fn, seed=seed, **kwargs)
             from dopamine.jax.agents.dqn import dqn_agent
 
             agent = self._agent
             if not isinstance(agent, dqn_agent.JaxDQNAgent):
-                raise ValueError("distributed training needs a JAX agent (JaxDQNAgent or a "
-                                 f"subclass), got {type(agent).__name__}")
+                raise ValueError(
+                    "distributed training needs a JAX agent (JaxDQNAgent or a "
+                    f"subclass), got {type(agent).__name__}"
+                )
             if not hasattr(agent._replay, "chunk_ingest"):
-                raise ValueError("distributed training needs memoire's JAX replay buffer "
-                                 "(memoire.dopamine_compat ReplayBuffer, the default of "
-                                 f"`memoire train`), got {type(agent._replay).__name__}")
+                raise ValueError(
+                    "distributed training needs memoire's JAX replay buffer "
+                    "(memoire.dopamine_compat ReplayBuffer, the default of "
+                    f"`memoire train`), got {type(agent._replay).__name__}"
+                )
             # Built after the checkpoint (if any) was restored: it stores into that buffer.
             spec = actor_row_spec(agent)
             ingest = agent._replay.chunk_ingest(np.zeros(spec[0][2], spec[0][1]), np.int32(0))
@@ -535,13 +590,16 @@ def _learner_class():
 
                 self._batch = int(agent._replay._batch_size)
                 self._limiter = SampleToInsertRatio(
-                    samples_per_insert, agent.min_replay_history + 1,  # Dopamine trains past it
-                    rate_error_buffer or 100 * self._batch)
+                    samples_per_insert,
+                    agent.min_replay_history + 1,  # Dopamine trains past it
+                    rate_error_buffer or 100 * self._batch,
+                )
             self._publish()
 
         def _publish(self) -> None:
-            self._sockets.publish(int(self._agent.training_steps),
-                                  params_to_bytes(self._agent.online_params))
+            self._sockets.publish(
+                int(self._agent.training_steps), params_to_bytes(self._agent.online_params)
+            )
 
         def _new_priority(self) -> float:
             """The priority the agent's ``_store_transition`` gives a new transition (Dopamine
@@ -595,9 +653,11 @@ def _learner_class():
                 trained = self._train_limited()
                 if not stored and not trained:
                     if not self._actors_alive():
-                        raise RuntimeError("all actors have exited or disconnected (killed, "
-                                           "or silent past the heartbeat timeout); see their "
-                                           "output")
+                        raise RuntimeError(
+                            "all actors have exited or disconnected (killed, "
+                            "or silent past the heartbeat timeout); see their "
+                            "output"
+                        )
                     if time.time() - idle_since > 600:
                         raise TimeoutError("no experience from any actor for 600 s")
                     continue
@@ -611,13 +671,18 @@ def _learner_class():
                     if info is None:
                         continue
                     ret, length, terminated = info
-                    self._episodes.record(iteration=self._iteration, phase="train",
-                                          episode_return=ret, length=int(length),
-                                          terminated=bool(terminated),
-                                          actor=int(uuid) & 0xFFFFFFFF)
+                    self._episodes.record(
+                        iteration=self._iteration,
+                        phase="train",
+                        episode_return=ret,
+                        length=int(length),
+                        terminated=bool(terminated),
+                        actor=int(uuid) & 0xFFFFFFFF,
+                    )
                     returns.append(ret)
-                    statistics.append({"train_episode_lengths": int(length),
-                                       "train_episode_returns": ret})
+                    statistics.append(
+                        {"train_episode_lengths": int(length), "train_episode_returns": ret}
+                    )
             average_return = float(np.mean(returns)) if returns else 0.0
             steps_per_second = steps / max(time.time() - start, 1e-9)
             statistics.append({"train_average_return": average_return})
@@ -638,17 +703,31 @@ def run(facts: dict, config: DistributedConfig) -> int:
     ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
     sockets = LearnerSockets(config)
     stop = ctx.Event()
-    ends = ActorEndpoints(sockets.endpoints["experience"], sockets.endpoints["params"],
-                          config.queue_chunks, config.episodes_ahead, stop)
+    ends = ActorEndpoints(
+        sockets.endpoints["experience"],
+        sockets.endpoints["params"],
+        config.queue_chunks,
+        config.episodes_ahead,
+        stop,
+    )
     actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
-    procs = [ctx.Process(target=actor_main, name=f"memoire-actor-{i}", daemon=True,
-                         args=(i, actor_facts, config.as_dict(), ends))
-             for i in range(config.num_actors if config.spawn_actors else 0)]
+    procs = [
+        ctx.Process(
+            target=actor_main,
+            name=f"memoire-actor-{i}",
+            daemon=True,
+            args=(i, actor_facts, config.as_dict(), ends),
+        )
+        for i in range(config.num_actors if config.spawn_actors else 0)
+    ]
     try:
         for p in procs:
             p.start()
-        alive = ((lambda: any(p.is_alive() for p in procs)) if procs
-                 else (lambda: not sockets.actors_gone()))
+        alive = (
+            (lambda: any(p.is_alive() for p in procs))
+            if procs
+            else (lambda: not sockets.actors_gone())
+        )
         who = f"{config.num_actors} actor(s)" if procs else "actors started by endpoint"
         run_learner(facts, config, sockets, who, alive)
     finally:
@@ -664,25 +743,39 @@ def run(facts: dict, config: DistributedConfig) -> int:
     return 0
 
 
-def run_learner(facts: dict, config: DistributedConfig, sockets: LearnerSockets, who: str,
-                actors_alive=lambda: True) -> None:
+def run_learner(
+    facts: dict,
+    config: DistributedConfig,
+    sockets: LearnerSockets,
+    who: str,
+    actors_alive=lambda: True,
+) -> None:
     """Runs the learner on bound ``sockets`` until its last iteration (resuming from
     ``facts['dir']``'s checkpoints), in this process, with gin loaded. ``who`` names the actors
     in the log; ``actors_alive()`` False ends the run with an error. The caller stops the
     actors and closes the sockets."""
     from memoire.experiments import replay_routing, runner
 
-    learner = _learner_class()(facts["dir"], replay_routing.create_agent_fn(),
-                              sockets=sockets, publish_period=config.publish_period,
-                              actors_alive=actors_alive, seed=facts["seed"],
-                              samples_per_insert=config.samples_per_insert,
-                              rate_error_buffer=config.rate_error_buffer)
+    learner = _learner_class()(
+        facts["dir"],
+        replay_routing.create_agent_fn(),
+        sockets=sockets,
+        publish_period=config.publish_period,
+        actors_alive=actors_alive,
+        seed=facts["seed"],
+        samples_per_insert=config.samples_per_insert,
+        rate_error_buffer=config.rate_error_buffer,
+    )
     try:
         runner.write_operative_config(facts["dir"])
         if learner.start_iteration > 0:
             log.info("resuming %s at iteration %d", facts["dir"], learner.start_iteration)
-        log.info("learner with %s (experience %s, parameters %s)", who,
-                 sockets.endpoints["experience"], sockets.endpoints["params"])
+        log.info(
+            "learner with %s (experience %s, parameters %s)",
+            who,
+            sockets.endpoints["experience"],
+            sockets.endpoints["params"],
+        )
         learner.run_experiment()
         runner.write_operative_config(facts["dir"])
     finally:
@@ -692,27 +785,58 @@ def run_learner(facts: dict, config: DistributedConfig, sockets: LearnerSockets,
 def build_actor_parser():
     """The parser of ``memoire actor``."""
     parser = cli.ArgumentParser(prog="memoire actor", description=actor_cli.__doc__)
-    parser.add_argument("--gin_files", action="append", default=[], required=True,
-                        help="the learner's gin file (repeatable): same agent and environment")
-    parser.add_argument("--gin_bindings", action="append", default=[],
-                        help="gin binding (repeatable), as the learner's")
-    parser.add_argument("--experience", "--rep", dest="experience", required=True,
-                        help="the learner's experience (PULL) endpoint")
-    parser.add_argument("--params", "--pub", dest="params", required=True,
-                        help="the learner's parameter (PUB) endpoint")
-    parser.add_argument("--actor_id", type=int, default=0,
-                        help="this actor's number among the learner's actors")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of this actor's environment and exploration")
-    parser.add_argument("--max_steps", type=int, default=None,
-                        help="stop after this many environment steps (default: no limit)")
-    parser.add_argument("--chunk_size", type=int, default=64,
-                        help="steps per episode chunk streamed to the learner")
-    parser.add_argument("--queue_chunks", type=int, default=32,
-                        help="chunks queued before this actor's sends wait")
-    parser.add_argument("--episodes_ahead", type=int, default=1,
-                        help="finished episodes not yet stored by the learner before this "
-                             "actor waits (0: lockstep)")
+    parser.add_argument(
+        "--gin_files",
+        action="append",
+        default=[],
+        required=True,
+        help="the learner's gin file (repeatable): same agent and environment",
+    )
+    parser.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="gin binding (repeatable), as the learner's",
+    )
+    parser.add_argument(
+        "--experience",
+        "--rep",
+        dest="experience",
+        required=True,
+        help="the learner's experience (PULL) endpoint",
+    )
+    parser.add_argument(
+        "--params",
+        "--pub",
+        dest="params",
+        required=True,
+        help="the learner's parameter (PUB) endpoint",
+    )
+    parser.add_argument(
+        "--actor_id", type=int, default=0, help="this actor's number among the learner's actors"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of this actor's environment and exploration"
+    )
+    parser.add_argument(
+        "--max_steps",
+        type=int,
+        default=None,
+        help="stop after this many environment steps (default: no limit)",
+    )
+    parser.add_argument(
+        "--chunk_size", type=int, default=64, help="steps per episode chunk streamed to the learner"
+    )
+    parser.add_argument(
+        "--queue_chunks", type=int, default=32, help="chunks queued before this actor's sends wait"
+    )
+    parser.add_argument(
+        "--episodes_ahead",
+        type=int,
+        default=1,
+        help="finished episodes not yet stored by the learner before this "
+        "actor waits (0: lockstep)",
+    )
     return parser
 
 
@@ -739,7 +863,10 @@ def actor_cli(argv=None) -> int:
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
     config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}
-    actor_main(args.actor_id, facts, config,
-               ActorEndpoints(args.experience, args.params, args.queue_chunks,
-                              args.episodes_ahead))
+    actor_main(
+        args.actor_id,
+        facts,
+        config,
+        ActorEndpoints(args.experience, args.params, args.queue_chunks, args.episodes_ahead),
+    )
     return 0

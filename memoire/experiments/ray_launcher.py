@@ -69,10 +69,20 @@ class RayConfig:
       ValueError: on negative resources or restarts below -1.
     """
 
-    def __init__(self, address: str = "", learner_cpus: float = 1.0, learner_gpus: float = 0.0,
-                 actor_cpus: float = 1.0, actor_restarts: int = 3, learner_host: str = "auto"):
-        for name, v in (("learner_cpus", learner_cpus), ("learner_gpus", learner_gpus),
-                        ("actor_cpus", actor_cpus)):
+    def __init__(
+        self,
+        address: str = "",
+        learner_cpus: float = 1.0,
+        learner_gpus: float = 0.0,
+        actor_cpus: float = 1.0,
+        actor_restarts: int = 3,
+        learner_host: str = "auto",
+    ):
+        for name, v in (
+            ("learner_cpus", learner_cpus),
+            ("learner_gpus", learner_gpus),
+            ("actor_cpus", actor_cpus),
+        ):
             if v < 0:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if actor_restarts < -1:
@@ -110,8 +120,11 @@ def connect(address: str, cpus_needed: float = 0.0) -> bool:
     if address:
         kwargs["address"] = address
     else:  # a cluster of this machine alone: keep it on loopback, without its dashboard
-        kwargs.update(include_dashboard=False, _node_ip_address="127.0.0.1",
-                      num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)))
+        kwargs.update(
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)),
+        )
     ray.init(**kwargs)
     return True
 
@@ -174,7 +187,7 @@ class LearnerProcess:
                     host = self._host
                     if host in ("0.0.0.0", "*"):
                         host = ray.util.get_node_ip_address()
-                    endpoint = f"tcp://{host}:{endpoint[len(anywhere):]}"
+                    endpoint = f"tcp://{host}:{endpoint[len(anywhere) :]}"
             out[key] = endpoint
         return out
 
@@ -184,8 +197,13 @@ class LearnerProcess:
 
     def run(self, who: str) -> int:
         try:
-            distributed.run_learner(self._facts, self._config, self._sockets, who,
-                                    lambda: not self._actors_gone.is_set())
+            distributed.run_learner(
+                self._facts,
+                self._config,
+                self._sockets,
+                who,
+                lambda: not self._actors_gone.is_set(),
+            )
         finally:
             self._sockets.stop_actors()
             time.sleep(0.2)  # let the stop notice leave before the socket closes
@@ -217,8 +235,11 @@ class ActorProcess:
     def __init__(self, actor_id: int, facts: dict, config: dict, ends: dict):
         self._ends = _RayEndpoints(**ends)
         self._thread = threading.Thread(
-            target=self._act, name=f"memoire-actor-{actor_id}", daemon=True,
-            args=(actor_id, facts, config))
+            target=self._act,
+            name=f"memoire-actor-{actor_id}",
+            daemon=True,
+            args=(actor_id, facts, config),
+        )
         self._thread.start()
 
     def _act(self, actor_id: int, facts: dict, config: dict) -> None:
@@ -257,48 +278,73 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
     from ray.exceptions import RayActorError, RayTaskError
 
     ray_config = RayConfig()
-    started_here = connect(ray_config.address, ray_config.learner_cpus
-                           + config.num_actors * ray_config.actor_cpus)
-    facts = dict(facts, dir=os.path.abspath(facts["dir"]),
-                 gin_files=[os.path.abspath(f) for f in facts["gin_files"]])
+    started_here = connect(
+        ray_config.address, ray_config.learner_cpus + config.num_actors * ray_config.actor_cpus
+    )
+    facts = dict(
+        facts,
+        dir=os.path.abspath(facts["dir"]),
+        gin_files=[os.path.abspath(f) for f in facts["gin_files"]],
+    )
     config = copy.copy(config)
     config.transport = "zmq"  # actors may be on other nodes: TCP, not ipc://
     host = ray_config.learner_host
     if host == "auto" and started_here:
         host = "127.0.0.1"
     learner_cls = ray.remote(LearnerProcess).options(
-        name=learner_name(facts["dir"]), num_cpus=ray_config.learner_cpus,
-        num_gpus=ray_config.learner_gpus, max_restarts=0,
-        max_concurrency=2)  # run() and actors_gone() at once
+        name=learner_name(facts["dir"]),
+        num_cpus=ray_config.learner_cpus,
+        num_gpus=ray_config.learner_gpus,
+        max_restarts=0,
+        max_concurrency=2,
+    )  # run() and actors_gone() at once
     actor_cls = ray.remote(ActorProcess)
     learner = learner_cls.remote(facts, config, host)
     actors: list = []
     try:
-        ends = dict(ray.get(learner.endpoints.remote()), queue_chunks=config.queue_chunks,
-                    episodes_ahead=config.episodes_ahead)
+        ends = dict(
+            ray.get(learner.endpoints.remote()),
+            queue_chunks=config.queue_chunks,
+            episodes_ahead=config.episodes_ahead,
+        )
         actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
         for i in range(config.num_actors):
-            actors.append(actor_cls.options(
-                # max_concurrency: chunks_sent() and pid() answer while join() waits
-                name=actor_name(facts["dir"], i), max_concurrency=4,
-                num_cpus=ray_config.actor_cpus,
-                max_restarts=ray_config.actor_restarts, max_task_retries=-1,
-                scheduling_strategy="SPREAD").remote(i, actor_facts, config.as_dict(), ends))
-        log.info("ray: learner and %d actor(s) started (experience %s, parameters %s)",
-                 len(actors), ends["experience"], ends["params"])
+            actors.append(
+                actor_cls.options(
+                    # max_concurrency: chunks_sent() and pid() answer while join() waits
+                    name=actor_name(facts["dir"], i),
+                    max_concurrency=4,
+                    num_cpus=ray_config.actor_cpus,
+                    max_restarts=ray_config.actor_restarts,
+                    max_task_retries=-1,
+                    scheduling_strategy="SPREAD",
+                ).remote(i, actor_facts, config.as_dict(), ends)
+            )
+        log.info(
+            "ray: learner and %d actor(s) started (experience %s, parameters %s)",
+            len(actors),
+            ends["experience"],
+            ends["params"],
+        )
         done = learner.run.remote(f"{len(actors)} Ray actor(s)")
         joins = [a.join.remote() for a in actors]
         told = False
         while not ray.wait([done], timeout=1.0)[0]:
-            if not told and joins and len(ray.wait(joins, num_returns=len(joins),
-                                                   timeout=0)[0]) == len(joins):
+            if (
+                not told
+                and joins
+                and len(ray.wait(joins, num_returns=len(joins), timeout=0)[0]) == len(joins)
+            ):
                 learner.actors_gone.remote()  # every actor ended for good
                 told = True
         try:
             ray.get(done)
         except RayActorError:
-            log.error("the learner's process died; run the same command again to resume "
-                      "from its last checkpoint in %s", facts["dir"])
+            log.error(
+                "the learner's process died; run the same command again to resume "
+                "from its last checkpoint in %s",
+                facts["dir"],
+            )
             return 1
         except RayTaskError as e:  # the learner raised: Ray's message holds its traceback
             log.error("the learner failed: %s", e)

@@ -34,20 +34,37 @@ REPLAY_BACKENDS = ("memoire", "dopamine")
 
 # Dopamine's TF agents -> (agent class path, the wrapper the agent builds, memoire's memory).
 _TF_AGENTS = {
-    "dqn": ("dopamine.tf.agents.dqn.dqn_agent.DQNAgent", "WrappedReplayBuffer",
-            "MemoireOutOfGraphReplayBuffer"),
-    "rainbow": ("dopamine.tf.agents.rainbow.rainbow_agent.RainbowAgent",
-                "WrappedPrioritizedReplayBuffer", "MemoireOutOfGraphPrioritizedReplayBuffer"),
+    "dqn": (
+        "dopamine.tf.agents.dqn.dqn_agent.DQNAgent",
+        "WrappedReplayBuffer",
+        "MemoireOutOfGraphReplayBuffer",
+    ),
+    "rainbow": (
+        "dopamine.tf.agents.rainbow.rainbow_agent.RainbowAgent",
+        "WrappedPrioritizedReplayBuffer",
+        "MemoireOutOfGraphPrioritizedReplayBuffer",
+    ),
     "implicit_quantile": (
         "dopamine.tf.agents.implicit_quantile.implicit_quantile_agent.ImplicitQuantileAgent",
-        "WrappedPrioritizedReplayBuffer", "MemoireOutOfGraphPrioritizedReplayBuffer"),
+        "WrappedPrioritizedReplayBuffer",
+        "MemoireOutOfGraphPrioritizedReplayBuffer",
+    ),
 }
 
 
 # The names Dopamine 4.1.2's run_experiment.create_agent builds (it also takes any name that
 # starts with 'dqn' as the TF DQN agent).
-DOPAMINE_AGENTS = ("dqn", "rainbow", "implicit_quantile", "jax_dqn", "jax_quantile",
-                   "jax_rainbow", "full_rainbow", "jax_implicit_quantile", "ppo")
+DOPAMINE_AGENTS = (
+    "dqn",
+    "rainbow",
+    "implicit_quantile",
+    "jax_dqn",
+    "jax_quantile",
+    "jax_rainbow",
+    "full_rainbow",
+    "jax_implicit_quantile",
+    "ppo",
+)
 
 
 def check_agent_name() -> str:
@@ -58,11 +75,14 @@ def check_agent_name() -> str:
     """
     name = query("create_agent.agent_name", None)
     if name is None:
-        raise ValueError("create_agent.agent_name is not bound; expected one of "
-                         f"{', '.join(DOPAMINE_AGENTS)} (bind it in a gin file)")
+        raise ValueError(
+            "create_agent.agent_name is not bound; expected one of "
+            f"{', '.join(DOPAMINE_AGENTS)} (bind it in a gin file)"
+        )
     if not isinstance(name, str) or not (name in DOPAMINE_AGENTS or name.startswith("dqn")):
-        raise ValueError(f"create_agent.agent_name: expected one of "
-                         f"{', '.join(DOPAMINE_AGENTS)}, got {name!r}")
+        raise ValueError(
+            f"create_agent.agent_name: expected one of {', '.join(DOPAMINE_AGENTS)}, got {name!r}"
+        )
     return name
 
 
@@ -95,8 +115,9 @@ def create_agent_fn():
         if name in jax_agents.AGENTS:
             return jax_agents.create_memoire_agent
         if name not in _TF_AGENTS:
-            log.warning("agent %r has no memoire replay variant; it runs as Dopamine builds it",
-                        name)
+            log.warning(
+                "agent %r has no memoire replay variant; it runs as Dopamine builds it", name
+            )
     return run_experiment.create_agent
 
 
@@ -130,18 +151,22 @@ def tf_replay_bindings(seed: int | None = None) -> list[str]:
     if query(f"{wrapper}.wrapped_memory", None) is not None:
         return []  # the gin files chose the memory themselves
     from dopamine.tf.replay_memory import circular_replay_buffer, prioritized_replay_buffer
+
     import memoire.dopamine_compat.gin_registry  # noqa: F401  registers Memoire* names
 
     module, cls_name = agent_path.rsplit(".", 1)
     agent_cls = getattr(importlib.import_module(module), cls_name)
-    wrapper_cls = {"WrappedReplayBuffer": circular_replay_buffer.WrappedReplayBuffer,
-                   "WrappedPrioritizedReplayBuffer":
-                       prioritized_replay_buffer.WrappedPrioritizedReplayBuffer}[wrapper]
-    values = {p: _bound_or_default(cls_name, agent_cls, p)
-              for p in ("observation_shape", "observation_dtype", "stack_size",
-                        "update_horizon", "gamma")}
-    values.update({p: _bound_or_default(wrapper, wrapper_cls, p)
-                   for p in ("replay_capacity", "batch_size")})
+    wrapper_cls = {
+        "WrappedReplayBuffer": circular_replay_buffer.WrappedReplayBuffer,
+        "WrappedPrioritizedReplayBuffer": prioritized_replay_buffer.WrappedPrioritizedReplayBuffer,
+    }[wrapper]
+    values = {
+        p: _bound_or_default(cls_name, agent_cls, p)
+        for p in ("observation_shape", "observation_dtype", "stack_size", "update_horizon", "gamma")
+    }
+    values.update(
+        {p: _bound_or_default(wrapper, wrapper_cls, p) for p in ("replay_capacity", "batch_size")}
+    )
     if seed is not None:
         values["seed"] = int(seed)
     gin.parse_config(f"{wrapper}.wrapped_memory = @memoire.dopamine_compat.{memory}()")

@@ -20,8 +20,7 @@ from typing import Any, Sequence
 import gin
 import numpy as np
 
-from memoire.experiments import replay_routing
-from memoire.experiments import trackers
+from memoire.experiments import replay_routing, trackers
 from memoire.gin_query import query
 
 CONFIG_FILE = "config.gin"
@@ -164,8 +163,11 @@ class TrackingMixin:
             if self._clip_rewards:
                 reward = np.clip(reward, -1, 1)
             env_truncated = self._ends is not None and self._ends.truncated
-            if (self._environment.game_over or env_truncated
-                    or step_number == self._max_steps_per_episode):
+            if (
+                self._environment.game_over
+                or env_truncated
+                or step_number == self._max_steps_per_episode
+            ):
                 break
             elif is_terminal:  # a life lost, not the end of the game
                 self._end_episode(reward, is_terminal)
@@ -173,12 +175,17 @@ class TrackingMixin:
             else:
                 action = self._agent.step(reward, observation)
         # A terminal state reached at the very step the time limit hits is a termination.
-        terminated = bool(self._ends.terminated if self._ends is not None
-                          else self._environment.game_over)
+        terminated = bool(
+            self._ends.terminated if self._ends is not None else self._environment.game_over
+        )
         self._end_episode(reward, terminated)
-        self._episodes.record(iteration=self._iteration, phase=self._phase,
-                              episode_return=total_reward, length=step_number,
-                              terminated=terminated)
+        self._episodes.record(
+            iteration=self._iteration,
+            phase=self._phase,
+            episode_return=total_reward,
+            length=step_number,
+            terminated=terminated,
+        )
         return step_number, total_reward
 
     def _end_episode(self, reward, terminal=True):
@@ -203,16 +210,25 @@ class TrackingMixin:
         steps0 = self._episodes.env_steps
         statistics = super()._run_one_iteration(iteration)
         sampled = self._probe.sampled
-        row = self._replay_tracker.record(iteration=iteration, env_steps=self._episodes.env_steps,
-                                          replay_size=self._probe.size,
-                                          add_count=self._probe.add_count,
-                                          sampled=sampled, memory=self._probe.name)
+        row = self._replay_tracker.record(
+            iteration=iteration,
+            env_steps=self._episodes.env_steps,
+            replay_size=self._probe.size,
+            add_count=self._probe.add_count,
+            sampled=sampled,
+            memory=self._probe.name,
+        )
         self._write_replay_statistics(iteration, row, sampled)
-        log.info(_iteration_line(iteration, self._num_iterations, statistics,
-                                 self._episodes.env_steps,
-                                 (self._episodes.env_steps - steps0) / max(time.time() - start,
-                                                                           1e-9),
-                                 self._probe.size))
+        log.info(
+            _iteration_line(
+                iteration,
+                self._num_iterations,
+                statistics,
+                self._episodes.env_steps,
+                (self._episodes.env_steps - steps0) / max(time.time() - start, 1e-9),
+                self._probe.size,
+            )
+        )
         return statistics
 
     def _write_replay_statistics(self, iteration, row, sampled) -> None:
@@ -226,8 +242,12 @@ class TrackingMixin:
         from dopamine.metrics import statistics_instance
 
         values = trackers.replay_scalars(row, self._probe.priorities(), sampled)
-        dispatcher.write([statistics_instance.StatisticsInstance(tag, value, iteration)
-                          for tag, value in values.items()])
+        dispatcher.write(
+            [
+                statistics_instance.StatisticsInstance(tag, value, iteration)
+                for tag, value in values.items()
+            ]
+        )
 
     def close(self) -> None:
         self._episodes.close()
@@ -254,8 +274,7 @@ def _write_tensorboard_without_tf(dispatcher) -> None:
     collectors = dispatcher._collectors
     for i, c in enumerate(collectors):
         if isinstance(c, dopamine_tensorboard.TensorboardCollector):
-            collectors[i] = tensorboard_collector()(os.path.dirname(os.path.dirname(
-                c._base_dir)))
+            collectors[i] = tensorboard_collector()(os.path.dirname(os.path.dirname(c._base_dir)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -297,10 +316,12 @@ def _iteration_line(iteration, num_iterations, statistics, env_steps, steps_per_
         v = statistics.get(key)
         return f"{np.mean(v):.1f}" if v else "-"
 
-    return (f"iteration {iteration + 1}/{num_iterations}: "
-            f"train return {mean('train_episode_returns')}, "
-            f"eval return {mean('eval_episode_returns')}, env steps {env_steps}, "
-            f"{steps_per_s:.0f} steps/s, replay size {size}")
+    return (
+        f"iteration {iteration + 1}/{num_iterations}: "
+        f"train return {mean('train_episode_returns')}, "
+        f"eval return {mean('eval_episode_returns')}, env steps {env_steps}, "
+        f"{steps_per_s:.0f} steps/s, replay size {size}"
+    )
 
 
 def _runner_classes():
@@ -326,8 +347,9 @@ def runner_class(schedule: str | None = None):
         schedule = query("create_runner.schedule", "continuous_train_and_eval")
     classes = _runner_classes()
     if schedule not in classes:
-        raise ValueError(f"create_runner.schedule must be one of {sorted(classes)}, "
-                         f"got {schedule!r}")
+        raise ValueError(
+            f"create_runner.schedule must be one of {sorted(classes)}, got {schedule!r}"
+        )
     return classes[schedule]
 
 
@@ -348,8 +370,9 @@ def environment_fn():
     return getattr(ref, "scoped_configurable_fn", ref)
 
 
-def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
-                  schedule: str | None = None):
+def create_runner(
+    base_dir: str, seed: int | None = None, create_agent=None, schedule: str | None = None
+):
     """Builds the tracked runner for ``schedule`` (see :func:`runner_class`), with
     :func:`~.replay_routing.create_agent_fn`'s agents unless ``create_agent`` is given (the one
     runner factory: ``memoire train``, distributed learners and code all build runners here).
@@ -357,8 +380,9 @@ def create_runner(base_dir: str, seed: int | None = None, create_agent=None,
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
     """
-    return runner_class(schedule)(base_dir, create_agent or replay_routing.create_agent_fn(),
-                                  seed=seed)
+    return runner_class(schedule)(
+        base_dir, create_agent or replay_routing.create_agent_fn(), seed=seed
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,8 +417,9 @@ class _GinSearchMissFilter(logging.Filter):
     way to the one it is under; a file under none raises (which :func:`prepare` reports)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.module == "resource_reader"
-                    and str(record.msg).startswith("Path not found"))
+        return not (
+            record.module == "resource_reader" and str(record.msg).startswith("Path not found")
+        )
 
 
 _gin_search_miss_filter = _GinSearchMissFilter()
@@ -407,6 +432,7 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     once :mod:`memoire.experiments.distributed` is imported (``memoire train`` imports it; a
     gin file can, with ``import memoire.experiments.distributed``)."""
     from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
+
     from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
 
     # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
@@ -417,8 +443,9 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
             gin.add_config_file_search_path(d)
             _search_paths.add(d)
     try:
-        gin.parse_config_files_and_bindings(list(gin_files), bindings=list(bindings),
-                                            skip_unknown=False)
+        gin.parse_config_files_and_bindings(
+            list(gin_files), bindings=list(bindings), skip_unknown=False
+        )
     except AttributeError as e:
         if "estimator" not in str(e):
             raise
@@ -432,7 +459,8 @@ _NO_GIN_TF = (
     "(2.16+) no longer has, so Dopamine's stock TF gin files cannot load (under Dopamine's own "
     "runner either); use the equivalent in configs/atari/ (tf_dqn.gin, tf_rainbow.gin, "
     "tf_c51.gin, tf_implicit_quantile.gin), or replace that line with "
-    "`import memoire.dopamine_compat.tf_configurables`")
+    "`import memoire.dopamine_compat.tf_configurables`"
+)
 
 
 def write_operative_config(directory: str) -> str:

@@ -49,11 +49,22 @@ def array_spec(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def sbatch_script(command: Sequence[str], *, indices: Sequence[int], num_settings: int,
-                  base_dir: str, workdir: str, job_name: str = "memoire-sweep",
-                  cpus: int = 1, gpus: int = 0, mem: str | None = None,
-                  time: str | None = None, partition: str | None = None,
-                  max_parallel: int | None = None, options: Sequence[str] = ()) -> str:
+def sbatch_script(
+    command: Sequence[str],
+    *,
+    indices: Sequence[int],
+    num_settings: int,
+    base_dir: str,
+    workdir: str,
+    job_name: str = "memoire-sweep",
+    cpus: int = 1,
+    gpus: int = 0,
+    mem: str | None = None,
+    time: str | None = None,
+    partition: str | None = None,
+    max_parallel: int | None = None,
+    options: Sequence[str] = (),
+) -> str:
     """The text of an sbatch array script.
 
     Args:
@@ -72,21 +83,27 @@ def sbatch_script(command: Sequence[str], *, indices: Sequence[int], num_setting
     """
     if INDEX not in command:
         raise ValueError(f"the command must contain {INDEX} as the index")
-    if cpus < 1 or gpus < 0 or num_settings < 1 or (max_parallel is not None
-                                                    and max_parallel < 1):
-        raise ValueError(f"expected cpus >= 1, gpus >= 0, max_parallel >= 1, got cpus={cpus}, "
-                         f"gpus={gpus}, max_parallel={max_parallel}")
+    if cpus < 1 or gpus < 0 or num_settings < 1 or (max_parallel is not None and max_parallel < 1):
+        raise ValueError(
+            f"expected cpus >= 1, gpus >= 0, max_parallel >= 1, got cpus={cpus}, "
+            f"gpus={gpus}, max_parallel={max_parallel}"
+        )
     if time is not None and not _TIME.match(time):
         raise ValueError(f"--time must look like 30, 4:00:00 or 1-12:00:00, got {time!r}")
     for o in options:
         if not o.startswith("--") or "\n" in o or "\r" in o:
             raise ValueError(f"an sbatch option must look like --name=value, got {o!r}")
     array = array_spec(indices) + (f"%{max_parallel}" if max_parallel else "")
-    lines = ["#!/bin/bash", "# Written by `memoire sweep slurm`: one array task per sweep index.",
-             f"#SBATCH --job-name={job_name}", f"#SBATCH --array={array}",
-             f"#SBATCH --cpus-per-task={cpus}", "#SBATCH --ntasks=1",
-             f"#SBATCH --chdir={workdir}",
-             f"#SBATCH --output={base_dir}/slurm/%A_%a.out"]
+    lines = [
+        "#!/bin/bash",
+        "# Written by `memoire sweep slurm`: one array task per sweep index.",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --array={array}",
+        f"#SBATCH --cpus-per-task={cpus}",
+        "#SBATCH --ntasks=1",
+        f"#SBATCH --chdir={workdir}",
+        f"#SBATCH --output={base_dir}/slurm/%A_%a.out",
+    ]
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     if mem:
@@ -101,11 +118,12 @@ def sbatch_script(command: Sequence[str], *, indices: Sequence[int], num_setting
         "set -euo pipefail",
         # The index's run directory, as memoire.experiments.sweep.run_dir names it.
         f"S={num_settings}",
-        f'RUN_DIR={shlex.quote(base_dir)}/setting_$((SLURM_ARRAY_TASK_ID % S))'
-        '/run_$((SLURM_ARRAY_TASK_ID / S))',
+        f"RUN_DIR={shlex.quote(base_dir)}/setting_$((SLURM_ARRAY_TASK_ID % S))"
+        "/run_$((SLURM_ARRAY_TASK_ID / S))",
         'mkdir -p "$RUN_DIR"',
         f'exec {argv} >> "$RUN_DIR/train.log" 2>&1',
-        ""]
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -116,10 +134,10 @@ def submit(path: str) -> str:
       RuntimeError: when sbatch is not installed or refuses the script (its message).
     """
     if shutil.which("sbatch") is None:
-        raise RuntimeError("sbatch is not on PATH (is this a SLURM login node?); the script "
-                           f"is at {path}")
-    out = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True,
-                         timeout=60)
+        raise RuntimeError(
+            f"sbatch is not on PATH (is this a SLURM login node?); the script is at {path}"
+        )
+    out = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise RuntimeError(f"sbatch refused {path}: {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout.strip().split(";")[0]

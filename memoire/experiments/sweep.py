@@ -177,8 +177,9 @@ class Sweep:
         rows = itertools.product(*(g.rows for g in self.groups))
         out = []
         for combo in rows:
-            out.append([f"{n} = {v}" for g, row in zip(self.groups, combo)
-                        for n, v in zip(g.names, row)])
+            out.append(
+                [f"{n} = {v}" for g, row in zip(self.groups, combo) for n, v in zip(g.names, row)]
+            )
         return out
 
 
@@ -217,8 +218,10 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
             gin_files.append(f if os.path.isabs(f) else os.path.join(base_dir, f))
             continue
         if not isinstance(st, config_parser.BindingStatement):
-            raise SweepError(f"{where}:{line}: only include statements and bindings are "
-                             f"allowed in a sweep file, got {type(st).__name__}")
+            raise SweepError(
+                f"{where}:{line}: only include statements and bindings are "
+                f"allowed in a sweep file, got {type(st).__name__}"
+            )
         name = f"{st.selector}.{st.arg_name}"
         if st.scope:
             name = f"{st.scope}/{name}"
@@ -228,8 +231,10 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
         if name in candidates:
             raise SweepError(f"{where}:{line}: {name} is listed twice")
         if not isinstance(st.value, list) or not st.value:
-            raise SweepError(f"{where}:{line}: {name} must be a non-empty list of candidate "
-                             f"values, got {format_value(st.value)}")
+            raise SweepError(
+                f"{where}:{line}: {name} must be a non-empty list of candidate "
+                f"values, got {format_value(st.value)}"
+            )
         candidates[name] = [format_value(v) for v in st.value]
 
     zipped_of: dict[str, tuple[str, ...]] = {}
@@ -242,8 +247,9 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
             zipped_of[n] = group
         lengths = {n: len(candidates[n]) for n in group}
         if len(set(lengths.values())) != 1:
-            raise SweepError(f"{where}: zipped bindings must list equally many candidates, "
-                             f"got {lengths}")
+            raise SweepError(
+                f"{where}: zipped bindings must list equally many candidates, got {lengths}"
+            )
 
     groups: list[Group] = []
     seen: set[str] = set()
@@ -260,10 +266,13 @@ def parse_sweep(text: str, base_dir: str = ".", path: str | None = None) -> Swee
 def _parse_zip(value: Any, where: str, line: Any) -> list[tuple[str, ...]]:
     ok = isinstance(value, (list, tuple)) and all(
         isinstance(g, (list, tuple)) and len(g) >= 1 and all(isinstance(n, str) for n in g)
-        for g in value)
+        for g in value
+    )
     if not ok:
-        raise SweepError(f"{where}:{line}: {ZIP_KEY} must be a list of tuples of binding "
-                         f"names, got {format_value(value)}")
+        raise SweepError(
+            f"{where}:{line}: {ZIP_KEY} must be a list of tuples of binding "
+            f"names, got {format_value(value)}"
+        )
     out = []
     for g in value:
         if len(set(g)) != len(g):
@@ -293,9 +302,18 @@ def run_dir(base_dir: str, setting: int, run: int) -> str:
     return os.path.join(base_dir, f"setting_{setting}", f"run_{run}")
 
 
-def write_setting_record(directory: str, *, index: int, setting: int, run: int, seed: int,
-                         bindings: Sequence[str], gin_files: Sequence[str],
-                         sweep_file: str | None, extra_bindings: Sequence[str] = ()) -> str:
+def write_setting_record(
+    directory: str,
+    *,
+    index: int,
+    setting: int,
+    run: int,
+    seed: int,
+    bindings: Sequence[str],
+    gin_files: Sequence[str],
+    sweep_file: str | None,
+    extra_bindings: Sequence[str] = (),
+) -> str:
     """Writes ``directory/setting.json`` (atomically) and returns its path.
 
     The record names the setting's own bindings separately from the base gin files and the
@@ -353,12 +371,16 @@ def format_table(sweep: Sweep, runs: int = 1) -> str:
     """The table ``memoire sweep list`` prints: one line per index of ``runs`` runs."""
     settings = sweep.settings()
     s_count = len(settings)
-    lines = [f"# {s_count} setting(s) x {runs} run(s); index = run * {s_count} + setting",
-             f"{'index':>5}  {'setting':>7}  {'run':>3}  {'seed':>4}  bindings"]
+    lines = [
+        f"# {s_count} setting(s) x {runs} run(s); index = run * {s_count} + setting",
+        f"{'index':>5}  {'setting':>7}  {'run':>3}  {'seed':>4}  bindings",
+    ]
     for index in range(s_count * runs):
         s, r = sweep.locate(index)
-        lines.append(f"{index:>5}  {s:>7}  {r:>3}  {seed_for_run(r):>4}  "
-                     f"{'; '.join(settings[s]) or '(base config)'}")
+        lines.append(
+            f"{index:>5}  {s:>7}  {r:>3}  {seed_for_run(r):>4}  "
+            f"{'; '.join(settings[s]) or '(base config)'}"
+        )
     return "\n".join(lines)
 
 
@@ -366,8 +388,18 @@ def _train_command(args, index: int) -> list[str]:
     # -P (Python 3.11+): do not put the working directory first on sys.path, so a source
     # checkout in it cannot shadow the installed memoire.
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
-    cmd = [sys.executable, *safe_path, "-m", "memoire.experiments.train", "--sweep", args.sweep,
-           "--base_dir", args.base_dir, "--index", str(index)]
+    cmd = [
+        sys.executable,
+        *safe_path,
+        "-m",
+        "memoire.experiments.train",
+        "--sweep",
+        args.sweep,
+        "--base_dir",
+        args.base_dir,
+        "--index",
+        str(index),
+    ]
     for f in args.gin_files:
         cmd += ["--gin_files", f]
     for b in args.gin_bindings:
@@ -403,8 +435,9 @@ def _run_children(args, sweep, indices: list[int], progress) -> int:
             d = run_dir(args.base_dir, s, r)
             os.makedirs(d, exist_ok=True)
             log_file = open(os.path.join(d, "train.log"), "ab")
-            proc = subprocess.Popen(_train_command(args, index), stdout=log_file,
-                                    stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                _train_command(args, index), stdout=log_file, stderr=subprocess.STDOUT
+            )
             running[index] = (proc, log_file)
             log.info("started index %d (setting %d, run %d) -> %s", index, s, r, d)
         for index, (proc, log_file) in list(running.items()):
@@ -449,8 +482,9 @@ def _run_on_ray(args, sweep: Sweep, indices: list[int], progress) -> int:
         jobs.append((index, _train_command(args, index), os.path.join(d, "train.log")))
         log.info("submitted index %d (setting %d, run %d) -> %s", index, s, r, d)
     failed = 0
-    for index, code in ray_launcher.run_sweep(jobs, address=args.ray_address or "",
-                                              cpus=args.cpus, gpus=args.gpus):
+    for index, code in ray_launcher.run_sweep(
+        jobs, address=args.ray_address or "", cpus=args.cpus, gpus=args.gpus
+    ):
         failed += code != 0
         if code == 0:
             log.info("index %d done", index)
@@ -475,11 +509,20 @@ def write_slurm(args) -> str:
         command[0] = args.python
     try:
         text = slurm.sbatch_script(
-            command, indices=indices, num_settings=sweep.num_settings,
-            base_dir=args.base_dir, workdir=os.getcwd(), job_name=args.job_name,
-            cpus=args.cpus, gpus=args.gpus, mem=args.mem, time=args.time,
-            partition=args.partition, max_parallel=args.max_parallel,
-            options=args.sbatch_option)
+            command,
+            indices=indices,
+            num_settings=sweep.num_settings,
+            base_dir=args.base_dir,
+            workdir=os.getcwd(),
+            job_name=args.job_name,
+            cpus=args.cpus,
+            gpus=args.gpus,
+            mem=args.mem,
+            time=args.time,
+            partition=args.partition,
+            max_parallel=args.max_parallel,
+            options=args.sbatch_option,
+        )
     except ValueError as e:
         raise cli.UsageError(e) from None
     os.makedirs(os.path.join(args.base_dir, "slurm"), exist_ok=True)
@@ -499,19 +542,29 @@ def write_slurm(args) -> str:
 
 def _add_launcher_arguments(p_run, sub) -> None:
     """``sweep run``'s Ray options and the ``sweep slurm`` sub-command."""
-    p_run.add_argument("--launcher", choices=("local", "ray"), default="local",
-                       help="local: --parallel processes here; ray: each index a Ray task, "
-                            "as many at once as the cluster's CPUs and GPUs allow "
-                            "(pip install memoire[ray])")
-    p_run.add_argument("--ray_address", default="",
-                       help="Ray cluster to join ('auto', 'HOST:PORT'); none: a local one")
+    p_run.add_argument(
+        "--launcher",
+        choices=("local", "ray"),
+        default="local",
+        help="local: --parallel processes here; ray: each index a Ray task, "
+        "as many at once as the cluster's CPUs and GPUs allow "
+        "(pip install memoire[ray])",
+    )
+    p_run.add_argument(
+        "--ray_address",
+        default="",
+        help="Ray cluster to join ('auto', 'HOST:PORT'); none: a local one",
+    )
     p_run.add_argument("--cpus", type=float, default=1.0, help="CPUs per Ray task")
     p_run.add_argument("--gpus", type=float, default=0.0, help="GPUs per Ray task")
     p = sub.add_parser("slurm", help="write (and submit) a SLURM job array of indices")
     p.add_argument("sweep", help="sweep gin file")
-    p.add_argument("--base_dir", required=True,
-                   help="experiment directory (on storage the nodes share); the script is "
-                        "written to base_dir/sweep.sbatch")
+    p.add_argument(
+        "--base_dir",
+        required=True,
+        help="experiment directory (on storage the nodes share); the script is "
+        "written to base_dir/sweep.sbatch",
+    )
     p.add_argument("--indices", required=True, help="e.g. 0-99 or 0,3,5-6: the array's task ids")
     p.add_argument("--submit", action="store_true", help="run sbatch on the script")
     p.add_argument("--cpus", type=int, default=1, help="--cpus-per-task of each index")
@@ -519,40 +572,65 @@ def _add_launcher_arguments(p_run, sub) -> None:
     p.add_argument("--mem", default=None, help="memory of each index, e.g. 8G")
     p.add_argument("--time", default=None, help="time limit of each index, e.g. 4:00:00")
     p.add_argument("--partition", default=None, help="SLURM partition")
-    p.add_argument("--max_parallel", type=int, default=None,
-                   help="tasks running at once (--array=...%%N)")
+    p.add_argument(
+        "--max_parallel", type=int, default=None, help="tasks running at once (--array=...%%N)"
+    )
     p.add_argument("--job_name", default="memoire-sweep", help="SLURM job name")
-    p.add_argument("--sbatch_option", action="append", default=[],
-                   help="another #SBATCH option, e.g. --account=rl (repeatable)")
-    p.add_argument("--python", default=None,
-                   help="the Python the tasks run (default: this one)")
-    p.add_argument("--gin_files", action="append", default=[],
-                   help="extra gin files, parsed after the sweep's own includes")
-    p.add_argument("--gin_bindings", action="append", default=[],
-                   help="gin binding passed to every run (repeatable); wins over the sweep")
+    p.add_argument(
+        "--sbatch_option",
+        action="append",
+        default=[],
+        help="another #SBATCH option, e.g. --account=rl (repeatable)",
+    )
+    p.add_argument("--python", default=None, help="the Python the tasks run (default: this one)")
+    p.add_argument(
+        "--gin_files",
+        action="append",
+        default=[],
+        help="extra gin files, parsed after the sweep's own includes",
+    )
+    p.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="gin binding passed to every run (repeatable); wins over the sweep",
+    )
 
 
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire sweep`` (sub-commands ``list``, ``run`` and ``slurm``)."""
     parser = cli.ArgumentParser(prog="memoire sweep", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,run,slurm}",
-                                help="list: print the table of indices; run: run indices; "
-                                     "slurm: a SLURM job array of indices")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="{list,run,slurm}",
+        help="list: print the table of indices; run: run indices; "
+        "slurm: a SLURM job array of indices",
+    )
     p_list = sub.add_parser("list", help="print the table of indices and settings")
     p_list.add_argument("sweep", help="sweep gin file")
     p_list.add_argument("--runs", type=int, default=1, help="runs per setting to list")
     p_run = sub.add_parser("run", help="run several indices locally")
     p_run.add_argument("sweep", help="sweep gin file")
-    p_run.add_argument("--base_dir", required=True,
-                       help="experiment directory; each index's log is run_dir/train.log")
+    p_run.add_argument(
+        "--base_dir",
+        required=True,
+        help="experiment directory; each index's log is run_dir/train.log",
+    )
     p_run.add_argument("--indices", required=True, help="e.g. 0-7 or 0,3,5-6")
-    p_run.add_argument("--parallel", type=int, default=1,
-                       help="memoire train processes at once")
-    p_run.add_argument("--gin_files", action="append", default=[],
-                       help="extra gin files, parsed after the sweep's own includes (so "
-                            "they win over them)")
-    p_run.add_argument("--gin_bindings", action="append", default=[],
-                       help="gin binding passed to every run (repeatable); wins over the sweep")
+    p_run.add_argument("--parallel", type=int, default=1, help="memoire train processes at once")
+    p_run.add_argument(
+        "--gin_files",
+        action="append",
+        default=[],
+        help="extra gin files, parsed after the sweep's own includes (so they win over them)",
+    )
+    p_run.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="gin binding passed to every run (repeatable); wins over the sweep",
+    )
     _add_launcher_arguments(p_run, sub)
     return parser
 

@@ -41,10 +41,28 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-EPISODE_FIELDS = ("iteration", "phase", "actor", "episode", "env_steps", "return", "length",
-                  "terminated", "truncated", "wall_time")
-REPLAY_FIELDS = ("iteration", "wall_time", "env_steps", "replay_size", "add_count",
-                 "inserts_per_s", "samples_per_s", "memory")
+EPISODE_FIELDS = (
+    "iteration",
+    "phase",
+    "actor",
+    "episode",
+    "env_steps",
+    "return",
+    "length",
+    "terminated",
+    "truncated",
+    "wall_time",
+)
+REPLAY_FIELDS = (
+    "iteration",
+    "wall_time",
+    "env_steps",
+    "replay_size",
+    "add_count",
+    "inserts_per_s",
+    "samples_per_s",
+    "memory",
+)
 EPISODES_FILE = "episodes.csv"
 REPLAY_FILE = "replay.csv"
 
@@ -64,8 +82,7 @@ class CsvTracker:
     Not thread-safe: one writer per file.
     """
 
-    def __init__(self, path: str, fields: Sequence[str],
-                 keep_before_iteration: int | None = None):
+    def __init__(self, path: str, fields: Sequence[str], keep_before_iteration: int | None = None):
         self.path = path
         self.fields = tuple(fields)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -90,8 +107,11 @@ class CsvTracker:
             return
         header, body = rows[0], rows[1:]
         col = header.index("iteration") if "iteration" in header else None
-        kept = [r for r in body
-                if col is None or (len(r) == len(header) and int(r[col]) < keep_before_iteration)]
+        kept = [
+            r
+            for r in body
+            if col is None or (len(r) == len(header) and int(r[col]) < keep_before_iteration)
+        ]
         tmp = self.path + ".tmp"
         with open(tmp, "w", newline="") as f:
             w = csv.writer(f)
@@ -129,8 +149,9 @@ class EpisodeTracker(CsvTracker):
     """``episodes.csv`` writer. See the module docstring for the columns."""
 
     def __init__(self, directory: str, keep_before_iteration: int | None = None):
-        super().__init__(os.path.join(directory, EPISODES_FILE), EPISODE_FIELDS,
-                         keep_before_iteration)
+        super().__init__(
+            os.path.join(directory, EPISODES_FILE), EPISODE_FIELDS, keep_before_iteration
+        )
         # Counters continue from the rows kept, so a resumed run numbers on.
         self.episodes = {"train": 0, "eval": 0}
         self.env_steps = 0
@@ -139,8 +160,17 @@ class EpisodeTracker(CsvTracker):
             if r["phase"] == "train":
                 self.env_steps += int(r["length"])
 
-    def record(self, *, iteration: int, phase: str, episode_return: float, length: int,
-               terminated: bool, actor: int = -1, wall_time: float | None = None) -> None:
+    def record(
+        self,
+        *,
+        iteration: int,
+        phase: str,
+        episode_return: float,
+        length: int,
+        terminated: bool,
+        actor: int = -1,
+        wall_time: float | None = None,
+    ) -> None:
         """Records one finished episode; ``truncated`` is ``not terminated``.
 
         Raises:
@@ -152,11 +182,18 @@ class EpisodeTracker(CsvTracker):
             raise ValueError(f"an episode has at least one step, got length {length}")
         if phase == "train":
             self.env_steps += int(length)
-        self.write(iteration=iteration, phase=phase, actor=actor,
-                   episode=self.episodes[phase], env_steps=self.env_steps,
-                   **{"return": float(episode_return)}, length=int(length),
-                   terminated=bool(terminated), truncated=not terminated,
-                   wall_time=time.time() if wall_time is None else wall_time)
+        self.write(
+            iteration=iteration,
+            phase=phase,
+            actor=actor,
+            episode=self.episodes[phase],
+            env_steps=self.env_steps,
+            **{"return": float(episode_return)},
+            length=int(length),
+            terminated=bool(terminated),
+            truncated=not terminated,
+            wall_time=time.time() if wall_time is None else wall_time,
+        )
         self.episodes[phase] += 1
 
 
@@ -164,12 +201,19 @@ class ReplayTracker(CsvTracker):
     """``replay.csv`` writer: replay figures once per iteration."""
 
     def __init__(self, directory: str, keep_before_iteration: int | None = None):
-        super().__init__(os.path.join(directory, REPLAY_FILE), REPLAY_FIELDS,
-                         keep_before_iteration)
+        super().__init__(os.path.join(directory, REPLAY_FILE), REPLAY_FIELDS, keep_before_iteration)
         self._last: tuple[float, int, int] | None = None
 
-    def record(self, *, iteration: int, env_steps: int, replay_size: int, add_count: int,
-               sampled: int, memory: str = "") -> dict[str, Any]:
+    def record(
+        self,
+        *,
+        iteration: int,
+        env_steps: int,
+        replay_size: int,
+        add_count: int,
+        sampled: int,
+        memory: str = "",
+    ) -> dict[str, Any]:
         """Records cumulative figures; rates are over the time since the previous call.
 
         Args:
@@ -188,9 +232,16 @@ class ReplayTracker(CsvTracker):
             dt = max(now - t0, 1e-9)
             ins_rate, smp_rate = (add_count - a0) / dt, (sampled - s0) / dt
         self._last = (now, add_count, sampled)
-        row = dict(iteration=iteration, wall_time=now, env_steps=env_steps,
-                   replay_size=replay_size, add_count=add_count, inserts_per_s=ins_rate,
-                   samples_per_s=smp_rate, memory=memory)
+        row = dict(
+            iteration=iteration,
+            wall_time=now,
+            env_steps=env_steps,
+            replay_size=replay_size,
+            add_count=add_count,
+            inserts_per_s=ins_rate,
+            samples_per_s=smp_rate,
+            memory=memory,
+        )
         self.write(**row)
         return row
 
@@ -222,12 +273,19 @@ class ReplayProbe:
                     break
 
     def _counting(self, fn):
-        batch = getattr(self._memory, "_batch_size", None) or getattr(
-            self._memory, "batch_size", None) or 1
+        batch = (
+            getattr(self._memory, "_batch_size", None)
+            or getattr(self._memory, "batch_size", None)
+            or 1
+        )
 
         def sample(*args, **kwargs):
-            n = (kwargs.get("batch_size") or kwargs.get("size")
-                 or (args[0] if args and isinstance(args[0], int) else None) or batch)
+            n = (
+                kwargs.get("batch_size")
+                or kwargs.get("size")
+                or (args[0] if args and isinstance(args[0], int) else None)
+                or batch
+            )
             self._sampled += int(n)
             return fn(*args, **kwargs)
 
@@ -290,9 +348,13 @@ class ReplayProbe:
 
 
 # replay.csv columns -> TensorBoard tags (the same tags `memoire serve --tensorboard` writes).
-REPLAY_TAGS = {"replay_size": "replay/size", "add_count": "replay/inserts",
-               "inserts_per_s": "replay/inserts_per_s", "samples_per_s": "replay/samples_per_s",
-               "env_steps": "replay/env_steps"}
+REPLAY_TAGS = {
+    "replay_size": "replay/size",
+    "add_count": "replay/inserts",
+    "inserts_per_s": "replay/inserts_per_s",
+    "samples_per_s": "replay/samples_per_s",
+    "env_steps": "replay/env_steps",
+}
 
 
 def priority_spread(priorities: np.ndarray | None) -> dict[str, float]:
@@ -300,12 +362,17 @@ def priority_spread(priorities: np.ndarray | None) -> dict[str, float]:
     if priorities is None or len(priorities) == 0:
         return {}
     p = np.asarray(priorities, np.float64)
-    return {"min": float(p.min()), "mean": float(p.mean()), "max": float(p.max()),
-            "std": float(p.std())}
+    return {
+        "min": float(p.min()),
+        "mean": float(p.mean()),
+        "max": float(p.max()),
+        "std": float(p.std()),
+    }
 
 
-def replay_scalars(row: dict[str, Any], priorities: np.ndarray | None = None,
-                   sampled: int | None = None) -> dict[str, float]:
+def replay_scalars(
+    row: dict[str, Any], priorities: np.ndarray | None = None, sampled: int | None = None
+) -> dict[str, float]:
     """The TensorBoard scalars of one replay.csv row (tag -> value, see :data:`REPLAY_TAGS`),
     ``replay/samples`` (transitions sampled, cumulative) when given, and the priorities' spread
     as ``replay/priority_{min,mean,max,std}``. Non-finite values (the first row's rates when no
@@ -332,7 +399,7 @@ def read_columns(path: str, fields: Iterable[str] | None = None) -> dict[str, np
     if not rows:
         return {}
     out = {}
-    for k in (fields or rows[0].keys()):
+    for k in fields or rows[0].keys():
         vals = [r[k] for r in rows]
         try:
             out[k] = np.asarray(vals, dtype=np.float64)

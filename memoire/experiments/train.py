@@ -55,9 +55,11 @@ from typing import Sequence
 import gin
 
 from memoire import cli
-from memoire.experiments import distributed  # registers DistributedConfig before gin is read
-from memoire.experiments import ray_launcher  # registers RayConfig (Ray itself: only when used)
-from memoire.experiments import replay_routing
+from memoire.experiments import (
+    distributed,  # registers DistributedConfig before gin is read
+    ray_launcher,  # registers RayConfig (Ray itself: only when used)
+    replay_routing,
+)
 from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
 
@@ -75,18 +77,37 @@ def parse_args(argv: Sequence[str] | None):
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire train``."""
     p = cli.ArgumentParser(prog="memoire train", description=__doc__.split("\n")[0])
-    p.add_argument("--base_dir", required=True,
-                   help="experiment directory; runs go to setting_<s>/run_<k>/ under it")
-    p.add_argument("--gin_files", action="append", default=[],
-                   help="gin file (repeatable), as in Dopamine; Dopamine's stock files work")
-    p.add_argument("--gin_bindings", action="append", default=[],
-                   help="gin binding (repeatable), as in Dopamine; wins over the files")
-    p.add_argument("--index", type=int, default=0,
-                   help="sweep index N: setting N mod S, run N div S (seed = run)")
+    p.add_argument(
+        "--base_dir",
+        required=True,
+        help="experiment directory; runs go to setting_<s>/run_<k>/ under it",
+    )
+    p.add_argument(
+        "--gin_files",
+        action="append",
+        default=[],
+        help="gin file (repeatable), as in Dopamine; Dopamine's stock files work",
+    )
+    p.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="gin binding (repeatable), as in Dopamine; wins over the files",
+    )
+    p.add_argument(
+        "--index",
+        type=int,
+        default=0,
+        help="sweep index N: setting N mod S, run N div S (seed = run)",
+    )
     p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.experiments.sweep)")
-    p.add_argument("--replay", choices=replay_routing.REPLAY_BACKENDS, default=None,
-                   help="whose replay buffer the agent uses (default: gin's "
-                        "replay_backend.name, else memoire)")
+    p.add_argument(
+        "--replay",
+        choices=replay_routing.REPLAY_BACKENDS,
+        default=None,
+        help="whose replay buffer the agent uses (default: gin's "
+        "replay_backend.name, else memoire)",
+    )
     p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
     _add_launcher_flags(p)
     return p
@@ -94,13 +115,20 @@ def build_parser() -> cli.ArgumentParser:
 
 def _add_launcher_flags(p: cli.ArgumentParser) -> None:
     """``--launcher`` and ``--ray_address``: shorthands for their gin bindings."""
-    p.add_argument("--launcher", choices=("local", "ray"), default=None,
-                   help="who starts a distributed run's learner and actors (default: gin's "
-                        "DistributedConfig.launcher, else local); ray: Ray actors "
-                        "(pip install memoire[ray])")
-    p.add_argument("--ray_address", default=None,
-                   help="Ray cluster to join ('auto', 'HOST:PORT'; gin: RayConfig.address); "
-                        "none: a local Ray cluster for this command")
+    p.add_argument(
+        "--launcher",
+        choices=("local", "ray"),
+        default=None,
+        help="who starts a distributed run's learner and actors (default: gin's "
+        "DistributedConfig.launcher, else local); ray: Ray actors "
+        "(pip install memoire[ray])",
+    )
+    p.add_argument(
+        "--ray_address",
+        default=None,
+        help="Ray cluster to join ('auto', 'HOST:PORT'; gin: RayConfig.address); "
+        "none: a local Ray cluster for this command",
+    )
 
 
 def _launcher_bindings(args) -> list[str]:
@@ -117,8 +145,9 @@ def _check_launcher() -> None:
     config = distributed.DistributedConfig()
     if config.launcher == "ray":
         if config.num_actors < 1:
-            raise ValueError("DistributedConfig.launcher = 'ray' needs "
-                             "DistributedConfig.num_actors >= 1")
+            raise ValueError(
+                "DistributedConfig.launcher = 'ray' needs DistributedConfig.num_actors >= 1"
+            )
         ray_launcher.RayConfig()
         ray_launcher.import_ray()
 
@@ -167,11 +196,26 @@ def prepare(args) -> dict:
         _check_launcher()
     except ValueError as e:
         raise cli.UsageError(e) from None
-    sweep_lib.write_setting_record(directory, index=args.index, setting=setting, run=run,
-                                   seed=seed, bindings=setting_bindings, gin_files=gin_files,
-                                   sweep_file=args.sweep, extra_bindings=extra)
-    return dict(sweep=sweep, setting=setting, run=run, seed=seed, dir=directory,
-                gin_files=gin_files, bindings=bindings + seed_bindings)
+    sweep_lib.write_setting_record(
+        directory,
+        index=args.index,
+        setting=setting,
+        run=run,
+        seed=seed,
+        bindings=setting_bindings,
+        gin_files=gin_files,
+        sweep_file=args.sweep,
+        extra_bindings=extra,
+    )
+    return dict(
+        sweep=sweep,
+        setting=setting,
+        run=run,
+        seed=seed,
+        dir=directory,
+        gin_files=gin_files,
+        bindings=bindings + seed_bindings,
+    )
 
 
 def run_local(facts: dict) -> int:
@@ -201,8 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # As Dopamine's train.py does: TF agents need graph mode; JAX agents switch back to v2.
     tf.compat.v1.disable_v2_behavior()
-    log.info("setting %d run %d seed %d -> %s", facts["setting"], facts["run"], facts["seed"],
-             facts["dir"])
+    log.info(
+        "setting %d run %d seed %d -> %s",
+        facts["setting"],
+        facts["run"],
+        facts["seed"],
+        facts["dir"],
+    )
     config = distributed.DistributedConfig()
     if config.num_actors > 0 and config.launcher == "ray":
         return ray_launcher.run(facts, config)

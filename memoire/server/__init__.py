@@ -50,25 +50,56 @@ import zmq
 from memoire import _core, codec
 from memoire.codec import Message
 from memoire.memory import Batch, ReplayMemory
-from memoire.protocol import (CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE,  # noqa: F401
-                              CHUNK_UPDATE_WEIGHT, SETTINGS, WIRE_VERSION, Msg, cache_layout,
-                              cache_spec, describe_schema)
-from memoire.server.cache_service import CacheBatch, CacheService
-from memoire.server.checkpoints import MemoryCheckpoints
-from memoire.server.central_service import (COUNTER_MAX, DEFAULT_MAX_COUNTER_CLIENTS,  # noqa: F401
-                                            CentralService, ClientCounters, PeerStreams,
-                                            default_stream_budgets)
-from memoire.server.rpc_host import (DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost,
-                                     RpcServer)
+from memoire.protocol import (  # noqa: F401
+    CHUNK_LAST,
+    CHUNK_TERMINAL,
+    CHUNK_UPDATE_VALUE,
+    CHUNK_UPDATE_WEIGHT,
+    SETTINGS,
+    WIRE_VERSION,
+    Msg,
+    cache_layout,
+    cache_spec,
+    describe_schema,
+)
 from memoire.rate_limiter import DEFAULT_TIMEOUT, RateLimiter, check_capacity
+from memoire.server.cache_service import CacheBatch, CacheService
+from memoire.server.central_service import (  # noqa: F401
+    COUNTER_MAX,
+    DEFAULT_MAX_COUNTER_CLIENTS,
+    CentralService,
+    ClientCounters,
+    PeerStreams,
+    default_stream_budgets,
+)
+from memoire.server.checkpoints import MemoryCheckpoints
+from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost, RpcServer
 from memoire.server.sampling_service import SamplingService
-from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, POLL_MS, Logfile,  # noqa: F401
-                                    Publisher, Stats, Workers, WouldBlock, decode, log,
-                                    rep_answer, rep_handler)
+from memoire.server.workers import (  # noqa: F401
+    DEFAULT_MAX_MESSAGE_BYTES,
+    POLL_MS,
+    Logfile,
+    Publisher,
+    Stats,
+    Workers,
+    WouldBlock,
+    decode,
+    log,
+    rep_answer,
+    rep_handler,
+)
 from memoire.transport import DEFAULT_HEARTBEAT, LOOPBACK, CurveKeys, Heartbeat, native_libzmq
 
-__all__ = ["ReplayMemoryServer", "CacheBatch", "RpcServer", "RpcHost", "default_stream_budgets",
-           "describe_schema", "cache_layout", "cache_spec"]
+__all__ = [
+    "ReplayMemoryServer",
+    "CacheBatch",
+    "RpcServer",
+    "RpcHost",
+    "default_stream_budgets",
+    "describe_schema",
+    "cache_layout",
+    "cache_spec",
+]
 
 
 class _MemoryService:
@@ -82,19 +113,33 @@ class _MemoryService:
         b = self._server._central.try_sample(n)
         if b is None:  # the rate limiter holds it back: the reply waits, the worker does not
             limiter = self._server.rate_limiter
-            raise WouldBlock("memory.sample: rate limiter",
-                             DEFAULT_TIMEOUT if timeout is None else float(timeout),
-                             lambda seconds: limiter.wait_can_sample(n, seconds),
-                             limiter.describe, limiter.record_sample_wait)
+            raise WouldBlock(
+                "memory.sample: rate limiter",
+                DEFAULT_TIMEOUT if timeout is None else float(timeout),
+                lambda seconds: limiter.wait_can_sample(n, seconds),
+                limiter.describe,
+                limiter.record_sample_wait,
+            )
         rem = self._server.rem
-        return {"prev": tuple(b.prev), "next": tuple(b.next), "weight": b.weight, "prob": b.prob,
-                "done": b.done, "id": b.id, "num_sampleable": int(rem.num_sampleable),
-                "total_weight": float(rem.total_weight)}
+        return {
+            "prev": tuple(b.prev),
+            "next": tuple(b.next),
+            "weight": b.weight,
+            "prob": b.prob,
+            "done": b.done,
+            "id": b.id,
+            "num_sampleable": int(rem.num_sampleable),
+            "total_weight": float(rem.total_weight),
+        }
 
     def get_batch(self, batch_size: int) -> dict:
         b = self._server.get_batch(self._server.check_batch(batch_size, "get_batch"))
-        return {f.name: (tuple(getattr(b, f.name)) if f.name in ("prev", "next")
-                         else getattr(b, f.name)) for f in dataclasses.fields(b)}
+        return {
+            f.name: (
+                tuple(getattr(b, f.name)) if f.name in ("prev", "next") else getattr(b, f.name)
+            )
+            for f in dataclasses.fields(b)
+        }
 
     def update_priorities(self, ids, weights) -> int:
         try:
@@ -112,11 +157,13 @@ class _MemoryService:
 
 def _ingest_limit(name: str, kind: type, doc: str) -> property:
     """A property that reads and sets one limit of the server's chunk ingest."""
+
     def get(self):
         return getattr(self._central.ingest, name)
 
     def set(self, value):
         setattr(self._central.ingest, name, kind(value))
+
     return property(get, set, doc=doc)
 
 
@@ -180,57 +227,107 @@ class ReplayMemoryServer:
     :attr:`rem`; set them before clients connect (the handshake sends them).
     """
 
-    def __init__(self, state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf,
-                 info_buf, max_step, pub_endpoint="tcp://127.0.0.1:*", n_caches=16, *,
-                 bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, seed: Optional[int] = None,
-                 stream_timeout: float = 600.0, max_streams: int = 4096,
-                 max_stream_bytes: Optional[int] = None, max_open_bytes: Optional[int] = None,
-                 reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
-                 max_batch: int = DEFAULT_MAX_BATCH,
-                 max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
-                 allow_nonfinite: bool = False, checkpoint_dir: Optional[str] = None,
-                 checkpoint_every: Optional[float] = None,
-                 rate_limiter: Optional[RateLimiter] = None,
-                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
+    def __init__(
+        self,
+        state_buf,
+        action_buf,
+        reward_buf,
+        prob_buf,
+        value_buf,
+        qvest_buf,
+        info_buf,
+        max_step,
+        pub_endpoint="tcp://127.0.0.1:*",
+        n_caches=16,
+        *,
+        bind_host: str = LOOPBACK,
+        keys: Optional[CurveKeys] = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        seed: Optional[int] = None,
+        stream_timeout: float = 600.0,
+        max_streams: int = 4096,
+        max_stream_bytes: Optional[int] = None,
+        max_open_bytes: Optional[int] = None,
+        reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_counter_clients: int = DEFAULT_MAX_COUNTER_CLIENTS,
+        allow_nonfinite: bool = False,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every: Optional[float] = None,
+        rate_limiter: Optional[RateLimiter] = None,
+        heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+    ):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         check_capacity(rate_limiter, int(max_step), "the server's memory (max_step)")
         self._stats = Stats()
         self._rpc = RpcHost(self._stats, reply_cache_bytes, max_batch)
         self._counters = ClientCounters(self._stats, max_counter_clients)
-        self._rem = ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf,
-                                 qvest_buf, info_buf, int(max_step))
+        self._rem = ReplayMemory(
+            state_buf,
+            action_buf,
+            reward_buf,
+            prob_buf,
+            value_buf,
+            qvest_buf,
+            info_buf,
+            int(max_step),
+        )
         ring_seed = int(np.random.default_rng(seed).integers(1 << 63))
         if seed is not None:
             self._rem.seed(int(seed))
         self._checkpoints = self._open_checkpoints(checkpoint_dir, checkpoint_every)
         self._rem.allow_nonfinite = bool(allow_nonfinite)
         self._schema = describe_schema(
-            (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf))
-        self._workers = Workers(self._stats, keys=keys, bind_host=bind_host,
-                                max_message_bytes=max_message_bytes, heartbeat=heartbeat)
-        self._caches = CacheService(self._schema, self._rem, n_caches, ring_seed,
-                                    self._workers.max_message_bytes, self._stats,
-                                    self._workers.closing)
+            (state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf, info_buf)
+        )
+        self._workers = Workers(
+            self._stats,
+            keys=keys,
+            bind_host=bind_host,
+            max_message_bytes=max_message_bytes,
+            heartbeat=heartbeat,
+        )
+        self._caches = CacheService(
+            self._schema,
+            self._rem,
+            n_caches,
+            ring_seed,
+            self._workers.max_message_bytes,
+            self._stats,
+            self._workers.closing,
+        )
         # Episode chunks are checked, assembled per actor and committed into self._rem natively
         # (the only writer of that memory's episodes).
         stream_bytes, open_bytes = default_stream_budgets(self._schema, int(max_step))
         ingest = _core.ChunkIngest(
-            self._rem, self._workers.max_message_bytes, int(max_streams), float(stream_timeout),
+            self._rem,
+            self._workers.max_message_bytes,
+            int(max_streams),
+            float(stream_timeout),
             int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
-            int(open_bytes if max_open_bytes is None else max_open_bytes))
-        self._central = CentralService(ingest, self._rem, self._stats, self._workers.closing,
-                                       rate_limiter)
+            int(open_bytes if max_open_bytes is None else max_open_bytes),
+        )
+        self._central = CentralService(
+            ingest, self._rem, self._stats, self._workers.closing, rate_limiter
+        )
         self._sampling = SamplingService(self, self._schema, self._stats, self._workers)
         self._logfile = Logfile()
-        self._rep = rep_answer(self._stats, {Msg.HELLO: self._hello,
-                                              Msg.COUNTER: self._counters.handle,
-                                              Msg.CALL: self._rpc.handle_call},
-                                self._workers.max_message_bytes)
-        self.host("memory", _MemoryService(self),
-                  methods=("sample", "get_batch", "update_priorities", "stats", "checkpoint"),
-                  serialize=False)
+        self._rep = rep_answer(
+            self._stats,
+            {
+                Msg.HELLO: self._hello,
+                Msg.COUNTER: self._counters.handle,
+                Msg.CALL: self._rpc.handle_call,
+            },
+            self._workers.max_message_bytes,
+        )
+        self.host(
+            "memory",
+            _MemoryService(self),
+            methods=("sample", "get_batch", "update_priorities", "stats", "checkpoint"),
+            serialize=False,
+        )
         self._pub: Optional[Publisher] = None
         self.pub_endpoint: Optional[str] = None
         if pub_endpoint is not None:
@@ -242,29 +339,45 @@ class ReplayMemoryServer:
 
     # ------------------------------------------------------------------ properties (seed)
 
-    rem = property(lambda self: self._rem, doc="The server's ReplayMemory (central mode data; "
-                                               "its settings are sent to clients).")
+    rem = property(
+        lambda self: self._rem,
+        doc="The server's ReplayMemory (central mode data; its settings are sent to clients).",
+    )
     logfile = property(lambda self: self._logfile.path, doc="Path of the logfile, or None.")
-    endpoints = property(lambda self: self._workers.endpoints,
-                         doc="Endpoints bound or connected, by socket ('pub', 'rep', 'pull', "
-                             "'rep_proxy_front', ...).")
+    endpoints = property(
+        lambda self: self._workers.endpoints,
+        doc="Endpoints bound or connected, by socket ('pub', 'rep', 'pull', "
+        "'rep_proxy_front', ...).",
+    )
     n_caches = property(lambda self: self._caches.n_caches, doc="Caches kept for get_batch.")
-    reply_cache_bytes = property(lambda self: self._rpc.reply_cache_bytes,
-                                 doc="Bytes of remote-call replies kept for retries.")
-    max_batch = property(lambda self: self._rpc.max_batch,
-                         doc="Rows one remote sample/get_batch call may ask for.")
-    max_counter_clients = property(lambda self: self._counters.max_clients,
-                                   doc="Distinct client uuids whose counters are kept.")
-    bind_host = property(lambda self: self._workers.bind_host,
-                         doc="The interface a '*' host binds.")
-    max_message_bytes = property(lambda self: self._workers.max_message_bytes,
-                                 doc="The largest message accepted.")
-    stream_timeout = _ingest_limit("stream_timeout", float, "Seconds after which an unfinished "
-                                   "episode of a silent actor is dropped (> 0).")
-    max_stream_bytes = _ingest_limit("max_stream_bytes", int,
-                                     "Bytes one unfinished episode may hold (>= 1).")
-    max_open_bytes = _ingest_limit("max_open_bytes", int,
-                                   "Bytes all unfinished episodes may hold together (>= 1).")
+    reply_cache_bytes = property(
+        lambda self: self._rpc.reply_cache_bytes,
+        doc="Bytes of remote-call replies kept for retries.",
+    )
+    max_batch = property(
+        lambda self: self._rpc.max_batch, doc="Rows one remote sample/get_batch call may ask for."
+    )
+    max_counter_clients = property(
+        lambda self: self._counters.max_clients,
+        doc="Distinct client uuids whose counters are kept.",
+    )
+    bind_host = property(
+        lambda self: self._workers.bind_host, doc="The interface a '*' host binds."
+    )
+    max_message_bytes = property(
+        lambda self: self._workers.max_message_bytes, doc="The largest message accepted."
+    )
+    stream_timeout = _ingest_limit(
+        "stream_timeout",
+        float,
+        "Seconds after which an unfinished episode of a silent actor is dropped (> 0).",
+    )
+    max_stream_bytes = _ingest_limit(
+        "max_stream_bytes", int, "Bytes one unfinished episode may hold (>= 1)."
+    )
+    max_open_bytes = _ingest_limit(
+        "max_open_bytes", int, "Bytes all unfinished episodes may hold together (>= 1)."
+    )
     max_streams = _ingest_limit("max_streams", int, "Unfinished episodes held at once (>= 1).")
 
     @property
@@ -375,11 +488,17 @@ class ReplayMemoryServer:
     # ------------------------------------------------------------------ handlers
 
     def _hello(self, msg: Message) -> list:
-        reply = codec.encode(Msg.HELLO_REPLY, {
-            "schema": [(n, d, np.asarray(s, np.int64)) for n, d, s in self._schema],
-            "max_step": int(self._rem.max_step), "n_caches": self.n_caches,
-            "settings": self.settings(), "max_message_bytes": self.max_message_bytes,
-            "modes": ("cache", "central")})
+        reply = codec.encode(
+            Msg.HELLO_REPLY,
+            {
+                "schema": [(n, d, np.asarray(s, np.int64)) for n, d, s in self._schema],
+                "max_step": int(self._rem.max_step),
+                "n_caches": self.n_caches,
+                "settings": self.settings(),
+                "max_message_bytes": self.max_message_bytes,
+                "modes": ("cache", "central"),
+            },
+        )
         self._stats.count("handshakes")
         return reply
 
@@ -389,8 +508,9 @@ class ReplayMemoryServer:
             return
         if self._central.take(frames):  # episode chunks: checked and stored natively
             return
-        msg = decode(self._stats, frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG),
-                     self.max_message_bytes)  # a log (or a bad message)
+        msg = decode(
+            self._stats, frames, (Msg.CACHE, Msg.CHUNK, Msg.LOG), self.max_message_bytes
+        )  # a log (or a bad message)
         if msg is not None:
             text, uuid = msg.values.get("message"), msg.values.get("uuid")
             if not isinstance(text, str) or not isinstance(uuid, (int, np.integer)):
@@ -401,8 +521,9 @@ class ReplayMemoryServer:
 
     # ------------------------------------------------------------------ cache mode
 
-    def get_batch(self, batch_size: int, timeout: float = 0.0,
-                  out: Optional[CacheBatch] = None) -> CacheBatch:
+    def get_batch(
+        self, batch_size: int, timeout: float = 0.0, out: Optional[CacheBatch] = None
+    ) -> CacheBatch:
         """A batch of ``batch_size`` transitions from the held caches (cache mode).
 
         Without ``reuse_cache`` (the default) rows are drawn without replacement: each cache
@@ -449,8 +570,9 @@ class ReplayMemoryServer:
         """
         return self._central.sample(batch_size, timeout)
 
-    rate_limiter = property(lambda self: self._central.limiter,
-                            doc="The rate limiter (central mode), or None.")
+    rate_limiter = property(
+        lambda self: self._central.limiter, doc="The rate limiter (central mode), or None."
+    )
 
     def update_priorities(self, ids, weights) -> int:
         """Sets the sampling weights of entries by id (central mode); stale ids are skipped.
@@ -479,11 +601,16 @@ class ReplayMemoryServer:
             self._central.reap()
             if peers is not None:
                 peers.poll()
+
         try:
             if native_libzmq():
-                self._workers.native_loop(sock, {Msg.CACHE: self._caches.receive,
-                                                 Msg.CHUNK: self._central.receive},
-                                          self._handle_pull, "pull worker", idle=idle)
+                self._workers.native_loop(
+                    sock,
+                    {Msg.CACHE: self._caches.receive, Msg.CHUNK: self._central.receive},
+                    self._handle_pull,
+                    "pull worker",
+                    idle=idle,
+                )
             else:
                 self._workers.loop([sock], self._handle_pull, "pull worker", idle=idle)
         finally:
@@ -510,8 +637,9 @@ class ReplayMemoryServer:
         Raises:
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
-        return self._workers.start_threads([(self.stream_worker_main, endpoint, "stream")],
-                                           timeout)["stream"]
+        return self._workers.start_threads(
+            [(self.stream_worker_main, endpoint, "stream")], timeout
+        )["stream"]
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to
@@ -529,17 +657,25 @@ class ReplayMemoryServer:
         :meth:`close`."""
         self._workers.pub_proxy_main(front_ep, back_ep)
 
-    def start(self, rep_endpoint: str = "tcp://127.0.0.1:*",
-              pull_endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> dict:
+    def start(
+        self,
+        rep_endpoint: str = "tcp://127.0.0.1:*",
+        pull_endpoint: str = "tcp://127.0.0.1:*",
+        timeout: float = 10.0,
+    ) -> dict:
         """Runs one REP and one PULL worker in daemon threads (bound to the endpoints) and
         returns ``{"pub": ..., "rep": ..., "pull": ...}`` with the ports filled in.
 
         Raises:
           TimeoutError: a worker did not bind within `timeout` seconds (its error is logged).
         """
-        got = self._workers.start_threads([(self.rep_worker_main, rep_endpoint, "rep"),
-                                           (self.pull_worker_main, pull_endpoint, "pull")],
-                                          timeout)
+        got = self._workers.start_threads(
+            [
+                (self.rep_worker_main, rep_endpoint, "rep"),
+                (self.pull_worker_main, pull_endpoint, "pull"),
+            ],
+            timeout,
+        )
         return {"pub": self.pub_endpoint, **got}
 
     # ------------------------------------------------------------------ checkpoints
@@ -575,8 +711,10 @@ class ReplayMemoryServer:
           RuntimeError: the server has no checkpoint folder. OSError: the write failed.
         """
         if self._checkpoints is None:
-            raise RuntimeError("checkpoint: this server has no checkpoint folder "
-                               "(checkpoint_dir, memoire serve --checkpoint_dir)")
+            raise RuntimeError(
+                "checkpoint: this server has no checkpoint folder "
+                "(checkpoint_dir, memoire serve --checkpoint_dir)"
+            )
         return self._checkpoints.save()
 
     # ------------------------------------------------------------------ lifetime
@@ -606,5 +744,7 @@ class ReplayMemoryServer:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
-                f"pull={self.endpoints.get('pull')}, caches={self.total_caches})")
+        return (
+            f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
+            f"pull={self.endpoints.get('pull')}, caches={self.total_caches})"
+        )

@@ -21,8 +21,15 @@ import numpy as np
 from memoire import _core
 from memoire.codec import ProtocolError
 from memoire.memory import Batch
-from memoire.protocol import (CACHE_NEXT, CACHE_PREV, CACHE_ROW_COLUMNS, CACHE_SCALARS, FIELDS,
-                              cache_layout, cache_spec)
+from memoire.protocol import (
+    CACHE_NEXT,
+    CACHE_PREV,
+    CACHE_ROW_COLUMNS,
+    CACHE_SCALARS,
+    FIELDS,
+    cache_layout,
+    cache_spec,
+)
 from memoire.server.workers import Stats
 
 
@@ -67,8 +74,16 @@ class CacheService:
       closing: set when the server closes (a failed wait then says so).
     """
 
-    def __init__(self, schema: Sequence[tuple], settings: Any, n_caches: int, seed: int,
-                 max_message_bytes: int, stats: Stats, closing: threading.Event):
+    def __init__(
+        self,
+        schema: Sequence[tuple],
+        settings: Any,
+        n_caches: int,
+        seed: int,
+        max_message_bytes: int,
+        stats: Stats,
+        closing: threading.Event,
+    ):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         self.n_caches = int(n_caches)
@@ -95,11 +110,15 @@ class CacheService:
             layout = cache_layout(self._settings)
             if layout != self._layout:
                 spec = cache_spec(self._schema, layout)
-                columns = [(name, np.dtype(dt), list(shape[1:]))
-                           for name, (dt, shape) in spec.arrays.items() if len(shape)]
+                columns = [
+                    (name, np.dtype(dt), list(shape[1:]))
+                    for name, (dt, shape) in spec.arrays.items()
+                    if len(shape)
+                ]
                 if self._ring is None:
-                    self._ring = _core.CacheRing(columns, layout[0], self.n_caches, self._seed,
-                                                 self._max_bytes)
+                    self._ring = _core.CacheRing(
+                        columns, layout[0], self.n_caches, self._seed, self._max_bytes
+                    )
                 else:
                     self._ring.relayout(columns, layout[0])
                 self._layout = layout
@@ -112,8 +131,9 @@ class CacheService:
         try:
             self.ring().insert(frames)
         except ValueError as e:  # ProtocolError: malformed; else a non-finite value
-            self._stats.reject("malformed" if isinstance(e, ProtocolError) else "nonfinite",
-                               f"cache: {e}")
+            self._stats.reject(
+                "malformed" if isinstance(e, ProtocolError) else "nonfinite", f"cache: {e}"
+            )
             return
         self._stats.count("caches")
 
@@ -126,8 +146,9 @@ class CacheService:
             self._stats.count("caches", held)
         return frames
 
-    def get_batch(self, batch_size: int, timeout: float = 0.0,
-                  out: Optional[CacheBatch] = None) -> CacheBatch:
+    def get_batch(
+        self, batch_size: int, timeout: float = 0.0, out: Optional[CacheBatch] = None
+    ) -> CacheBatch:
         """A batch of ``batch_size`` transitions from the held caches: see
         :meth:`memoire.ReplayMemoryServer.get_batch`."""
         n = int(batch_size)
@@ -141,14 +162,16 @@ class CacheService:
                 raise RuntimeError("get_batch: the server is closed") from None
             raise RuntimeError(
                 f"get_batch: {e} (reuse_cache={reuse}); wait for clients to push_cache() or "
-                "lower batch_size") from None
+                "lower batch_size"
+            ) from None
         with self._stats.lock:
             self._stats.counts["batches"] += 1
             self._stats.counts["rows_sampled"] += n
         prev = tuple(got.get(CACHE_PREV + f) for f in FIELDS)
         nxt = tuple(got.get(CACHE_NEXT + f) for f in FIELDS)
-        return CacheBatch(prev, nxt, **{name: got[name]
-                                        for name, _ in CACHE_ROW_COLUMNS + CACHE_SCALARS})
+        return CacheBatch(
+            prev, nxt, **{name: got[name] for name, _ in CACHE_ROW_COLUMNS + CACHE_SCALARS}
+        )
 
     def close(self) -> None:
         """Wakes every waiting get_batch (which then raises)."""
@@ -166,4 +189,3 @@ def _as_outputs(batch: Optional[CacheBatch]) -> Optional[dict]:
         arrays[CACHE_PREV + f] = batch.prev[k]
         arrays[CACHE_NEXT + f] = batch.next[k]
     return arrays
-

@@ -35,8 +35,8 @@ from memoire.transport import ConnectionWatch, log_dropped
 log = logging.getLogger("memoire.server")
 
 DEFAULT_MAX_COUNTER_CLIENTS = 65536
-COUNTER_MAX = 2 ** 53 - 1  # largest count a client may report (exact in a float64)
-_INT64_MAX = 2 ** 63 - 1  # totals saturate here (the wire's integers are int64)
+COUNTER_MAX = 2**53 - 1  # largest count a client may report (exact in a float64)
+_INT64_MAX = 2**63 - 1  # totals saturate here (the wire's integers are int64)
 POLL_S = POLL_MS / 1000  # a blocked ingest checks for close() this often
 
 
@@ -68,8 +68,9 @@ class CentralService:
         socket (high-water marks then hold the actors back); :meth:`sample` waits for it.
     """
 
-    def __init__(self, ingest: Any, memory: Any, stats: Stats, closing: threading.Event,
-                 limiter: Any = None):
+    def __init__(
+        self, ingest: Any, memory: Any, stats: Stats, closing: threading.Event, limiter: Any = None
+    ):
         self.ingest = ingest
         self.memory = memory
         self._stats = stats
@@ -81,8 +82,11 @@ class CentralService:
     def take(self, frames: list) -> bool:
         """Ingests one received message if it is a chunk (checked and stored natively);
         False when it is not one (the caller decodes it another way)."""
-        if (self.limiter is not None and frames
-                and _core.peek_header(frames[0]) == (WIRE_VERSION, Msg.CHUNK)):
+        if (
+            self.limiter is not None
+            and frames
+            and _core.peek_header(frames[0]) == (WIRE_VERSION, Msg.CHUNK)
+        ):
             self._await_insert()  # the loop pulls nothing more meanwhile
         got = self.ingest.ingest(frames)
         if got is None:
@@ -99,7 +103,8 @@ class CentralService:
         `timeout_ms`; returns the frames of the first other message, or None. While the
         limiter blocks inserts it waits (up to `timeout_ms`) without touching the socket."""
         if self.limiter is not None and not self.limiter.await_insert(
-                timeout_ms / 1000, raise_on_timeout=False):
+            timeout_ms / 1000, raise_on_timeout=False
+        ):
             return None
         episodes, rows, rejected, frames = self.ingest.receive(address, timeout_ms)
         self._taken(episodes, rows, rejected)
@@ -144,9 +149,13 @@ class CentralService:
         ``chunks`` (when any), ``open_streams``, ``open_stream_bytes``, ``rejected``,
         ``memory_size``, ``memory_episodes``."""
         c = self.ingest.counters()
-        out = {"rejected": c["rejected"], "open_streams": c["open_streams"],
-               "open_stream_bytes": c["open_bytes"], "memory_size": int(self.memory.size),
-               "memory_episodes": int(self.memory.num_episode())}
+        out = {
+            "rejected": c["rejected"],
+            "open_streams": c["open_streams"],
+            "open_stream_bytes": c["open_bytes"],
+            "memory_size": int(self.memory.size),
+            "memory_episodes": int(self.memory.num_episode()),
+        }
         if c["chunks"]:
             out["chunks"] = c["chunks"]
         if self.limiter is not None:
@@ -170,14 +179,16 @@ class CentralService:
           TimeoutError: the limiter blocked for `timeout` (the message gives its state).
         """
         if self.limiter is not None:
-            self.limiter.await_sample(int(batch_size),
-                                      DEFAULT_TIMEOUT if timeout is None else float(timeout))
+            self.limiter.await_sample(
+                int(batch_size), DEFAULT_TIMEOUT if timeout is None else float(timeout)
+            )
         return self._draw(batch_size)
 
     def try_sample(self, batch_size: int) -> Optional[Batch]:
         """A batch as :meth:`sample`, or None at once when the limiter blocks it."""
         if self.limiter is not None and not self.limiter.await_sample(
-                int(batch_size), 0.0, raise_on_timeout=False):
+            int(batch_size), 0.0, raise_on_timeout=False
+        ):
             return None
         return self._draw(batch_size)
 
@@ -191,8 +202,9 @@ class CentralService:
     def update_priorities(self, ids, weights) -> int:
         """Sets sampling weights of entries by id; stale ids are skipped. Returns how many
         were updated."""
-        return int(self.memory.update_weights(np.asarray(ids, np.int64),
-                                              np.asarray(weights, np.float32)))
+        return int(
+            self.memory.update_weights(np.asarray(ids, np.int64), np.asarray(weights, np.float32))
+        )
 
 
 class PeerStreams:
@@ -229,8 +241,11 @@ class PeerStreams:
         while self._closes and now - self._closes[0] >= self._grace:
             silent_for = now - self._closes.popleft()
             if self._ingest.drop_silent(silent_for, 1):
-                log.warning("dropped the open episode of an actor whose connection closed "
-                            "(silent for %.1f s)", silent_for)
+                log.warning(
+                    "dropped the open episode of an actor whose connection closed "
+                    "(silent for %.1f s)",
+                    silent_for,
+                )
 
     def close(self) -> None:
         self._watch.close()
@@ -270,25 +285,37 @@ class ClientCounters:
             self._stats.reject("malformed", "counter: expected uuid, episodes and steps")
             return error_reply("ProtocolError", "counter: expected uuid, episodes and steps")
         if not (0 <= episodes <= COUNTER_MAX and 0 <= steps <= COUNTER_MAX):
-            self._stats.reject("counter_range", f"counter from {uuid:08x}: "
-                               f"episodes={episodes}, steps={steps} outside [0, 2**53-1]")
-            return error_reply("ValueError", f"counter: episodes and steps must be in [0, "
-                               f"{COUNTER_MAX}], got episodes={episodes}, steps={steps}")
+            self._stats.reject(
+                "counter_range",
+                f"counter from {uuid:08x}: episodes={episodes}, steps={steps} outside [0, 2**53-1]",
+            )
+            return error_reply(
+                "ValueError",
+                f"counter: episodes and steps must be in [0, "
+                f"{COUNTER_MAX}], got episodes={episodes}, steps={steps}",
+            )
         with self._lock:
-            full = (uuid not in self._per_client and len(self._per_client) >= self.max_clients)
+            full = uuid not in self._per_client and len(self._per_client) >= self.max_clients
             if not full:
                 prev_e, prev_s = self._per_client.get(uuid, (0, 0))
                 # Totals saturate instead of outgrowing the wire's int64.
-                self.total_episodes = min(_INT64_MAX,
-                                          self.total_episodes + max(0, episodes - prev_e))
+                self.total_episodes = min(
+                    _INT64_MAX, self.total_episodes + max(0, episodes - prev_e)
+                )
                 self.total_steps = min(_INT64_MAX, self.total_steps + max(0, steps - prev_s))
                 self._per_client[uuid] = (max(prev_e, episodes), max(prev_s, steps))
             totals = {"total_episodes": self.total_episodes, "total_steps": self.total_steps}
         if full:
-            self._stats.reject("counter_clients", f"counter from a new client {uuid:08x}: "
-                               f"max_counter_clients={self.max_clients} already counted")
-            return error_reply("RuntimeError", f"counter: this server counts at most "
-                               f"{self.max_clients} clients (max_counter_clients)")
+            self._stats.reject(
+                "counter_clients",
+                f"counter from a new client {uuid:08x}: "
+                f"max_counter_clients={self.max_clients} already counted",
+            )
+            return error_reply(
+                "RuntimeError",
+                f"counter: this server counts at most "
+                f"{self.max_clients} clients (max_counter_clients)",
+            )
         return codec.encode(Msg.COUNTER_REPLY, totals)
 
     def totals(self) -> Tuple[int, int]:

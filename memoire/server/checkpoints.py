@@ -77,13 +77,19 @@ class MemoryCheckpoints:
                 log.warning("checkpoint %s not loaded: %s", path, e)
                 errors.append(str(e))
                 continue
-            log.info("loaded checkpoint %s: %d entries, %d episodes in %.1f s", path,
-                     self.memory.size, self.memory.num_episode(), time.monotonic() - started)
+            log.info(
+                "loaded checkpoint %s: %d entries, %d episodes in %.1f s",
+                path,
+                self.memory.size,
+                self.memory.num_episode(),
+                time.monotonic() - started,
+            )
             self.last_path = path
             return path
         if errors:
-            raise CheckpointError(f"no checkpoint in {self.folder} could be loaded: "
-                                  + "; ".join(errors))
+            raise CheckpointError(
+                f"no checkpoint in {self.folder} could be loaded: " + "; ".join(errors)
+            )
         return None
 
     def save(self) -> str:
@@ -101,9 +107,14 @@ class MemoryCheckpoints:
             self.memory.save(path)
             self.saves += 1
             self.last_path = path
-            log.info("checkpoint %s: %d entries, %d episodes in %.1f s", path, self.memory.size,
-                     self.memory.num_episode(), time.monotonic() - started)
-            for _, old in (existing + [(sequence, path)])[:-self.keep]:
+            log.info(
+                "checkpoint %s: %d entries, %d episodes in %.1f s",
+                path,
+                self.memory.size,
+                self.memory.num_episode(),
+                time.monotonic() - started,
+            )
+            for _, old in (existing + [(sequence, path)])[: -self.keep]:
                 _remove(old)
             sync_folder(self.folder)
             return path

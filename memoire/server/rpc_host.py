@@ -24,8 +24,15 @@ import zmq
 
 from memoire import codec
 from memoire.protocol import Msg
-from memoire.server.workers import (DEFAULT_MAX_MESSAGE_BYTES, Publisher, Stats, Workers,
-                                    WouldBlock, error_reply, rep_handler)
+from memoire.server.workers import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Publisher,
+    Stats,
+    Workers,
+    WouldBlock,
+    error_reply,
+    rep_handler,
+)
 from memoire.transport import LOOPBACK, CurveKeys
 
 # Bounds on what peers can make a host hold (docs/LIMITS.md).
@@ -52,10 +59,16 @@ class RpcHost:
       max_batch: rows one remote call may ask for (:meth:`check_batch`), >= 1.
     """
 
-    def __init__(self, stats: Stats, reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
-                 max_batch: int = DEFAULT_MAX_BATCH):
-        for name, value, least in (("reply_cache_bytes", reply_cache_bytes, 0),
-                                   ("max_batch", max_batch, 1)):
+    def __init__(
+        self,
+        stats: Stats,
+        reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ):
+        for name, value, least in (
+            ("reply_cache_bytes", reply_cache_bytes, 0),
+            ("max_batch", max_batch, 1),
+        ):
             if int(value) < least:
                 raise ValueError(f"{name}: expected >= {least}, got {value}")
         self.stats = stats
@@ -111,8 +124,9 @@ class RpcHost:
                 if size <= self.reply_cache_bytes:  # a larger reply is not kept: a retry reruns
                     self._replies[caller] = (seq, reply, size)
                     self._reply_bytes += size
-                while self._replies and (self._reply_bytes > self.reply_cache_bytes
-                                         or len(self._replies) > _MAX_CALLERS):
+                while self._replies and (
+                    self._reply_bytes > self.reply_cache_bytes or len(self._replies) > _MAX_CALLERS
+                ):
                     self._reply_bytes -= self._replies.popitem(last=False)[1][2]
         return reply
 
@@ -124,9 +138,11 @@ class RpcHost:
         if hosted is None:
             return error_reply("KeyError", f"no hosted object {name!r}")
         if method not in hosted.methods:
-            return error_reply("AttributeError",
-                               f"{name!r} has no remote method {method!r} (allowed: "
-                               f"{', '.join(sorted(hosted.methods))})")
+            return error_reply(
+                "AttributeError",
+                f"{name!r} has no remote method {method!r} (allowed: "
+                f"{', '.join(sorted(hosted.methods))})",
+            )
         if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
             return error_reply("TypeError", "call: expected args as a tuple and kwargs as a dict")
         try:
@@ -152,10 +168,13 @@ class RpcHost:
         """
         n = int(batch_size)
         if n > self.max_batch:
-            self.stats.reject("batch_too_large",
-                              f"{what}({n}): more than max_batch={self.max_batch}")
-            raise ValueError(f"{what}: batch_size {n} is more than this server's max_batch "
-                             f"({self.max_batch}); ask for smaller batches")
+            self.stats.reject(
+                "batch_too_large", f"{what}({n}): more than max_batch={self.max_batch}"
+            )
+            raise ValueError(
+                f"{what}: batch_size {n} is more than this server's max_batch "
+                f"({self.max_batch}); ask for smaller batches"
+            )
         if n < 1:
             raise ValueError(f"{what}: expected batch_size >= 1, got {n}")
         return n
@@ -178,8 +197,10 @@ class RpcHost:
             a = np.asarray(values)
             if a.dtype.kind in "fc" and not np.isfinite(a).all():
                 self.stats.reject("nonfinite", f"{what}: {name} holds a NaN or an infinity")
-                raise ValueError(f"{what}: {name} holds a NaN or an infinity; this server "
-                                 "refuses non-finite values from peers (see docs/LIMITS.md)")
+                raise ValueError(
+                    f"{what}: {name} holds a NaN or an infinity; this server "
+                    "refuses non-finite values from peers (see docs/LIMITS.md)"
+                )
 
 
 class RpcServer:
@@ -201,18 +222,26 @@ class RpcServer:
     The server hosts itself as ``"server"``: peers may read its :meth:`stats`.
     """
 
-    def __init__(self, *, bind_host: str = LOOPBACK, keys: Optional[CurveKeys] = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
-                 max_batch: int = DEFAULT_MAX_BATCH, allow_nonfinite: bool = False,
-                 pub_endpoint: Optional[str] = None):
+    def __init__(
+        self,
+        *,
+        bind_host: str = LOOPBACK,
+        keys: Optional[CurveKeys] = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        allow_nonfinite: bool = False,
+        pub_endpoint: Optional[str] = None,
+    ):
         self._stats = Stats()
         self.rpc = RpcHost(self._stats, reply_cache_bytes, max_batch)
         self.allow_nonfinite = bool(allow_nonfinite)
-        self._workers = Workers(self._stats, keys=keys, bind_host=bind_host,
-                                max_message_bytes=max_message_bytes)
-        self._handle = rep_handler(self._stats, {Msg.CALL: self.rpc.handle_call},
-                                   self._workers.max_message_bytes)
+        self._workers = Workers(
+            self._stats, keys=keys, bind_host=bind_host, max_message_bytes=max_message_bytes
+        )
+        self._handle = rep_handler(
+            self._stats, {Msg.CALL: self.rpc.handle_call}, self._workers.max_message_bytes
+        )
         self.host = self.rpc.host
         self.check_batch = self.rpc.check_batch
         self.check_finite = self.rpc.check_finite
@@ -233,8 +262,10 @@ class RpcServer:
         self._pub.publish(topic, message)
 
     max_batch = property(lambda self: self.rpc.max_batch, doc="Rows one call may ask for.")
-    endpoints = property(lambda self: self._workers.endpoints,
-                         doc="Endpoints bound or connected, by socket kind ('rep', ...).")
+    endpoints = property(
+        lambda self: self._workers.endpoints,
+        doc="Endpoints bound or connected, by socket kind ('rep', ...).",
+    )
 
     def rep_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
         """Serves remote calls on a REP socket until :meth:`close` (blocks)."""
@@ -247,8 +278,9 @@ class RpcServer:
         Raises:
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
-        return self._workers.start_threads([(self.rep_worker_main, rep_endpoint, "rep")],
-                                           timeout)["rep"]
+        return self._workers.start_threads([(self.rep_worker_main, rep_endpoint, "rep")], timeout)[
+            "rep"
+        ]
 
     def stats(self) -> dict:
         """Counters: ``calls``, ``rejected`` by reason, ``rejected_total``,

@@ -87,10 +87,18 @@ class SamplingService:
       max_shm_bytes: the largest shared-memory region one stream gets.
     """
 
-    def __init__(self, server, schema, stats: Stats, workers: Workers, *,
-                 max_credit: int = DEFAULT_MAX_CREDIT, max_streams: int = DEFAULT_MAX_STREAMS,
-                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-                 max_shm_bytes: int = DEFAULT_MAX_SHM_BYTES):
+    def __init__(
+        self,
+        server,
+        schema,
+        stats: Stats,
+        workers: Workers,
+        *,
+        max_credit: int = DEFAULT_MAX_CREDIT,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_shm_bytes: int = DEFAULT_MAX_SHM_BYTES,
+    ):
         self._server = server
         self._schema = schema
         self._stats = stats
@@ -129,8 +137,9 @@ class SamplingService:
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                self._workers.guarded(lambda so, fr: self._handle(so, streams, fr),
-                                      "stream worker", sock, frames)
+                self._workers.guarded(
+                    lambda so, fr: self._handle(so, streams, fr), "stream worker", sock, frames
+                )
         now = time.monotonic()
         for ident, s in list(streams.items()):
             if s.credit > 0 and s.paused_until <= now:
@@ -144,9 +153,19 @@ class SamplingService:
 
     def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
         k = min(s.credit, BURST)
-        sent, error = _core.stream_send(self._server.rem, sock.underlying, ident, s.batch_size,
-                                        k, s.seq, s.window, s.send, SEND_TIMEOUT_MS, s.shm,
-                                        s.slots)
+        sent, error = _core.stream_send(
+            self._server.rem,
+            sock.underlying,
+            ident,
+            s.batch_size,
+            k,
+            s.seq,
+            s.window,
+            s.send,
+            SEND_TIMEOUT_MS,
+            s.shm,
+            s.slots,
+        )
         s.seq += sent
         s.credit -= sent
         if sent:
@@ -177,9 +196,15 @@ class SamplingService:
         ident = frames[0].bytes
         msg = decode(self._stats, frames[1:], (Msg.STREAM,), self._workers.max_message_bytes)
         if msg is None:  # counted by decode
-            self._reply(sock, ident, error_reply(
-                "ProtocolError", "stream: malformed message or another wire version (expected "
-                f"a version {codec.WIRE_VERSION} STREAM message)"))
+            self._reply(
+                sock,
+                ident,
+                error_reply(
+                    "ProtocolError",
+                    "stream: malformed message or another wire version (expected "
+                    f"a version {codec.WIRE_VERSION} STREAM message)",
+                ),
+            )
             return
         v = msg.values
         op = v.get("op")
@@ -189,16 +214,26 @@ class SamplingService:
         if op == "open":
             self._open(sock, streams, ident, v)
         elif op in ("credit", "priorities", "close") and stream is None:
-            self._refuse(sock, ident, "stream_unknown", "RuntimeError",
-                         "stream: no open stream for this peer (the server restarted or dropped "
-                         "it): open a new SamplingStream")
+            self._refuse(
+                sock,
+                ident,
+                "stream_unknown",
+                "RuntimeError",
+                "stream: no open stream for this peer (the server restarted or dropped "
+                "it): open a new SamplingStream",
+            )
         elif op == "credit":
             k = v.get("credit")
             most = stream.slots if stream.shm is not None else self.max_credit
             if not _is_int(k) or k < 0 or stream.credit + int(k) > most:
-                self._refuse(sock, ident, "stream_credit", "ValueError",
-                             f"stream: credit must be an int >= 0 keeping the outstanding credit "
-                             f"<= {most} (outstanding {stream.credit}), got {k!r}")
+                self._refuse(
+                    sock,
+                    ident,
+                    "stream_credit",
+                    "ValueError",
+                    f"stream: credit must be an int >= 0 keeping the outstanding credit "
+                    f"<= {most} (outstanding {stream.credit}), got {k!r}",
+                )
                 return
             stream.credit += int(k)
         elif op == "priorities":
@@ -206,15 +241,24 @@ class SamplingService:
         elif op == "close":
             del streams[ident]
         else:
-            self._refuse(sock, ident, "stream_request", "ValueError",
-                         f"stream: op must be 'open', 'credit', 'priorities' or 'close', "
-                         f"got {op!r}")
+            self._refuse(
+                sock,
+                ident,
+                "stream_request",
+                "ValueError",
+                f"stream: op must be 'open', 'credit', 'priorities' or 'close', got {op!r}",
+            )
 
     def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
         n, credit = v.get("batch_size"), v.get("credit")
         if not _is_int(n):
-            self._refuse(sock, ident, "stream_request", "ValueError",
-                         f"stream: batch_size must be an int, got {n!r}")
+            self._refuse(
+                sock,
+                ident,
+                "stream_request",
+                "ValueError",
+                f"stream: batch_size must be an int, got {n!r}",
+            )
             return
         try:
             n = self._server.check_batch(n, "stream")
@@ -222,13 +266,23 @@ class SamplingService:
             self._reply(sock, ident, error_reply("ValueError", str(e)))
             return
         if not _is_int(credit) or not 1 <= credit <= self.max_credit:
-            self._refuse(sock, ident, "stream_credit", "ValueError",
-                         f"stream: credit must be an int in [1, max_credit={self.max_credit}], "
-                         f"got {credit!r}")
+            self._refuse(
+                sock,
+                ident,
+                "stream_credit",
+                "ValueError",
+                f"stream: credit must be an int in [1, max_credit={self.max_credit}], "
+                f"got {credit!r}",
+            )
             return
         if ident not in streams and self.open_streams >= self.max_streams:
-            self._refuse(sock, ident, "stream_peers", "RuntimeError",
-                         f"stream: this server serves at most {self.max_streams} streams")
+            self._refuse(
+                sock,
+                ident,
+                "stream_peers",
+                "RuntimeError",
+                f"stream: this server serves at most {self.max_streams} streams",
+            )
             return
         rem = self._server.rem
         fs, ms = int(rem.frame_stack), int(rem.multi_step)
@@ -237,10 +291,15 @@ class SamplingService:
         send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
         stream = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
         streams.pop(ident, None)  # a reopened stream's slots go first
-        layout = {"op": "layout", "schema": [(f, d, np.asarray(s, np.int64))
-                                             for f, d, s in self._schema],
-                  "frame_stack": fs, "multi_step": ms, "flags": flags, "batch_size": n,
-                  "max_credit": self.max_credit}
+        layout = {
+            "op": "layout",
+            "schema": [(f, d, np.asarray(s, np.int64)) for f, d, s in self._schema],
+            "frame_stack": fs,
+            "multi_step": ms,
+            "flags": flags,
+            "batch_size": n,
+            "max_credit": self.max_credit,
+        }
         if v.get("shared_memory") is True:
             self._make_shm(stream, rem, layout)
         streams[ident] = stream
@@ -250,29 +309,42 @@ class SamplingService:
     def _make_shm(self, stream: _Stream, rem, layout: dict) -> None:
         """Gives `stream` its slots in shared memory (one per credit) and says where in
         `layout`; on failure the stream uses the wire."""
-        row = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
-                  for (_, d, s), on in zip(self._schema, stream.send) if on)
+        row = sum(
+            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+            for (_, d, s), on in zip(self._schema, stream.send)
+            if on
+        )
         if row * stream.batch_size * stream.window * stream.credit > self.max_shm_bytes:
             self._stats.count("stream_shm_too_large")
             return
         try:
-            shm = _core.StreamShm(rem, stream.batch_size, stream.window, stream.send,
-                                  stream.credit)
+            shm = _core.StreamShm(rem, stream.batch_size, stream.window, stream.send, stream.credit)
         except (RuntimeError, ValueError) as e:  # no /dev/shm, no room: the wire will do
             log.info("stream: no shared memory (%s); batches go over the socket", e)
             self._stats.count("stream_shm_failed")
             return
         stream.shm, stream.slots = shm, stream.credit
-        layout.update(shm_path=shm.path, shm_slots=stream.credit,
-                      shm_slot_bytes=shm.bytes // stream.credit)
+        layout.update(
+            shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.bytes // stream.credit
+        )
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
         ids, weights = v.get("ids"), v.get("weights")
-        if not (isinstance(ids, np.ndarray) and isinstance(weights, np.ndarray)
-                and ids.dtype == np.int64 and weights.dtype == np.float32
-                and ids.ndim == 1 and ids.shape == weights.shape):
-            self._refuse(sock, ident, "bad_priorities", "ValueError",
-                         "stream: priorities need ids int64[m] and weights float32[m]")
+        if not (
+            isinstance(ids, np.ndarray)
+            and isinstance(weights, np.ndarray)
+            and ids.dtype == np.int64
+            and weights.dtype == np.float32
+            and ids.ndim == 1
+            and ids.shape == weights.shape
+        ):
+            self._refuse(
+                sock,
+                ident,
+                "bad_priorities",
+                "ValueError",
+                "stream: priorities need ids int64[m] and weights float32[m]",
+            )
             return
         try:
             self._server.update_priorities(ids, weights)

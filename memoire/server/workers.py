@@ -29,9 +29,18 @@ import zmq
 from memoire import _core, codec
 from memoire.codec import ProtocolError
 from memoire.protocol import Msg
-from memoire.transport import (DEFAULT_HEARTBEAT, LOOPBACK, Authenticator, CurveKeys, Heartbeat,
-                               is_bind, last_endpoint, log_dropped, open_socket,
-                               publication_frames)
+from memoire.transport import (
+    DEFAULT_HEARTBEAT,
+    LOOPBACK,
+    Authenticator,
+    CurveKeys,
+    Heartbeat,
+    is_bind,
+    last_endpoint,
+    log_dropped,
+    open_socket,
+    publication_frames,
+)
 
 log = logging.getLogger("memoire.server")
 
@@ -77,8 +86,9 @@ def decode(stats: Stats, frames, expect, max_bytes: int) -> Optional[codec.Messa
         return codec.decode(frames, max_bytes=max_bytes, expect=expect)
     except ProtocolError as e:
         version = codec.peek_version(frames[0]) if frames else None
-        stats.reject("version" if version not in (None, codec.WIRE_VERSION) else "malformed",
-                     str(e))
+        stats.reject(
+            "version" if version not in (None, codec.WIRE_VERSION) else "malformed", str(e)
+        )
         return None
 
 
@@ -89,27 +99,35 @@ class WouldBlock(Exception):
     retry may succeed) says so, and answers TimeoutError(`what` + ``describe()``) after
     `timeout` seconds; ``record(waited_seconds, timed_out)`` is told how it ended."""
 
-    def __init__(self, what: str, timeout: float, wait: Callable[[float], bool],
-                 describe: Callable[[], str],
-                 record: Callable[[float, bool], None] = lambda waited, timed_out: None):
+    def __init__(
+        self,
+        what: str,
+        timeout: float,
+        wait: Callable[[float], bool],
+        describe: Callable[[], str],
+        record: Callable[[float, bool], None] = lambda waited, timed_out: None,
+    ):
         super().__init__(what)
         self.what, self.timeout, self.wait = what, float(timeout), wait
         self.describe, self.record = describe, record
 
 
-def rep_handler(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]],
-                max_bytes: int) -> Callable[[zmq.Socket, list], None]:
+def rep_handler(
+    stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]], max_bytes: int
+) -> Callable[[zmq.Socket, list], None]:
     """A REP loop's handler: decodes a request, runs the handler of its type (message ->
     reply frames) and sends the reply (see :func:`rep_answer`)."""
     answer = rep_answer(stats, handlers, max_bytes)
 
     def handle(sock: zmq.Socket, frames: list) -> None:
         sock.send_multipart(answer(frames), copy=False)
+
     return handle
 
 
-def rep_answer(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]],
-               max_bytes: int) -> Callable[[list], list]:
+def rep_answer(
+    stats: Stats, handlers: Mapping[int, Callable[[codec.Message], list]], max_bytes: int
+) -> Callable[[list], list]:
     """``answer(request frames) -> reply frames``: decodes a request and runs the handler of
     its type (message -> reply frames). Every request gets a reply: an undecodable one an
     ERROR naming the version mismatch or the malformation, a failing handler an ERROR too. A
@@ -122,10 +140,13 @@ def rep_answer(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], li
             if msg is None:
                 version = codec.peek_version(frames[0]) if frames else None
                 if version not in (None, codec.WIRE_VERSION):
-                    reply = error_reply("ProtocolError", f"wire version mismatch: the server "
-                                        f"speaks version {codec.WIRE_VERSION}, the request "
-                                        f"came in version {version}; upgrade memoire on one "
-                                        "side")
+                    reply = error_reply(
+                        "ProtocolError",
+                        f"wire version mismatch: the server "
+                        f"speaks version {codec.WIRE_VERSION}, the request "
+                        f"came in version {version}; upgrade memoire on one "
+                        "side",
+                    )
                 else:
                     reply = error_reply("ProtocolError", "malformed request (see the server log)")
             else:
@@ -136,6 +157,7 @@ def rep_answer(stats: Stats, handlers: Mapping[int, Callable[[codec.Message], li
             stats.reject("internal", f"rep: {type(e).__name__}: {e}")
             reply = error_reply("RuntimeError", f"server error: {type(e).__name__}: {e}")
         return reply
+
     return answer
 
 
@@ -149,10 +171,15 @@ class Workers:
       max_message_bytes: the largest message a socket accepts.
     """
 
-    def __init__(self, stats: Stats, *, keys: Optional[CurveKeys] = None,
-                 bind_host: str = LOOPBACK,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT):
+    def __init__(
+        self,
+        stats: Stats,
+        *,
+        keys: Optional[CurveKeys] = None,
+        bind_host: str = LOOPBACK,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+    ):
         self.stats = stats
         self.heartbeat = heartbeat
         self.keys = keys
@@ -167,23 +194,35 @@ class Workers:
 
     # ---- sockets and loops
 
-    def open(self, kind: int, endpoint: str, mode: str, label: str,
-             server_side: bool = True) -> zmq.Socket:
+    def open(
+        self, kind: int, endpoint: str, mode: str, label: str, server_side: bool = True
+    ) -> zmq.Socket:
         """A socket bound or connected (``mode`` ``'Bind'``/``'Conn'``) and recorded in
         :attr:`endpoints` under `label` (with the OS-chosen port when bound)."""
         if self.closing.is_set():
             raise RuntimeError(f"{label}: the server is closed")
-        sock = open_socket(self.ctx, kind, endpoint, mode,
-                           keys=self.keys if (is_bind(mode) and server_side) else None,
-                           bind_host=self.bind_host, max_bytes=self.max_message_bytes,
-                           heartbeat=self.heartbeat)
+        sock = open_socket(
+            self.ctx,
+            kind,
+            endpoint,
+            mode,
+            keys=self.keys if (is_bind(mode) and server_side) else None,
+            bind_host=self.bind_host,
+            max_bytes=self.max_message_bytes,
+            heartbeat=self.heartbeat,
+        )
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
             self.stats.cond.notify_all()
         return sock
 
-    def loop(self, socks: Sequence[zmq.Socket], handle: Callable[[zmq.Socket, list], None],
-             name: str, idle: Optional[Callable[[], None]] = None) -> None:
+    def loop(
+        self,
+        socks: Sequence[zmq.Socket],
+        handle: Callable[[zmq.Socket, list], None],
+        name: str,
+        idle: Optional[Callable[[], None]] = None,
+    ) -> None:
         """Polls `socks` until close(); `handle(sock, frames)` runs per message. `idle` runs
         after a poll that found nothing, and at least every POLL_MS under steady traffic."""
         poller = zmq.Poller()
@@ -197,15 +236,20 @@ class Workers:
             for sock, _ in ready:
                 frames = sock.recv_multipart(copy=False)
                 self.guarded(handle, name, sock, frames)
-            if idle is not None and (not ready
-                                     or time.monotonic() - last_idle >= POLL_MS / 1000):
+            if idle is not None and (not ready or time.monotonic() - last_idle >= POLL_MS / 1000):
                 last_idle = time.monotonic()
                 idle()
+
         self.serve(socks, step)
 
-    def native_loop(self, sock: zmq.Socket, receivers: Mapping[int, Callable[[int, int], Optional[list]]],
-                    handle: Callable[[zmq.Socket, list], None], name: str,
-                    idle: Optional[Callable[[], None]] = None) -> None:
+    def native_loop(
+        self,
+        sock: zmq.Socket,
+        receivers: Mapping[int, Callable[[int, int], Optional[list]]],
+        handle: Callable[[zmq.Socket, list], None],
+        name: str,
+        idle: Optional[Callable[[], None]] = None,
+    ) -> None:
         """A PULL loop whose messages are received in C++ (GIL released): `receivers` maps a
         message type to ``receive(socket address, timeout_ms)``, which takes messages of its
         type and returns the frames of the first other one (or None). The receiver of the type
@@ -229,10 +273,16 @@ class Workers:
                 if kind is not None and kind[0] == codec.WIRE_VERSION and kind[1] in receivers:
                     current = kind[1]
                 self.guarded(handle, name, sock, frames)
+
         self.serve([sock], step)
 
-    def deferring_loop(self, sock: zmq.Socket, answer: Callable[[list], list], name: str,
-                       max_pending: int = MAX_DEFERRED) -> None:
+    def deferring_loop(
+        self,
+        sock: zmq.Socket,
+        answer: Callable[[list], list],
+        name: str,
+        max_pending: int = MAX_DEFERRED,
+    ) -> None:
         """Serves requests on a ROUTER `sock` (REQ peers, or a proxy's DEALER) until close():
         ``answer(request frames) -> reply frames`` as a REP loop would, except that a request
         whose handler raises :class:`WouldBlock` is parked, not waited on: this loop goes on
@@ -260,8 +310,10 @@ class Workers:
                     pending.append([envelope, body, now, wb])
                     self.stats.count("deferred")
                     return
-                reply = error_reply("TimeoutError", f"{wb.what}: {max_pending} requests are "
-                                    f"already waiting ({wb.describe()})")
+                reply = error_reply(
+                    "TimeoutError",
+                    f"{wb.what}: {max_pending} requests are already waiting ({wb.describe()})",
+                )
                 wb.record(0.0, True)
             else:
                 if parked is not None:
@@ -279,8 +331,9 @@ class Workers:
                 if cut is None:  # no REQ envelope: nothing to answer to
                     self.stats.reject("malformed", f"{name}: a request without an envelope")
                     continue
-                self.guarded(lambda s, f, c=cut: run(f[:c + 1], f[c + 1:], None), name, sock,
-                             frames)
+                self.guarded(
+                    lambda s, f, c=cut: run(f[: c + 1], f[c + 1 :], None), name, sock, frames
+                )
 
         def retry() -> None:
             now = time.monotonic()
@@ -289,9 +342,14 @@ class Workers:
                 if now - t0 >= wb.timeout:
                     unpark(entry)
                     wb.record(now - t0, True)
-                    sock.send_multipart(envelope + error_reply(
-                        "TimeoutError", f"{wb.what}: blocked for {wb.timeout:g} s "
-                        f"({wb.describe()})"), copy=False)
+                    sock.send_multipart(
+                        envelope
+                        + error_reply(
+                            "TimeoutError",
+                            f"{wb.what}: blocked for {wb.timeout:g} s ({wb.describe()})",
+                        ),
+                        copy=False,
+                    )
             if pending and pending[0][3].wait(0):
                 for entry in list(pending):
                     self.guarded(lambda s, f, e=entry: run(e[0], e[1], e), name, sock, [])
@@ -307,6 +365,7 @@ class Workers:
                 pending[0][3].wait(DEFERRED_WAIT_S)  # wakes when the oldest may go
             receive()
             retry()
+
         self.serve([sock], step)
 
     def guarded(self, handle, name, sock, frames) -> None:
@@ -339,6 +398,7 @@ class Workers:
 
         def forward(sock, frames):
             (back if sock is front else front).send_multipart(frames, copy=False)
+
         self.loop([front, back], forward, f"{label} proxy")
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
@@ -368,8 +428,12 @@ class Workers:
         with self.stats.lock:
             before = {label: len(self.endpoints[label]) for _, _, label in targets}
         for main, endpoint, _ in targets:
-            t = threading.Thread(target=_logged(main), args=(endpoint, "Bind"), daemon=True,
-                                 name=f"memoire-{main.__name__}")
+            t = threading.Thread(
+                target=_logged(main),
+                args=(endpoint, "Bind"),
+                daemon=True,
+                name=f"memoire-{main.__name__}",
+            )
             t.start()
             self._threads.append(t)
         deadline = time.monotonic() + timeout
@@ -411,8 +475,15 @@ class Publisher:
     def __init__(self, workers: Workers, endpoint: str):
         self._lock = threading.Lock()
         self._closing = workers.closing
-        self._sock = open_socket(workers.ctx, zmq.PUB, endpoint, "Bind", keys=workers.keys,
-                                 bind_host=workers.bind_host, heartbeat=workers.heartbeat)
+        self._sock = open_socket(
+            workers.ctx,
+            zmq.PUB,
+            endpoint,
+            "Bind",
+            keys=workers.keys,
+            bind_host=workers.bind_host,
+            heartbeat=workers.heartbeat,
+        )
         self.endpoint = last_endpoint(self._sock)
 
     def publish(self, topic, message) -> None:
@@ -460,8 +531,11 @@ class Logfile:
             self.path = path
 
     def write(self, uuid: int, message: str) -> None:
-        line = "%s,%08x,%s\n" % (datetime.datetime.now().isoformat(), uuid,
-                                 message.replace("\\", "\\\\").replace("\n", "\\n"))
+        line = "%s,%08x,%s\n" % (
+            datetime.datetime.now().isoformat(),
+            uuid,
+            message.replace("\\", "\\\\").replace("\n", "\\n"),
+        )
         with self._lock:
             if self._file is not None:
                 self._file.write(line)
@@ -484,4 +558,5 @@ def _logged(fn):
             fn(*args)
         except Exception:  # noqa: BLE001 - a failed bind is reported by start()'s timeout
             log.exception("%s failed", fn.__name__)
+
     return run
