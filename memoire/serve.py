@@ -175,6 +175,18 @@ HELP["stream"] = (
     "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)"
 )
 
+# The rate limiter (memoire.rate_limiter, Reverb's semantics), off unless a flag sets it.
+DEFAULTS.update(samples_per_insert=None, min_size_to_sample=None, rate_error_buffer=None)
+HELP.update(
+    samples_per_insert="rate limiter: transitions sampled per transition stored (Reverb's "
+    "SampleToInsertRatio; needs --rate_error_buffer; default: no limiter)",
+    min_size_to_sample="rate limiter: transitions stored before the first sample (default 1; "
+    "alone: Reverb's MinSize)",
+    rate_error_buffer="rate limiter: the band's half width around samples_per_insert * "
+    "min_size_to_sample, in samples (a batch of B needs B <= 2 * this - samples_per_insert)",
+)
+_TYPES.update(samples_per_insert=float, min_size_to_sample=int, rate_error_buffer=float)
+
 
 def _shape(text: str):
     text = str(text).strip()
@@ -217,6 +229,9 @@ def build_server(cfg: dict):
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
     limits.update(_checkpoint_settings(cfg))
+    limiter = _rate_limiter(cfg)
+    if limiter is not None:
+        limits["rate_limiter"] = limiter
     srv = ReplayMemoryServer(
         *templates,
         int(cfg["max_step"]),
@@ -232,6 +247,28 @@ def build_server(cfg: dict):
     if cfg["logfile"]:
         srv.set_logfile(cfg["logfile"], cfg["logmode"])
     return srv
+
+
+def _rate_limiter(cfg: dict):
+    """The server's rate limiter from the three rate flags; None when none is given.
+
+    Raises:
+      ValueError: a ratio without its error buffer (Reverb asks for both), or the reverse.
+    """
+    from memoire.rate_limiter import MinSize, SampleToInsertRatio
+
+    spi, size, error = (
+        cfg[k] for k in ("samples_per_insert", "min_size_to_sample", "rate_error_buffer")
+    )
+    if spi is None:
+        if error is not None:
+            raise ValueError("--rate_error_buffer: needs --samples_per_insert")
+        return None if size is None else MinSize(int(size))
+    if error is None:
+        raise ValueError(
+            "--samples_per_insert: needs --rate_error_buffer (the band's half width in samples)"
+        )
+    return SampleToInsertRatio(float(spi), 1 if size is None else int(size), float(error))
 
 
 def _checkpoint_settings(cfg: dict) -> dict:

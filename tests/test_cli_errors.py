@@ -345,9 +345,10 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     actions = _check_help(prog, main, monkeypatch, capsys)
     if prog == "memoire serve":  # the 26 options, the 6 limits of docs/LIMITS.md,
         # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed, --tensorboard,
-        # the memory's --checkpoint_dir, --checkpoint_every, every parser's --log-level, and
-        # --stream
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 42
+        # the memory's --checkpoint_dir, --checkpoint_every, every parser's --log-level,
+        # --stream, and the rate limiter's --samples_per_insert, --min_size_to_sample and
+        # --rate_error_buffer
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 45
     # Every command takes --log-level (memoire.cli.ArgumentParser).
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
 

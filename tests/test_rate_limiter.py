@@ -196,6 +196,58 @@ def test_server_refuses_a_min_size_beyond_its_capacity():
         ReplayMemoryServer(*TEMPLATES, 1000, None, rate_limiter=MinSize(2000))
 
 
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([], None),
+        (["--min_size_to_sample", "50"], (1.0, 50, -math.inf, math.inf)),
+        (
+            [
+                "--samples_per_insert",
+                "4",
+                "--min_size_to_sample",
+                "10",
+                "--rate_error_buffer",
+                "80",
+            ],
+            (4.0, 10, -40.0, 120.0),
+        ),
+    ],
+)
+def test_memoire_serve_flags_set_the_servers_limiter(flags, expected):
+    from memoire import serve
+
+    args = ["--max_step", "100", "--n_caches", "2"] + flags
+    srv = serve.build_server(serve._config(serve.build_parser().parse_args(args)))
+    try:
+        lim = srv.rate_limiter
+        got = (
+            None
+            if lim is None
+            else (lim.samples_per_insert, lim.min_size_to_sample, lim.min_diff, lim.max_diff)
+        )
+        assert got == expected
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--samples_per_insert", "4"], "needs --rate_error_buffer"),
+        (["--rate_error_buffer", "10"], "needs --samples_per_insert"),
+        (["--min_size_to_sample", "500"], "min_size_to_sample=500"),
+        (["--samples_per_insert", "-1", "--rate_error_buffer", "10"], "samples_per_insert"),
+    ],
+)
+def test_memoire_serve_refuses_bad_limiter_flags_in_one_line(flags, match, capsys):
+    from memoire import serve
+
+    assert serve.main(["--max_step", "100", "--duration", "0"] + flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("memoire serve: error:") and match in err[0]
+
+
 # ---------------------------------------------------------------------------- on the server
 
 
