@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -106,6 +107,7 @@ def _start_actor(srv, endpoint):
         [sys.executable, "-c", ACTOR, endpoint, _spec_text(srv)],
         stdout=subprocess.PIPE,
         env=subprocess_env(),
+        cwd=tempfile.gettempdir(),  # not the checkout, whose memoire/ has no extension
     )
     assert proc.stdout.readline().strip() == b"open"
     return proc
@@ -222,6 +224,7 @@ def test_a_learner_notices_when_all_its_actors_are_gone():
                     [sys.executable, "-c", script, sockets.endpoints["experience"]],
                     stdout=subprocess.PIPE,
                     env=subprocess_env(),
+                    cwd=tempfile.gettempdir(),
                 )
             )
             assert procs[-1].stdout.readline().strip() == b"up"

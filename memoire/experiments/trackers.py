@@ -329,7 +329,10 @@ class ReplayProbe:
                 return None
             if hasattr(m, "priorities") and hasattr(m, "keys"):  # memoire's: by key
                 return np.asarray(m.priorities(m.keys()), np.float64) if len(m) else np.zeros(0)
-            return np.asarray(dist._sum_tree.get(np.arange(dist.size)), np.float64)
+            tree = dist._sum_tree
+            if not hasattr(tree, "get"):  # a remote buffer's stand-in: priorities stay remote
+                return None
+            return np.asarray(tree.get(np.arange(dist.size)), np.float64)
         tree = getattr(m, "sum_tree", None)
         capacity = getattr(m, "_replay_capacity", None)
         if tree is None or capacity is None:
