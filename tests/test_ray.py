@@ -31,17 +31,25 @@ TINY = (
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """A local Ray cluster on loopback for this module; yields its address."""
     import ray
 
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        namespace="memoire",
-        log_to_driver=False,
-    )
+    # Ray puts the driver's working directory first on its workers' sys.path: started from the
+    # checkout, they would import the source tree's memoire/, which has no extension when
+    # memoire is installed.
+    here = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("ray_driver"))
+    try:
+        ray.init(
+            num_cpus=4,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            namespace="memoire",
+            log_to_driver=False,
+        )
+    finally:
+        os.chdir(here)
     try:
         # Ray's servers listen on every interface; the tests reach them through loopback.
         yield "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
