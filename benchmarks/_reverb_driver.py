@@ -67,6 +67,25 @@ def _rss() -> int:
 # ---------------------------------------------------------------------------- workers
 
 
+def _end_episode(w, stop) -> None:
+    """Ends the episode, waiting (in 1 s steps) until its items are confirmed; gives up once
+    `stop` is set: a rate limiter holds inserts back for ever once the learner has stopped."""
+    import reverb
+
+    try:
+        w.end_episode(timeout_ms=1000)  # buffers reset even when it times out
+        return
+    except reverb.DeadlineExceededError:
+        pass
+    while True:
+        try:
+            w.flush(timeout_ms=1000)
+            return
+        except reverb.DeadlineExceededError:
+            if stop.is_set():
+                return
+
+
 def _write(address: str, items, stop, kind: str, seed: int) -> int:
     """Writes episodes until `items` items are written (None: until `stop`); returns items."""
     import reverb
@@ -74,7 +93,9 @@ def _write(address: str, items, stop, kind: str, seed: int) -> int:
     client = reverb.Client(address)
     rng = np.random.default_rng(seed)
     done = 0
-    with client.trajectory_writer(num_keep_alive_refs=STACK + 1) as w:
+    # No `with`: its exit flushes without a timeout, which a rate limiter can hold for ever.
+    w = client.trajectory_writer(num_keep_alive_refs=STACK + 1)
+    try:
         while not stop.is_set() and (items is None or done < items):
             obs = frames(kind, EPISODE, rng)
             for t in range(EPISODE):
@@ -92,7 +113,9 @@ def _write(address: str, items, stop, kind: str, seed: int) -> int:
                     done += 1
                     if (items is not None and done >= items) or (t % 16 == 0 and stop.is_set()):
                         break
-            w.end_episode(timeout_ms=60_000)
+            _end_episode(w, stop)
+    finally:
+        w.close()
     return done
 
 

@@ -268,6 +268,9 @@ def main(argv=None) -> None:
     def row(name, unit, mem, rev_op=None, rev_key=None, better="higher", **kw):
         rev = reverb(rev_op, **kw)[rev_key] if (reverb and rev_op) else None
         rows.append((name, unit, mem, rev, better))
+        print(
+            f"{name}: memoire {_fmt(mem)}, Reverb {_fmt(rev)} {unit}", file=sys.stderr, flush=True
+        )
 
     s = args.seconds
     try:
