@@ -12,7 +12,7 @@ everything else (TensorFlow's and Reverb's logs) goes to stderr. Requests:
                                                         -> {"bytes_per_item": ..., "rss_delta": ...}
   {"op": "quit"}
 
-The server lives in this process; actors, the writer and the learner are worker processes of
+The server lives in this process (for "memory", in a process of its own); actors, the writer and the learner are worker processes of
 their own (spawned once, each imports Reverb), driven over pipes. Items follow Acme's pattern:
 ``trajectory_writer(num_keep_alive_refs=5)``, one ``append`` per step and one ``create_item``
 per step whose ``obs`` is the last 5 frames (a stack of 4 and the next one, frames shared
@@ -269,15 +269,37 @@ def sample(workers: Workers, writer: bool, limiter: bool, seconds: float, fill: 
     return {"batches_per_s": rate}
 
 
-def memory(workers: Workers, items: int, frames: str) -> dict:
+def _memory_server(items: int, conn) -> None:
+    """A process of its own holding only a server (the driver's has held earlier servers,
+    whose freed memory would blur an RSS delta): replies its RSS to each request."""
     server, address = _server(items + 10)
-    before = _rss()
-    workers.stop.clear()
-    workers.send(0, op="write", address=address, items=items, frames=frames)
-    written = workers.result(0)
-    time.sleep(0.5)
-    after = _rss()
+    conn.send(address)
+    while conn.recv() is not None:
+        conn.send(_rss())
     server.stop()
+
+
+def memory(workers: Workers, items: int, frames: str) -> dict:
+    parent, child = mp.get_context("spawn").Pipe()
+    proc = mp.get_context("spawn").Process(target=_memory_server, args=(items, child))
+    proc.start()
+    try:
+        if not parent.poll(600):
+            raise RuntimeError("the Reverb server process did not start within 600 s")
+        address = parent.recv()
+        parent.send("rss")
+        before = parent.recv()
+        workers.stop.clear()
+        workers.send(0, op="write", address=address, items=items, frames=frames)
+        written = workers.result(0)
+        time.sleep(0.5)
+        parent.send("rss")
+        after = parent.recv()
+        parent.send(None)
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
     return {"bytes_per_item": (after - before) / written, "rss_delta": after - before}
 
 
