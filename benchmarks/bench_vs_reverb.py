@@ -5,7 +5,7 @@ memory per transition; a markdown table of memoire/Reverb ratios.
     PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_vs_reverb.py \\
         --setup-reverb /tmp/reverbenv            # once: Reverb's own venv (minutes, ~1.3 GB)
     PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_vs_reverb.py \\
-        --reverb-python /tmp/reverbenv/bin/python [--seconds 3] [--memory-items 5000]
+        --reverb-python /tmp/reverbenv/bin/python [--seconds 3] [--repeats 1] [--memory-items 5000]
     PYTHONPATH=$PWD python benchmarks/bench_vs_reverb.py --quick   # memoire only, seconds
 
 Reverb needs TensorFlow 2.15, so it lives in a virtual environment of its own and runs in a
@@ -36,6 +36,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -248,6 +249,7 @@ def main(argv=None) -> None:
     ap.add_argument("--setup-reverb", metavar="DIR", help="create Reverb's venv in DIR and exit")
     ap.add_argument("--reverb-python", metavar="PY", help="Reverb's interpreter (DIR/bin/python)")
     ap.add_argument("--seconds", type=float, default=3.0, help="timed window per measurement")
+    ap.add_argument("--repeats", type=int, default=1, help="alternating runs (medians)")
     ap.add_argument("--memory-items", type=int, default=5000, help="transitions (memory rows)")
     ap.add_argument(
         "--quick", action="store_true", help="memoire only, tiny: ingest 1 actor, idle stream"
@@ -258,19 +260,25 @@ def main(argv=None) -> None:
         return
     reverb = None
     if args.quick:
-        args.reverb_python, args.seconds, args.memory_items = None, 0.3, 500
+        args.reverb_python, args.seconds, args.memory_items, args.repeats = None, 0.3, 500, 1
     if args.reverb_python:
         reverb = Reverb(args.reverb_python)
     else:
         print(SETUP_HINT)
     rows = []  # (workload, unit, memoire, Reverb, higher is better)
 
-    def row(name, unit, mem, rev_op=None, rev_key=None, better="higher", **kw):
-        rev = reverb(rev_op, **kw)[rev_key] if (reverb and rev_op) else None
+    def row(name, unit, mem_fn, rev_op, rev_key, better="higher", **kw):
+        """Measures memoire (`mem_fn()`) and Reverb (`rev_op`) alternately, --repeats times
+        each, and keeps the medians."""
+        mems, revs = [], []
+        for _ in range(args.repeats):
+            mems.append(mem_fn())
+            if reverb is not None:
+                revs.append(reverb(rev_op, **kw)[rev_key])
+        mem, rev = statistics.median(mems), (statistics.median(revs) if revs else None)
         rows.append((name, unit, mem, rev, better))
-        print(
-            f"{name}: memoire {_fmt(mem)}, Reverb {_fmt(rev)} {unit}", file=sys.stderr, flush=True
-        )
+        runs = ", ".join(_fmt(x) for x in mems) + " / " + ", ".join(_fmt(x) for x in revs)
+        print(f"{name} ({unit}), memoire / Reverb: {runs}", file=sys.stderr, flush=True)
 
     s = args.seconds
     try:
@@ -278,7 +286,7 @@ def main(argv=None) -> None:
             row(
                 f"ingest, {n} actor{'s' if n > 1 else ''}",
                 "transitions/s",
-                memoire_ingest(n, s),
+                lambda n=n: memoire_ingest(n, s),
                 "ingest",
                 "items_per_s",
                 actors=n,
@@ -297,7 +305,7 @@ def main(argv=None) -> None:
             row(
                 f"sample B={BATCH}, learner process, {when}: {way_name} / TrajectoryDataset",
                 "batches/s",
-                memoire_sample(case, way, s),
+                lambda c=case, w=way: memoire_sample(c, w, s),
                 "sample",
                 "batches_per_s",
                 writer=case != "idle",
@@ -309,7 +317,7 @@ def main(argv=None) -> None:
             row(
                 f"server memory per transition, {kind} frames (raw frame {RAW_BYTES:,} B)",
                 "bytes",
-                memoire_memory(args.memory_items, kind),
+                lambda k=kind: memoire_memory(args.memory_items, k),
                 "memory",
                 "bytes_per_item",
                 better="lower",
@@ -323,6 +331,7 @@ def main(argv=None) -> None:
     load = os.getloadavg()
     print(
         f"\nuint8[84,84] frames, stack {rd.STACK}, batch {BATCH}, {s} s windows, "
+        f"medians of {args.repeats}, "
         f"{os.cpu_count()} cpus, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}\n"
     )
     print("| workload | unit | memoire | Reverb | memoire/Reverb |")
