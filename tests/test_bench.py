@@ -155,3 +155,32 @@ def test_raw_frames_are_memoires_own_messages():
         msg = codec.decode(ingest.raw_frames(ingest.Setup(mode=mode)))
         assert msg.type == (codec.Msg.CACHE if mode == "cache" else codec.Msg.CHUNK)
         assert len(msg["weight" if mode == "cache" else "init_w"]) == rows
+
+
+def test_bench_vs_reverb_help_and_quick_memoire_only():
+    import os
+    import subprocess
+    import sys
+
+    from _subprocess_env import subprocess_env
+
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bench_vs_reverb.py")
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, script, *args],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    assert "--reverb-python" in run("--help").stdout
+    out = run("--quick")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    # One line says how to get Reverb's columns; memoire's rows have numbers, Reverb's none.
+    assert [x for x in lines if "Reverb columns skipped" in x] == [lines[0]]
+    rows = [x for x in lines if x.startswith("| ingest") or x.startswith("| sample")]
+    assert len(rows) == 2 and all(r.endswith("| - | - |") for r in rows)
+    assert all(float(r.split("|")[3].replace(",", "")) > 0 for r in rows)
