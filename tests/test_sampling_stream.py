@@ -178,6 +178,49 @@ def test_credit_bounds_batches_in_flight(credit, depth):
             assert srv.stats()["stream_batches"] <= 3 * (credit + depth) + taken + depth + credit
 
 
+def test_the_servers_rate_limiter_holds_streams_in_its_band():
+    from memoire.rate_limiter import SampleToInsertRatio
+
+    # Band [36, 164] around 2 * 50: with I transitions inserted, at most 2 * I - 36 rows may
+    # be sampled, in batches of 8.
+    limiter = SampleToInsertRatio(2.0, 50, 64.0)
+    srv = ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=7, rate_limiter=limiter)
+    with srv:
+        _configure(srv.rem)
+        _fill(srv.rem)  # 135 transitions, stored directly: counted by hand
+        limiter.inserted(135)
+        with SamplingStream(srv.start_stream(), 8, credit=8, depth=2, timeout=10) as stream:
+            for _ in range(29):  # (2 * 135 - 36) // 8
+                next(stream)
+            time.sleep(0.3)  # room for the server to overshoot, if it would
+            assert srv.stats()["stream_batches"] == 29
+            assert limiter.counters()["samples"] == 29 * 8
+            assert srv.stats()["stream_rate_limited"] > 0
+            limiter.inserted(40)  # 80 more rows: 10 more batches
+            for _ in range(10):
+                next(stream)
+            time.sleep(0.3)
+            assert srv.stats()["stream_batches"] == 39
+            assert limiter.counters()["samples"] == 39 * 8
+
+
+def test_a_stream_batch_the_limiters_band_can_never_allow_is_an_error_not_a_dead_worker():
+    from memoire.rate_limiter import SampleToInsertRatio
+
+    limiter = SampleToInsertRatio(1.0, 10, 4.0)  # a band 8 wide: a batch of 16 never fits
+    srv = ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=7, rate_limiter=limiter)
+    with srv:
+        _configure(srv.rem)
+        _fill(srv.rem)
+        limiter.inserted(135)
+        ep = srv.start_stream()
+        with SamplingStream(ep, 16, credit=1, depth=1, timeout=10) as stream:
+            with pytest.raises(Exception, match="band"):
+                next(stream)
+        with SamplingStream(ep, 2, credit=1, depth=1, timeout=10) as stream:
+            assert next(stream).id.shape == (2,)  # the worker serves on
+
+
 # ---------------------------------------------------------------- priorities
 
 

@@ -55,6 +55,7 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_SHM_BYTES = 1 << 30  # one stream's shared-memory slots; larger ones use the wire
 BURST = 4  # batches sent to one stream before the next stream's turn
 ERROR_PAUSE_S = 0.05  # after a failed draw (e.g. nothing sampleable yet), that stream waits
+LIMITED_PAUSE_S = 0.002  # while the server's rate limiter holds samples back, a stream waits
 SEND_TIMEOUT_MS = 1000
 RECV_PER_STEP = 64
 DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
@@ -152,7 +153,13 @@ class SamplingService:
                     self._stats.reject("stream_idle", f"stream silent for {self.idle_timeout} s")
 
     def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
-        k = min(s.credit, BURST)
+        try:
+            k = self._allowed(s, min(s.credit, BURST))
+        except ValueError as e:  # a batch the limiter's band can never allow
+            self._draw_failed(sock, ident, s, str(e))
+            return
+        if k == 0:
+            return
         sent, error = _core.stream_send(
             self._server.rem,
             sock.underlying,
@@ -173,12 +180,30 @@ class SamplingService:
                 self._stats.counts["stream_batches"] += sent
                 self._stats.counts["rows_sampled"] += sent * s.batch_size
         if error is not None:
-            # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
-            # error, as an in-process feed's is. It spends the credit; the stream pauses.
-            s.credit -= 1
-            s.paused_until = time.monotonic() + ERROR_PAUSE_S
-            self._stats.count("stream_draw_errors")
-            self._reply(sock, ident, error_reply(DRAW_ERROR, error))
+            self._draw_failed(sock, ident, s, error)
+
+    def _draw_failed(self, sock: zmq.Socket, ident: bytes, s: _Stream, error: str) -> None:
+        # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
+        # error, as an in-process feed's is. It spends the credit; the stream pauses.
+        s.credit -= 1
+        s.paused_until = time.monotonic() + ERROR_PAUSE_S
+        self._stats.count("stream_draw_errors")
+        self._reply(sock, ident, error_reply(DRAW_ERROR, error))
+
+    def _allowed(self, s: _Stream, k: int) -> int:
+        """How many of ``k`` batches the server's rate limiter lets this stream draw now,
+        counted as sampled (all ``k`` without a limiter). A stream held back pauses briefly
+        (the worker never waits on the limiter: it serves every stream and request)."""
+        limiter = self._server.rate_limiter
+        if limiter is None:
+            return k
+        granted = 0
+        while granted < k and limiter.await_sample(s.batch_size, 0.0, False):
+            granted += 1
+        if granted == 0:
+            s.paused_until = time.monotonic() + LIMITED_PAUSE_S
+            self._stats.count("stream_rate_limited")
+        return granted
 
     # ---- requests
 
