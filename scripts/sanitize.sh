@@ -35,6 +35,8 @@ cp build/asan-py/_core*.so "$PKG/memoire/"
 LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
 LIBUBSAN=$(${CXX:-g++} -print-file-name=libubsan.so)
 # The tests run from a copy too, so that pytest's rootdir import finds the sanitized package.
+# (The rate limiter's end-to-end training run is left to `make test`: it needs configs/ and a
+# TensorFlow and JAX learner, not the sanitized core.)
 cp -r tests "$PKG/tests"
 cd "$PKG"
 LD_PRELOAD="$LIBASAN $LIBUBSAN" \
@@ -44,4 +46,5 @@ PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/t
   tests/test_memory_properties.py tests/test_memory_threads.py tests/test_codec.py \
   tests/test_codec_fuzz.py tests/test_server.py tests/test_checkpoint_fuzz.py \
   tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
-  tests/test_sampling_stream.py tests/test_rate_limiter.py "$@"
+  tests/test_sampling_stream.py tests/test_rate_limiter.py \
+  --deselect tests/test_rate_limiter.py::test_a_distributed_learner_keeps_its_replay_ratio "$@"
