@@ -113,7 +113,10 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
         "--ray_address",
         cluster,
     ]
-    for b in TINY:
+    # Iterations long enough (2,000 steps) that the first actors cannot finish iteration 0
+    # before the test kills them, and the learner cannot finish iteration 1 before its kill,
+    # however slow the machine is between the test's steps.
+    for b in TINY + ("Runner.training_steps = 2000",):
         cmd += ["--gin_bindings", b]
 
     # 1. Both actors are placed and stream; then both processes are killed, so the run can
