@@ -447,15 +447,21 @@ def _run_children(args, sweep, indices: list[int], progress) -> int:
             log_file.close()
             del running[index]
             failed += code != 0
-            if code == 0:
-                log.info("index %d done", index)
-            else:
-                log.error("index %d FAILED (exit %d)", index, code)
-            progress.update(1, quiet=True)
-            progress.note(f"done, {len(running)} running, {failed} failed")
+            _finished(index, code, progress, f"done, {len(running)} running, {failed} failed")
         time.sleep(0.2)
     log.info("%d/%d succeeded", len(indices) - failed, len(indices))
     return failed
+
+
+def _finished(index: int, code: int, progress, note: str) -> None:
+    """Logs sweep index ``index``'s exit ``code`` and counts it in ``progress`` (either
+    launcher)."""
+    if code == 0:
+        log.info("index %d done", index)
+    else:
+        log.error("index %d FAILED (exit %d)", index, code)
+    progress.update(1, quiet=True)
+    progress.note(note)
 
 
 def _absolute(args):
@@ -486,12 +492,7 @@ def _run_on_ray(args, sweep: Sweep, indices: list[int], progress) -> int:
         jobs, address=args.ray_address or "", cpus=args.cpus, gpus=args.gpus
     ):
         failed += code != 0
-        if code == 0:
-            log.info("index %d done", index)
-        else:
-            log.error("index %d FAILED (exit %d)", index, code)
-        progress.update(1, quiet=True)
-        progress.note(f"done, {failed} failed")
+        _finished(index, code, progress, f"done, {failed} failed")
     log.info("%d/%d succeeded", len(indices) - failed, len(indices))
     return failed
 
