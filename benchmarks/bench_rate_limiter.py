@@ -37,15 +37,10 @@ FILLED = CAPACITY - 4 * EPISODE  # every case samples from a memory this full (s
 
 
 def _templates():
-    return (
-        np.zeros(SHAPE, np.uint8),
-        np.zeros([], np.int64),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([0], np.uint8),
-    )
+    """The Atari-like layout: uint8 frames of shape SHAPE."""
+    from memoire.bench.ingest import templates as layout
+
+    return layout(SHAPE, np.uint8)
 
 
 def _writer(endpoint, spec, stop):

@@ -37,15 +37,10 @@ EPISODE = 1000
 
 
 def templates():
-    return (
-        np.zeros(FRAME, np.uint8),
-        np.zeros([], np.int64),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([0], np.uint8),
-    )
+    """The Atari-like layout: uint8 frames of shape FRAME."""
+    from memoire.bench.ingest import templates as layout
+
+    return layout(FRAME, np.uint8)
 
 
 def fill(rem, n: int) -> None:
