@@ -5,19 +5,23 @@ Protocol: JSON lines. The benchmark writes one request per line on this process'
 reads one reply per line on its stdout (``{"ok": true, ...}`` or ``{"ok": false, "error": ...}``);
 everything else (TensorFlow's and Reverb's logs) goes to stderr. Requests:
 
-  {"op": "ingest", "actors": n, "seconds": s}          -> {"items_per_s": ...}
-  {"op": "sample", "writer": bool, "limiter": bool, "seconds": s, "fill": n}
-                                                        -> {"batches_per_s": ...}
-  {"op": "memory", "items": n, "frames": "random"|"compressible"}
+  {"op": "ingest", "actors": n, "seconds": s, "layout": L}     -> {"items_per_s": ...}
+  {"op": "sample", "writer": bool, "limiter": bool, "seconds": s, "fill": n,
+   "rate": r, "inprocess": bool, "layout": L}                   -> {"batches_per_s": ...}
+  {"op": "memory", "items": n, "frames": "random"|"compressible"|"ale", "source": path}
                                                         -> {"bytes_per_item": ..., "rss_delta": ...}
   {"op": "quit"}
 
-The server lives in this process (for "memory", in a process of its own); actors, the writer and the learner are worker processes of
-their own (spawned once, each imports Reverb), driven over pipes. Items follow Acme's pattern:
-``trajectory_writer(num_keep_alive_refs=5)``, one ``append`` per step and one ``create_item``
-per step whose ``obs`` is the last 5 frames (a stack of 4 and the next one, frames shared
-between items through chunks), ``end_episode()`` every EPISODE steps. No per-step ``flush``
-(Reverb's best case: its docs' per-step flush cost 40-45% of ingest on this machine).
+Layouts (L): "atari", uint8[84,84] frames stacked 4, and "small", CartPole-like float32[4]
+observations stacked 1. The server lives in this process (for "memory", in a process of its
+own); actors, the writer and the learner are worker processes of their own (spawned once, each
+imports Reverb), driven over pipes; with "inprocess" the learner's dataset runs in this process,
+beside the server. A writer with "rate" > 0 paces itself to about that many items per second.
+Items follow Acme's pattern: ``trajectory_writer(num_keep_alive_refs=stack + 1)``, one
+``append`` per step and one ``create_item`` per step whose ``obs`` is the last stack + 1
+observations (a stack and the next one, frames shared between items through chunks),
+``end_episode()`` every EPISODE steps. No per-step ``flush`` (Reverb's best case: its docs'
+per-step flush cost 40-45% of ingest on this machine).
 """
 
 from __future__ import annotations
@@ -37,14 +41,26 @@ EPISODE = 256
 CAPACITY = 20000
 TABLE = "replay"
 SAMPLES_PER_INSERT = 8.0  # DQN's replay ratio (batch 32 every 4 steps), as memoire's side
+# layout -> (observation shape, dtype, frame stack): Atari screens, or CartPole-like vectors.
+LAYOUTS = {"atari": (FRAME, "uint8", STACK), "small": ((4,), "float32", 1)}
 
 
-def frames(kind: str, n: int, rng) -> np.ndarray:
-    """uint8[n, 84, 84] frames, both systems' (bench_vs_reverb imports this): "random" (nothing
-    compresses), or "compressible": a Breakout-like screen, bands of bricks and a floor that
-    never change, a 2x2 ball and a 12-pixel paddle that move each frame."""
+def frames(kind: str, n: int, rng, layout: str = "atari", source=None) -> np.ndarray:
+    """[n, *shape] observations of `layout`, both systems' (bench_vs_reverb imports this):
+    "random" (nothing compresses); for "atari" also "compressible", a synthetic Breakout-like
+    screen (bands of bricks and a floor that never change, a 2x2 ball and a 12-pixel paddle
+    that move each frame), or "ale", n consecutive frames of the uint8[N, 84, 84] .npy file
+    `source` (screens recorded from ALE games, ``benchmarks/_ale_frames.py``) from a random
+    start."""
+    shape, dtype, _ = LAYOUTS[layout]
+    if layout == "small":
+        return rng.standard_normal((n, *shape)).astype(dtype)
     if kind == "random":
         return rng.integers(0, 255, (n, *FRAME), dtype=np.uint8)
+    if kind == "ale":
+        recorded = np.load(source, mmap_mode="r")
+        start = int(rng.integers(0, len(recorded) - n + 1))
+        return np.array(recorded[start : start + n])
     out = np.zeros((n, *FRAME), np.uint8)
     out[:, 10:30] = np.arange(20, dtype=np.uint8)[:, None] * 7 + 40  # bricks: bands of grey
     out[:, 80:82] = 200  # the paddle's floor
@@ -86,31 +102,46 @@ def _end_episode(w, stop) -> None:
                 return
 
 
-def _write(address: str, items, stop, kind: str, seed: int) -> int:
-    """Writes episodes until `items` items are written (None: until `stop`); returns items."""
+def _write(
+    address: str,
+    items,
+    stop,
+    kind: str,
+    seed: int,
+    layout: str = "atari",
+    rate: float = 0.0,
+    source=None,
+) -> int:
+    """Writes episodes until `items` items are written (None: until `stop`), at about `rate`
+    items per second when `rate` > 0; returns items."""
     import reverb
 
     client = reverb.Client(address)
     rng = np.random.default_rng(seed)
-    done = 0
+    stack = LAYOUTS[layout][2]
+    done, start = 0, time.monotonic()
     # No `with`: its exit flushes without a timeout, which a rate limiter can hold for ever.
-    w = client.trajectory_writer(num_keep_alive_refs=STACK + 1)
+    w = client.trajectory_writer(num_keep_alive_refs=stack + 1)
     try:
         while not stop.is_set() and (items is None or done < items):
-            obs = frames(kind, EPISODE, rng)
+            obs = frames(kind, EPISODE, rng, layout, source)
             for t in range(EPISODE):
                 w.append({"obs": obs[t], "action": np.int64(t % 4), "reward": np.float32(0.5)})
-                if t >= STACK:
+                if t >= stack:
                     w.create_item(
                         TABLE,
                         1.0,
                         {
-                            "obs": w.history["obs"][-(STACK + 1) :],
+                            "obs": w.history["obs"][-(stack + 1) :],
                             "action": w.history["action"][-2],
                             "reward": w.history["reward"][-2],
                         },
                     )
                     done += 1
+                    if rate > 0:
+                        ahead = start + done / rate - time.monotonic()
+                        if ahead > 0.002:
+                            time.sleep(ahead)
                     if (items is not None and done >= items) or (t % 16 == 0 and stop.is_set()):
                         break
             _end_episode(w, stop)
@@ -147,7 +178,16 @@ def _worker(conn, stop, index: int) -> None:
             return
         try:
             if cmd["op"] == "write":
-                out = _write(cmd["address"], cmd.get("items"), stop, cmd["frames"], index)
+                out = _write(
+                    cmd["address"],
+                    cmd.get("items"),
+                    stop,
+                    cmd["frames"],
+                    index,
+                    cmd.get("layout", "atari"),
+                    cmd.get("rate", 0.0),
+                    cmd.get("source"),
+                )
             else:
                 out = _sample(cmd["address"], cmd["seconds"])
             conn.send(("ok", out))
@@ -197,10 +237,10 @@ class Workers:
 # ---------------------------------------------------------------------------- server
 
 
-def _server(max_size: int, min_size_to_sample: int = 0):
-    """A Reverb server on an OS-picked port with one uniform FIFO table; `min_size_to_sample`
-    > 0: SampleToInsertRatio(SAMPLES_PER_INSERT, min_size_to_sample, 100 * BATCH), else
-    MinSize(1)."""
+def _server(max_size: int, min_size_to_sample: int = 0, layout: str = "atari"):
+    """A Reverb server on an OS-picked port with one uniform FIFO table of `layout` items;
+    `min_size_to_sample` > 0: SampleToInsertRatio(SAMPLES_PER_INSERT, min_size_to_sample,
+    100 * BATCH), else MinSize(1)."""
     import reverb
     import tensorflow as tf
 
@@ -212,8 +252,9 @@ def _server(max_size: int, min_size_to_sample: int = 0):
         )
     else:
         rate = reverb.rate_limiters.MinSize(1)
+    shape, dtype, stack = LAYOUTS[layout]
     signature = {
-        "obs": tf.TensorSpec([STACK + 1, *FRAME], tf.uint8),
+        "obs": tf.TensorSpec([stack + 1, *shape], tf.as_dtype(dtype)),
         "action": tf.TensorSpec([], tf.int64),
         "reward": tf.TensorSpec([], tf.float32),
     }
@@ -234,14 +275,14 @@ def _inserts(client) -> int:
     return int(client.server_info()[TABLE].rate_limiter_info.insert_stats.completed)
 
 
-def ingest(workers: Workers, actors: int, seconds: float) -> dict:
+def ingest(workers: Workers, actors: int, seconds: float, layout: str = "atari") -> dict:
     import reverb
 
-    server, address = _server(CAPACITY)
+    server, address = _server(CAPACITY, layout=layout)
     client = reverb.Client(address)
     workers.stop.clear()
     for k in range(actors):
-        workers.send(k, op="write", address=address, frames="random")
+        workers.send(k, op="write", address=address, frames="random", layout=layout)
     time.sleep(1.0)  # warm-up: clients connect, first chunks
     n0, t0 = _inserts(client), time.monotonic()
     time.sleep(seconds)
@@ -253,20 +294,35 @@ def ingest(workers: Workers, actors: int, seconds: float) -> dict:
     return {"items_per_s": (n1 - n0) / (t1 - t0)}
 
 
-def sample(workers: Workers, writer: bool, limiter: bool, seconds: float, fill: int) -> dict:
-    server, address = _server(CAPACITY, fill if limiter else 0)
+def sample(
+    workers: Workers,
+    writer: bool,
+    limiter: bool,
+    seconds: float,
+    fill: int,
+    rate: float = 0.0,
+    inprocess: bool = False,
+    layout: str = "atari",
+) -> dict:
+    """Batches per second of a learner's TrajectoryDataset, in a worker process (or, with
+    `inprocess`, in this one, beside the server), over a table prefilled with `fill` items;
+    with `writer`, while a writer adds more (at `rate` items per second; 0: full speed)."""
+    server, address = _server(CAPACITY, fill if limiter else 0, layout)
     workers.stop.clear()
-    workers.send(0, op="write", address=address, items=fill, frames="random")
+    workers.send(0, op="write", address=address, items=fill, frames="random", layout=layout)
     workers.result(0)
     if writer:
-        workers.send(0, op="write", address=address, frames="random")
-    workers.send(2, op="sample", address=address, seconds=seconds)
-    rate = workers.result(2, timeout=seconds + 600)
+        workers.send(0, op="write", address=address, frames="random", layout=layout, rate=rate)
+    if inprocess:
+        batches_per_s = _sample(address, seconds)
+    else:
+        workers.send(2, op="sample", address=address, seconds=seconds)
+        batches_per_s = workers.result(2, timeout=seconds + 600)
     workers.stop.set()
     if writer:
         workers.result(0)
     server.stop()
-    return {"batches_per_s": rate}
+    return {"batches_per_s": batches_per_s}
 
 
 def _memory_server(items: int, conn) -> None:
@@ -279,7 +335,7 @@ def _memory_server(items: int, conn) -> None:
     server.stop()
 
 
-def memory(workers: Workers, items: int, frames: str) -> dict:
+def memory(workers: Workers, items: int, frames: str, source=None) -> dict:
     parent, child = mp.get_context("spawn").Pipe()
     proc = mp.get_context("spawn").Process(target=_memory_server, args=(items, child))
     proc.start()
@@ -290,7 +346,7 @@ def memory(workers: Workers, items: int, frames: str) -> dict:
         parent.send("rss")
         before = parent.recv()
         workers.stop.clear()
-        workers.send(0, op="write", address=address, items=items, frames=frames)
+        workers.send(0, op="write", address=address, items=items, frames=frames, source=source)
         written = workers.result(0)
         time.sleep(0.5)
         parent.send("rss")

@@ -43,7 +43,9 @@ def _templates():
     return layout(SHAPE, np.uint8)
 
 
-def _writer(endpoint, spec, stop):
+def _writer(endpoint, spec, stop, rate: float = 0.0):
+    """Streams Atari-like episodes into `endpoint` until `stop`: as fast as it can, or at about
+    `rate` transitions per second when `rate` > 0 (a paced writer: a few actors' worth)."""
     import zmq
 
     from memoire.experience import ChunkStream
@@ -65,10 +67,16 @@ def _writer(endpoint, spec, stop):
     stream = ChunkStream(spec, send, chunk_rows=64)
     frames = np.random.default_rng(0).integers(0, 255, (EPISODE, *SHAPE), np.uint8)
     row = {"a": 1, "r": 0.5, "p": 0.5, "v": 0.0, "i": np.zeros(0, np.uint8), "init_w": 1.0}
+    sent, start = 0, time.monotonic()
     while not stop.is_set():
         for k in range(EPISODE):
             row["s"] = frames[k]
             stream.add(row)
+            sent += 1
+            if rate > 0:
+                ahead = start + sent / rate - time.monotonic()
+                if ahead > 0.002:
+                    time.sleep(ahead)
         stream.end_episode(terminal=True)
     sock.close(0)
     ctx.term()

@@ -13,21 +13,24 @@ child process of that interpreter (``benchmarks/_reverb_driver.py``, JSON lines 
 stdin/stdout); memoire's environment never imports it. Without ``--reverb-python`` only
 memoire's columns are measured.
 
-Workloads (Atari-like uint8[84,84] frames, stack 4, batch 32):
+Workloads, in two layouts: Atari-like uint8[84,84] frames stacked 4, and CartPole-like
+float32[4] observations (stack 1); batches of 32:
 
 1. ingest, 1 and 2 actor processes, transitions stored per second at the server. memoire:
    central mode, ``ReplayMemoryClient(mode="central")`` chunks of 256 rows
    (:func:`memoire.bench.ingest.measure`); Reverb: ``trajectory_writer`` with one
-   ``create_item`` per step over the last 5 frames (see the driver's docstring).
-2. sampling, learner in its own process, server idle (prefilled): memoire's
-   ``SamplingStream`` (credit 32, shared memory on one host) and ``RemoteMemory.sample``
-   for reference; Reverb's ``TrajectoryDataset(...).batch(32)``. Batches per second.
-3. the same while one writer process writes at full speed (``bench_rate_limiter``'s writer),
-   without a limiter, and with ``SampleToInsertRatio(8, FILLED, 100 * 32)`` on both sides.
-   memoire's sampling stream does not consult the server's rate limiter (its draws are not
-   counted), so the limiter row is ``RemoteMemory.sample`` only.
+   ``create_item`` per step over the last stack + 1 observations (see the driver's docstring).
+2. sampling from a prefilled, idle server: in the server's own process (memoire's
+   ``get_batch``, Reverb's ``TrajectoryDataset`` beside its server), and from a learner in its
+   own process: memoire's ``SamplingStream`` (credit 32, shared memory on one host) and
+   ``RemoteMemory.sample`` for reference; Reverb's ``TrajectoryDataset(...).batch(32)``.
+   Batches per second.
+3. the same (Atari, learner process) while one writer process writes: paced (``--paced-rate``
+   transitions per second, a few actors' worth) or at full speed, without a limiter, and at
+   full speed with ``SampleToInsertRatio(8, FILLED, 100 * 32)`` on both sides.
 4. server memory per transition: the RSS growth of the server's process divided by the
-   transitions stored, on random frames and on compressible (Breakout-like) frames.
+   transitions stored, on random frames, on synthetic compressible (Breakout-like) frames and
+   on screens recorded from ALE games (``benchmarks/_ale_frames.py``).
 """
 
 from __future__ import annotations
@@ -60,12 +63,13 @@ SETUP_HINT = (
 # ---------------------------------------------------------------------------- memoire
 
 
-def memoire_ingest(actors: int, seconds: float) -> float:
+def memoire_ingest(actors: int, seconds: float, layout: str = "atari") -> float:
     """Transitions stored per second by `actors` central-mode actor processes."""
     from memoire.bench import ingest
 
+    shape, dtype, _ = rd.LAYOUTS[layout]
     setup = ingest.Setup(
-        mode="central", shape=rd.FRAME, dtype=np.uint8, actors=actors, spi=0.0, capacity=20000
+        mode="central", shape=shape, dtype=np.dtype(dtype), actors=actors, spi=0.0, capacity=20000
     )
     sec = ingest.measure(setup, repeats=1, seconds=seconds)["memoire"]
     return 1.0 / sec[0]
@@ -93,11 +97,49 @@ def _learner(way: str, endpoint: str, seconds: float, out) -> None:
         out.put(n / (time.monotonic() - t0))
 
 
-def memoire_sample(case: str, way: str, seconds: float) -> float:
-    """Batches per second of a learner process sampling `way` from a server in this process
-    (threads) holding about ``brl.FILLED`` transitions; `case` is "idle", "writer" or
-    "writer+limiter" (as ``bench_rate_limiter.run_case``)."""
+def _fill(rem, items: int, kind: str, layout: str = "atari", source=None) -> None:
+    """Stores `items` transitions of `kind` observations in `rem`, in episodes of rd.EPISODE."""
+    rng = np.random.default_rng(0)
+    stored = 0
+    while stored < items:
+        k = min(rd.EPISODE, items - stored)
+        rem.new_episode()
+        rem.add_entries(
+            rd.frames(kind, k, rng, layout, source),
+            np.zeros(k, np.int64),
+            np.full(k, 0.5, np.float32),
+            np.full(k, 0.5, np.float32),
+            np.zeros(k, np.float32),
+            np.zeros((k, 0), np.uint8),
+            np.ones(k, np.float32),
+        )
+        rem.close_episode()
+        stored += k
+
+
+def _inprocess(srv, seconds: float) -> float:
+    """Batches per second of ``get_batch`` in the server's own process (prev and next stacks)."""
+    rem = srv.rem
+    end = time.monotonic() + 0.5  # warm-up
+    while time.monotonic() < end:
+        rem.get_batch(BATCH)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        rem.get_batch(BATCH)
+        n += 1
+    return n / (time.monotonic() - t0)
+
+
+def memoire_sample(
+    case: str, way: str, seconds: float, layout: str = "atari", rate: float = 0.0
+) -> float:
+    """Batches per second of a learner sampling `way` ("stream", "remote" from a process of its
+    own, or "inprocess": ``get_batch`` in the server's process) from a server in this process
+    (threads) holding about ``brl.FILLED`` transitions; `case` is "idle", "writer" (at `rate`
+    transitions per second, 0: full speed) or "writer+limiter" (as
+    ``bench_rate_limiter.run_case``). Writers write Atari frames."""
     from memoire import ReplayMemoryServer
+    from memoire.bench.ingest import templates
     from memoire.rate_limiter import SampleToInsertRatio
 
     limiter = None
@@ -107,23 +149,28 @@ def memoire_sample(case: str, way: str, seconds: float) -> float:
             min_size_to_sample=brl.FILLED,
             error_buffer=100 * BATCH,
         )
-    srv = ReplayMemoryServer(*brl._templates(), brl.CAPACITY, None, rate_limiter=limiter, seed=0)
-    srv.rem.frame_stack = rd.STACK
+    shape, dtype, stack = rd.LAYOUTS[layout]
+    srv = ReplayMemoryServer(
+        *templates(shape, np.dtype(dtype)), brl.CAPACITY, None, rate_limiter=limiter, seed=0
+    )
+    srv.rem.frame_stack = stack
     writer, stop = None, CTX.Event()
     try:
         ep = srv.start()
         endpoint = srv.start_stream("tcp://127.0.0.1:*") if way == "stream" else ep["rep"]
         if case == "idle":
-            brl._prefill(srv, brl.FILLED)
+            _fill(srv.rem, brl.FILLED, "random", layout)
         else:
             writer = CTX.Process(
                 target=brl._writer,
                 daemon=True,
-                args=(ep["pull"], srv._central.ingest.row_spec, stop),
+                args=(ep["pull"], srv._central.ingest.row_spec, stop, rate),
             )
             writer.start()
             if not srv.wait_rows_in(brl.FILLED, 120):
                 raise RuntimeError("the writer did not fill the memory within 120 s")
+        if way == "inprocess":
+            return _inprocess(srv, seconds)
         out = CTX.Queue()
         learner = CTX.Process(target=_learner, args=(way, endpoint, seconds, out), daemon=True)
         learner.start()
@@ -143,37 +190,22 @@ def _rss() -> int:
     return rd._rss()
 
 
-def _memory_child(items: int, kind: str, out) -> None:
+def _memory_child(items: int, kind: str, source, out) -> None:
     from memoire import ReplayMemoryServer
 
     srv = ReplayMemoryServer(*brl._templates(), items, None)
     rem = srv.rem
     rem.frame_stack = rd.STACK
-    rng = np.random.default_rng(0)
     before = _rss()
-    stored = 0
-    while stored < items:
-        k = min(rd.EPISODE, items - stored)
-        rem.new_episode()
-        rem.add_entries(
-            rd.frames(kind, k, rng),
-            np.zeros(k, np.int64),
-            np.full(k, 0.5, np.float32),
-            np.full(k, 0.5, np.float32),
-            np.zeros(k, np.float32),
-            np.zeros((k, 0), np.uint8),
-            np.ones(k, np.float32),
-        )
-        rem.close_episode()
-        stored += k
+    _fill(rem, items, kind, "atari", source)
     out.put((_rss() - before) / rem.size)
     srv.close()
 
 
-def memoire_memory(items: int, kind: str) -> float:
+def memoire_memory(items: int, kind: str, source=None) -> float:
     """Bytes of server RSS per stored transition (a server process of its own)."""
     out = CTX.Queue()
-    p = CTX.Process(target=_memory_child, args=(items, kind, out), daemon=True)
+    p = CTX.Process(target=_memory_child, args=(items, kind, source, out), daemon=True)
     p.start()
     try:
         return out.get(timeout=300)
@@ -238,6 +270,14 @@ def setup_reverb(folder: str) -> None:
 # ---------------------------------------------------------------------------- the table
 
 
+LAYOUT_NAMES = {"atari": "Atari uint8[84,84] stack 4", "small": "CartPole float32[4]"}
+FRAME_NAMES = {
+    "random": "random frames",
+    "compressible": "synthetic compressible frames",
+    "ale": "ALE screens (Pong, Breakout, Space Invaders)",
+}
+
+
 def _fmt(x) -> str:
     if x is None:
         return "-"
@@ -251,6 +291,18 @@ def main(argv=None) -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="timed window per measurement")
     ap.add_argument("--repeats", type=int, default=1, help="alternating runs (medians)")
     ap.add_argument("--memory-items", type=int, default=5000, help="transitions (memory rows)")
+    ap.add_argument(
+        "--paced-rate",
+        type=float,
+        default=2000.0,
+        help="the paced writer's transitions per second (a few actors' worth)",
+    )
+    ap.add_argument(
+        "--ale-frames",
+        metavar="NPY",
+        help="uint8[N,84,84] screens recorded from ALE (default: benchmarks/_ale_frames.py "
+        "records them once into /tmp); 'none' leaves the ALE memory row out",
+    )
     ap.add_argument(
         "--quick", action="store_true", help="memoire only, tiny: ingest 1 actor, idle stream"
     )
@@ -281,48 +333,78 @@ def main(argv=None) -> None:
         print(f"{name} ({unit}), memoire / Reverb: {runs}", file=sys.stderr, flush=True)
 
     s = args.seconds
+    layouts = ("atari",) if args.quick else ("atari", "small")
+    ale = None
+    if not args.quick and args.ale_frames != "none":
+        import _ale_frames
+
+        ale = args.ale_frames or _ale_frames.recorded()
     try:
-        for n in (1,) if args.quick else (1, 2):
-            row(
-                f"ingest, {n} actor{'s' if n > 1 else ''}",
-                "transitions/s",
-                lambda n=n: memoire_ingest(n, s),
-                "ingest",
-                "items_per_s",
-                actors=n,
-                seconds=s,
-            )
+        for layout in layouts:
+            for n in (1,) if args.quick else (1, 2):
+                row(
+                    f"ingest, {LAYOUT_NAMES[layout]}, {n} actor{'s' if n > 1 else ''}",
+                    "transitions/s",
+                    lambda n=n, lay=layout: memoire_ingest(n, s, lay),
+                    "ingest",
+                    "items_per_s",
+                    actors=n,
+                    seconds=s,
+                    layout=layout,
+                )
         fill = brl.FILLED
-        cases = (("idle", "stream"),)
+        # (case, way, layout): writers write Atari frames.
+        cases = [("idle", "stream", "atari")]
         if not args.quick:
-            cases += (("idle", "remote"), ("writer", "stream"), ("writer", "remote"))
-            cases += (("writer+limiter", "remote"),)
-        for case, way in cases:
-            way_name = "SamplingStream" if way == "stream" else "RemoteMemory.sample"
-            when = {"idle": "idle", "writer": "full-speed writer"}.get(
-                case, "full-speed writer, limiter on"
-            )
+            cases += [("idle", "inprocess", "atari"), ("idle", "remote", "atari")]
+            cases += [("idle", "inprocess", "small"), ("idle", "stream", "small")]
+            cases += [("paced", "stream", "atari"), ("writer", "stream", "atari")]
+            cases += [("writer", "remote", "atari"), ("writer+limiter", "remote", "atari")]
+        for case, way, layout in cases:
+            way_name = {
+                "stream": "learner process, SamplingStream",
+                "remote": "learner process, RemoteMemory.sample",
+                "inprocess": "server's process, get_batch",
+            }[way]
+            when = {
+                "idle": "idle",
+                "paced": f"writer at {args.paced_rate:,.0f}/s",
+                "writer": "full-speed writer",
+            }.get(case, "full-speed writer, limiter on")
             row(
-                f"sample B={BATCH}, learner process, {when}: {way_name} / TrajectoryDataset",
+                f"sample B={BATCH}, {LAYOUT_NAMES[layout]}, {when}: {way_name} "
+                f"/ TrajectoryDataset{' in process' if way == 'inprocess' else ''}",
                 "batches/s",
-                lambda c=case, w=way: memoire_sample(c, w, s),
+                lambda c=case, w=way, lay=layout: memoire_sample(
+                    "writer" if c == "paced" else c,
+                    w,
+                    s,
+                    lay,
+                    args.paced_rate if c == "paced" else 0.0,
+                ),
                 "sample",
                 "batches_per_s",
                 writer=case != "idle",
                 limiter=case == "writer+limiter",
                 seconds=s,
                 fill=fill,
+                rate=args.paced_rate if case == "paced" else 0.0,
+                inprocess=way == "inprocess",
+                layout=layout,
             )
-        for kind in ("random",) if args.quick else ("random", "compressible"):
+        kinds = ("random",) if args.quick else ("random", "compressible")
+        kinds += ("ale",) if ale else ()
+        for kind in kinds:
             row(
-                f"server memory per transition, {kind} frames (raw frame {RAW_BYTES:,} B)",
+                f"server memory per transition, {FRAME_NAMES[kind]} (raw frame {RAW_BYTES:,} B)",
                 "bytes",
-                lambda k=kind: memoire_memory(args.memory_items, k),
+                lambda k=kind: memoire_memory(args.memory_items, k, ale),
                 "memory",
                 "bytes_per_item",
                 better="lower",
                 items=args.memory_items,
                 frames=kind,
+                source=ale,
             )
     finally:
         if reverb is not None:
@@ -330,7 +412,7 @@ def main(argv=None) -> None:
 
     load = os.getloadavg()
     print(
-        f"\nuint8[84,84] frames, stack {rd.STACK}, batch {BATCH}, {s} s windows, "
+        f"\nbatch {BATCH}, {s} s windows, "
         f"medians of {args.repeats}, "
         f"{os.cpu_count()} cpus, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}\n"
     )
