@@ -12,6 +12,10 @@ iteration (JAX compilation) and compares the mean of the others. Runs alternate
         [--iterations 3] [--steps 2000] [--gin_file configs/atari/dqn.gin]
 
 Prints each run's figure and the ratio memoire / Dopamine (> 1: memoire train is faster).
+
+``--versus feed`` compares memoire's synchronous sampling with the same run trained from the
+prefetching feed (``FEED_BINDINGS``, docs/FEED.md) instead of Dopamine's runner; the ratio is
+then feed / synchronous.
 """
 
 import argparse
@@ -25,6 +29,13 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# memoire's JAX agents trained from the prefetching feed (docs/FEED.md).
+FEED_BINDINGS = [
+    "import memoire.dopamine_compat.jax_agents",
+    "MemoireJaxDQNAgent.prefetch_depth = 4",
+    "MemoireJaxDQNAgent.prefetch_threads = 1",
+    "MemoireJaxDQNAgent.prefetch_to_device = True",
+]
 
 
 def bindings(args) -> list[str]:
@@ -40,7 +51,7 @@ def bindings(args) -> list[str]:
 
 def run(who: str, base: str, args) -> tuple[list[float], float]:
     """Runs one experiment; returns (steps/s of each iteration after the first, wall seconds)."""
-    if who == "memoire":
+    if who in ("memoire", "feed"):
         cmd = [
             sys.executable,
             "-m",
@@ -60,9 +71,12 @@ def run(who: str, base: str, args) -> tuple[list[float], float]:
             f"--gin_files={args.gin_file}",
         ]
         log_dir = os.path.join(base, "logs")
-    for b in bindings(args):
+    for b in bindings(args) + (FEED_BINDINGS if who == "feed" else []):
         cmd += ["--gin_bindings", b]
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    # The memoire this interpreter imports (installed, or a tree built by scripts/dev_build.sh).
+    import memoire
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(memoire.__file__)))
     start = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
@@ -91,13 +105,20 @@ def main() -> int:
         help="JaxDQNAgent.min_replay_history: training runs in timed iterations",
     )
     p.add_argument("--game", default="Pong")
+    p.add_argument(
+        "--versus",
+        choices=("dopamine", "feed"),
+        default="dopamine",
+        help="the alternative: Dopamine's runner and buffer, or memoire with the feed on",
+    )
     args = p.parse_args()
     if args.iterations < 2:
         p.error("--iterations must be >= 2 (the first is left out)")
-    results: dict[str, list[float]] = {"memoire": [], "dopamine": []}
+    other = args.versus
+    results: dict[str, list[float]] = {"memoire": [], other: []}
     order = []
     for k in range(args.repeats):
-        order += ["memoire", "dopamine"] if k % 2 == 0 else ["dopamine", "memoire"]
+        order += ["memoire", other] if k % 2 == 0 else [other, "memoire"]
     with tempfile.TemporaryDirectory() as tmp:
         for i, who in enumerate(order):
             rates, wall = run(who, os.path.join(tmp, f"{i}_{who}"), args)
@@ -108,10 +129,15 @@ def main() -> int:
                 flush=True,
             )
     m = statistics.mean(results["memoire"])
-    d = statistics.mean(results["dopamine"])
+    d = statistics.mean(results[other])
+    if other == "feed":
+        head = f"memoire train with the feed {d:.1f} steps/s, without {m:.1f}: ratio {d / m:.3f}x"
+    else:
+        head = (
+            f"memoire train {m:.1f} steps/s, Dopamine's runner {d:.1f} steps/s: ratio {m / d:.3f}x"
+        )
     print(
-        f"memoire train {m:.1f} steps/s, Dopamine's runner {d:.1f} steps/s: "
-        f"ratio {m / d:.3f}x ({os.path.relpath(args.gin_file, ROOT)}, {args.game}, "
+        f"{head} ({os.path.relpath(args.gin_file, ROOT)}, {args.game}, "
         f"{args.repeats} run(s) each, {args.steps} steps x {args.iterations - 1} timed "
         "iteration(s))"
     )
