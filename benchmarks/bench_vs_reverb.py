@@ -97,15 +97,16 @@ def _learner(way: str, endpoint: str, seconds: float, out) -> None:
         out.put(n / (time.monotonic() - t0))
 
 
-def _fill(rem, items: int, kind: str, layout: str = "atari", source=None) -> None:
-    """Stores `items` transitions of `kind` observations in `rem`, in episodes of rd.EPISODE."""
-    rng = np.random.default_rng(0)
+def _fill(rem, items: int, obs: np.ndarray) -> None:
+    """Stores `items` transitions in `rem`, in episodes of rd.EPISODE whose observations are
+    `obs[:EPISODE]` (made once, so that no temporary array is allocated while memory is
+    measured)."""
     stored = 0
     while stored < items:
         k = min(rd.EPISODE, items - stored)
         rem.new_episode()
         rem.add_entries(
-            rd.frames(kind, k, rng, layout, source),
+            obs[:k],
             np.zeros(k, np.int64),
             np.full(k, 0.5, np.float32),
             np.full(k, 0.5, np.float32),
@@ -159,7 +160,8 @@ def memoire_sample(
         ep = srv.start()
         endpoint = srv.start_stream("tcp://127.0.0.1:*") if way == "stream" else ep["rep"]
         if case == "idle":
-            _fill(srv.rem, brl.FILLED, "random", layout)
+            rng = np.random.default_rng(0)
+            _fill(srv.rem, brl.FILLED, rd.frames("random", rd.EPISODE, rng, layout))
         else:
             writer = CTX.Process(
                 target=brl._writer,
@@ -196,8 +198,9 @@ def _memory_child(items: int, kind: str, source, out) -> None:
     srv = ReplayMemoryServer(*brl._templates(), items, None)
     rem = srv.rem
     rem.frame_stack = rd.STACK
+    obs = rd.frames(kind, rd.EPISODE, np.random.default_rng(0), "atari", source)
     before = _rss()
-    _fill(rem, items, kind, "atari", source)
+    _fill(rem, items, obs)
     out.put((_rss() - before) / rem.size)
     srv.close()
 
