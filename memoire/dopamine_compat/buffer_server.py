@@ -38,9 +38,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from memoire.checkpoint_io import temporary_name
 from memoire.dopamine_compat import circular_replay_buffer as _crb
 from memoire.dopamine_compat import prioritized_replay_buffer as _prb
-from memoire.checkpoint_io import temporary_name
 from memoire.server.checkpoints import DEFAULT_KEEP, Checkpoints, fsync_tree
 from memoire.transport import CurveKeys
 
