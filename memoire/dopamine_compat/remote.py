@@ -27,6 +27,12 @@ server's ``max_batch`` (docs/LIMITS.md). NaN or infinite rewards and priorities 
 are refused (ValueError, counted ``nonfinite``) unless the server allows non-finite rewards
 (``--allow_nonfinite``); a local buffer stores NaN rewards, as Dopamine's does.
 
+A server restarted on the same endpoint is reached again: a call that gets no answer is resent
+(the same request, run once) until it has waited ``(1 + retries) * timeout`` seconds (120 s by
+default), then raises TimeoutError. Nothing is cached from the server but its constructor
+arguments (``add_count`` and the rest are read on each use), so after a restart from a
+checkpoint the proxy sees the restored buffer (restart it with the same settings).
+
 ``python -m memoire.dopamine_compat.remote --serve KIND ...`` is ``memoire serve --buffer KIND
 ...`` (kept for scripts and configs written before).
 
