@@ -442,12 +442,21 @@ class BufferCheckpoints(Checkpoints):
         self.lock = threading.RLock() if lock is None else lock
         super().__init__(folder, keep)
 
+    def save(self) -> str:
+        # The buffer's lock first, then the folder's, whoever saves: a remote checkpoint()
+        # already holds the former (it runs as a hosted call), the periodic thread does not.
+        with self.lock:
+            return super().save()
+
+    def load_newest(self):
+        with self.lock:
+            return super().load_newest()
+
     def _write(self, path: str) -> None:
         temp = temporary_name(path)
         os.mkdir(temp)
         try:
-            with self.lock:
-                self.buffer.save(temp, 0)
+            self.buffer.save(temp, 0)  # under self.lock (save)
             fsync_tree(temp)
             os.rename(temp, path)
         except BaseException:
@@ -458,16 +467,13 @@ class BufferCheckpoints(Checkpoints):
 
     def _read(self, path: str) -> None:
         try:
-            with self.lock:
-                self.buffer.load(path, 0)
-                _end_episode(self.buffer)
+            self.buffer.load(path, 0)  # under self.lock (load_newest)
+            _end_episode(self.buffer)
         finally:
             _forget_checkpoint_manager(self.buffer, path)
 
     def _summary(self) -> str:
-        with self.lock:
-            count = int(self.buffer.add_count)
-        return f"add_count {count}"
+        return f"add_count {int(self.buffer.add_count)}"  # under self.lock (save, load)
 
 
 def _forget_checkpoint_manager(buffer, folder: str) -> None:
