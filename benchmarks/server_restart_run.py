@@ -21,7 +21,10 @@ outage excluded) and the time the learner stood still.
 
     PYTHONPATH=$PWD nice python benchmarks/server_restart_run.py [--dir /tmp/restart_run]
         [--iterations 8] [--training_steps 1000] [--evaluation_steps 500] [--kill_after 3]
-        [--kill_delay 3] [--down 5] [--checkpoint_every 5]
+        [--kill_delay 3] [--down 5] [--checkpoint_every 5] [--control]
+
+``--control`` runs the same without the kill, for a side-by-side learning curve and rates
+(the "kill" and "restart" moments are then the same wall-clock point, not an outage).
 """
 
 from __future__ import annotations
@@ -111,6 +114,11 @@ def main():
     p.add_argument("--kill_delay", type=float, default=3.0)
     p.add_argument("--down", type=float, default=5.0, help="seconds the server stays down")
     p.add_argument("--checkpoint_every", type=float, default=5.0)
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="the same run without the kill (the split times are taken all the same)",
+    )
     a = p.parse_args()
 
     shutil.rmtree(a.dir, ignore_errors=True)
@@ -165,17 +173,18 @@ def main():
         time.sleep(a.kill_delay)
         saved = logged_add_counts(server_log, "checkpoint")
         killed_at = time.time()
-        server.kill()  # SIGKILL: no last checkpoint
-        server.wait(30)
-        if train.poll() is not None:
-            raise RuntimeError("training ended before the kill; ask for more iterations")
-        print(f"server killed (SIGKILL) at {killed_at - started:.1f} s", flush=True)
-        time.sleep(a.down)
-        with open(server_log, "a") as f:
-            f.write("---- restart ----\n")
-        server, again = start_server(server_args + ["--rep", endpoint], server_log)
+        if not a.control:
+            server.kill()  # SIGKILL: no last checkpoint
+            server.wait(30)
+            if train.poll() is not None:
+                raise RuntimeError("training ended before the kill; ask for more iterations")
+            print(f"server killed (SIGKILL) at {killed_at - started:.1f} s", flush=True)
+            time.sleep(a.down)
+            with open(server_log, "a") as f:
+                f.write("---- restart ----\n")
+            server, again = start_server(server_args + ["--rep", endpoint], server_log)
+            assert again == endpoint, (again, endpoint)
         ready_at = time.time()
-        assert again == endpoint, (again, endpoint)
         loaded = logged_add_counts(server_log, "loaded checkpoint")
         print(f"server restarted at {ready_at - started:.1f} s, loaded add_count {loaded}")
         rc = train.wait(3600)
