@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -155,6 +156,44 @@ def test_a_server_without_a_folder_refuses_a_checkpoint_request():
                 proxy.checkpoint()
     finally:
         server.close()
+
+
+def test_a_call_made_while_the_server_is_down_goes_through_once_it_restarts(tmp_path):
+    folder = str(tmp_path / "ckpt")
+    server, endpoint = buffer_server.start_buffer_server(
+        "circular", checkpoint_dir=folder, **CIRCULAR
+    )
+    proxy = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=0.5, retries=40)
+    try:
+        _add_circular(proxy, np.random.default_rng(3), 30)
+        proxy.checkpoint()
+        _add_circular(proxy, np.random.default_rng(4), 10)  # lost with the server
+        server.close()
+        restarted = []
+
+        def restart():
+            time.sleep(2.0)  # several of the proxy's attempts meet no server
+            restarted.append(
+                buffer_server.start_buffer_server(
+                    "circular", checkpoint_dir=folder, rep_endpoint=endpoint, **CIRCULAR
+                )[0]
+            )
+
+        thread = threading.Thread(target=restart)
+        thread.start()
+        try:
+            assert int(proxy.add_count) == 30  # asked while down, answered by the restored one
+            _add_circular(proxy, np.random.default_rng(5), 10)
+            assert int(proxy.add_count) == 40
+        finally:
+            thread.join(60)
+            for s in restarted:
+                s.close()
+    finally:
+        proxy._remote.close()  # no flush: nothing is pending, and no server may be left
+
+    with pytest.raises(TimeoutError, match=r"did not answer for 0\.4 s"):
+        remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=0.2, retries=1)
 
 
 @pytest.mark.slow
