@@ -142,11 +142,11 @@ HELP = dict(
     "every interval (no TensorFlow needed)",
 )
 HELP.update(
-    checkpoint_dir="folder of the memory's checkpoints: the newest is loaded at start, one is "
-    "written on request (RemoteMemory.checkpoint()), every --checkpoint_every "
-    "seconds, and on SIGTERM or Ctrl-C; the newest 3 are kept. A loaded "
-    "checkpoint brings its settings (flags given here win) and its generator "
-    "state (--seed only seeds a fresh memory)",
+    checkpoint_dir="folder of the memory's (or the --buffer's) checkpoints: the newest is "
+    "loaded at start, one is written on request (RemoteMemory.checkpoint(), a remote buffer's "
+    "checkpoint()), every --checkpoint_every seconds, and on SIGTERM or Ctrl-C; the newest 3 "
+    "are kept. A loaded memory checkpoint brings its settings (flags given here win) and its "
+    "generator state (--seed only seeds a fresh memory)",
     checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
 )
 _TYPES = {
@@ -281,14 +281,15 @@ def _checkpoint_settings(cfg: dict) -> dict:
     return out
 
 
-def _last_checkpoint(srv) -> int:
+def _last_checkpoint(save) -> int:
     """A last checkpoint when the server stops (SIGTERM, Ctrl-C, --duration), after its
-    workers stopped: it holds everything stored. Returns the exit status: 1 when it failed
-    (logged; what was stored since the previous checkpoint is lost)."""
-    if srv.checkpoint_dir is None:
+    workers stopped: it holds everything stored. `save`: writes one and returns its path (None:
+    the server has no checkpoint folder). Returns the exit status: 1 when it failed (logged;
+    what was stored since the previous checkpoint is lost)."""
+    if save is None:
         return 0
     try:
-        log.info("checkpoint %s", srv.checkpoint())
+        log.info("checkpoint %s", save())
     except OSError as e:
         log.error("last checkpoint failed: %s", e)
         return 1
@@ -353,6 +354,7 @@ def build_buffer_server(cfg: dict):
             keys=keys,
             server_kwargs=limits,
             allow_nonfinite=bool(_flag(cfg["allow_nonfinite"])),
+            **_checkpoint_settings(cfg),
             **kwargs,
         )
     except (
@@ -563,7 +565,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if writer is not None:
             writer.close()
         log.info("stopped")
-    return _last_checkpoint(srv)
+    return _last_checkpoint(None if srv.checkpoint_dir is None else srv.checkpoint)
 
 
 def _start_stream(srv, cfg: dict) -> None:
@@ -578,7 +580,8 @@ def _start_stream(srv, cfg: dict) -> None:
 
 
 def _serve_buffer(cfg: dict) -> int:
-    """Serves one buffer until SIGINT/SIGTERM (or ``duration``): prints ``ENDPOINT <rep>``."""
+    """Serves one buffer until SIGINT/SIGTERM (or ``duration``): prints ``ENDPOINT <rep>``.
+    With ``--checkpoint_dir``, writes a last checkpoint once the workers stopped."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -588,7 +591,7 @@ def _serve_buffer(cfg: dict) -> int:
         stop.wait(None if cfg["duration"] is None else float(cfg["duration"]))
     finally:
         server.close()
-    return 0
+    return _last_checkpoint(None if server.checkpoints is None else server.checkpoints.save)
 
 
 if __name__ == "__main__":

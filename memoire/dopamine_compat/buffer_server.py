@@ -17,21 +17,31 @@ Batch sizes are bounded by the server's ``max_batch`` (docs/LIMITS.md). NaN or i
 rewards and priorities that peers send are refused (ValueError, counted ``nonfinite``) unless
 the server allows non-finite rewards (``--allow_nonfinite``).
 
+A server started with a checkpoint folder (``start_buffer_server(checkpoint_dir=D,
+checkpoint_every=S)``, ``memoire serve --buffer KIND --checkpoint_dir D --checkpoint_every S``)
+loads the newest checkpoint there before it answers, writes one on request (the proxies'
+``checkpoint()``), every S seconds and when ``memoire serve`` stops (SIGTERM, Ctrl-C), and keeps
+the newest 3 (:class:`BufferCheckpoints`, on :mod:`memoire.server.checkpoints`).
+
 Threads and ownership: the host owns the buffer it serves; a hosted buffer serves calls one at
-a time (from the host's REP worker threads).
+a time (from the host's REP worker threads), and its checkpoints are written between calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
+import threading
 from typing import Callable, Optional
 
 import numpy as np
 
+from memoire.checkpoint_io import temporary_name
 from memoire.dopamine_compat import circular_replay_buffer as _crb
 from memoire.dopamine_compat import prioritized_replay_buffer as _prb
+from memoire.server.checkpoints import DEFAULT_KEEP, Checkpoints, fsync_tree
 from memoire.transport import CurveKeys
 
 _CIRCULAR_METHODS = (
@@ -46,6 +56,7 @@ _CIRCULAR_METHODS = (
     "max_recorded_priority",
     "save",
     "load",
+    "checkpoint",
 )
 
 
@@ -150,12 +161,27 @@ class _HostedBuffer:
         check_batch: Callable = _no_limit,
         check_finite: Callable = _no_check,
         allow_nonfinite: bool = True,
+        checkpoints: Optional["BufferCheckpoints"] = None,
     ):
         self._b = buffer
         self._root = checkpoint_root
         self._check_batch = check_batch
         self._check_finite = check_finite
         self._check_rewards = _no_check if allow_nonfinite else check_finite
+        self._checkpoints = checkpoints
+
+    def checkpoint(self) -> str:
+        """Writes a checkpoint into the server's checkpoint folder now; returns its name.
+
+        Raises:
+          RuntimeError: the server has no checkpoint folder. OSError: the write failed.
+        """
+        if self._checkpoints is None:
+            raise RuntimeError(
+                "checkpoint: this buffer server has no checkpoint folder "
+                "(memoire serve --buffer KIND --checkpoint_dir D)"
+            )
+        return os.path.basename(self._checkpoints.save())
 
 
 class _CircularService(_HostedBuffer):
@@ -319,6 +345,7 @@ def serve_buffer(
     *,
     checkpoint_root: Optional[str] = None,
     allow_nonfinite: Optional[bool] = None,
+    checkpoints: Optional["BufferCheckpoints"] = None,
 ) -> None:
     """Hosts `buffer` (an OutOfGraph(Prioritized)ReplayBuffer or a JAX ReplayBuffer) on
     `server` under `name`, for the proxies of this module. Remote ``save``/``load`` are confined
@@ -331,6 +358,9 @@ def serve_buffer(
     server's own setting, ``server.allow_nonfinite``); non-finite priorities (``add_batch``,
     ``set_priority``, ``add_many``, ``update``) are refused and counted whatever the setting.
 
+    `checkpoints`: the server's checkpoint folder of `buffer` (:class:`BufferCheckpoints`),
+    written by the remote ``checkpoint()`` (None: that call raises RuntimeError).
+
     Raises:
       TypeError: `buffer` is none of those classes. ValueError: `checkpoint_root` is no folder.
     """
@@ -340,6 +370,7 @@ def serve_buffer(
         check_batch=server.check_batch,
         check_finite=server.check_finite,
         allow_nonfinite=bool(allow_nonfinite),
+        checkpoints=checkpoints,
     )
     root = None
     if checkpoint_root is not None:
@@ -370,6 +401,7 @@ def serve_buffer(
                 "max_recorded_priority",
                 "save",
                 "load",
+                "checkpoint",
             ),
         )
         return
@@ -378,6 +410,94 @@ def serve_buffer(
         f"OutOfGraphPrioritizedReplayBuffer or jax ReplayBuffer, got "
         f"{type(buffer).__name__}"
     )
+
+
+# ---- the server's checkpoint folder ----------------------------------------------------------
+
+
+class BufferCheckpoints(Checkpoints):
+    """Checkpoints of a hosted buffer in `folder`, the newest `keep` kept (see
+    :mod:`memoire.server.checkpoints`): one folder each, ``buffer-<sequence>.ckpt/``, holding the
+    buffer's own ``save(folder, 0)``: Dopamine's replay files for an OutOfGraph buffer
+    (:mod:`memoire.dopamine_compat.checkpoint`), orbax's for a JAX buffer. The folder is written
+    under a temporary name and renamed when complete and fsync-ed.
+
+    `lock`: held while the buffer is read or written (the host's lock for the buffer's calls,
+    :meth:`memoire.server.rpc_host.RpcHost.lock`; None: one of its own).
+
+    A checkpoint is a consistent cut, taken between two calls. Loading one also ends the
+    episode that was in progress when it was taken, as a truncation (not a terminal): the
+    steps that followed it were lost with the server, so the next step a client adds starts an
+    episode rather than joining across the gap.
+    """
+
+    PREFIX = "buffer"
+    FOLDERS = True
+    # A damaged checkpoint raises what its reader raises (orbax, msgpack, gzip, numpy, ...),
+    # always before the buffer changes: any error skips it.
+    REFUSED = (Exception,)
+
+    def __init__(self, buffer, folder: str, keep: int = DEFAULT_KEEP, lock=None):
+        self.buffer = buffer
+        self.lock = threading.RLock() if lock is None else lock
+        super().__init__(folder, keep)
+
+    def save(self) -> str:
+        # The buffer's lock first, then the folder's, whoever saves: a remote checkpoint()
+        # already holds the former (it runs as a hosted call), the periodic thread does not.
+        with self.lock:
+            return super().save()
+
+    def load_newest(self):
+        with self.lock:
+            return super().load_newest()
+
+    def _write(self, path: str) -> None:
+        temp = temporary_name(path)
+        os.mkdir(temp)
+        try:
+            self.buffer.save(temp, 0)  # under self.lock (save)
+            fsync_tree(temp)
+            os.rename(temp, path)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        finally:
+            _forget_checkpoint_manager(self.buffer, temp)
+
+    def _read(self, path: str) -> None:
+        try:
+            self.buffer.load(path, 0)  # under self.lock (load_newest)
+            _end_episode(self.buffer)
+        finally:
+            _forget_checkpoint_manager(self.buffer, path)
+
+    def _summary(self) -> str:
+        return f"add_count {int(self.buffer.add_count)}"  # under self.lock (save, load)
+
+
+def _forget_checkpoint_manager(buffer, folder: str) -> None:
+    """Drops the orbax manager a JAX buffer keeps per checkpoint folder (one per save here,
+    each folder renamed or removed after)."""
+    managers = getattr(buffer, "__dict__", {}).get("_checkpoint_managers", {})
+    manager = managers.pop(folder, None)
+    if manager is not None and hasattr(manager, "close"):
+        manager.close()
+
+
+def _end_episode(buffer) -> None:
+    """Ends the restored buffer's episode in progress as a truncation (see
+    :class:`BufferCheckpoints`)."""
+    if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
+        count = int(buffer.add_count)
+        ends = buffer.episode_end_indices
+        last = (count - 1) % buffer._replay_capacity
+        if count and last not in ends:
+            # Dopamine's mark of an episode end without a terminal: no n-step return crosses it.
+            buffer.episode_end_indices = ends | {last}
+        buffer._next_experience_is_episode_start = True  # the next add pads a new stack
+    else:
+        buffer._clear_window()  # the JAX accumulator's partial trajectory
 
 
 # ---- building and starting -----------------------------------------------------------------
@@ -447,6 +567,8 @@ def start_buffer_server(
     keys: Optional[CurveKeys] = None,
     server_kwargs: Optional[dict] = None,
     allow_nonfinite: bool = False,
+    checkpoint_dir: Optional[str] = None,
+    checkpoint_every: Optional[float] = None,
     **buffer_kwargs,
 ):
     """Builds a buffer (:func:`build_buffer`) and serves it under `name` on a new
@@ -458,24 +580,48 @@ def start_buffer_server(
     one). `allow_nonfinite`: store NaN/infinite rewards that peers send (default: refused,
     ValueError, counted ``nonfinite``; see :func:`serve_buffer`).
 
+    `checkpoint_dir`: the server's own checkpoint folder (:class:`BufferCheckpoints`, created if
+    missing): its newest loadable checkpoint is loaded before the server answers, and one is
+    written on request (the proxies' ``checkpoint()``), every `checkpoint_every` seconds (None:
+    no periodic saves) and by ``memoire serve`` when it stops. ``server.checkpoints`` is it (None
+    without a folder); ``server.close()`` ends the periodic saves.
+
     Returns:
       (server, endpoint): the running server (``server.close()`` stops it) and the REP endpoint
       that :class:`RemoteOutOfGraphReplayBuffer` / :class:`RemoteReplayBuffer` take.
 
     Raises:
-      ValueError, TypeError: as :func:`build_buffer`. TimeoutError: the server did not bind.
+      ValueError, TypeError: as :func:`build_buffer`; `checkpoint_every` without a folder or
+        not > 0. CheckpointError: the folder holds checkpoints and none loads (another buffer's).
+      TimeoutError: the server did not bind.
     """
     from memoire.server import RpcServer
 
+    if checkpoint_every is not None:
+        if checkpoint_dir is None:
+            raise ValueError("checkpoint_every: needs a checkpoint_dir")
+        if not float(checkpoint_every) > 0:
+            raise ValueError(f"checkpoint_every: expected seconds > 0, got {checkpoint_every}")
     if seed is not None:
         buffer_kwargs.setdefault("seed", int(seed))
     buffer = build_buffer(kind, **buffer_kwargs)
+    checkpoints = None
+    if checkpoint_dir is not None:
+        checkpoints = BufferCheckpoints(buffer, checkpoint_dir)
+        checkpoints.load_newest()
     server_kwargs = dict(server_kwargs or {})
     server_kwargs["allow_nonfinite"] = bool(allow_nonfinite or server_kwargs.get("allow_nonfinite"))
     server = RpcServer(keys=keys, **server_kwargs)
     try:
+        # Hosted before it binds: a client that reconnects to a restarted server never meets a
+        # server without its buffer.
+        serve_buffer(server, buffer, name, checkpoint_root=checkpoint_root, checkpoints=checkpoints)
+        if checkpoints is not None:
+            checkpoints.lock = server.rpc.lock(name)
+            server.checkpoints = checkpoints
+            if checkpoint_every is not None:
+                checkpoints.every(checkpoint_every)
         endpoint = server.start(rep_endpoint)
-        serve_buffer(server, buffer, name, checkpoint_root=checkpoint_root)
     except BaseException:
         server.close()
         raise

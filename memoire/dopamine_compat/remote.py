@@ -27,6 +27,12 @@ server's ``max_batch`` (docs/LIMITS.md). NaN or infinite rewards and priorities 
 are refused (ValueError, counted ``nonfinite``) unless the server allows non-finite rewards
 (``--allow_nonfinite``); a local buffer stores NaN rewards, as Dopamine's does.
 
+A server restarted on the same endpoint is reached again: a call that gets no answer is resent
+(the same request, run once) until it has waited ``(1 + retries) * timeout`` seconds (120 s by
+default), then raises TimeoutError. Nothing is cached from the server but its constructor
+arguments (``add_count`` and the rest are read on each use), so after a restart from a
+checkpoint the proxy sees the restored buffer (restart it with the same settings).
+
 ``python -m memoire.dopamine_compat.remote --serve KIND ...`` is ``memoire serve --buffer KIND
 ...`` (kept for scripts and configs written before).
 
@@ -46,7 +52,13 @@ import numpy as np
 from memoire.dopamine_compat import circular_replay_buffer as _crb
 from memoire.dopamine_compat import prioritized_replay_buffer as _prb
 from memoire.remote import RemoteObject
-from memoire.transport import DEFAULT_RETRIES, DEFAULT_TIMEOUT, CurveKeys
+from memoire.transport import DEFAULT_TIMEOUT, CurveKeys
+
+# A proxy's call resends the same request (run once: the server keeps its last reply to each
+# caller) until it has waited (1 + retries) * timeout seconds: 2 minutes by default, so a
+# learner rides out its buffer server's restart from a checkpoint (docs: README, "what a
+# crash can lose").
+DEFAULT_RETRIES = 23
 
 # Dopamine's buffer keeps these constructor arguments as attributes ``_<name>``, which code
 # written against it reads; a proxy has them too, from the served buffer's arguments.
@@ -93,6 +105,25 @@ class _SumTreeProxy:
         return self._owner._remote.call("max_recorded_priority")
 
 
+class _BufferRemote(RemoteObject):
+    """The proxies' channel: a :class:`RemoteObject` whose TimeoutError says what it means."""
+
+    def __init__(self, endpoint: str, name: str, *, timeout: float, retries: int, **kwargs):
+        super().__init__(endpoint, name, timeout=timeout, retries=retries, **kwargs)
+        self.endpoint = endpoint
+        self.window = (1 + int(retries)) * float(timeout)
+
+    def call(self, method: str, *args, **kwargs) -> Any:
+        try:
+            return super().call(method, *args, **kwargs)
+        except TimeoutError as e:
+            raise TimeoutError(
+                f"{self.name}.{method}: the buffer server at {self.endpoint} did not answer for "
+                f"{self.window:g} s ({e}); it is down, or is taking longer than that to "
+                "restart (a proxy waits (1 + retries) * timeout seconds)"
+            ) from None
+
+
 class _RemoteBuffer:
     """What both proxies share: the connection to the hosted buffer, its description, adds kept
     pending until an episode ends or `flush_rows` accumulate, and closing."""
@@ -108,7 +139,7 @@ class _RemoteBuffer:
     ):
         if int(flush_rows) < 1:
             raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
-        self._remote = RemoteObject(endpoint, name, keys=keys, timeout=timeout, retries=retries)
+        self._remote = _BufferRemote(endpoint, name, keys=keys, timeout=timeout, retries=retries)
         self._description = self._remote.call("describe")
         self._prioritized = bool(self._description["prioritized"])
         self._pending: list = []
@@ -116,6 +147,16 @@ class _RemoteBuffer:
 
     def flush(self) -> None:
         raise NotImplementedError
+
+    def checkpoint(self) -> str:
+        """Sends pending adds, then has the server write a checkpoint into its own checkpoint
+        folder (``memoire serve --buffer KIND --checkpoint_dir D``); returns its name.
+
+        Raises:
+          RuntimeError: the server has no checkpoint folder. OSError: the write failed.
+        """
+        self.flush()
+        return self._remote.call("checkpoint")
 
     def close(self) -> None:
         """Sends pending adds, then closes the connection."""
@@ -140,7 +181,9 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
       name: the name the buffer was hosted under
         (:func:`memoire.dopamine_compat.buffer_server.serve_buffer`).
       flush_rows: pending adds that trigger a bulk send (episode ends always do).
-      keys, timeout, retries: as :class:`memoire.remote.RemoteObject`.
+      keys, timeout, retries: as :class:`memoire.remote.RemoteObject`; a call waits at most
+        ``(1 + retries) * timeout`` seconds (2 minutes by default) for a server that does not
+        answer, e.g. one restarting from its checkpoint, then raises TimeoutError.
 
     Raises:
       TimeoutError: the server did not answer. KeyError: no buffer hosted under `name`.

@@ -45,7 +45,9 @@ class _Hosted:
     def __init__(self, obj: Any, methods: Iterable[str], serialize: bool):
         self.obj = obj
         self.methods = frozenset(methods)
-        self.lock = threading.Lock() if serialize else None
+        # Re-entrant: a hosted method may take it again (a buffer server's checkpoint call
+        # runs under it and saves under it, as its periodic saves do).
+        self.lock = threading.RLock() if serialize else None
 
 
 class RpcHost:
@@ -100,6 +102,17 @@ class RpcHost:
                 raise ValueError(f"host: {type(obj).__name__}.{m} is not a public method")
         with self._lock:
             self._hosted[str(name)] = _Hosted(obj, methods, serialize)
+
+    def lock(self, name: str):
+        """The lock that calls to the object hosted as `name` run under (a re-entrant lock;
+        None when it was hosted without ``serialize``): hold it to act on the object between
+        calls, as a server's periodic checkpoint does.
+
+        Raises:
+          KeyError: nothing is hosted as `name`.
+        """
+        with self._lock:
+            return self._hosted[str(name)].lock
 
     def handle_call(self, msg: codec.Message) -> list:
         """The reply frames to a CALL message. The last reply to each caller is kept, so a call
@@ -249,6 +262,9 @@ class RpcServer:
         self.host("server", self, methods=("stats",), serialize=False)
         self._pub = Publisher(self._workers, pub_endpoint) if pub_endpoint is not None else None
         self.pub_endpoint = None if self._pub is None else self._pub.endpoint
+        # The hosted object's checkpoint folder (memoire.server.checkpoints.Checkpoints), set
+        # by whoever gives it one (start_buffer_server); close() ends its periodic saves.
+        self.checkpoints = None
 
     def pub_bytes(self, topic, message) -> None:
         """Publishes `message` under `topic` to subscribers of :attr:`pub_endpoint` (as
@@ -293,7 +309,10 @@ class RpcServer:
         return s
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stops every loop and closes the sockets. Idempotent."""
+        """Stops every loop (periodic checkpoints included; it writes none) and closes the
+        sockets. Idempotent."""
+        if self.checkpoints is not None:
+            self.checkpoints.stop(timeout)
         if self._workers.close(timeout):
             if self._pub is not None:
                 self._pub.close()
