@@ -198,7 +198,7 @@ class Feed:
             if self._kind == "jax" and self._stack_on_device:
                 b = self._buffer
                 granule = _frames_granule(n)
-                state, action, reward, _, terminal, episode_end = b._empty_batch(1)
+                action = b._empty_batch(1)[1]
                 frames = _core.Feed.distinct_frames_capacity(n, b._stack_size, granule)
                 templates = [
                     np.empty(n, np.int32),

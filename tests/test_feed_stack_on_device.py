@@ -215,8 +215,14 @@ def test_start_feed_stack_on_device():
     feed = buf.start_feed(2, seed=4, device="jax", stack_on_device=True)
     batch = buf.sample()
     assert isinstance(batch.state, jax.Array) and batch.state.shape == (16, 7, 5, 4)
+    # uncommitted, as device_put(numpy) makes it: a jitted step does not compile a variant
+    assert not batch.state.committed and not batch.reward.committed
     assert feed.last_transfer_bytes > 0
     buf.stop_feed()
+    device = jax.devices()[0]
+    with Feed(buf, 16, depth=2, device=device, stack_on_device=True) as on:
+        batch = next(on)
+        assert batch.state.committed and batch.state.devices() == {device}
 
 
 # ---- DLPack: host batches are zero-copy to other frameworks ----
@@ -243,3 +249,45 @@ def test_host_batch_views_go_through_dlpack_without_a_copy():
         gc.collect()
         for _ in range(4):  # both slots cycle again
             next(feed)
+
+
+def test_agent_prefetch_stack_on_device():
+    gin = pytest.importorskip("gin")
+    from memoire.dopamine_compat import jax_agents
+
+    gin.clear_config()
+    gin.parse_config(["ReplayBuffer.batch_size = 8", "ReplayBuffer.max_capacity = 100"])
+    try:
+        agent = jax_agents.MemoireJaxDQNAgent(
+            num_actions=2,
+            observation_shape=(4, 1),
+            stack_size=2,
+            seed=0,
+            prefetch_depth=2,
+            prefetch_stack_on_device=True,
+        )
+        replay = agent._replay
+        for i in range(20):
+            replay.add(
+                jrb.TransitionElement(np.full((4, 1), i, np.float32), i % 2, 1.0, False, False)
+            )
+        batch = replay.sample()
+        assert isinstance(batch.state, jax.Array) and batch.state.shape == (8, 4, 1, 2)
+        # element k's state stack is observations (k - 1, k), zeros before the first
+        state = np.asarray(batch.state)
+        first = state[:, 0, 0, 1]
+        np.testing.assert_array_equal(state[:, 0, 0, 0], np.maximum(first - 1, 0))
+        assert replay._feed.last_transfer_bytes < 8 * 2 * 2 * 4 * 4 + 8 * 64
+        replay.stop_feed()
+        with pytest.raises(ValueError, match="stack_on_device"):
+            jax_agents.MemoireJaxDQNAgent(
+                num_actions=2,
+                observation_shape=(4, 1),
+                stack_size=2,
+                seed=0,
+                prefetch_depth=2,
+                prefetch_to_device=False,
+                prefetch_stack_on_device=True,
+            )
+    finally:
+        gin.clear_config()
