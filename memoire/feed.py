@@ -57,7 +57,8 @@ only those (and the small fields) are copied to the device, where a jitted gathe
 state/next_state in the layout above, bit for bit what the host stacks would be. For
 Atari-like stacks of 4 on long episodes a batch moves about 5/8 of the frame bytes. F is
 rounded up to a multiple of ``_frames_granule(B)`` (zeros), so the gather compiles for a few
-shapes only. ``last_transfer_bytes`` tells what the last batch moved.
+shapes only. ``last_transfer_bytes`` tells what the last batch moved. It is for accelerators:
+on JAX's CPU device there is no bus to save and XLA's gather is slower than the native one.
 
 DLPack: host batches are 64-byte aligned numpy views of a slot, so ``np.from_dlpack`` and
 ``jax.dlpack.from_dlpack`` (on JAX's CPU device) take them without a copy; such an array keeps

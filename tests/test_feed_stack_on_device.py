@@ -158,6 +158,28 @@ def test_atari_shaped_frames_move_fewer_bytes():
     _assert_same_batches(buf, batch_size=32, n_batches=3)
 
 
+def test_several_sampler_threads_each_batch_is_its_keys_elements():
+    # Two sampler threads fill slots concurrently (batch order then varies): every batch is
+    # still exactly the stored elements of its keys.
+    buf = _buffer(stack=4, horizon=3, prioritized=True)
+    with Feed(
+        buf,
+        16,
+        depth=4,
+        threads=2,
+        seed=9,
+        device="jax",
+        stack_on_device=True,
+        with_sample_metadata=True,
+    ) as feed:
+        for _ in range(10):
+            batch, meta = next(feed)
+            ref = buf.get_elements(meta.keys)
+            for f in FIELDS:
+                got = np.asarray(getattr(batch, f))
+                np.testing.assert_array_equal(got, getattr(ref, f).astype(got.dtype), err_msg=f)
+
+
 def test_native_distinct_layout():
     # The slot as the sampler threads fill it: counts (distinct, padded), zero padding, index
     # into the distinct frames, and the stacks it stands for equal SampleGather's.

@@ -38,7 +38,8 @@ feed draws with the core's generator, seeded from the agent's seed), and a prior
 reaches the batches at most ``prefetch_depth + 1`` steps later. ``prefetch_threads`` sets the
 sampler threads; ``prefetch_stack_on_device = True`` (with ``prefetch_to_device``) copies each
 distinct frame once and assembles the stacks on the device (the same batches, about 5/8 of the
-frame bytes for Atari stacks of 4). E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
+frame bytes for Atari stacks of 4; for accelerators, slower on a CPU device).
+E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
 
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
