@@ -8,6 +8,10 @@ NatureDQNNetwork, 84x84 uint8 frames, stack 4, 18 actions, Adam) runs
             device runs one step ahead,
   dopamine  on Dopamine 4.1.2's JAX ReplayBuffer: sample() then jax.device_put.
 Each is reported as steps/s and as a ratio to `alone` (1.0 = replay costs the learner nothing).
+`--stack-compare` instead times only the device feed with and without `stack_on_device`
+(distinct frames travel once, stacks assembled on the device): the learner thread's time to
+obtain a batch ready on the device and the bytes each batch moves host -> device, in
+alternating rounds, medians.
 It also reports the learner thread's time to obtain each batch (sample + device_put issue
 inline, next(feed) for the feed), which on CPU is the figure that matters: there the "device"
 is the same cores, so a step cannot overlap anything but the sampling. Configurations are
@@ -15,6 +19,7 @@ timed in interleaved rounds and the median kept, since the machine may be shared
 
     PYTHONPATH=. nice -n 10 python benchmarks/bench_learner_feed.py \\
         [--fill 20000] [--steps 10,3] [--batch-sizes 32,256] [--depth 4] [--threads 1] [--rounds 3]
+        [--stack-compare]
 """
 
 from __future__ import annotations
@@ -166,6 +171,38 @@ def obtain_only(
     return out
 
 
+def stack_compare(
+    ours, batch_size: int, n: int, depth: int, threads: int, step_s: float, rounds: int
+) -> dict:
+    """{mode: (median learner seconds per device batch, median bytes moved per batch)} for the
+    device feed stacking on the host ("host stacks") and on the device ("device stacks"),
+    timed in alternating rounds of n batches (each batch waited for until ready on the device,
+    the step off the host's cores: a sleep of step_s between batches)."""
+    modes = {"host stacks": False, "device stacks": True}
+    times = {m: [] for m in modes}
+    sent = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode, on_device in modes.items() if r % 2 == 0 else reversed(modes.items()):
+            with Feed(
+                ours,
+                batch_size,
+                depth=depth,
+                threads=threads,
+                seed=1 + r,
+                device="jax",
+                stack_on_device=on_device,
+            ) as feed:
+                for _ in range(3):  # compile the device gather for the usual shapes
+                    jax.block_until_ready(next(feed))
+                for _ in range(n):
+                    time.sleep(step_s)
+                    t = time.perf_counter()
+                    jax.block_until_ready(next(feed))
+                    times[mode].append(time.perf_counter() - t)
+                    sent[mode].append(feed.last_transfer_bytes)
+    return {m: (statistics.median(times[m]), statistics.median(sent[m])) for m in modes}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fill", type=int, default=20000, help="transitions stored")
@@ -178,6 +215,11 @@ def main() -> None:
         "--obtain", type=int, default=200, help="batches timed with the step off the host (a sleep)"
     )
     ap.add_argument("--step-ms", type=float, default=10.0, help="that sleep")
+    ap.add_argument(
+        "--stack-compare",
+        action="store_true",
+        help="only the device feed with and without stack_on_device (--obtain batches/round)",
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     steps = [int(x) for x in args.steps.split(",")]
@@ -189,6 +231,22 @@ def main() -> None:
     t = time.perf_counter()
     ours, theirs = build_buffers(args.fill, max(args.fill, 1000))
     print(f"filled both buffers in {time.perf_counter() - t:.1f} s")
+    if args.stack_compare:
+        print(
+            f"device feed, learner's median ms per batch ready on the device (step off the "
+            f"host: a {args.step_ms} ms sleep) and bytes moved host -> device per batch, "
+            f"{args.rounds} alternating rounds of {args.obtain} batches"
+        )
+        for b in sizes:
+            got = stack_compare(
+                ours, b, args.obtain, args.depth, args.threads, args.step_ms / 1e3, args.rounds
+            )
+            (th, bh), (td, bd) = got["host stacks"], got["device stacks"]
+            print(
+                f"{b:>4} host stacks {th * 1e3:.3f} ms {bh / 1e6:.3f} MB | device stacks "
+                f"{td * 1e3:.3f} ms {bd / 1e6:.3f} MB | time x{td / th:.2f}, bytes x{bd / bh:.3f}"
+            )
+        return
     print("learner ms/batch: the learner thread's median time to obtain a batch (on the device)")
     print(f"{'B':>4} {'feed':<9} {'steps/s':>8} {'x alone':>8} {'learner ms/batch':>17}")
     for b, n in zip(sizes, steps):

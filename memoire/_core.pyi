@@ -376,7 +376,10 @@ class Feed(metaclass=_pybind11_type):
         depth: int,
         threads: int,
         seed: int,
+        frames_granule: int = 0,  # > 0: a TransitionStore's distinct frames + index
     ) -> None: ...
+    @staticmethod
+    def distinct_frames_capacity(batch_size: int, stack_size: int, granule: int) -> int: ...
     # The next batch: a tuple of arrays viewing one slot, reused once they are all dropped.
     # Raises the draw's error; RuntimeError when closed or every slot stays held (attr `held`).
     def take(self) -> tuple: ...

@@ -50,8 +50,23 @@ buffer that fills later feeds again (after at most ``depth`` stale errors).
 Shutdown: ``close()`` (or ``with Feed(...) as feed``, or garbage collection, or interpreter
 exit) stops and joins the threads. Thread-safety: one consumer thread per feed.
 
+Distinct frames travel once (``stack_on_device=True``, JAX face with a device): a slot holds
+the batch's distinct frames ``dtype[F, *obs_shape]`` (F <= 2 * B * stack, the zero frame before
+an episode's start counting as one) and ``index int32[B, 2, stack]`` instead of the stacks;
+only those (and the small fields) are copied to the device, where a jitted gather assembles
+state/next_state in the layout above, bit for bit what the host stacks would be. For
+Atari-like stacks of 4 on long episodes a batch moves about 5/8 of the frame bytes. F is
+rounded up to a multiple of ``_frames_granule(B)`` (zeros), so the gather compiles for a few
+shapes only. ``last_transfer_bytes`` tells what the last batch moved. It is for accelerators:
+on JAX's CPU device there is no bus to save and XLA's gather is slower than the native one.
+
+DLPack: host batches are 64-byte aligned numpy views of a slot, so ``np.from_dlpack`` and
+``jax.dlpack.from_dlpack`` (on JAX's CPU device) take them without a copy; such an array keeps
+the slot, like any view. PyTorch is not installed here, so no torch path is shipped
+(``torch.from_dlpack`` on a host batch is the expected route, untested).
+
 Page-locked memory: without CUDA the ring is ordinary host memory; ``cpp/core/prefetch.cc``
-marks where a CUDA build would register it (cudaHostRegister). PyTorch is not supported yet.
+marks where a CUDA build would register it (cudaHostRegister).
 """
 
 from __future__ import annotations
@@ -59,7 +74,7 @@ from __future__ import annotations
 import gc
 import sys
 import weakref
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -87,10 +102,13 @@ class Feed:
       device: None for host numpy batches; ``"jax"`` for JAX's default device, or a
         ``jax.Device``: batches arrive as JAX arrays, transferred one step ahead.
       with_sample_metadata: JAX face: yield ``(batch, metadata)`` as ``sample`` does.
+      stack_on_device: JAX face with a device: copy each distinct frame once and stack on the
+        device (same batches, fewer bytes moved; see the module docstring).
 
     Raises:
       TypeError: ``buffer`` is not one of the supported buffers.
-      ValueError: a bad batch_size, depth, threads or seed.
+      ValueError: a bad batch_size, depth, threads or seed; ``stack_on_device`` without a
+        device or for another buffer than the JAX face.
     """
 
     def __init__(
@@ -103,6 +121,7 @@ class Feed:
         seed: Optional[int] = None,
         device: Any = None,
         with_sample_metadata: bool = False,
+        stack_on_device: bool = False,
     ) -> None:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
@@ -146,6 +165,13 @@ class Feed:
                 "device: a ReplayMemory or stream feed hands out host batches (device=None)"
             )
         self._device, self._put_to = _jax_device(device)
+        if stack_on_device and (self._kind != "jax" or self._device is None):
+            raise ValueError(
+                "stack_on_device: expected a JAX ReplayBuffer feed with a device "
+                f"(got a {self._kind} feed, device={device!r})"
+            )
+        self._stack_on_device = bool(stack_on_device)
+        self._last_transfer_bytes = 0
         self._source = None  # the native store the ring draws from
         self._holder: list = []  # the native feed, shared with the finalizer
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
@@ -169,7 +195,24 @@ class Feed:
         if source is not self._source:
             _close_native(self._holder)
             n = self._batch_size
-            if self._kind == "jax":
+            granule = 0
+            if self._kind == "jax" and self._stack_on_device:
+                b = self._buffer
+                granule = _frames_granule(n)
+                action = b._empty_batch(1)[1]
+                frames = _core.Feed.distinct_frames_capacity(n, b._stack_size, granule)
+                templates = [
+                    np.empty(n, np.int32),
+                    np.empty(n, np.float64),
+                    np.empty((frames, *b._obs_shape), b._obs_dtype),
+                    np.empty((n, 2, b._stack_size), np.int32),
+                    np.empty(2, np.int32),
+                    np.empty((n, *action.shape[1:]), action.dtype),
+                    np.empty(n, np.float64),
+                    np.empty(n, np.bool_),
+                    np.empty(n, np.bool_),
+                ]
+            elif self._kind == "jax":
                 templates = [
                     np.empty(n, np.int32),
                     np.empty(n, np.float64),
@@ -180,7 +223,7 @@ class Feed:
             else:  # the native feed sizes a ReplayMemory or stream batch from its layout
                 templates = []
             self._holder.append(
-                _core.Feed(source, templates, n, self._depth, self._threads, self._seed)
+                _core.Feed(source, templates, n, self._depth, self._threads, self._seed, granule)
             )
             self._source = source
         return self._holder[0]
@@ -222,7 +265,13 @@ class Feed:
         # import the face)
         from dopamine.jax.replay_memory import elements, samplers
 
-        batch = elements.ReplayElement(*parts[2:])
+        if self._stack_on_device:
+            # The distinct frames that travel (up to the padded count) and the rest as is.
+            frames, index, counts = parts[2:5]
+            batch = _Distinct(frames[: int(counts[1])], index, *parts[5:])
+            parts = parts[:2]
+        else:
+            batch = elements.ReplayElement(*parts[2:])
         if not self._with_metadata:
             return batch
         if self._buffer._prioritized:
@@ -279,13 +328,18 @@ class Feed:
         import jax
 
         host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
+        self._last_transfer_bytes = sum(a.nbytes for a in jax.tree_util.tree_leaves(host))
         if self._device.platform == "cpu":
             # JAX's CPU client would alias the ring slot and let go of it only at a garbage
             # collection: copy instead (on a CPU device that copy is the transfer), and the
             # slot is free at once (no host batch kept).
-            copy = jax.tree_util.tree_map(np.array, host)
-            return None, jax.device_put(copy, self._put_to), meta
-        return host, jax.device_put(host, self._put_to), meta
+            put = jax.device_put(jax.tree_util.tree_map(np.array, host), self._put_to)
+            host = None
+        else:
+            put = jax.device_put(host, self._put_to)
+        if self._stack_on_device:
+            put = _stack_distinct(put)  # dispatched, runs on the device after the copy
+        return host, put, meta
 
     def take(self):
         """Same as ``next(feed)``."""
@@ -294,6 +348,12 @@ class Feed:
     @property
     def batch_size(self) -> int:
         return self._batch_size
+
+    @property
+    def last_transfer_bytes(self) -> int:
+        """Bytes the last batch put on the device moved host -> device (0 before the first
+        and with device=None): its arrays, the metadata (which stays on the host) excluded."""
+        return self._last_transfer_bytes
 
     @property
     def depth(self) -> int:
@@ -316,6 +376,50 @@ class Feed:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Distinct(NamedTuple):
+    """A JAX-face batch as it travels with ``stack_on_device``: ``frames dtype[P, *obs_shape]``
+    (the distinct frames, zero-padded to P), ``index int32[B, 2, stack]`` (state's frames,
+    then next_state's, oldest first), and the other fields of ``ReplayElement``."""
+
+    frames: Any
+    index: Any
+    action: Any
+    reward: Any
+    is_terminal: Any
+    episode_end: Any
+
+
+def _frames_granule(batch_size: int) -> int:
+    """Distinct frames travel in multiples of this (zero-padded), so that the device's gather
+    compiles for a few shapes: 8 frames, or a quarter of the batch when that is more."""
+    return max(8, batch_size // 4)
+
+
+_STACK_JIT = None
+
+
+def _stack_distinct(d: _Distinct):
+    """The ReplayElement a ``_Distinct`` batch stands for, assembled by a jitted gather where
+    its arrays are (state/next_state ``dtype[B, *obs_shape, stack]``, oldest frame first)."""
+    global _STACK_JIT
+    if _STACK_JIT is None:
+        import jax
+        import jax.numpy as jnp
+
+        def stack(frames, index):
+            stacks = jnp.take(frames, index, axis=0, mode="clip")  # [B, 2, stack, *obs]
+            stacks = jnp.moveaxis(stacks, 2, -1)  # [B, 2, *obs, stack]
+            return stacks[:, 0], stacks[:, 1]
+
+        _STACK_JIT = jax.jit(stack)
+    from dopamine.jax.replay_memory import elements
+
+    state, next_state = _STACK_JIT(d.frames, d.index)
+    return elements.ReplayElement(
+        state, d.action, d.reward, next_state, d.is_terminal, d.episode_end
+    )
 
 
 def _kind_of(buffer) -> str:

@@ -41,7 +41,7 @@ struct Lease {
 class PyFeed {
  public:
   PyFeed(const py::object& source, const py::list& templates, int64_t batch_size, int depth,
-         int threads, uint64_t seed) {
+         int threads, uint64_t seed, int64_t frames_granule) {
     if (batch_size < 1)
       ThrowInvalid("batch_size: expected >= 1, got " + std::to_string(batch_size));
     Prefetcher::Options o;
@@ -60,9 +60,19 @@ class PyFeed {
       o.part_bytes.push_back(static_cast<size_t>(a.nbytes()));
     }
     Prefetcher::Fill fill;
+    if (frames_granule < 0)
+      ThrowInvalid("frames_granule: expected >= 0, got " + std::to_string(frames_granule));
+    if (frames_granule > 0 && !py::isinstance<TransitionStore>(source))
+      ThrowInvalid("frames_granule: distinct frames are drawn from a TransitionStore only");
     if (py::isinstance<TransitionStore>(source)) {
-      CheckStoreLayout(*source.cast<std::shared_ptr<TransitionStore>>(), templates, batch_size);
-      fill = StoreFill(source.cast<std::shared_ptr<TransitionStore>>(), batch_size, threads, seed);
+      auto store = source.cast<std::shared_ptr<TransitionStore>>();
+      if (frames_granule > 0) {
+        CheckDistinctLayout(*store, templates, batch_size, frames_granule);
+        fill = DistinctFill(store, batch_size, frames_granule, threads, seed);
+      } else {
+        CheckStoreLayout(*store, templates, batch_size);
+        fill = StoreFill(store, batch_size, threads, seed);
+      }
     } else if (py::isinstance<ReplayMemory>(source)) {
       auto rm = source.cast<std::shared_ptr<ReplayMemory>>();
       const ReplayMemory::Options mo = rm->options();
@@ -165,11 +175,48 @@ class PyFeed {
     BytesOut(next_state, sb, "next_state");
   }
 
-  static Prefetcher::Fill StoreFill(std::shared_ptr<TransitionStore> store, int64_t n,
-                                    int threads, uint64_t seed) {
-    // One generator per sampler thread (no lock): thread t's stream is seeded seed + t.
+  // ValueError unless `templates` is SampleDistinctFrames's layout for a batch of n: keys
+  // int32[n], probabilities f64[n], frames (capacity frames), index int32[n, 2, stack],
+  // counts int32[2], action, reward f64[n], is_terminal bool[n], episode_end bool[n].
+  static void CheckDistinctLayout(const TransitionStore& t, const py::list& templates, int64_t n,
+                                  int64_t granule) {
+    CheckLength(static_cast<int64_t>(templates.size()), 9, "templates", "output");
+    const auto& o = t.options();
+    auto arr = [&](int i) { return templates[i].cast<py::array>(); };
+    CheckOutput(arr(0), DType::kInt32, {n}, "keys");
+    CheckOutput(arr(1), DType::kFloat64, {n}, "probabilities");
+    CheckOutput(arr(3), DType::kInt32, {n, 2, o.stack_size}, "index");
+    CheckOutput(arr(4), DType::kInt32, {2}, "counts");
+    CheckOutput(arr(6), DType::kFloat64, {n}, "reward");
+    CheckOutput(arr(7), DType::kBool, {n}, "is_terminal");
+    CheckOutput(arr(8), DType::kBool, {n}, "episode_end");
+    py::array frames = arr(2), action = arr(5);
+    const int64_t cap = TransitionStore::DistinctFramesCapacity(n, o.stack_size, granule);
+    BytesOut(frames, static_cast<size_t>(cap) * o.frame_bytes, "frames");
+    BytesOut(action, static_cast<size_t>(n) * o.action_bytes, "action");
+  }
+
+  // One generator per sampler thread (no lock): thread t's stream is seeded seed + t.
+  static std::shared_ptr<std::vector<Rng>> ThreadRngs(int threads, uint64_t seed) {
     auto rngs = std::make_shared<std::vector<Rng>>();
     for (int t = 0; t < threads; ++t) rngs->emplace_back(seed + static_cast<uint64_t>(t));
+    return rngs;
+  }
+
+  static Prefetcher::Fill DistinctFill(std::shared_ptr<TransitionStore> store, int64_t n,
+                                       int64_t granule, int threads, uint64_t seed) {
+    auto rngs = ThreadRngs(threads, seed);
+    return [store, rngs, n, granule](int t, uint8_t* const* p) {
+      return store->SampleDistinctFrames(
+          &(*rngs)[t], n, granule, reinterpret_cast<int32_t*>(p[0]),
+          reinterpret_cast<double*>(p[1]), p[2], reinterpret_cast<int32_t*>(p[3]),
+          reinterpret_cast<int32_t*>(p[4]), p[5], reinterpret_cast<double*>(p[6]), p[7], p[8]);
+    };
+  }
+
+  static Prefetcher::Fill StoreFill(std::shared_ptr<TransitionStore> store, int64_t n,
+                                    int threads, uint64_t seed) {
+    auto rngs = ThreadRngs(threads, seed);
     return [store, rngs, n](int t, uint8_t* const* p) {
       return store->SampleGather(&(*rngs)[t], n, reinterpret_cast<int32_t*>(p[0]),
                                  reinterpret_cast<double*>(p[1]), p[2], p[3],
@@ -268,20 +315,28 @@ void BindFeed(py::module_& m) {
   py::class_<PyFeed>(m, "Feed", R"doc(
 Native prefetching feed (private: use memoire.feed.Feed).
 
-Feed(source, templates, batch_size, depth, threads, seed): `threads` sampler threads (no GIL)
+Feed(source, templates, batch_size, depth, threads, seed, frames_granule=0): `threads`
+sampler threads (no GIL)
 draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a
 ReplayMemory) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
 template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
 probabilities float64[n], state, action, reward float64[n], next_state, is_terminal bool[n],
-episode_end bool[n]]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
+episode_end bool[n]], or with frames_granule > 0 the distinct frames of the stacks
+(TransitionStore::SampleDistinctFrames) [keys, probabilities, frames dtype[capacity, *obs],
+index int32[n, 2, stack], counts int32[2] (distinct, padded: distinct rounded up to a multiple
+of frames_granule), action, reward, is_terminal, episode_end]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
 (templates ignored) prev[7], next[7] (None where the cache flags leave a field out), weight,
 prob, done, id. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
 reused once every array of the batch is dropped. A failed draw raises on the take that
 receives it. Thread-safe.
 )doc")
-      .def(py::init<const py::object&, const py::list&, int64_t, int, int, uint64_t>(),
+      .def(py::init<const py::object&, const py::list&, int64_t, int, int, uint64_t, int64_t>(),
            py::arg("source"), py::arg("templates"), py::arg("batch_size"), py::arg("depth"),
-           py::arg("threads"), py::arg("seed"))
+           py::arg("threads"), py::arg("seed"), py::arg("frames_granule") = 0)
+      .def_static("distinct_frames_capacity", &TransitionStore::DistinctFramesCapacity,
+                  py::arg("batch_size"), py::arg("stack_size"), py::arg("granule"),
+                  "Frames a slot holds with frames_granule: 2 * batch_size * stack_size "
+                  "rounded up to a multiple of granule.")
       .def("take", &PyFeed::Take,
            "The next batch (tuple of arrays); blocks until one is ready. Raises the draw's error "
            "(KeyError, IndexError, RuntimeError, ValueError as the synchronous path), or "

@@ -356,14 +356,8 @@ Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, u
   return Status::OK();
 }
 
-Status TransitionStore::SampleGather(Rng* rng, int64_t n, int32_t* keys, double* probabilities,
-                                     uint8_t* state, uint8_t* action, double* reward,
-                                     uint8_t* next_state, uint8_t* terminal,
-                                     uint8_t* episode_end) const {
-  std::lock_guard<std::mutex> l(mu_);
-  if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
-                         .With("needed", 1);
-  std::vector<int64_t> k64(n);
+Status TransitionStore::DrawLocked(Rng* rng, int64_t n, int64_t* keys,
+                                   double* probabilities) const {
   const double root = opt_.prioritized ? tree_.Total() : 0.0;
   if (root > 0.0) {
     for (int64_t b = 0; b < n; ++b) {
@@ -373,26 +367,77 @@ Status TransitionStore::SampleGather(Rng* rng, int64_t n, int32_t* keys, double*
                      " stored")
             .With("index", idx)
             .With("bound", size_);
-      k64[b] = key_by_index_[idx];
+      keys[b] = key_by_index_[idx];
       probabilities[b] = tree_.Get(idx) / root;
     }
   } else {
     for (int64_t b = 0; b < n; ++b) {
-      k64[b] = key_by_index_[static_cast<int64_t>(rng->Below(static_cast<uint64_t>(size_)))];
+      keys[b] = key_by_index_[static_cast<int64_t>(rng->Below(static_cast<uint64_t>(size_)))];
       probabilities[b] = 1.0 / static_cast<double>(size_);
     }
   }
+  return Status::OK();
+}
+
+Status TransitionStore::SampleGather(Rng* rng, int64_t n, int32_t* keys, double* probabilities,
+                                     uint8_t* state, uint8_t* action, double* reward,
+                                     uint8_t* next_state, uint8_t* terminal,
+                                     uint8_t* episode_end) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
+                         .With("needed", 1);
+  std::vector<int64_t> k64(n);
+  MEMOIRE_RETURN_IF_ERROR(DrawLocked(rng, n, k64.data(), probabilities));
   for (int64_t b = 0; b < n; ++b) keys[b] = static_cast<int32_t>(k64[b]);
   GatherLocked(k64.data(), n, state, action, reward, next_state, terminal, episode_end);
   return Status::OK();
 }
 
-void TransitionStore::GatherLocked(const int64_t* keys, int64_t n, uint8_t* state,
-                                   uint8_t* action, double* reward, uint8_t* next_state,
-                                   uint8_t* terminal, uint8_t* episode_end) const {
+Status TransitionStore::SampleDistinctFrames(Rng* rng, int64_t n, int64_t granule, int32_t* keys,
+                                             double* probabilities, uint8_t* frames,
+                                             int32_t* index, int32_t* counts, uint8_t* action,
+                                             double* reward, uint8_t* terminal,
+                                             uint8_t* episode_end) const {
+  if (granule < 1) return Error(Code::kInvalidArgument, "granule: expected >= 1, got ", granule);
+  std::lock_guard<std::mutex> l(mu_);
+  if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
+                         .With("needed", 1);
+  const int s = opt_.stack_size;
+  std::vector<int64_t> k64(n);
+  MEMOIRE_RETURN_IF_ERROR(DrawLocked(rng, n, k64.data(), probabilities));
+  for (int64_t b = 0; b < n; ++b) keys[b] = static_cast<int32_t>(k64[b]);
+  std::vector<int64_t> ss(n * s), ns(n * s);
+  FieldsLocked(k64.data(), n, ss.data(), ns.data(), action, reward, terminal, episode_end);
+  // Distinct ring slots in ascending order (reads the ring forward); each reference then
+  // finds its frame by binary search: O(n * stack * log) on a few thousand integers.
+  std::vector<int64_t> distinct(ss);
+  distinct.insert(distinct.end(), ns.begin(), ns.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  auto frame_of = [&](int64_t slot) {
+    return static_cast<int32_t>(std::lower_bound(distinct.begin(), distinct.end(), slot) -
+                                distinct.begin());
+  };
+  for (int64_t b = 0; b < n; ++b)
+    for (int k = 0; k < s; ++k) {
+      index[(2 * b) * s + k] = frame_of(ss[b * s + k]);
+      index[(2 * b + 1) * s + k] = frame_of(ns[b * s + k]);
+    }
+  const int64_t u = static_cast<int64_t>(distinct.size());
+  const int64_t padded = (u + granule - 1) / granule * granule;
+  GatherRows(frames_.data(), opt_.frame_bytes, distinct.data(), u, frames);
+  // Zeros, not stale bytes of an earlier batch, in the padding the device receives.
+  std::memset(frames + u * opt_.frame_bytes, 0, (padded - u) * opt_.frame_bytes);
+  counts[0] = static_cast<int32_t>(u);
+  counts[1] = static_cast<int32_t>(padded);
+  return Status::OK();
+}
+
+void TransitionStore::FieldsLocked(const int64_t* keys, int64_t n, int64_t* ss, int64_t* ns,
+                                   uint8_t* action, double* reward, uint8_t* terminal,
+                                   uint8_t* episode_end) const {
   const int s = opt_.stack_size;
   const int64_t c = opt_.max_capacity;
-  std::vector<int64_t> ss(n * s), ns(n * s);
   for (int64_t b = 0; b < n; ++b) {
     const int64_t slot = keys[b] % c;
     for (int k = 0; k < s; ++k) {
@@ -406,6 +451,14 @@ void TransitionStore::GatherLocked(const int64_t* keys, int64_t n, uint8_t* stat
     terminal[b] = e_terminal_[slot];
     episode_end[b] = e_episode_end_[slot];
   }
+}
+
+void TransitionStore::GatherLocked(const int64_t* keys, int64_t n, uint8_t* state,
+                                   uint8_t* action, double* reward, uint8_t* next_state,
+                                   uint8_t* terminal, uint8_t* episode_end) const {
+  const int s = opt_.stack_size;
+  std::vector<int64_t> ss(n * s), ns(n * s);
+  FieldsLocked(keys, n, ss.data(), ns.data(), action, reward, terminal, episode_end);
   const int64_t row_elems = static_cast<int64_t>(opt_.frame_bytes / opt_.elem_bytes);
   GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ss.data(), n, s, state);
   GatherStackChannelLast(frames_.data(), opt_.elem_bytes, row_elems, ns.data(), n, s, next_state);

@@ -114,6 +114,27 @@ class TransitionStore {
                       uint8_t* action, double* reward, uint8_t* next_state, uint8_t* terminal,
                       uint8_t* episode_end) const;
 
+  // The feed's draw for stacking on the device (memoire.feed, stack_on_device=True): the same
+  // draws as SampleGather for the same generator state, but the stacks are not assembled here.
+  // Each distinct frame the batch's stacks read travels once, with where each stack frame
+  // comes from:
+  //   frames  [padded, frame_bytes]: the distinct frames in ascending ring order (the zero
+  //           frame that stands before an episode's first frame counts as one), then zeros up
+  //           to padded = distinct rounded up to a multiple of `granule` (>= 1), so that a
+  //           device function sees few shapes. The caller's block holds
+  //           DistinctFramesCapacity(n, stack, granule) frames.
+  //   index   int32[n, 2, stack]: state[b, ..., k] = frames[index[b, 0, k]] and
+  //           next_state[b, ..., k] = frames[index[b, 1, k]] (SampleGather's stacks exactly).
+  //   counts  int32[2]: {distinct, padded}; distinct <= 2 * n * stack.
+  // keys, probabilities, action, reward, terminal, episode_end and the errors as SampleGather.
+  Status SampleDistinctFrames(Rng* rng, int64_t n, int64_t granule, int32_t* keys,
+                              double* probabilities, uint8_t* frames, int32_t* index,
+                              int32_t* counts, uint8_t* action, double* reward,
+                              uint8_t* terminal, uint8_t* episode_end) const;
+  static int64_t DistinctFramesCapacity(int64_t n, int stack, int64_t granule) {
+    return (2 * n * stack + granule - 1) / granule * granule;
+  }
+
   void Clear();
   // Drops the accumulator's partial trajectory (Dopamine's TransitionAccumulator.clear).
   void ClearTrajectory();
@@ -169,6 +190,12 @@ class TransitionStore {
   int64_t DenseIndexOf(int64_t key) const { return index_of_[key % (opt_.max_capacity + 1)]; }
   bool Live(int64_t key) const { return key >= add_count_ - size_ && key < add_count_; }
   int64_t StackSlot(int64_t end, int valid, int k) const;
+  // n draws as SampleGather describes: keys and probabilities; size_ > 0.
+  Status DrawLocked(Rng* rng, int64_t n, int64_t* keys, double* probabilities) const;
+  // Ring slots of the stacks of `keys` (ss, ns: [n, stack], frame_cap_ for the zero frame)
+  // and their other fields; every key live.
+  void FieldsLocked(const int64_t* keys, int64_t n, int64_t* ss, int64_t* ns, uint8_t* action,
+                    double* reward, uint8_t* terminal, uint8_t* episode_end) const;
   // Gather's copies; every key live.
   void GatherLocked(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action,
                     double* reward, uint8_t* next_state, uint8_t* terminal,

@@ -36,7 +36,10 @@ batches ahead, and with ``prefetch_to_device`` (default True) each batch is copi
 default device one step ahead. The distribution is the same, the random stream is not (the
 feed draws with the core's generator, seeded from the agent's seed), and a priority update
 reaches the batches at most ``prefetch_depth + 1`` steps later. ``prefetch_threads`` sets the
-sampler threads. E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
+sampler threads; ``prefetch_stack_on_device = True`` (with ``prefetch_to_device``) copies each
+distinct frame once and assembles the stacks on the device (the same batches, about 5/8 of the
+frame bytes for Atari stacks of 4; for accelerators, slower on a CPU device).
+E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
 
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
@@ -93,6 +96,7 @@ class _MemoireReplayMixin:
         prefetch_depth: int = 0,
         prefetch_threads: int = 1,
         prefetch_to_device: bool = True,
+        prefetch_stack_on_device: bool = False,
         **kwargs,
     ):
         if (
@@ -118,6 +122,7 @@ class _MemoireReplayMixin:
                 threads=prefetch_threads,
                 seed=seed,
                 device="jax" if prefetch_to_device else None,
+                stack_on_device=prefetch_stack_on_device,
             )
 
     def _build_replay_buffer(self):

@@ -758,7 +758,15 @@ class ReplayBuffer(checkpointers.Checkpointable):
         self._sample_count += int(size)
         return (batch, samples) if with_sample_metadata else batch
 
-    def start_feed(self, depth: int = 4, *, threads: int = 1, seed: int = 0, device=None):
+    def start_feed(
+        self,
+        depth: int = 4,
+        *,
+        threads: int = 1,
+        seed: int = 0,
+        device=None,
+        stack_on_device: bool = False,
+    ):
         """Serves ``sample()`` at the default batch size from a prefetching feed from now on.
 
         Native threads draw ``depth`` batches ahead (:class:`memoire.feed.Feed`, which see):
@@ -766,7 +774,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
         so batches are no longer Dopamine's stream; after a priority ``update`` at most
         ``depth`` (``depth + 1`` with ``device``) batches come from the old priorities. With
         ``device`` (``"jax"`` or a ``jax.Device``) the batch arrays arrive as JAX arrays, copied
-        one step ahead (metadata stays numpy). Returns the feed; :meth:`stop_feed` ends it.
+        one step ahead (metadata stays numpy); with ``stack_on_device`` too, each distinct
+        frame is copied once and the stacks are assembled on the device (same batches, fewer
+        bytes). Returns the feed; :meth:`stop_feed` ends it.
         """
         from memoire.feed import Feed
 
@@ -779,6 +789,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             seed=seed,
             device=device,
             with_sample_metadata=True,
+            stack_on_device=stack_on_device,
         )
         return self._feed
 
