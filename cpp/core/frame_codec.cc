@@ -131,15 +131,21 @@ Status Decompress(const uint8_t* src, size_t src_size, uint8_t* dst, size_t dst_
       return Error(bad, "lz4: the block ends without its last literals (", src_size, " bytes)");
     const uint8_t token = *ip++;
     size_t lit = token >> 4;
-    if (lit == 15 && !read_length(&lit))
-      return Error(bad, "lz4: the block ends inside a literal length");
-    if (lit > static_cast<size_t>(iend - ip))
-      return Error(bad, "lz4: ", lit, " literals at byte ", ip - src, " run past the block's ",
-                   src_size, " bytes");
-    if (lit > static_cast<size_t>(oend - op))
-      return Error(bad, "lz4: ", lit, " literals would write past the ", dst_size,
-                   " bytes expected");
-    std::memcpy(op, ip, lit);
+    if (lit < 15 && iend - ip >= 16 && oend - op >= 16) {
+      // Fast path (most sequences): a short literal run with 16 bytes of room on both sides
+      // is one fixed-size copy; the bytes past `lit` are written over by what follows.
+      std::memcpy(op, ip, 16);
+    } else {
+      if (lit == 15 && !read_length(&lit))
+        return Error(bad, "lz4: the block ends inside a literal length");
+      if (lit > static_cast<size_t>(iend - ip))
+        return Error(bad, "lz4: ", lit, " literals at byte ", ip - src, " run past the block's ",
+                     src_size, " bytes");
+      if (lit > static_cast<size_t>(oend - op))
+        return Error(bad, "lz4: ", lit, " literals would write past the ", dst_size,
+                     " bytes expected");
+      std::memcpy(op, ip, lit);
+    }
     op += lit;
     ip += lit;
     if (ip == iend) break;  // the last sequence: literals only
@@ -157,7 +163,12 @@ Status Decompress(const uint8_t* src, size_t src_size, uint8_t* dst, size_t dst_
       return Error(bad, "lz4: a match of ", len, " bytes would write past the ", dst_size,
                    " bytes expected");
     const uint8_t* match = op - offset;
-    if (len <= offset) {
+    if (offset >= 16 && static_cast<size_t>(oend - op) >= len + 15) {
+      // Fast path: 16-byte pieces; each reads only bytes written before it (offset >= 16) and
+      // the last may run up to 15 bytes past the match, within the output.
+      for (size_t k = 0; k < len; k += 16) std::memcpy(op + k, match + k, 16);
+      op += len;
+    } else if (len <= offset) {
       std::memcpy(op, match, len);
       op += len;
     } else {
