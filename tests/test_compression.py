@@ -340,3 +340,45 @@ def test_memoire_serve_compress_states_flag(flags, expected):
         assert srv.rem.compress_states == expected
     finally:
         srv.close()
+
+
+def test_sampling_while_another_thread_adds_reads_whole_frames():
+    # Each frame carries its entry's position (its id) in its first 8 bytes: a sampled stack
+    # must hold exactly positions id-3 .. id, whatever the adder (encoding outside the lock,
+    # evicting) was doing meanwhile.
+    import threading
+
+    rem = ReplayMemory(*_templates(), MAX_STEP, compress_states=True)
+    rem.frame_stack = 4
+    rng = np.random.default_rng(0)
+    pos = [0]
+
+    def add_episode():
+        steps = int(rng.integers(5, 40))
+        f = _frames(rng, steps, noise=True)
+        ids = np.arange(pos[0], pos[0] + steps, dtype=np.int64)
+        f.reshape(steps, -1)[:, :8] = ids[:, None].view(np.uint8)
+        rem.new_episode()
+        rem.add_entries(f, *_rows(rng, steps))
+        rem.close_episode()
+        pos[0] += steps
+
+    stop = threading.Event()
+
+    def adder_loop():
+        while not stop.is_set() and pos[0] < 20000:
+            add_episode()
+
+    while rem.num_sampleable == 0:
+        add_episode()
+    adder = threading.Thread(target=adder_loop)
+    adder.start()
+    try:
+        for _ in range(300):
+            b = rem.get_batch(16)
+            stacks = b.prev[0].reshape(16, 4, -1)[:, :, :8].copy().view(np.int64)[..., 0]
+            np.testing.assert_array_equal(stacks, b.id[:, None] + np.arange(-3, 1))
+    finally:
+        stop.set()
+        adder.join(timeout=60)
+    assert not adder.is_alive()

@@ -33,7 +33,7 @@ std::vector<CompressedRows::Blob> CompressedRows::Encode(const uint8_t* src, int
     Blob& b = out[static_cast<size_t>(k)];
     b.size = static_cast<uint32_t>(size);
     b.data.reset(new uint8_t[size > 0 ? size : 1]);
-    std::memcpy(b.data.get(), bytes, size);
+    if (size > 0) std::memcpy(b.data.get(), bytes, size);
   }
   return out;
 }

@@ -60,7 +60,7 @@ inline uint8_t* PutSequence(uint8_t* op, const uint8_t* lit, size_t n_lit, size_
   const size_t ml = match_len > 0 ? match_len - kMinMatch : 0;
   *token = static_cast<uint8_t>((std::min<size_t>(n_lit, 15) << 4) | std::min<size_t>(ml, 15));
   if (n_lit >= 15) op = PutLength(op, n_lit - 15);
-  std::memcpy(op, lit, n_lit);
+  if (n_lit > 0) std::memcpy(op, lit, n_lit);  // (an empty input may have no address)
   op += n_lit;
   if (match_len == 0) return op;
   *op++ = static_cast<uint8_t>(offset);
@@ -144,7 +144,7 @@ Status Decompress(const uint8_t* src, size_t src_size, uint8_t* dst, size_t dst_
       if (lit > static_cast<size_t>(oend - op))
         return Error(bad, "lz4: ", lit, " literals would write past the ", dst_size,
                      " bytes expected");
-      std::memcpy(op, ip, lit);
+      if (lit > 0) std::memcpy(op, ip, lit);
     }
     op += lit;
     ip += lit;
