@@ -2,7 +2,11 @@
 // periodic, incompressible, empty and tiny inputs; hand-made blocks of the public format;
 // truncated and corrupted blocks refused without reading or writing out of bounds (the
 // decoder writes into buffers of the exact size, so ASan builds catch any stray access).
+// Where the reference LZ4 library is installed (liblz4.so.1, loaded at run time: never a build
+// dependency), blocks are exchanged with it both ways.
 #include "core/frame_codec.h"
+
+#include <dlfcn.h>
 
 #include <cstring>
 #include <random>
@@ -185,6 +189,47 @@ TEST(CompressedRowsStoreDecodeAndAccount) {
   const int64_t empty = 4;
   CHECK(!rows.Decode(&empty, 1, out.data()).ok());  // never written
   CHECK(!rows.Decode(slots, 1, out.data()).ok());   // slot 3 cleared
+}
+
+TEST(ExchangesBlocksWithTheReferenceLz4WhereInstalled) {
+  void* lib = dlopen("liblz4.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    std::printf("  (liblz4.so.1 not installed: the cross-check with the reference is skipped)\n");
+    return;
+  }
+  using CompressFn = int (*)(const char*, char*, int, int);
+  using DecompressFn = int (*)(const char*, char*, int, int);
+  auto ref_compress = reinterpret_cast<CompressFn>(dlsym(lib, "LZ4_compress_default"));
+  auto ref_decompress = reinterpret_cast<DecompressFn>(dlsym(lib, "LZ4_decompress_safe"));
+  CHECK(ref_compress != nullptr && ref_decompress != nullptr);
+  if (ref_compress == nullptr || ref_decompress == nullptr) return;
+  std::vector<std::vector<uint8_t>> inputs = {{}, {7}, std::vector<uint8_t>(12, 1),
+                                              std::vector<uint8_t>(13, 1), Random(7056, 8),
+                                              std::vector<uint8_t>(100000, 3)};
+  for (int i = 0; i < 20; ++i) inputs.push_back(Screen(i));
+  std::vector<uint8_t> periodic(5000);
+  for (size_t k = 0; k < periodic.size(); ++k) periodic[k] = static_cast<uint8_t>(k % 7);
+  inputs.push_back(periodic);
+  for (const std::vector<uint8_t>& raw : inputs) {
+    const int n = static_cast<int>(raw.size());
+    // Ours, decoded by the reference.
+    const std::vector<uint8_t> ours = Compress(raw);
+    std::vector<uint8_t> back(raw.size() + 1);
+    CHECK(ref_decompress(reinterpret_cast<const char*>(ours.data()),
+                         reinterpret_cast<char*>(back.data()), static_cast<int>(ours.size()),
+                         n) == n);
+    CHECK(raw.empty() || std::memcmp(back.data(), raw.data(), raw.size()) == 0);
+    // The reference's, decoded by ours.
+    std::vector<uint8_t> theirs(lz4::CompressBound(raw.size()));
+    const int size = ref_compress(reinterpret_cast<const char*>(raw.data()),
+                                  reinterpret_cast<char*>(theirs.data()), n,
+                                  static_cast<int>(theirs.size()));
+    CHECK(size > 0);
+    theirs.resize(static_cast<size_t>(size > 0 ? size : 0));
+    std::vector<uint8_t> mine;
+    CHECK(Decode(theirs, raw.size(), &mine).ok() && mine == raw);
+  }
+  dlclose(lib);
 }
 
 TEST_MAIN()
