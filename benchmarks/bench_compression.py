@@ -15,7 +15,9 @@ For each source it reports:
     or the raw rows);
   - resident bytes per transition: the RSS growth of a fresh subprocess from before the
     memory's construction to after the fill and one batch, over the transitions stored
-    (everything: states, the other fields, bookkeeping, sum tree, allocator overhead);
+    (everything: states, the other fields, bookkeeping, sum tree, allocator overhead); then
+    again after the ring was written over 3 more times, each slot getting other frames (the
+    allocator's steady state under eviction);
   - sampling: ``get_batch(32)`` with frame_stack 4 (prev and next stacks of every field),
     batches per CPU second of the process (all its threads: on a shared machine the load of
     other processes disturbs CPU time less than wall time; both are printed), compressed and
@@ -44,6 +46,7 @@ SHAPE = (84, 84)
 STACK = 4
 BATCH = 32
 EPISODE = 1000
+WRAPS = 3  # times the ring is written over after the first fill
 
 
 def _area_matrix(src: int, dst: int) -> np.ndarray:
@@ -87,13 +90,14 @@ def record_atari(game: str, frames: int, seed: int) -> np.ndarray:
     return out
 
 
-def _fill(rem, frames: np.ndarray, fill: int, rng_seed: int = 0):
-    """Adds `fill` transitions (episodes of EPISODE steps) cycling through `frames`."""
+def _fill(rem, frames: np.ndarray, fill: int, rng_seed: int = 0, offset: int = 0):
+    """Adds `fill` transitions (episodes of EPISODE steps) cycling through `frames` from
+    frame `offset`."""
     rng = np.random.default_rng(rng_seed)
     n = len(frames)
     for start in range(0, fill, EPISODE):
         steps = min(EPISODE, fill - start)
-        idx = (np.arange(start, start + steps)) % n
+        idx = (np.arange(start, start + steps) + offset) % n
         rem.new_episode()
         rem.add_entries(
             frames[idx],
@@ -127,16 +131,20 @@ def _memory(capacity: int, compress: bool):
 
 
 def child(path: str, fill: int, compress: bool) -> dict:
-    """In a fresh process: RSS growth per transition of a memory filled from `path`."""
+    """In a fresh process: RSS growth per transition of a memory filled from `path`, after the
+    first fill and after the ring has been written over WRAPS more times (other frames in each
+    slot: the allocator's steady state)."""
     from memoire.bench.memory import proc_status
 
     frames = np.load(path)
     base = proc_status("VmRSS")
     rem = _memory(fill, compress)
-    _fill(rem, frames, fill)
-    rem.get_batch(BATCH)
-    grown = proc_status("VmRSS") - base
-    return {"rss_per_transition": grown / rem.size, "state_bytes": rem.stored_state_bytes}
+    out = {}
+    for w in range(1 + WRAPS):
+        _fill(rem, frames, fill, rng_seed=w, offset=w * 777)
+        rem.get_batch(BATCH)
+        out["rss_first" if w == 0 else "rss_wrapped"] = (proc_status("VmRSS") - base) / rem.size
+    return out
 
 
 def _rss(path: str, fill: int, compress: bool) -> dict:
@@ -164,9 +172,9 @@ def measure(name: str, frames: np.ndarray, fill: int, reps: int, tmp: str) -> di
     np.save(path, frames)
     row = {"source": name, "frames": len(frames), "fill": fill}
     for compress in (True, False):
-        row["rss_" + ("packed" if compress else "raw")] = _rss(path, fill, compress)[
-            "rss_per_transition"
-        ]
+        rss = _rss(path, fill, compress)
+        key = "packed" if compress else "raw"
+        row["rss_" + key], row["rsswrap_" + key] = rss["rss_first"], rss["rss_wrapped"]
     mems = {c: _memory(fill, c) for c in (True, False)}
     adds = {True: [], False: []}
     add_fill = min(fill, 10 * EPISODE)
@@ -231,9 +239,10 @@ def main(argv=None):
             rows.append(measure(name, frames, a.fill, a.reps, tmp))
     print()
     print("| frames | state B/transition raw | compressed | ratio | resident B/transition raw "
-          "| compressed | ratio | sample batch 32 raw (CPU) | compressed | ratio | wall ratio "
+          "| compressed | ratio | after wrapping: raw | compressed | ratio "
+          "| sample batch 32 raw (CPU) | compressed | ratio | wall ratio "
           "| add raw (CPU) | compressed | ratio |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|" + "---:|" * 16)
     for r in rows:
         print(
             f"| {r['source']} ({r['fill']:,} transitions) "
@@ -241,6 +250,8 @@ def main(argv=None):
             f"| {r['state_packed'] / r['state_raw']:.2f}x "
             f"| {r['rss_raw']:,.0f} | {r['rss_packed']:,.0f} "
             f"| {r['rss_packed'] / r['rss_raw']:.2f}x "
+            f"| {r['rsswrap_raw']:,.0f} | {r['rsswrap_packed']:,.0f} "
+            f"| {r['rsswrap_packed'] / r['rsswrap_raw']:.2f}x "
             f"| {r['sample_raw']:,.0f}/s | {r['sample_packed']:,.0f}/s "
             f"| {r['sample_packed'] / r['sample_raw']:.2f}x "
             f"| {r['wall_packed'] / r['wall_raw']:.2f}x "
