@@ -139,13 +139,14 @@ class ReplayMemory(_core.ReplayMemory):
 
     Compressed states (keyword ``compress_states=True``, either constructor; fixed for the
     memory's life): each stored state is kept LZ4-compressed in its own block (an Atari
-    screen of 7,056 B takes about a sixth of that; a state that does not compress is kept raw),
+    screen of 7,056 B takes about a tenth of that; a state that does not compress is kept raw),
     so memory follows what the states compress to. Adds compress before taking the lock;
     sampling, sampling streams, caches and :meth:`save` decode in C++ without the GIL and
     return exactly the bytes that were added. Sampling costs more (decoding; see
     ``benchmarks/bench_compression.py``). Read-only: ``compress_states``, and
     ``stored_state_bytes``, the bytes the stored states take (their compressed blocks, without
-    the allocator's headers; without compression, their raw rows). Checkpoints hold raw states, so either kind of memory loads the other's.
+    the allocator's headers; without compression, their raw rows). Checkpoints hold raw
+    states, so either kind of memory loads the other's.
 
     Thread safety: every method may be called from any thread; calls are serialised by the
     memory's own lock and copy with the GIL released, so one thread can add while another

@@ -191,7 +191,7 @@ _TYPES.update(samples_per_insert=float, min_size_to_sample=int, rate_error_buffe
 DEFAULTS["compress_states"] = None
 HELP["compress_states"] = (
     "1 (or the bare flag) stores the memory's states LZ4-compressed (an Atari screen in about "
-    "a sixth of its bytes; sampling decodes them, bit for bit); 0 stores them raw (default 0)"
+    "a tenth of its bytes; sampling decodes them, bit for bit); 0 stores them raw (default 0)"
 )
 _BOOLEAN_FLAGS = ("allow_nonfinite", "compress_states")  # --NAME alone means 1
 
