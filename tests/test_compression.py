@@ -3,6 +3,8 @@ were added, bit for bit (batches, feeds, sampling streams, caches, checkpoints),
 wrap-around and eviction; memory follows what the states compress to; bad values are
 refused."""
 
+import time
+
 import numpy as np
 import pytest
 import zmq
@@ -382,3 +384,41 @@ def test_sampling_while_another_thread_adds_reads_whole_frames():
         stop.set()
         adder.join(timeout=60)
     assert not adder.is_alive()
+
+
+def test_episodes_streamed_by_actors_into_a_compressed_server_sample_as_added():
+    # Central mode: chunks from a client go through the native ingest into the compressed
+    # memory; batches equal those of a raw memory that added the same episodes.
+    from memoire import ReplayMemoryClient
+
+    rng = np.random.default_rng(2)
+    episodes = []
+    for steps in (30, 12, 45):
+        frames = _frames(rng, steps, noise=True)
+        episodes.append([(frames[k], k % 4, 0.5 * k, 0.25, 0.1, np.array([k, 0], np.int16))
+                         for k in range(steps)])  # fmt: skip
+    local = ReplayMemory(*_templates(), MAX_STEP)
+    local.seed(7)
+    local.frame_stack = 4
+    for ep in episodes:
+        local.new_episode()
+        for row in ep:
+            local.add_entry(*row)
+        local.close_episode()
+    with ReplayMemoryServer(*_templates(), MAX_STEP, "tcp://127.0.0.1:*", seed=7,
+                            compress_states=True) as srv:  # fmt: skip
+        srv.rem.frame_stack = 4
+        ep = srv.start()
+        with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], mode="central") as c:
+            for rows in episodes:
+                c.new_episode()
+                for row in rows:
+                    c.add_entry(*row)
+                c.close_episode()
+        assert srv.wait_rows_in(sum(len(e) for e in episodes), timeout=10)
+        deadline = time.monotonic() + 10
+        while srv.rem.num_episode() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert srv.rem.size == local.size
+        for _ in range(5):
+            _assert_same(srv.rem.get_batch(16), local.get_batch(16))
