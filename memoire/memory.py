@@ -137,18 +137,42 @@ class ReplayMemory(_core.ReplayMemory):
     which are dropped and counted as ``nonfinite``); True stores them. ``init_w`` must be
     finite whatever the setting.
 
+    Compressed states (keyword ``compress_states=True``, either constructor; fixed for the
+    memory's life): each stored state is kept LZ4-compressed in its own block (an Atari
+    screen of 7,056 B takes about a tenth of that; a state that does not compress is kept raw),
+    so memory follows what the states compress to. Adds compress before taking the lock;
+    sampling, sampling streams, caches and :meth:`save` decode in C++ without the GIL and
+    return exactly the bytes that were added. Sampling costs more (decoding; see
+    ``benchmarks/bench_compression.py``). Read-only: ``compress_states``, and
+    ``stored_state_bytes``, the bytes the stored states take (their compressed blocks, without
+    the allocator's headers; without compression, their raw rows). Checkpoints hold raw
+    states, so either kind of memory loads the other's.
+
     Thread safety: every method may be called from any thread; calls are serialised by the
     memory's own lock and copy with the GIL released, so one thread can add while another
     samples.
     """
 
-    def __init__(self, *args, **kwargs):
-        if len(args) == 6 and not kwargs and all(isinstance(a, (int, np.integer)) for a in args):
+    def __init__(self, *args, compress_states=False, **kwargs):
+        if not isinstance(compress_states, (bool, np.bool_)):
+            raise ValueError(f"compress_states: expected True or False, got {compress_states!r}")
+        kwargs["compress_states"] = bool(compress_states)
+        if (
+            len(args) == 6
+            and len(kwargs) == 1
+            and all(isinstance(a, (int, np.integer)) for a in args)
+        ):
             *sizes, capacity = args
-            super().__init__(*_legacy_templates(*sizes), int(capacity), vector_prob=True)
+            super().__init__(*_legacy_templates(*sizes), int(capacity), vector_prob=True, **kwargs)
         elif not args and "capacity" in kwargs:
             capacity = kwargs.pop("capacity")
-            super().__init__(*_legacy_templates(**kwargs), int(capacity), vector_prob=True)
+            compress = kwargs.pop("compress_states")
+            super().__init__(
+                *_legacy_templates(**kwargs),
+                int(capacity),
+                vector_prob=True,
+                compress_states=compress,
+            )
         else:
             super().__init__(*args, **kwargs)
         self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")

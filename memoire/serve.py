@@ -187,6 +187,14 @@ HELP.update(
 )
 _TYPES.update(samples_per_insert=float, min_size_to_sample=int, rate_error_buffer=float)
 
+# Compressed states in the server's memory (ReplayMemory's compress_states), off unless given.
+DEFAULTS["compress_states"] = None
+HELP["compress_states"] = (
+    "1 (or the bare flag) stores the memory's states LZ4-compressed (an Atari screen in about "
+    "a tenth of its bytes; sampling decodes them, bit for bit); 0 stores them raw (default 0)"
+)
+_BOOLEAN_FLAGS = ("allow_nonfinite", "compress_states")  # --NAME alone means 1
+
 
 def _shape(text: str):
     text = str(text).strip()
@@ -228,6 +236,8 @@ def build_server(cfg: dict):
         limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
+    if cfg["compress_states"] is not None:
+        limits["compress_states"] = _flag(cfg["compress_states"], "compress_states")
     limits.update(_checkpoint_settings(cfg))
     limiter = _rate_limiter(cfg)
     if limiter is not None:
@@ -296,13 +306,14 @@ def _last_checkpoint(save) -> int:
     return 0
 
 
-def _flag(value) -> Optional[bool]:
-    """A 0/1 setting as given by a flag (str) or gin (bool, int); None when not given."""
+def _flag(value, name: str = "allow_nonfinite") -> Optional[bool]:
+    """The 0/1 setting `name` as given by a flag (str) or gin (bool, int); None when not
+    given."""
     if value is None or isinstance(value, bool):
         return value
     text = str(value).strip().lower()
     if text not in ("0", "1", "true", "false", "yes", "no"):
-        raise ValueError(f"allow_nonfinite: expected 0 or 1, got {value!r}")
+        raise ValueError(f"{name}: expected 0 or 1, got {value!r}")
     return text in ("1", "true", "yes")
 
 
@@ -333,6 +344,11 @@ def build_buffer_server(cfg: dict):
     from memoire.transport import CurveKeys
 
     kwargs = _buffer_arguments(cfg["arg"])
+    if _flag(cfg["compress_states"], "compress_states"):
+        raise cli.UsageError(
+            "--compress_states: compresses the replay memory server's states; a --buffer "
+            "server stores Dopamine's layout uncompressed"
+        )
     if cfg["curve_authorized"] and not cfg["curve_secret"]:
         raise cli.UsageError("--curve_authorized needs --curve_secret")
     try:
@@ -396,7 +412,7 @@ def build_parser() -> cli.ArgumentParser:
             p.add_argument(
                 *flags, action="append", default=None, metavar="KEY=VALUE", help=HELP[name]
             )
-        elif name == "allow_nonfinite":
+        elif name in _BOOLEAN_FLAGS:
             p.add_argument(
                 *flags, nargs="?", const="1", default=None, metavar="0|1", help=HELP[name]
             )
@@ -435,7 +451,8 @@ def _config(args) -> dict:
             _shape(cfg[name])
         for name in ("state_dtype", "action_dtype", "info_dtype"):
             np.dtype(cfg[name])
-        _flag(cfg["allow_nonfinite"])
+        for name in _BOOLEAN_FLAGS:
+            _flag(cfg[name], name)
     except (OSError, ValueError, TypeError, SyntaxError, ImportError) as e:
         raise cli.UsageError(e) from None
     return cfg

@@ -46,5 +46,5 @@ PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/t
   tests/test_memory_properties.py tests/test_memory_threads.py tests/test_codec.py \
   tests/test_codec_fuzz.py tests/test_server.py tests/test_checkpoint_fuzz.py \
   tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
-  tests/test_sampling_stream.py tests/test_rate_limiter.py \
+  tests/test_sampling_stream.py tests/test_rate_limiter.py tests/test_compression.py \
   -k "not test_a_distributed_learner_keeps_its_replay_ratio" "$@"

@@ -207,6 +207,16 @@ def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
             "memoire serve",
             "allow_nonfinite: expected 0 or 1",
         ),
+        (
+            ["-m", "memoire.cli", "serve", "--compress_states", "lz4"],
+            "memoire serve",
+            "compress_states: expected 0 or 1",
+        ),
+        (
+            ["-m", "memoire.cli", "serve", "--buffer", "circular", "--compress_states"],
+            "memoire serve",
+            "--compress_states: compresses the replay memory server's states",
+        ),
         # The buffer server's old entry is the same command.
         (
             ["-m", "memoire.dopamine_compat.remote", "--serve", "circular", "--arg", "nokey"],
@@ -346,9 +356,9 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     if prog == "memoire serve":  # the 26 options, the 6 limits of docs/LIMITS.md,
         # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed, --tensorboard,
         # the memory's --checkpoint_dir, --checkpoint_every, every parser's --log-level,
-        # --stream, and the rate limiter's --samples_per_insert, --min_size_to_sample and
-        # --rate_error_buffer
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 45
+        # --stream, the rate limiter's --samples_per_insert, --min_size_to_sample and
+        # --rate_error_buffer, and --compress_states
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 46
     # Every command takes --log-level (memoire.cli.ArgumentParser).
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
 

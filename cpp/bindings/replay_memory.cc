@@ -22,7 +22,7 @@ constexpr const char* kBufNames[RM::kNumFields] = {"state_buf", "action_buf", "r
                                                    "info_buf"};
 
 std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t max_step,
-                               bool vector_prob) {
+                               bool vector_prob, bool compress_states) {
   std::vector<Field> fields;
   for (int f = 0; f < RM::kNumFields; ++f) {
     Field fd = FieldFromTemplate(kBufNames[f], templates[f]);
@@ -32,7 +32,7 @@ std::shared_ptr<RM> MakeMemory(const std::vector<py::object>& templates, int64_t
   Schema schema;
   ThrowIfError(Schema::Make(fields, &schema));
   std::unique_ptr<RM> m;
-  ThrowIfError(RM::Make(schema, max_step, &m, vector_prob));
+  ThrowIfError(RM::Make(schema, max_step, &m, vector_prob, compress_states));
   return std::shared_ptr<RM>(std::move(m));
 }
 
@@ -136,12 +136,13 @@ struct SampleBlock {
 void BindReplayMemory(py::module_& m) {
   py::class_<RM, std::shared_ptr<RM>> c(m, "ReplayMemory");
   c.def(py::init([](py::object s, py::object a, py::object r, py::object p, py::object v,
-                    py::object q, py::object i, int64_t max_step, bool vector_prob) {
-          return MakeMemory({s, a, r, p, v, q, i}, max_step, vector_prob);
+                    py::object q, py::object i, int64_t max_step, bool vector_prob,
+                    bool compress_states) {
+          return MakeMemory({s, a, r, p, v, q, i}, max_step, vector_prob, compress_states);
         }),
         py::arg("state_buf"), py::arg("action_buf"), py::arg("reward_buf"), py::arg("prob_buf"),
         py::arg("value_buf"), py::arg("qvest_buf"), py::arg("info_buf"), py::arg("max_step"),
-        py::kw_only(), py::arg("vector_prob") = false);
+        py::kw_only(), py::arg("vector_prob") = false, py::arg("compress_states") = false);
 
   // Read-only.
   for (int f = 0; f < RM::kNumFields; ++f)
@@ -150,6 +151,8 @@ void BindReplayMemory(py::module_& m) {
   c.def_property_readonly("max_step", &RM::max_step);
   c.def_property("uuid", &RM::uuid, &RM::set_uuid);
   c.def_property_readonly("memory_bytes", &RM::memory_bytes);
+  c.def_property_readonly("compress_states", &RM::compress_states);
+  c.def_property_readonly("stored_state_bytes", &RM::stored_state_bytes);
 
   // Read-write settings.
 #define MEMOIRE_OPTION(name, type)                                                      \

@@ -19,18 +19,31 @@ static_assert(ReplayMemory::kNumFields == protocol::kNumFields &&
 namespace {
 bool Finite(double x) { return std::isfinite(x); }
 constexpr size_t kParallelGatherBytes = 512 * 1024;
+
+// The columns' schema: with compressed states the state field has no bytes there (its rows
+// live in CompressedRows), so the columns reserve nothing for it.
+Schema ColumnSchema(const Schema& schema, bool compress_states) {
+  if (!compress_states) return schema;
+  std::vector<Field> fields = schema.fields();
+  fields[ReplayMemory::kState].shape = {0};
+  Schema out;
+  (void)Schema::Make(fields, &out);  // cannot fail: a valid schema with one field emptied
+  return out;
+}
 }  // namespace
 
-ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step)
+ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step, bool compress_states)
     : schema_(schema),
       max_step_(max_step),
-      cols_(schema, max_step),
+      cols_(ColumnSchema(schema, compress_states), max_step),
       weight_(max_step),
       pos1_(max_step),
       ep_start_(max_step),
       ep_len_(max_step),
       ep_term_(max_step),
       tree_(max_step) {
+  if (compress_states)
+    states_ = std::make_unique<CompressedRows>(max_step, schema.field(kState).bytes());
   reward_elems_ = schema.field(kReward).num_elements();
   opt_.discount_factor.assign(reward_elems_, 0.99f);
   opt_.reward_coeff.assign(reward_elems_, 1.0f);
@@ -38,7 +51,8 @@ ReplayMemory::ReplayMemory(const Schema& schema, int64_t max_step)
 }
 
 Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
-                          std::unique_ptr<ReplayMemory>* out, bool vector_prob) {
+                          std::unique_ptr<ReplayMemory>* out, bool vector_prob,
+                          bool compress_states) {
   if (schema.size() != kNumFields)
     return Error(Code::kInvalidArgument, "ReplayMemory: expected 7 fields (s,a,r,p,v,q,i), got ",
                  schema.size());
@@ -70,7 +84,7 @@ Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
     return Error(Code::kInvalidArgument, "reward_buf: expected at least one element");
   if (max_step < 1)
     return Error(Code::kInvalidArgument, "max_step: expected >= 1, got ", max_step);
-  std::unique_ptr<ReplayMemory> m(new ReplayMemory(schema, max_step));
+  std::unique_ptr<ReplayMemory> m(new ReplayMemory(schema, max_step, compress_states));
   if (!m->Allocated())
     return Error(Code::kResourceExhausted, "ReplayMemory: cannot allocate ",
                  schema.row_bytes() * max_step, " bytes for max_step=", max_step);
@@ -164,6 +178,7 @@ void ReplayMemory::EvictOldestLocked() {
     if (tree_.Get(slot) > 0) cleared.push_back(slot);
     set_pos(slot, -1);
     ep_len_[slot] = 0;
+    if (states_) states_->Clear(slot);
   }
   const std::vector<double> zeros(cleared.size(), 0.0);
   tree_.SetMany(cleared.data(), zeros.data(), static_cast<int64_t>(cleared.size()));
@@ -182,7 +197,10 @@ void ReplayMemory::RebuildTreeLocked() {
 Status ReplayMemory::NewEpisode() {
   std::lock_guard<std::mutex> l(mu_);
   if (open_) {
-    for (int64_t p = open_start_; p < tail_; ++p) set_pos(p % max_step_, -1);
+    for (int64_t p = open_start_; p < tail_; ++p) {
+      set_pos(p % max_step_, -1);
+      if (states_) states_->Clear(p % max_step_);
+    }
     total_added_ -= static_cast<uint64_t>(tail_ - open_start_);
     tail_ = open_start_;
   }
@@ -213,6 +231,12 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
     if (!(init_w[k] >= 0))
       return Error(Code::kInvalidArgument, "init_w: expected a finite weight >= 0, got ",
                    init_w[k]);
+  // Compressed states are encoded before the lock, so samplers are not held up meanwhile
+  // (states_ itself is set at construction and never replaced).
+  std::vector<CompressedRows::Blob> blobs;
+  if (states_)
+    blobs = CompressedRows::Encode(static_cast<const uint8_t*>(fields[kState]), n,
+                                   row_bytes(kState));
   std::lock_guard<std::mutex> l(mu_);
   MEMOIRE_RETURN_IF_ERROR(CheckCanAddLocked(n));
   // Room for all n first (oldest episodes go; CheckCanAddLocked ensured the open one fits),
@@ -221,6 +245,7 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
   for (int64_t done = 0; done < n;) {
     const int64_t slot0 = tail_ % max_step_;
     const int64_t run = std::min(n - done, max_step_ - slot0);
+    // (A compressed state's column has rows of 0 bytes: nothing is copied there.)
     for (int f = 0; f < kNumFields; ++f) {
       const size_t rb = cols_.row_bytes(f);
       uint8_t* dst = cols_.row(f, slot0);
@@ -230,6 +255,8 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
         std::memcpy(dst, static_cast<const uint8_t*>(fields[f]) + done * rb, rb * run);
       }
     }
+    if (states_)
+      for (int64_t j = 0; j < run; ++j) states_->Put(slot0 + j, std::move(blobs[done + j]));
     std::copy(init_w + done, init_w + done + run, weight_.begin() + slot0);
     for (int64_t j = 0; j < run; ++j) set_pos(slot0 + j, tail_ + j);
     std::fill_n(ep_start_.begin() + slot0, run, open_start_);
@@ -417,29 +444,40 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
       next_slots[b * fs + j] = (p + ms - (fs - 1) + j) % max_step_;
     }
   }
-  // Copies transitions [b0, b1) of every requested field.
-  auto gather = [&](int64_t b0, int64_t b1) {
+  // Writes field f's stacks of transitions [b0, b1); rows(slots, k, dst) writes k rows.
+  auto stacks = [&](int f, size_t rb, int64_t b0, int64_t b1, auto&& rows) {
+    const size_t stack_bytes = static_cast<size_t>(fs) * rb;
+    if (out.prev[f] && out.next[f] && ms < fs) {
+      // The stacks overlap: next frame j is prev frame j + ms. Copy those from the prev rows
+      // just written (in cache) and read only the ms new rows from the store, transition by
+      // transition, so an Atari batch reads 5 frames per transition from memory instead of 8
+      // (and decodes 5 instead of 8 when compressed).
+      for (int64_t b = b0; b < b1; ++b) {
+        uint8_t* prev = out.prev[f] + static_cast<size_t>(b) * stack_bytes;
+        uint8_t* next = out.next[f] + static_cast<size_t>(b) * stack_bytes;
+        rows(&prev_slots[b * fs], fs, prev);
+        std::memcpy(next, prev + ms * rb, (fs - ms) * rb);
+        rows(&next_slots[b * fs + fs - ms], ms, next + (fs - ms) * rb);
+      }
+      return;
+    }
+    if (out.prev[f]) rows(&prev_slots[b0 * fs], (b1 - b0) * fs, out.prev[f] + b0 * stack_bytes);
+    if (out.next[f]) rows(&next_slots[b0 * fs], (b1 - b0) * fs, out.next[f] + b0 * stack_bytes);
+  };
+  // Copies transitions [b0, b1) of every requested field; a decoding failure goes to *status.
+  auto gather = [&](int64_t b0, int64_t b1, Status* status) {
     for (int f = 0; f < kNumFields; ++f) {
-      const size_t rb = cols_.row_bytes(f);
-      const uint8_t* col = cols_.data(f);
-      const size_t stack_bytes = static_cast<size_t>(fs) * rb;
-      if (out.prev[f] && out.next[f] && ms < fs) {
-        // The stacks overlap: next frame j is prev frame j + ms. Copy those from the prev rows
-        // just written (in cache) and read only the ms new rows from the store, transition by
-        // transition, so an Atari batch reads 5 frames per transition from memory instead of 8.
-        for (int64_t b = b0; b < b1; ++b) {
-          uint8_t* prev = out.prev[f] + static_cast<size_t>(b) * stack_bytes;
-          uint8_t* next = out.next[f] + static_cast<size_t>(b) * stack_bytes;
-          GatherRows(col, rb, &prev_slots[b * fs], fs, prev);
-          std::memcpy(next, prev + ms * rb, (fs - ms) * rb);
-          GatherRows(col, rb, &next_slots[b * fs + fs - ms], ms, next + (fs - ms) * rb);
-        }
+      if (f == kState && states_) {
+        stacks(f, row_bytes(f), b0, b1, [&](const int64_t* s, int64_t k, uint8_t* dst) {
+          if (status->ok()) *status = states_->Decode(s, k, dst);
+        });
         continue;
       }
-      if (out.prev[f])
-        GatherStack(col, rb, &prev_slots[b0 * fs], b1 - b0, fs, out.prev[f] + b0 * stack_bytes);
-      if (out.next[f])
-        GatherStack(col, rb, &next_slots[b0 * fs], b1 - b0, fs, out.next[f] + b0 * stack_bytes);
+      const size_t rb = cols_.row_bytes(f);
+      const uint8_t* col = cols_.data(f);
+      stacks(f, rb, b0, b1, [&](const int64_t* s, int64_t k, uint8_t* dst) {
+        GatherRows(col, rb, s, k, dst);
+      });
     }
   };
   // Copying scattered multi-kilobyte rows is bound by memory latency, not bandwidth: a second
@@ -447,21 +485,22 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   // stay on one thread (starting a thread costs tens of microseconds).
   size_t batch_bytes = 0;
   for (int f = 0; f < kNumFields; ++f)
-    batch_bytes += ((out.prev[f] != nullptr) + (out.next[f] != nullptr)) * cols_.row_bytes(f);
+    batch_bytes += ((out.prev[f] != nullptr) + (out.next[f] != nullptr)) * row_bytes(f);
   batch_bytes *= static_cast<size_t>(n) * fs;
   std::thread helper;
+  Status status, helper_status;
   int64_t split = n;
   if (batch_bytes >= kParallelGatherBytes && n >= 2) {
     try {
-      helper = std::thread(gather, n / 2, n);
+      helper = std::thread(gather, n / 2, n, &helper_status);
       split = n / 2;
     } catch (const std::system_error&) {
       split = n;  // no thread to be had: copy everything here
     }
   }
-  gather(0, split);
+  gather(0, split, &status);
   if (helper.joinable()) helper.join();
-  return Status::OK();
+  return status.ok() ? helper_status : status;
 }
 
 Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* weights,
@@ -488,9 +527,17 @@ Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* w
 }
 
 size_t ReplayMemory::memory_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
   return cols_.allocated_bytes() +
          static_cast<size_t>(max_step_) * (sizeof(float) + 3 * sizeof(int64_t) + 1) +
-         static_cast<size_t>(2 * max_step_) * sizeof(double);
+         static_cast<size_t>(2 * max_step_) * sizeof(double) +
+         (states_ ? states_->index_bytes() + states_->stored_bytes() : 0);
+}
+
+size_t ReplayMemory::stored_state_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (states_) return states_->stored_bytes();
+  return static_cast<size_t>(tail_ - head_locked()) * row_bytes(kState);
 }
 
 std::string ReplayMemory::Info() const {
@@ -505,7 +552,7 @@ std::string ReplayMemory::Info() const {
   os << "  frame_stack=" << opt_.frame_stack << ", multi_step=" << opt_.multi_step
      << ", priority_exponent=" << opt_.priority_exponent << ", mix_lambda=" << opt_.mix_lambda
      << ", cache_size=" << opt_.cache_size << ", max_episode=" << opt_.max_episode
-     << ", reuse_cache=" << opt_.reuse_cache;
+     << ", reuse_cache=" << opt_.reuse_cache << ", compress_states=" << (states_ != nullptr);
   return os.str();
 }
 

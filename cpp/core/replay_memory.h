@@ -25,6 +25,13 @@
 // resident only where entries are written; the sum tree (16 bytes per slot, padded to a power
 // of two) is allocated up front. Checkpoints: SaveTo / LoadFrom (replay_memory_checkpoint.cc).
 //
+// Compressed states (Make's compress_states): the state field `s` is kept out of the columns
+// and stored LZ4-compressed, one heap block per entry (core/compressed_rows.h), so its memory
+// is what the stored states compress to. Adds encode before taking the lock; every read
+// (Sample, SampleDistinct, SaveTo) decodes under the lock, bit for bit. Checkpoints hold raw
+// rows either way (the file format does not change): a compressed memory loads a checkpoint of
+// an uncompressed one and the other way round.
+//
 // Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
 // may add while others sample; the copies run under that lock (and, from Python, without the
 // GIL). Sample copies a batch of more than 512 KiB with one extra, short-lived thread (the
@@ -39,6 +46,7 @@
 #include <vector>
 
 #include "core/columns.h"
+#include "core/compressed_rows.h"
 #include "core/protocol.h"
 #include "core/reserved.h"
 #include "core/rng.h"
@@ -59,8 +67,10 @@ class ReplayMemory {
 
   // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [] (seed 001),
   // or of shape [] or [n], n >= 0, with `vector_prob` (seed 000's prob_size).
+  // `compress_states`: store the state field compressed (see the top of this file); fixed for
+  // the memory's life.
   static Status Make(const Schema& schema, int64_t max_step, std::unique_ptr<ReplayMemory>* out,
-                     bool vector_prob = false);
+                     bool vector_prob = false, bool compress_states = false);
 
   // ---- settings (validated; a rejected value changes nothing) ----
   struct Options {
@@ -86,6 +96,7 @@ class ReplayMemory {
   const Schema& schema() const { return schema_; }
   int64_t max_step() const { return max_step_; }
   int64_t reward_elems() const { return reward_elems_; }
+  bool compress_states() const { return states_ != nullptr; }
   uint64_t uuid() const { return uuid_; }
   void set_uuid(uint64_t u) { uuid_ = u; }
   void Seed(uint64_t seed);
@@ -141,6 +152,9 @@ class ReplayMemory {
   Status UpdateWeights(int64_t n, const int64_t* ids, const float* weights, int64_t* updated);
 
   size_t memory_bytes() const;  // bytes held by storage, metadata and tree
+  // Bytes of the stored states: their compressed blocks (without the allocator's headers)
+  // with compress_states, else the raw rows of the stored entries.
+  size_t stored_state_bytes() const;
   std::string Info() const;
 
   // ---- checkpoints (the file format: replay_memory_checkpoint.cc) ----
@@ -162,8 +176,9 @@ class ReplayMemory {
   static uint64_t CheckpointChecksum(const void* data, size_t n, int section);
 
  private:
-  ReplayMemory(const Schema& schema, int64_t max_step);
+  ReplayMemory(const Schema& schema, int64_t max_step, bool compress_states);
   int64_t head_locked() const;
+  size_t row_bytes(int f) const { return schema_.field(f).bytes(); }
   bool Sampleable(int64_t slot) const;  // by metadata and options, ignoring weight
   // Draws n slots (stratified, by weight) into slots[n] and writes out's weight, prob, done
   // and id of each (the outputs that are not null). The caller holds mu_.
@@ -174,7 +189,8 @@ class ReplayMemory {
   void AdoptLocked(ReplayMemory& other);  // takes `other`'s whole state (same schema, max_step)
   bool Allocated() const {
     return cols_.allocated() && weight_.allocated() && pos1_.allocated() &&
-           ep_start_.allocated() && ep_len_.allocated() && ep_term_.allocated();
+           ep_start_.allocated() && ep_len_.allocated() && ep_term_.allocated() &&
+           (!states_ || states_->allocated());
   }
   // The absolute position of the entry in `slot`, -1 when none.
   int64_t pos(int64_t slot) const { return pos1_[slot] - 1; }
@@ -187,7 +203,8 @@ class ReplayMemory {
 
   mutable std::mutex mu_;
   Options opt_;                 // guarded by mu_
-  Columns cols_;                // guarded by mu_
+  Columns cols_;                // guarded by mu_; without the states when states_ is set
+  std::unique_ptr<CompressedRows> states_;  // compress_states: the states, else null
   // Per-slot bookkeeping, reserved like the columns (core/reserved.h): zero until written, and
   // resident only where slots were used, so an empty memory costs little beyond its tree.
   ReservedArray<float> weight_;     // per slot: init_w until close, then w

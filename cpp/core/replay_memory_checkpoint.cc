@@ -14,6 +14,9 @@
 //   3..9 fields   s, a, r, p, v, q, i: rows of positions head .. tail-1, in that order,
 //                 [tail - head, *shape] of the field's dtype
 //   10 weights    float32[tail - head]: init_w for the open episode, w for closed ones
+// A memory with compressed states (compress_states) writes its states decoded, piece by piece,
+// and encodes them again as it loads: the file is the same whichever memory wrote it, and
+// either kind of memory loads it.
 // The sum tree is not stored: its leaves follow from the weights and the settings, and its
 // inner nodes are exact sums (SumTree::kExactSums), so rebuilding it gives the saved tree bit
 // for bit, and the same generator state draws the same batches.
@@ -26,6 +29,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/replay_memory.h"
 
@@ -321,10 +325,25 @@ Status ReplayMemory::SaveTo(int fd) const {
   const int64_t slot0 = n > 0 ? head % max_step_ : 0;
   const int64_t run1 = std::min(n, max_step_ - slot0);
   for (int f = 0; f < kNumFields; ++f) {
-    const size_t rb = cols_.row_bytes(f);
+    const size_t rb = row_bytes(f);
     w.Begin(3 + f);
-    MEMOIRE_RETURN_IF_ERROR(w.Put(cols_.row(f, slot0), run1 * rb));
-    MEMOIRE_RETURN_IF_ERROR(w.Put(cols_.row(f, 0), (n - run1) * rb));
+    if (f == kState && states_) {
+      // Decoded a piece of rows at a time (no second copy of the states).
+      const int64_t per_piece = std::max<int64_t>(1, kCheckpointPiece / std::max<size_t>(rb, 1));
+      std::vector<uint8_t> piece(static_cast<size_t>(std::min(n, per_piece)) * rb);
+      std::vector<int64_t> slots;
+      for (int64_t done = 0; done < n;) {
+        const int64_t k = std::min(n - done, per_piece);
+        slots.resize(k);
+        for (int64_t j = 0; j < k; ++j) slots[j] = (head + done + j) % max_step_;
+        MEMOIRE_RETURN_IF_ERROR(states_->Decode(slots.data(), k, piece.data()));
+        MEMOIRE_RETURN_IF_ERROR(w.Put(piece.data(), k * rb));
+        done += k;
+      }
+    } else {
+      MEMOIRE_RETURN_IF_ERROR(w.Put(cols_.row(f, slot0), run1 * rb));
+      MEMOIRE_RETURN_IF_ERROR(w.Put(cols_.row(f, 0), (n - run1) * rb));
+    }
     MEMOIRE_RETURN_IF_ERROR(w.End());
   }
   w.Begin(10);
@@ -410,14 +429,14 @@ Status ReplayMemory::LoadFrom(int fd) {
   uint64_t expected = kHeaderBytes + (2 * reward_elems_ * sizeof(float) + 8) + (E * 9 + 8) +
                       (static_cast<uint64_t>(n) * sizeof(float) + 8);
   for (int f = 0; f < kNumFields; ++f)
-    expected += static_cast<uint64_t>(n) * cols_.row_bytes(f) + 8;
+    expected += static_cast<uint64_t>(n) * row_bytes(f) + 8;
   if (file_bytes != expected)
     return Error(Code::kDataLoss, file_bytes < expected ? "truncated: " : "",
                  "expected ", expected, " bytes for ", n, " entries and ", E,
                  " episodes, the file has ", file_bytes);
 
   // ---- the rest goes into a staging memory; this one changes only once all of it is read
-  std::unique_ptr<ReplayMemory> s(new ReplayMemory(schema_, max_step_));
+  std::unique_ptr<ReplayMemory> s(new ReplayMemory(schema_, max_step_, states_ != nullptr));
   if (!s->Allocated())
     return Error(Code::kResourceExhausted, "load: cannot allocate ",
                  schema_.row_bytes() * max_step_, " bytes for max_step=", max_step_);
@@ -468,10 +487,24 @@ Status ReplayMemory::LoadFrom(int fd) {
   const int64_t slot0 = n > 0 ? h.head % max_step_ : 0;
   const int64_t run1 = std::min(n, max_step_ - slot0);
   for (int f = 0; f < kNumFields; ++f) {
-    const size_t rb = cols_.row_bytes(f);
+    const size_t rb = row_bytes(f);
     r.Begin(3 + f);
-    MEMOIRE_RETURN_IF_ERROR(r.Get(s->cols_.row(f, slot0), run1 * rb));
-    MEMOIRE_RETURN_IF_ERROR(r.Get(s->cols_.row(f, 0), (n - run1) * rb));
+    if (f == kState && s->states_) {
+      // Read a piece of rows at a time and encode them (the checksum covers the raw rows).
+      const int64_t per_piece = std::max<int64_t>(1, kCheckpointPiece / std::max<size_t>(rb, 1));
+      std::vector<uint8_t> piece(static_cast<size_t>(std::min(n, per_piece)) * rb);
+      for (int64_t done = 0; done < n;) {
+        const int64_t k = std::min(n - done, per_piece);
+        MEMOIRE_RETURN_IF_ERROR(r.Get(piece.data(), k * rb));
+        std::vector<CompressedRows::Blob> blobs = CompressedRows::Encode(piece.data(), k, rb);
+        for (int64_t j = 0; j < k; ++j)
+          s->states_->Put((h.head + done + j) % max_step_, std::move(blobs[j]));
+        done += k;
+      }
+    } else {
+      MEMOIRE_RETURN_IF_ERROR(r.Get(s->cols_.row(f, slot0), run1 * rb));
+      MEMOIRE_RETURN_IF_ERROR(r.Get(s->cols_.row(f, 0), (n - run1) * rb));
+    }
     MEMOIRE_RETURN_IF_ERROR(r.End());
   }
   r.Begin(10);
@@ -520,6 +553,7 @@ void ReplayMemory::AdoptLocked(ReplayMemory& o) {
   opt_ = o.opt_;
   uuid_ = o.uuid_;
   cols_.TakeContents(o.cols_);
+  if (states_) states_->swap(*o.states_);  // the staging memory compresses as this one does
   weight_.swap(o.weight_);
   pos1_.swap(o.pos1_);
   ep_start_.swap(o.ep_start_);

@@ -79,7 +79,7 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
       out->rows[f].clear();
       continue;
     }
-    const size_t rb = cols_.row_bytes(f);
+    const size_t rb = row_bytes(f);
     uint8_t* dst;
     if (out->place != nullptr) {
       dst = out->place + offsets[f];
@@ -87,7 +87,10 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
       out->rows[f].resize(static_cast<size_t>(u) * rb);
       dst = out->rows[f].data();
     }
-    GatherRows(cols_.data(f), rb, uniq.data(), u, dst);
+    if (f == kState && states_)
+      MEMOIRE_RETURN_IF_ERROR(states_->Decode(uniq.data(), u, dst));
+    else
+      GatherRows(cols_.data(f), rb, uniq.data(), u, dst);
   }
   out->num_sampleable = sampleable_;
   out->total_weight = tree_.Total();

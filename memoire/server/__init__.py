@@ -219,6 +219,10 @@ class ReplayMemoryServer:
         An actor whose PULL connection closes (killed, or silent past the heartbeat timeout)
         has its open episode dropped after ``heartbeat.timeout`` more seconds
         (``rejected["peer_lost"]``; ``peer_connects``/``peer_disconnects`` in :meth:`stats`).
+      compress_states: store :attr:`rem`'s states LZ4-compressed (ReplayMemory's
+        ``compress_states``: less memory per transition on compressible frames such as
+        Atari screens, slower sampling; every batch, stream, cache and checkpoint is bit for
+        bit what an uncompressed memory gives).
 
     Every limit refuses what exceeds it, counts it in :meth:`stats` (``rejected``) and logs
     it; the server keeps serving the other peers (docs/LIMITS.md).
@@ -256,6 +260,7 @@ class ReplayMemoryServer:
         checkpoint_every: Optional[float] = None,
         rate_limiter: Optional[RateLimiter] = None,
         heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+        compress_states: bool = False,
     ):
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
@@ -272,6 +277,7 @@ class ReplayMemoryServer:
             qvest_buf,
             info_buf,
             int(max_step),
+            compress_states=compress_states,
         )
         ring_seed = int(np.random.default_rng(seed).integers(1 << 63))
         if seed is not None:
@@ -410,7 +416,8 @@ class ReplayMemoryServer:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
         and ``open_stream_bytes`` held for unfinished episodes, ``reply_cache_bytes``,
-        ``counter_clients``); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
+        ``counter_clients``, ``stored_state_bytes``: what the memory's states take, compressed
+        or raw); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
         with a rate limiter, ``rate_limiter`` (its counters: ``inserts``, ``samples``, calls
         ``*_blocked`` and seconds ``*_blocked_s`` spent blocked, ``*_timeouts``, waiting now)
         and ``deferred`` (remote samples parked, ever)."""
@@ -429,6 +436,7 @@ class ReplayMemoryServer:
         s["reply_cache_bytes"] = self._rpc.reply_bytes
         s["counter_clients"] = self._counters.clients
         s["sampling_streams"] = self._sampling.open_streams
+        s["stored_state_bytes"] = self._rem.stored_state_bytes
         s.update(central)
         return s
 
