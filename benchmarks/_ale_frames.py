@@ -20,25 +20,27 @@ GAMES = ("Pong", "Breakout", "SpaceInvaders")
 DEFAULT_PATH = os.path.join("/tmp", "memoire-ale-frames.npy")
 
 
-def record(games=GAMES, per_game: int = 4000, seed: int = 0) -> np.ndarray:
-    """uint8[len(games) * per_game, 84, 84]: `per_game` consecutive frames of each game (episodes
-    restart on game over)."""
+def record_game(game: str, frames: int, seed: int = 0) -> np.ndarray:
+    """uint8[frames, 84, 84]: consecutive frames of `game` (Dopamine's name, e.g. "Pong") under
+    random actions; episodes restart on game over."""
     from dopamine.discrete_domains import atari_lib
 
     rng = np.random.default_rng(seed)
-    out = np.empty((len(games) * per_game, 84, 84), np.uint8)
-    k = 0
-    for game in games:
-        env = atari_lib.create_atari_environment(game_name=game, sticky_actions=True)
-        env.environment.reset(seed=seed)
-        obs = env.reset()
-        for _ in range(per_game):
-            out[k] = obs[..., 0]
-            k += 1
-            obs, _, done, _ = env.step(int(rng.integers(env.action_space.n)))
-            if done:
-                obs = env.reset()
+    out = np.empty((frames, 84, 84), np.uint8)
+    env = atari_lib.create_atari_environment(game_name=game, sticky_actions=True)
+    env.environment.reset(seed=seed)
+    obs = env.reset()
+    for k in range(frames):
+        out[k] = obs[..., 0]
+        obs, _, done, _ = env.step(int(rng.integers(env.action_space.n)))
+        if done:
+            obs = env.reset()
     return out
+
+
+def record(games=GAMES, per_game: int = 4000, seed: int = 0) -> np.ndarray:
+    """uint8[len(games) * per_game, 84, 84]: `per_game` consecutive frames of each game."""
+    return np.concatenate([record_game(g, per_game, seed) for g in games])
 
 
 def recorded(path: str = DEFAULT_PATH, per_game: int = 4000) -> str:

@@ -1,11 +1,10 @@
 """Compressed states (ReplayMemory's ``compress_states``) on real Atari screens: the memory
 saved and the sampling rate it costs, compressed next to raw, in one run.
 
-Frames: recorded from the ALE (ale-py's bundled ROMs) with random actions, preprocessed as
-Dopamine's ``atari_lib`` does (``{Game}NoFrameskip-v0``: sticky actions 0.25, the minimal
-action set; ``AtariPreprocessing``: frame skip 4, grayscale, the max of the last two frames,
-an area resize to uint8[84, 84]; Dopamine resizes with cv2's INTER_AREA, here the same area
-average is computed with NumPy, cv2 not being a dependency). A second source is uniformly
+Frames: recorded from the ALE (ale-py's bundled ROMs) with random actions, through Dopamine's
+own ``atari_lib.create_atari_environment`` (``benchmarks/_ale_frames.py``: sticky actions 0.25,
+frame skip 4, grayscale, the max of the last two frames, cv2's area resize to uint8[84, 84]),
+as a Dopamine agent stores them. A second source is uniformly
 random frames, which do not compress (the worst case). A memory is filled with ``--fill``
 transitions by cycling the recorded frames (each frame is compressed on its own, so cycling
 changes no frame's size).
@@ -25,7 +24,7 @@ For each source it reports:
   - adding: ``add_entries`` of 1,000-step episodes, transitions per CPU second, alternately.
 Ratios are compressed / raw.
 
-    nice python benchmarks/bench_compression.py [--games breakout,pong,space_invaders]
+    nice python benchmarks/bench_compression.py [--games Pong,Breakout,SpaceInvaders]
         [--frames 3000] [--fill 30000] [--reps 7]
 
 Linux only (RSS from /proc). Needs ale-py for the Atari rows (without it, random frames only).
@@ -42,52 +41,14 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _ale_frames  # noqa: E402  (screens recorded through Dopamine's Atari preprocessing)
+
 SHAPE = (84, 84)
 STACK = 4
 BATCH = 32
 EPISODE = 1000
 WRAPS = 3  # times the ring is written over after the first fill
-
-
-def _area_matrix(src: int, dst: int) -> np.ndarray:
-    """``float64[dst, src]``: output pixel i averages the source span [i*s, (i+1)*s), s =
-    src/dst, each source pixel weighted by its overlap (cv2's INTER_AREA when shrinking)."""
-    scale = src / dst
-    m = np.zeros((dst, src))
-    for i in range(dst):
-        lo, hi = i * scale, (i + 1) * scale
-        for j in range(int(np.floor(lo)), min(src, int(np.ceil(hi)))):
-            m[i, j] = min(hi, j + 1) - max(lo, j)
-    return m / scale
-
-
-def record_atari(game: str, frames: int, seed: int) -> np.ndarray:
-    """``uint8[frames, 84, 84]`` observations of `game` under random actions."""
-    import ale_py
-
-    ale = ale_py.ALEInterface()
-    ale.setLoggerMode(ale_py.LoggerMode.Error)
-    ale.setInt("random_seed", seed)
-    ale.setFloat("repeat_action_probability", 0.25)
-    ale.setInt("frame_skip", 1)
-    ale.loadROM(ale_py.roms.get_rom_path(game))
-    actions = ale.getMinimalActionSet()
-    rng = np.random.default_rng(seed)
-    h, w = ale.getScreenDims()
-    rows, cols = _area_matrix(h, SHAPE[0]), _area_matrix(w, SHAPE[1]).T
-    screens = np.zeros((2, h, w), np.uint8)
-    out = np.zeros((frames,) + SHAPE, np.uint8)
-    for k in range(frames):
-        if ale.game_over():
-            ale.reset_game()
-        action = actions[rng.integers(len(actions))]
-        for t in range(4):  # frame skip 4; the last two screens are max-pooled
-            ale.act(action)
-            if t >= 2:
-                ale.getScreenGrayscale(screens[t - 2])
-        pooled = np.maximum(screens[0], screens[1]).astype(np.float64)
-        out[k] = np.clip(np.rint(rows @ pooled @ cols), 0, 255).astype(np.uint8)
-    return out
 
 
 def _fill(rem, frames: np.ndarray, fill: int, rng_seed: int = 0, offset: int = 0):
@@ -203,7 +164,7 @@ def measure(name: str, frames: np.ndarray, fill: int, reps: int, tmp: str) -> di
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--games", default="breakout,pong,space_invaders")
+    p.add_argument("--games", default=",".join(_ale_frames.GAMES))
     p.add_argument("--frames", type=int, default=3000, help="frames recorded per game")
     p.add_argument("--fill", type=int, default=30000, help="transitions stored per memory")
     p.add_argument("--reps", type=int, default=7)
@@ -219,7 +180,7 @@ def main(argv=None):
         import ale_py  # noqa: F401
 
         games = [g for g in a.games.split(",") if g]
-        per_game = [record_atari(g, a.frames, seed=k) for k, g in enumerate(games)]
+        per_game = [_ale_frames.record_game(g, a.frames, seed=k) for k, g in enumerate(games)]
         sources.append(("atari " + "+".join(games), np.concatenate(per_game)))
     except ImportError:
         print("ale-py is not installed: random frames only", file=sys.stderr)
