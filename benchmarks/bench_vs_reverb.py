@@ -30,7 +30,9 @@ float32[4] observations (stack 1); batches of 32:
    full speed with ``SampleToInsertRatio(8, FILLED, 100 * 32)`` on both sides.
 4. server memory per transition: the RSS growth of the server's process divided by the
    transitions stored, on random frames, on synthetic compressible (Breakout-like) frames and
-   on screens recorded from ALE games (``benchmarks/_ale_frames.py``).
+   on screens recorded from ALE games (``benchmarks/_ale_frames.py``); memoire stores frames
+   raw, and again with ``compress_states`` (LZ4 per frame, docs/COMPRESSION.md) on the
+   compressible kinds; Reverb compresses its chunks (zstd) always.
 """
 
 from __future__ import annotations
@@ -192,10 +194,10 @@ def _rss() -> int:
     return rd._rss()
 
 
-def _memory_child(items: int, kind: str, source, out) -> None:
+def _memory_child(items: int, kind: str, source, compress: bool, out) -> None:
     from memoire import ReplayMemoryServer
 
-    srv = ReplayMemoryServer(*brl._templates(), items, None)
+    srv = ReplayMemoryServer(*brl._templates(), items, None, compress_states=compress)
     rem = srv.rem
     rem.frame_stack = rd.STACK
     obs = rd.frames(kind, rd.EPISODE, np.random.default_rng(0), "atari", source)
@@ -205,10 +207,11 @@ def _memory_child(items: int, kind: str, source, out) -> None:
     srv.close()
 
 
-def memoire_memory(items: int, kind: str, source=None) -> float:
-    """Bytes of server RSS per stored transition (a server process of its own)."""
+def memoire_memory(items: int, kind: str, source=None, compress: bool = False) -> float:
+    """Bytes of server RSS per stored transition (a server process of its own), states stored
+    raw or, with `compress`, LZ4-compressed (``compress_states``)."""
     out = CTX.Queue()
-    p = CTX.Process(target=_memory_child, args=(items, kind, source, out), daemon=True)
+    p = CTX.Process(target=_memory_child, args=(items, kind, source, compress, out), daemon=True)
     p.start()
     try:
         return out.get(timeout=300)
@@ -397,11 +400,14 @@ def main(argv=None) -> None:
             )
         kinds = ("random",) if args.quick else ("random", "compressible")
         kinds += ("ale",) if ale else ()
-        for kind in kinds:
+        runs = [(kind, False) for kind in kinds]
+        runs += [(kind, True) for kind in kinds if kind != "random" and not args.quick]
+        for kind, packed in runs:
             row(
-                f"server memory per transition, {FRAME_NAMES[kind]} (raw frame {RAW_BYTES:,} B)",
+                f"server memory per transition, {FRAME_NAMES[kind]} (raw frame {RAW_BYTES:,} B)"
+                + (", memoire with compress_states" if packed else ""),
                 "bytes",
-                lambda k=kind: memoire_memory(args.memory_items, k, ale),
+                lambda k=kind, c=packed: memoire_memory(args.memory_items, k, ale, c),
                 "memory",
                 "bytes_per_item",
                 better="lower",
