@@ -1,14 +1,16 @@
 """ReplayMemoryClient: an actor's end of a distributed memoire (seed 001).
 
 The client asks the server for the schema and settings (the handshake, :meth:`sync_sizes`)
-and builds its local :class:`memoire.ReplayMemory` from them (:attr:`rem`). Then, in
+and builds its local :class:`memoire.ReplayMemory` from them (:attr:`rem`; in central mode
+only when first asked for, as streaming does not use it). Then, in
 
 - **cache mode** (default): the actor fills ``client.rem`` (``new_episode``, ``add_entry``,
   ``close_episode``), calls :meth:`push_cache` periodically to send a prioritized cache and
   :meth:`update_counter` after each episode;
 - **central mode** (``mode="central"``): the actor calls the client's own
   :meth:`new_episode` / :meth:`add_entry` / :meth:`close_episode`, which stream the episode to
-  the server in chunks of ``chunk_size`` entries; the server stores it when it is closed.
+  the server in chunks of ``chunk_size`` entries; the server stores it when it is closed. The
+  client then holds at most a few chunks (staged, or being sent), whatever the server's size.
 
 Requests (handshake, counters) time out and are resent on a fresh socket a bounded number of
 times, so a client outlives a server restart; pushes and subscriptions reconnect by themselves.
@@ -112,7 +114,8 @@ class ReplayMemoryClient:
       push_endpoint: the server's PULL endpoint (or a PULL proxy's front).
       input_uuid: this actor's id (e.g. its IP address as an integer); 0 for a random one.
       mode: ``"cache"`` or ``"central"`` (see the module docstring).
-      max_step: the local memory's size; None takes the server's.
+      max_step: the local memory's size; None takes the server's. (Central mode builds that
+        memory only when :attr:`rem` is first read.)
       timeout: seconds a request or a push waits; retries: resends of a request.
       keys: :class:`memoire.transport.CurveKeys` (client side) for a CURVE server.
       chunk_size: entries per episode chunk (central mode).
@@ -165,6 +168,7 @@ class ReplayMemoryClient:
             )
         self._topics: Dict[bytes, Deque[bytes]] = {}
         self._rem: Optional[_CountingMemory] = None
+        self._rem_spec = None  # (templates, max_step, settings) for building the local memory
         self._counts = [0, 0]  # closed episodes and steps of memories replaced by sync_sizes
         # Central-mode stream state.
         self._episode = 0
@@ -184,14 +188,31 @@ class ReplayMemoryClient:
 
     # ------------------------------------------------------------------ handshake
 
-    rem = property(
-        lambda self: self._rem,
-        doc="The local ReplayMemory (built from the server's schema and settings).",
-    )
+    @property
+    def rem(self) -> ReplayMemory:
+        """The local ReplayMemory (built from the server's schema and settings; in central
+        mode, when first read)."""
+        if self._rem is None:
+            self._rem = self._build_rem()
+        return self._rem
+
+    def _build_rem(self) -> _CountingMemory:
+        templates, max_step, settings = self._rem_spec
+        rem = _CountingMemory(*templates, max_step)
+        rem._closed_episodes = 0
+        rem._closed_steps = 0
+        for name in SETTINGS:
+            if name in settings:
+                setattr(rem, name, settings[name])
+        if self._seed is not None:
+            rem.seed(int(self._seed))
+        rem.uuid = self.uuid & 0xFFFFFFFFFFFFFFFF
+        return rem
 
     def sync_sizes(self, max_step: Optional[int] = None) -> None:
         """Asks the server for its schema and settings and rebuilds the local memory with them
-        (entries stored locally are dropped; counters are kept).
+        (entries stored locally are dropped; counters are kept; central mode builds it when
+        :attr:`rem` is next read).
 
         Args:
           max_step: the local memory's size; None keeps the last one given (or the server's).
@@ -217,16 +238,10 @@ class ReplayMemoryClient:
         if self._rem is not None:
             self._counts[0] += self._rem._closed_episodes
             self._counts[1] += self._rem._closed_steps
-        rem = _CountingMemory(*templates, self._max_step or server_max_step)
-        rem._closed_episodes = 0
-        rem._closed_steps = 0
-        for name in SETTINGS:
-            if name in settings:
-                setattr(rem, name, settings[name])
-        if self._seed is not None:
-            rem.seed(int(self._seed))
-        rem.uuid = self.uuid & 0xFFFFFFFFFFFFFFFF
-        self._rem = rem
+        self._rem_spec = (templates, self._max_step or server_max_step, settings)
+        # A central-mode actor streams chunks and never fills a local memory: building one as
+        # large as the server's would reserve its whole address range for nothing.
+        self._rem = None if self.mode == "central" else self._build_rem()
         self._schema = schema
         self._header_layout = None  # the schema may differ (a restarted server)
         self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
@@ -234,6 +249,8 @@ class ReplayMemoryClient:
     # ------------------------------------------------------------------ counters and logs
 
     def _totals(self):
+        if self._rem is None:
+            return self._counts[0], self._counts[1]
         e = self._counts[0] + self._rem._closed_episodes
         s = self._counts[1] + self._rem._closed_steps
         return e, s
@@ -289,7 +306,7 @@ class ReplayMemoryClient:
           0 when sent; -1 when nothing is sampleable locally or the server could not take it
           within the timeout.
         """
-        rem = self._rem
+        rem = self.rem
         try:
             if native_libzmq():  # sampled into one block and sent from C++, GIL released
                 with self._push_lock:
@@ -308,7 +325,7 @@ class ReplayMemoryClient:
 
     def _cache_header(self) -> bytes:
         """The header of this memory's cache messages (made again when the settings change)."""
-        layout = cache_layout(self._rem)
+        layout = cache_layout(self.rem)
         if layout != self._header_layout:
             self._header = cache_spec(self._schema, layout).header(Msg.CACHE)
             self._header_layout = layout

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 
 #include "core/gather.h"
@@ -155,7 +156,7 @@ Status AttemptsExhausted(int64_t attempts, int64_t sampled, int64_t n) {
 CircularBuffer::CircularBuffer(Columns columns, const Options& options)
     : options_(options),
       columns_(std::move(columns)),
-      episode_end_(static_cast<size_t>(options.capacity), 0),
+      episode_end_(static_cast<size_t>(options.capacity)),
       tree_(options.prioritized ? options.capacity : 0),
       rng_(options.seed) {
   while (padded_leaves_ < options.capacity) padded_leaves_ <<= 1;
@@ -205,7 +206,15 @@ Status CircularBuffer::Make(const Schema& schema, const Options& options,
   if (!columns.allocated())
     return Error(Code::kResourceExhausted, "cannot allocate ", schema.row_bytes(), " bytes x ",
                  options.capacity, " slots");
-  out->reset(new CircularBuffer(std::move(columns), options));
+  std::unique_ptr<CircularBuffer> made;
+  try {
+    made.reset(new CircularBuffer(std::move(columns), options));  // the tree may throw
+  } catch (const std::bad_alloc&) {
+  }
+  if (!made || !made->episode_end_.allocated())
+    return Error(Code::kResourceExhausted, "cannot reserve the per-slot records of ",
+                 options.capacity, " slots");
+  *out = std::move(made);
   return Status::OK();
 }
 
@@ -612,7 +621,7 @@ Status CircularBuffer::SetEpisodeEnds(const std::vector<int64_t>& slots) {
           .With("index", s)
           .With("bound", options_.capacity);
   std::lock_guard<std::mutex> lock(mu_);
-  std::fill(episode_end_.begin(), episode_end_.end(), 0);
+  episode_end_.Clear();
   for (int64_t s : slots) episode_end_[s] = 1;
   return Status::OK();
 }
@@ -641,7 +650,7 @@ Status CircularBuffer::CheckRestore(int64_t add_count, const std::vector<int64_t
 void CircularBuffer::RestoreStateLocked(int64_t add_count, const std::vector<int64_t>& ends,
                                         const double* leaves, double max_recorded) {
   add_count_ = add_count;
-  std::fill(episode_end_.begin(), episode_end_.end(), 0);
+  episode_end_.Clear();
   for (int64_t s : ends) episode_end_[s] = 1;
   if (options_.prioritized) {
     tree_.Clear();

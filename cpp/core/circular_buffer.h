@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/columns.h"
+#include "core/reserved.h"
 #include "core/rng.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -176,7 +177,7 @@ class CircularBuffer {
   mutable std::mutex mu_;
   Options options_;
   Columns columns_;                    // guarded by mu_
-  std::vector<uint8_t> episode_end_;   // guarded by mu_
+  ReservedArray<uint8_t> episode_end_;  // guarded by mu_; capacity flags, committed as written
   int64_t add_count_ = 0;              // guarded by mu_
   bool next_is_episode_start_ = true;  // guarded by mu_
   SumTree tree_;                       // guarded by mu_

@@ -189,7 +189,9 @@ void ReplayMemory::RebuildTreeLocked() {
   sampleable_ = 0;
   for (int64_t slot = 0; slot < max_step_; ++slot) {
     const bool s = Sampleable(slot) && weight_[slot] > 0;
-    tree_.Set(slot, s ? weight_[slot] : 0.0);
+    // A leaf that stays 0 is skipped: its ancestors are already exact sums (kExactSums), and
+    // an empty memory's tree then stays uncommitted (SumTree, Memory).
+    if (s || tree_.Get(slot) != 0.0) tree_.Set(slot, s ? weight_[slot] : 0.0);
     sampleable_ += s;
   }
 }

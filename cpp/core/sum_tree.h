@@ -19,11 +19,16 @@
 // Numerics: Find never returns a zero-priority leaf (it steers away from empty subtrees);
 // Descend is Dopamine's plain descent, which drift can steer onto one. Rebuild() recomputes
 // every inner node exactly.
+// Memory: the nodes are a ReservedArray (reserved.h), so a tree costs resident memory only for
+// the pages its set leaves and their ancestors touch: leaves filled in order commit a prefix of
+// each level. Untouched nodes read as zero, which is what an empty subtree holds. Clear, Rebuild
+// and SetHeap write only nodes whose value changes. Construction throws std::bad_alloc when the
+// nodes cannot be reserved.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
+#include "core/reserved.h"
 #include "core/rng.h"
 #include "core/status.h"
 
@@ -45,7 +50,7 @@ class SumTree {
   // kAddDeltas: Dopamine's vectorised set (a repeated index keeps its first priority).
   // Indices must be in [0, padded_leaves()).
   void SetMany(const int64_t* indices, const double* priorities, int64_t k);
-  double Get(int64_t index) const { return nodes_[leaf0_ + index]; }
+  double Get(int64_t index) const { return nodes_[static_cast<size_t>(leaf0_ + index)]; }
   double Total() const { return nodes_[1]; }
   // The largest priority ever Set (Dopamine's max_recorded_priority); starts at 1.
   double max_recorded() const { return max_recorded_; }
@@ -71,7 +76,7 @@ class SumTree {
 
   // Recomputes every internal node from the leaves (removes accumulated rounding).
   void Rebuild();
-  // Every node 0 and max_recorded 1.
+  // Every node 0 (their pages given back) and max_recorded 1.
   void Clear();
 
  private:
@@ -81,7 +86,7 @@ class SumTree {
   int64_t capacity_;
   Rule rule_;
   int64_t leaf0_;              // node of leaf 0, 1-based (P, a power of two)
-  std::vector<double> nodes_;  // nodes_[0] unused, nodes_[1] the root: heap() is nodes_ + 1
+  ReservedArray<double> nodes_;  // nodes_[0] unused, nodes_[1] the root: heap() is nodes_ + 1
   double max_recorded_ = 1.0;
 };
 

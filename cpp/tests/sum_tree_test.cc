@@ -4,8 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
 
 #include "core/rng.h"
 #include "tests/testing.h"
@@ -184,6 +190,63 @@ TEST(MaxRecordedAndClear) {
   CHECK(t.max_recorded() == 3.5);
   t.Clear();
   CHECK(t.Total() == 0.0 && t.Get(2) == 0.0 && t.max_recorded() == 1.0);
+}
+
+// Resident bytes of this process (Linux; -1 elsewhere).
+long long ResidentBytes() {
+#if defined(__linux__)
+  long long pages = 0, resident = -1;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lld %lld", &pages, &resident) != 2) resident = -1;
+    std::fclose(f);
+  }
+  return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+#else
+  return -1;
+#endif
+}
+
+// A tree takes resident memory only where leaves were set (and their ancestors), and Clear
+// gives it back; the nodes still read as an all-zero tree.
+TEST(MemoryFollowsTheSetLeaves) {
+  const int64_t cap = int64_t{1} << 22;  // 64 MiB of nodes if committed
+  const long long before = ResidentBytes();
+  SumTree t(cap);
+  const long long empty = ResidentBytes();
+  CHECK(t.Total() == 0.0 && t.Find(0.3) == -1 && t.Get(cap - 1) == 0.0);
+  for (int64_t i = 0; i < 1000; ++i) t.Set(i, 1.0);
+  const long long some = ResidentBytes();
+  CHECK(t.Total() == 1000.0 && t.Find(999.5) == 999);
+  if (before >= 0) {
+    CHECK(empty - before < (4 << 20));
+    CHECK(some - before < (16 << 20));  // a few pages per level (2 MiB huge pages at most)
+  }
+  for (int64_t i = 0; i < cap; i += 4096) t.Set(i, 2.0);  // 1,024 leaves across the tree
+  const long long spread = ResidentBytes();
+  t.Clear();
+  const long long cleared = ResidentBytes();
+  if (before >= 0) CHECK(spread - cleared > (4 << 20));
+  CHECK(t.Total() == 0.0 && t.Get(0) == 0.0 && t.Get(4096) == 0.0 && t.max_recorded() == 1.0);
+  t.Set(5, 0.25);
+  CHECK(t.Total() == 0.25 && t.Find(0.1) == 5);
+}
+
+// SetHeap and Rebuild write only the nodes that change, and copy every bit of those that do
+// (a -0.0 stays -0.0, as Dopamine's checkpointed nodes may hold).
+TEST(SetHeapAndRebuildKeepEveryBit) {
+  for (SumTree::Rule rule : {SumTree::Rule::kExactSums, SumTree::Rule::kAddDeltas}) {
+    SumTree src(6, rule);
+    src.Set(1, 0.5);
+    src.Set(4, 0.25);
+    std::vector<double> heap(src.heap(), src.heap() + src.heap_size());
+    heap[heap.size() - 1] = -0.0;  // the last padding leaf
+    SumTree dst(6, rule);
+    dst.Set(3, 7.0);  // overwritten by SetHeap
+    dst.SetHeap(heap.data());
+    CHECK(std::memcmp(dst.heap(), heap.data(), heap.size() * sizeof(double)) == 0);
+    dst.Rebuild();
+    CHECK(dst.Total() == 0.75 && dst.Get(3) == 0.0 && std::signbit(dst.Get(7)));
+  }
 }
 
 TEST_MAIN()
