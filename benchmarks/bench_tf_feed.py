@@ -85,7 +85,7 @@ def compare(label, fetch_off, fetch_on, args):
         for name, fetch in order if r % 2 == 0 else order[::-1]:
             per[name].append(learner_ms(fetch, args.calls, args.step_ms / 1e3))
     off, on = statistics.median(per["off"]), statistics.median(per["on"])
-    print(f"{label:<34} {off:>10.3f} {on:>10.3f} {off / on:>8.1f}x", flush=True)
+    print(f"{label:<44} {off:>10.3f} {on:>10.3f} {off / on:>8.1f}x", flush=True)
     return off, on
 
 
@@ -125,7 +125,7 @@ def in_graph(buf, prioritized):
         if prioritized:
             with tf.control_dependencies([op]):
                 update = wrapper.tf_set_priority(
-                    wrapper.indices, tf.fill([BATCH], 1.0) + tf.cast(wrapper.rewards, tf.float32)
+                    wrapper.indices, 1.0 + tf.abs(tf.cast(wrapper.rewards, tf.float32))
                 )
             op = [op, update]
     sess = tf.compat.v1.Session(graph=graph)
@@ -147,7 +147,7 @@ def main():
         f"{args.depth} threads {args.threads}, {args.step_ms} ms simulated step, "
         f"{args.rounds} rounds x {args.calls} calls"
     )
-    print(f"{'learner ms per batch':<34} {'feed off':>10} {'feed on':>10} {'off/on':>9}")
+    print(f"{'learner ms per batch':<44} {'feed off':>10} {'feed on':>10} {'off/on':>9}")
     for cls, prioritized in (
         (OutOfGraphReplayBuffer, False),
         (OutOfGraphPrioritizedReplayBuffer, True),

@@ -333,3 +333,145 @@ def test_tf_agent_trains_from_the_feed_with_one_gin_line(gin_file):
     assert r["reloaded"] and r["reloaded_add_count"] == r["add_count"]
     if "rainbow" in gin_file:
         assert r["distinct_priorities"] > 10  # tf_set_priority reached the buffer
+
+
+# ---- remote buffers: sample requests in flight over the network ----
+
+
+def _served(cls=crb.OutOfGraphReplayBuffer, n=30, **kw):
+    """(server, endpoint, the served buffer) on loopback, an OS-chosen port."""
+    from memoire.dopamine_compat import buffer_server
+    from memoire.server import RpcServer
+
+    buf = _filled(cls, n, **kw)
+    server = RpcServer()
+    endpoint = server.start("tcp://127.0.0.1:*")
+    buffer_server.serve_buffer(server, buf, "replay")
+    return server, endpoint, buf
+
+
+def _prefetch_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "memoire-remote-prefetch"]
+
+
+@pytest.mark.parametrize("served_feed", [0, 2])
+def test_remote_prefetch_matches_synchronous_distribution(served_feed):
+    from memoire.dopamine_compat import remote
+
+    # served_feed: the hosted buffer's own prefetch_depth (its server samples from a feed).
+    server, endpoint, buf = _served(seed=4, prefetch_depth=served_feed)
+    try:
+        sync = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10)
+        fed = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, prefetch_depth=3)
+        inline = [sync.sample_transition_batch()[7].copy() for _ in range(200)]
+        drawn = []
+        for _ in range(200):
+            batch = fed.sample_transition_batch()
+            _check_batch(buf, batch)
+            drawn.append(batch[7].copy())
+        assert fed._prefetcher.taken == 200 and fed._prefetcher.depth == 3
+        assert _same_distribution(_counts(drawn, 40), _counts(inline, 40)) > P_MIN
+        # Explicit indices and other sizes stay synchronous calls.
+        np.testing.assert_array_equal(fed.sample_transition_batch(3, [5, 6, 7])[7], [5, 6, 7])
+        assert fed.sample_transition_batch(batch_size=4)[0].shape[0] == 4
+        assert fed._prefetcher.taken == 200
+        assert len(_prefetch_threads()) == 1
+        fed.close()
+        sync.close()
+        assert not _prefetch_threads()
+    finally:
+        server.close()
+
+
+def test_remote_prefetch_priority_updates_land_within_depth():
+    from memoire.dopamine_compat import remote
+
+    depth = 3
+    server, endpoint, buf = _served(prb.OutOfGraphPrioritizedReplayBuffer, seed=6)
+    try:
+        rb = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, prefetch_depth=depth)
+        target = int(rb.sample_transition_batch()[7][0])
+        rb.set_priority(np.array([target], np.int32), np.array([0.0]))
+        later = [rb.sample_transition_batch()[7].copy() for _ in range(depth + 60)]
+        assert not any((k == target).any() for k in later[depth:])
+        other = next(int(i) for i in later[-1] if i != target)
+        rb.set_priority(np.array([other], np.int32), np.array([1e6]))
+        later = [rb.sample_transition_batch()[7].copy() for _ in range(depth + 10)]
+        assert all((k == other).mean() > 0.9 for k in later[depth:])
+        rb.close()
+    finally:
+        server.close()
+
+
+def test_remote_prefetch_errors_reach_the_caller_and_load_drops_requested_batches(tmp_path):
+    from memoire.dopamine_compat import buffer_server, remote
+    from memoire.server import RpcServer
+
+    buf = _filled(n=1, seed=0)
+    server = RpcServer()
+    endpoint = server.start("tcp://127.0.0.1:*")
+    buffer_server.serve_buffer(server, buf, "replay", checkpoint_root=str(tmp_path))
+    try:
+        sync = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10)
+        with pytest.raises(RuntimeError) as expected:
+            sync.sample_transition_batch()
+        sync.close()
+        rb = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, prefetch_depth=2)
+        with pytest.raises(RuntimeError) as got:
+            rb.sample_transition_batch()
+        assert str(got.value) == str(expected.value)
+        assert "Cannot sample a batch" in str(got.value)
+        # A checkpoint of other contents, loaded through the proxy: no batch from before.
+        src = _filled(n=30, seed=1)
+        src.save(str(tmp_path), 0)
+        rb.load(str(tmp_path), 0)
+        assert rb._prefetcher is None and not _prefetch_threads()
+        for _ in range(5):
+            _check_batch(buf, rb.sample_transition_batch())
+        rb.close()
+        rb.close()  # idempotent
+    finally:
+        server.close()
+
+
+def test_remote_prefetch_depth_is_checked_and_gin_configurable():
+    gin = pytest.importorskip("gin")
+    from memoire.dopamine_compat import gin_registry, remote
+
+    server, endpoint, _ = _served(seed=0)
+    try:
+        with pytest.raises(ValueError, match="prefetch_depth"):
+            remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=10, prefetch_depth=-1)
+        gin.clear_config()
+        gin.parse_config(
+            [
+                f"MemoireRemoteOutOfGraphReplayBuffer.endpoint = '{endpoint}'",
+                "MemoireRemoteOutOfGraphReplayBuffer.prefetch_depth = 2",
+            ]
+        )
+        rb = gin_registry.MemoireRemoteOutOfGraphReplayBuffer()
+        rb.sample_transition_batch()
+        assert rb._prefetcher.depth == 2
+        rb.close()
+    finally:
+        gin.clear_config()
+        server.close()
+
+
+def test_remote_prefetch_raises_timeout_when_the_server_goes_silent():
+    from memoire.dopamine_compat import remote
+
+    server, endpoint, _ = _served(seed=0)
+    rb = remote.RemoteOutOfGraphReplayBuffer(endpoint, timeout=0.5, retries=0, prefetch_depth=2)
+    try:
+        rb.sample_transition_batch()
+        server.close()
+        with pytest.raises(TimeoutError):
+            for _ in range(3):  # at most depth batches were requested before the server left
+                rb.sample_transition_batch()
+    finally:
+        rb.close()
+        server.close()
+    assert not _prefetch_threads()
