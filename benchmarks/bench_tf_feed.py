@@ -12,18 +12,28 @@ the learner thread's time to obtain one batch, followed by a simulated learner s
               in-graph sample, which calls ``sample_transition_batch`` through
               tf.numpy_function (graph mode, TF 2.x ``tf.compat.v1``).
 
+With ``--e2e N``, also end to end: ``memoire train`` of Dopamine's TF DQN on Pong
+(configs/atari/tf_dqn.gin against tf_dqn_feed.gin, shortened by gin bindings), N runs of
+each, alternating, env steps/s of each run's last iteration (median).
+
 Settings are timed in alternating rounds (off/on, then on/off); per round the median per
 call, reported as the median over rounds and as the ratio off / on (> 1: the feed saves the
 learner that much). Run on a shared machine: compare the ratios, not the absolute times.
 
     PYTHONPATH=. nice -n 10 python benchmarks/bench_tf_feed.py \\
         [--fill 100000] [--calls 200] [--rounds 4] [--step-ms 5] [--depth 4] [--threads 1]
+        [--e2e 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -132,6 +142,42 @@ def in_graph(buf, prioritized):
     return lambda: sess.run(op)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+E2E_BINDINGS = [
+    "Runner.num_iterations = 2",
+    "Runner.training_steps = 1500",
+    "Runner.evaluation_steps = 0",
+    "DQNAgent.min_replay_history = 500",
+    "WrappedReplayBuffer.replay_capacity = 20000",
+]
+
+
+def e2e_steps_per_s(gin_name, base):
+    """Env steps/s of the last iteration of a short ``memoire train`` run of ``gin_name``."""
+    args = [sys.executable, "-m", "memoire.cli", "train", "--base_dir", base, "--gin_files"]
+    args.append(os.path.join(ROOT, "configs", "atari", gin_name))
+    for b in E2E_BINDINGS:
+        args += ["--gin_bindings", b]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env, check=True)
+    rates = re.findall(r"(\d+) steps/s", out.stdout + out.stderr)
+    return float(rates[-1])
+
+
+def e2e(runs):
+    rates = {"tf_dqn.gin": [], "tf_dqn_feed.gin": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(runs):
+            order = list(rates) if r % 2 == 0 else list(rates)[::-1]
+            for name in order:
+                rates[name].append(e2e_steps_per_s(name, os.path.join(tmp, f"{name}{r}")))
+    off, on = statistics.median(rates["tf_dqn.gin"]), statistics.median(rates["tf_dqn_feed.gin"])
+    print(
+        f"{'TF DQN Pong env steps/s (end to end)':<44} {off:>10.1f} {on:>10.1f} {on / off:>8.2f}x"
+    )
+    print(f"  runs: off {rates['tf_dqn.gin']}, on {rates['tf_dqn_feed.gin']} (ratio: on / off)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fill", type=int, default=100_000, help="transitions stored")
@@ -141,6 +187,8 @@ def main():
     parser.add_argument("--depth", type=int, default=4, help="prefetch_depth when on")
     parser.add_argument("--threads", type=int, default=1, help="prefetch_threads when on")
     parser.add_argument("--no-graph", action="store_true", help="skip the in-graph rows")
+    parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs of each (Pong)")
+    parser.add_argument("--no-micro", action="store_true", help="only the end-to-end rows")
     args = parser.parse_args()
     print(
         f"uint8{list(SHAPE)} stack {STACK} batch {BATCH}, {args.fill:,} stored, feed depth "
@@ -149,8 +197,9 @@ def main():
     )
     print(f"{'learner ms per batch':<44} {'feed off':>10} {'feed on':>10} {'off/on':>9}")
     for cls, prioritized in (
-        (OutOfGraphReplayBuffer, False),
-        (OutOfGraphPrioritizedReplayBuffer, True),
+        ()
+        if args.no_micro
+        else ((OutOfGraphReplayBuffer, False), (OutOfGraphPrioritizedReplayBuffer, True))
     ):
         kind = "prioritized" if prioritized else "uniform"
         off = make(cls, args.fill, 0, 1)
@@ -166,6 +215,8 @@ def main():
             )
         on.stop_prefetch()
         del off, on
+    if args.e2e:
+        e2e(args.e2e)
 
 
 if __name__ == "__main__":

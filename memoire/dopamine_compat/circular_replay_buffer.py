@@ -38,6 +38,7 @@ import inspect
 import math
 import operator
 import secrets
+import threading
 
 import numpy as np
 
@@ -211,6 +212,7 @@ class OutOfGraphReplayBuffer(object):
             )
         self._prefetch_depth = int(prefetch_depth)
         self._prefetch_threads = int(prefetch_threads)
+        self._feed_lock = threading.Lock()  # a feed has one consumer at a time
 
     def __getattr__(self, name):
         # Only reached for attributes not found: an unbound buffer binds itself, then retries.
@@ -593,7 +595,7 @@ class OutOfGraphReplayBuffer(object):
           terminal, indices, *extras[, sampling_probabilities]). reward is the n-step discounted
           sum cut at the first terminal; next_* are read n steps on (or after the terminal).
           With ``prefetch_depth > 0``, ``indices=None`` and the default batch size, the arrays
-          are the feed's next batch: read-only views of a ring slot, which goes back to the
+          are the feed's next batch: numpy views of a ring slot, which goes back to the
           sampler threads once all of them are dropped (keeping ``prefetch_depth`` batches at
           once stalls the feed: RuntimeError). Their ``indices`` and ``sampling_probabilities``
           are those of the batch, drawn under the store's lock (priorities set since then are
@@ -635,22 +637,27 @@ class OutOfGraphReplayBuffer(object):
 
     def _feed_batch(self):
         """The prefetching feed's next batch (the feed starts on first use)."""
-        feed = self.__dict__.get("_feed")
-        if feed is None:
-            from memoire.feed import Feed  # pylint: disable=g-import-not-at-top
+        with self._feed_lock:
+            feed = self.__dict__.get("_feed")
+            if feed is None:
+                from memoire.feed import Feed  # pylint: disable=g-import-not-at-top
 
-            feed = Feed(
-                self, self._batch_size, depth=self._prefetch_depth, threads=self._prefetch_threads
-            )
-            self._feed = feed
-        return tuple(feed.take())
+                feed = Feed(
+                    self,
+                    self._batch_size,
+                    depth=self._prefetch_depth,
+                    threads=self._prefetch_threads,
+                )
+                self._feed = feed
+            return tuple(feed.take())
 
     def stop_prefetch(self):
         """Stops the prefetching feed's sampler threads and drops the batches they drew ahead (a
         no-op without a feed). Batches handed out stay valid; the next default-size sample
         starts a new feed. ``load``, ``seed`` and assigning ``add_count`` call it; garbage
         collection of the buffer stops the feed too."""
-        feed = self.__dict__.pop("_feed", None)
+        with self._feed_lock:
+            feed = self.__dict__.pop("_feed", None)
         if feed is not None:
             feed.close()
 
