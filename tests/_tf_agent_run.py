@@ -5,6 +5,7 @@ mode, which must not leak into other tests).
 """
 
 import json
+import os
 import sys
 import tempfile
 
@@ -17,6 +18,7 @@ def main(gin_file, steps):
     from dopamine.discrete_domains import run_experiment  # pylint: disable=g-import-not-at-top
 
     tf.compat.v1.disable_v2_behavior()
+    gin.add_config_file_search_path(os.path.dirname(os.path.abspath(gin_file)))  # includes
     gin.parse_config_files_and_bindings([gin_file], ["Runner.max_steps_per_episode = 200"])
     from dopamine.discrete_domains import gym_lib  # pylint: disable=g-import-not-at-top
 
@@ -24,6 +26,7 @@ def main(gin_file, steps):
     sess = tf.compat.v1.Session("", config=tf.compat.v1.ConfigProto(allow_soft_placement=True))
     agent = run_experiment.create_agent(sess, env)
     sess.run(tf.compat.v1.global_variables_initializer())
+    weights = sess.run(tf.compat.v1.trainable_variables())
     obs = env.reset()
     action = agent.begin_episode(obs)
     episodes, length = 0, 0
@@ -49,6 +52,17 @@ def main(gin_file, steps):
         "episodes": episodes,
     }
     batch = sess.run(agent._replay.transition)  # pylint: disable=protected-access
+    result["weights_changed"] = bool(
+        any(
+            not np.array_equal(a, b)
+            for a, b in zip(weights, sess.run(tf.compat.v1.trainable_variables()))
+        )
+    )
+    feed = getattr(memory, "__dict__", {}).get("_feed")  # memoire's prefetching feed, if on
+    if feed is not None:
+        result["feed"] = {"depth": feed.depth, "threads": feed.threads}
+        result["feed_taken"] = int(feed._holder[0].taken)  # pylint: disable=protected-access
+        result["sample_count"] = int(memory.sample_count)
     result["batch_shapes"] = {k: list(np.shape(v)) for k, v in batch.items()}
     result["batch_indices_valid"] = bool(
         all(memory.is_valid_transition(int(i)) for i in batch["indices"])

@@ -242,6 +242,45 @@ def test_tf_dqn_trains_through_configs_atari(tmp_path):
     assert "RMSPropOptimizer.centered = True" in config
 
 
+@pytest.mark.parametrize(
+    "name,wrapper,memory",
+    [
+        ("tf_dqn_feed", "WrappedReplayBuffer", "MemoireOutOfGraphReplayBuffer"),
+        (
+            "tf_rainbow_feed",
+            "WrappedPrioritizedReplayBuffer",
+            "MemoireOutOfGraphPrioritizedReplayBuffer",
+        ),
+    ],
+)
+def test_tf_feed_configs_train_from_the_prefetching_feed(tmp_path, name, wrapper, memory):
+    base = tmp_path / name
+    agent = "DQNAgent" if "dqn" in name else "RainbowAgent"
+    _train(
+        os.path.join(ATARI, f"{name}.gin"),
+        base,
+        [
+            "Runner.num_iterations = 1",
+            f"Runner.training_steps = {TRAINING_STEPS}",
+            "Runner.evaluation_steps = 50",
+            "Runner.max_steps_per_episode = 50",
+            f"{agent}.min_replay_history = 100",
+            f"{wrapper}.replay_capacity = 1000",
+            f"{wrapper}.batch_size = 8",
+        ],
+    )
+    prioritized = "Prioritized" if "rainbow" in name else ""
+    _check_run(
+        base,
+        memory=f"memoire.dopamine_compat.{'prioritized' if prioritized else 'circular'}"
+        f"_replay_buffer.OutOfGraph{prioritized}ReplayBuffer",
+        actors=False,
+    )
+    # The operative config lists what the buffer was built with: the feed's depth.
+    config = (base / "setting_0" / "run_0" / "config.gin").read_text()
+    assert re.search(rf"{memory}\.prefetch_depth = 4", config), config
+
+
 # --- configs/atari/ mirrors the stock files. --------------------------------------------------
 
 _BINDING = re.compile(r"^([A-Za-z_][\w.]*)\s*=\s*(.+?)\s*(#.*)?$")

@@ -220,7 +220,12 @@ class _CircularService(_HostedBuffer):
             self._check_batch(batch_size, "sample_transition_batch")
         if indices is not None:
             self._check_batch(np.size(indices), "sample_transition_batch")
-        return tuple(self._b.sample_transition_batch(batch_size, indices))
+        batch = self._b.sample_transition_batch(batch_size, indices)
+        if getattr(self._b, "_prefetch_depth", 0):
+            # A prefetched batch views a slot of the buffer's feed, which the reply cache would
+            # hold (one per caller) and so stall the feed: reply with a copy.
+            batch = [np.array(a) for a in batch]
+        return tuple(batch)
 
     def sample_index_batch(self, batch_size):
         self._check_batch(batch_size, "sample_index_batch")

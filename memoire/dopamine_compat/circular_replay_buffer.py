@@ -25,6 +25,9 @@ Differences from Dopamine, all deliberate:
 - Two Dopamine defects are kept by default and fixed on request: ``episode_end_breaks_stacks``
   (google/dopamine#213: a frame stack may reach across an episode that ended by truncation)
   and ``fix_keep_every`` (``save`` writes only one file when ``keep_every`` spares an iteration).
+- ``prefetch_depth > 0`` (gin: ``MemoireOutOfGraphReplayBuffer.prefetch_depth = 4``) makes
+  default-size sampling take batches that native threads drew ahead (:mod:`memoire.feed`, see
+  ``sample_transition_batch``): the learner's thread no longer samples. Off by default.
 
 Thread-safety: add, sampling and priority calls may run concurrently (the native object
 locks); save/load and the ``_store`` views must not run concurrently with add.
@@ -35,6 +38,7 @@ import inspect
 import math
 import operator
 import secrets
+import threading
 
 import numpy as np
 
@@ -115,6 +119,8 @@ class OutOfGraphReplayBuffer(object):
         episode_end_breaks_stacks=False,
         fix_keep_every=False,
         seed=None,
+        prefetch_depth=0,
+        prefetch_threads=1,
     ):
         """Initializes the buffer (Dopamine's arguments, then memoire's keyword-only options).
 
@@ -138,6 +144,12 @@ class OutOfGraphReplayBuffer(object):
           fix_keep_every: bool, when ``keep_every`` spares an iteration, write its whole checkpoint
             (Dopamine writes only the first file). False by default.
           seed: int or None, seeds this buffer's sampling generator (None: from the OS).
+          prefetch_depth: int >= 0. 0 (default): every sample is drawn on the caller's thread,
+            in today's order. N > 0: ``sample_transition_batch()`` at the default batch size
+            takes the next of N batches drawn ahead by native threads (a
+            :class:`memoire.feed.Feed`, started on first use): same distribution, another
+            order, and batches (and priorities) up to N batches stale (docs/FEED.md).
+          prefetch_threads: int in [1, max(1, prefetch_depth)], the feed's sampler threads.
 
         Unbound buffers. Without observation_shape, stack_size, replay_capacity or batch_size
         (as gin's ``WrappedReplayBuffer.wrapped_memory = @MemoireOutOfGraphReplayBuffer()`` builds
@@ -153,6 +165,7 @@ class OutOfGraphReplayBuffer(object):
         if _defer(self, OutOfGraphReplayBuffer, locals()):
             return
         assert isinstance(observation_shape, tuple)
+        _check_prefetch(prefetch_depth, prefetch_threads)
         if replay_capacity < update_horizon + stack_size:
             raise ValueError("There is not enough capacity to cover update_horizon and stack_size.")
         self._action_shape = action_shape
@@ -192,6 +205,14 @@ class OutOfGraphReplayBuffer(object):
         self._sample_count = 0
         # Sampling and gathering run in one native call unless a subclass draws its own indices.
         self._fast_sampling = getattr(type(self).sample_index_batch, "_memoire_native", False)
+        if prefetch_depth and not self._fast_sampling:
+            raise ValueError(
+                "prefetch_depth: {} overrides sample_index_batch, so the feed cannot draw for it; "
+                "leave prefetch_depth at 0".format(type(self).__name__)
+            )
+        self._prefetch_depth = int(prefetch_depth)
+        self._prefetch_threads = int(prefetch_threads)
+        self._feed_lock = threading.Lock()  # a feed has one consumer at a time
 
     def __getattr__(self, name):
         # Only reached for attributes not found: an unbound buffer binds itself, then retries.
@@ -231,6 +252,7 @@ class OutOfGraphReplayBuffer(object):
     @add_count.setter
     def add_count(self, value):
         self._core.add_count = int(value)
+        self.stop_prefetch()  # batches drawn ahead may hold slots the new count invalidates
 
     @property
     def invalid_range(self):
@@ -275,7 +297,9 @@ class OutOfGraphReplayBuffer(object):
         self._core.next_is_episode_start = bool(value)
 
     def seed(self, seed):
-        """Reseeds this buffer's sampling generator."""
+        """Reseeds this buffer's sampling generator (and drops batches the feed drew ahead, so
+        a single-threaded feed's draws after seed(s) are a function of s and the contents)."""
+        self.stop_prefetch()
         self._core.seed(int(seed) & (2**64 - 1))
 
     def arguments(self):
@@ -570,6 +594,12 @@ class OutOfGraphReplayBuffer(object):
           tuple of numpy arrays (state, action, reward, next_state, next_action, next_reward,
           terminal, indices, *extras[, sampling_probabilities]). reward is the n-step discounted
           sum cut at the first terminal; next_* are read n steps on (or after the terminal).
+          With ``prefetch_depth > 0``, ``indices=None`` and the default batch size, the arrays
+          are the feed's next batch: numpy views of a ring slot, which goes back to the
+          sampler threads once all of them are dropped (keeping ``prefetch_depth`` batches at
+          once stalls the feed: RuntimeError). Their ``indices`` and ``sampling_probabilities``
+          are those of the batch, drawn under the store's lock (priorities set since then are
+          seen from the ``prefetch_depth + 1``-th batch on).
 
         Raises:
           AssertionError: ``len(indices) != batch_size`` or an index Dopamine's get_range rejects.
@@ -579,6 +609,8 @@ class OutOfGraphReplayBuffer(object):
         """
         if batch_size is None:
             batch_size = self._batch_size
+        if indices is None and self._prefetch_depth and batch_size == self._batch_size:
+            return self._feed_batch()
         if indices is None and self._fast_sampling:
             arrays = self._create_batch_arrays(batch_size)
             try:
@@ -602,6 +634,32 @@ class OutOfGraphReplayBuffer(object):
         if drawn:
             self._sample_count += int(batch_size)
         return arrays
+
+    def _feed_batch(self):
+        """The prefetching feed's next batch (the feed starts on first use)."""
+        with self._feed_lock:
+            feed = self.__dict__.get("_feed")
+            if feed is None:
+                from memoire.feed import Feed  # pylint: disable=g-import-not-at-top
+
+                feed = Feed(
+                    self,
+                    self._batch_size,
+                    depth=self._prefetch_depth,
+                    threads=self._prefetch_threads,
+                )
+                self._feed = feed
+            return tuple(feed.take())
+
+    def stop_prefetch(self):
+        """Stops the prefetching feed's sampler threads and drops the batches they drew ahead (a
+        no-op without a feed). Batches handed out stay valid; the next default-size sample
+        starts a new feed. ``load``, ``seed`` and assigning ``add_count`` call it; garbage
+        collection of the buffer stops the feed too."""
+        with self._feed_lock:
+            feed = self.__dict__.pop("_feed", None)
+        if feed is not None:
+            feed.close()
 
     # ---- checkpoints ---------------------------------------------------------------------------
 
@@ -628,9 +686,22 @@ class OutOfGraphReplayBuffer(object):
         """
         _checkpoint.load(self, checkpoint_dir, suffix)
         self.__dict__.pop("_assigned_invalid_range", None)  # the checkpoint's add_count rules
+        self.stop_prefetch()  # batches drawn ahead come from the contents before the load
 
 
 _REQUIRED = ("observation_shape", "stack_size", "replay_capacity", "batch_size")
+
+
+def _check_prefetch(depth, threads):
+    """Raises ValueError unless ``depth`` is an int >= 0 and ``threads`` one in
+    [1, max(1, depth)]."""
+    for name, value, low in (("prefetch_depth", depth, 0), ("prefetch_threads", threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError("{}: expected an int >= {}, got {!r}".format(name, low, value))
+    if depth and threads > depth:
+        raise ValueError(
+            "prefetch_threads: expected <= prefetch_depth ({}), got {}".format(depth, threads)
+        )
 
 
 def _defer(buffer, cls, args):

@@ -127,6 +127,8 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
         episode_end_breaks_stacks=False,
         fix_keep_every=False,
         seed=None,
+        prefetch_depth=0,
+        prefetch_threads=1,
     ):
         """Same arguments as Dopamine's class; see OutOfGraphReplayBuffer for memoire's options
         (and for unbound buffers, built without the first four arguments)."""
@@ -150,6 +152,8 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
             episode_end_breaks_stacks=episode_end_breaks_stacks,
             fix_keep_every=fix_keep_every,
             seed=seed,
+            prefetch_depth=prefetch_depth,
+            prefetch_threads=prefetch_threads,
         )
         self.sum_tree = SumTreeView(self._core)
 

@@ -33,6 +33,13 @@ default), then raises TimeoutError. Nothing is cached from the server but its co
 arguments (``add_count`` and the rest are read on each use), so after a restart from a
 checkpoint the proxy sees the restored buffer (restart it with the same settings).
 
+Prefetching (``prefetch_depth=N``, gin ``MemoireRemoteOutOfGraphReplayBuffer.prefetch_depth``):
+a background thread with its own connection keeps up to N default-size
+``sample_transition_batch`` requests ahead of the learner
+(:mod:`memoire.dopamine_compat._remote_prefetch`), so a batch's network round trip overlaps
+the learner's step. Batches and priorities are at most N batches stale, as with the local
+feed (docs/FEED.md); explicit indices or another batch size are synchronous calls.
+
 ``python -m memoire.dopamine_compat.remote --serve KIND ...`` is ``memoire serve --buffer KIND
 ...`` (kept for scripts and configs written before).
 
@@ -45,6 +52,7 @@ from __future__ import annotations
 import math
 import runpy
 import sys
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -184,9 +192,12 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
       keys, timeout, retries: as :class:`memoire.remote.RemoteObject`; a call waits at most
         ``(1 + retries) * timeout`` seconds (2 minutes by default) for a server that does not
         answer, e.g. one restarting from its checkpoint, then raises TimeoutError.
+      prefetch_depth: int >= 0; N > 0 keeps N default-size sample requests in flight (see the
+        module docstring). 0 (default): every sample is one synchronous call.
 
     Raises:
       TimeoutError: the server did not answer. KeyError: no buffer hosted under `name`.
+      ValueError: a bad flush_rows or prefetch_depth.
     """
 
     def __init__(
@@ -198,8 +209,15 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
         keys: Optional[CurveKeys] = None,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
+        prefetch_depth: int = 0,
     ):
+        _crb._check_prefetch(prefetch_depth, 1)  # pylint: disable=protected-access
         super().__init__(endpoint, name, flush_rows, keys, timeout, retries)
+        self._prefetch_depth = int(prefetch_depth)
+        self._connect = lambda: RemoteObject(
+            endpoint, name, keys=keys, timeout=timeout, retries=retries
+        )
+        self._prefetcher = None
         cls = (
             _prb.OutOfGraphPrioritizedReplayBuffer
             if self._prioritized
@@ -348,13 +366,37 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
         return self._remote.call("sample_index_batch", int(batch_size)).tolist()
 
     def sample_transition_batch(self, batch_size=None, indices=None):
-        """As the local class: a tuple of arrays described by get_transition_elements()."""
+        """As the local class: a tuple of arrays described by get_transition_elements(). With
+        ``prefetch_depth``, a default-size draw is the next batch requested ahead."""
         self.flush()
+        if indices is None and self._prefetch_depth and batch_size in (None, self._batch_size):
+            if self._prefetcher is None:
+                from memoire.dopamine_compat._remote_prefetch import RemotePrefetcher
+
+                self._prefetcher = RemotePrefetcher(
+                    self._connect,
+                    lambda remote: remote.call("sample_transition_batch", None, None),
+                    self._prefetch_depth,
+                )
+                weakref.finalize(self, self._prefetcher.close)
+            return self._prefetcher.take()
         if indices is not None:
             indices = np.asarray(indices)
             if indices.dtype == object:
                 raise TypeError("indices: expected integers")
         return self._remote.call("sample_transition_batch", batch_size, indices)
+
+    def stop_prefetch(self) -> None:
+        """Stops the prefetching thread and drops the batches it requested (a no-op without
+        one); the next default-size sample starts it again. ``load`` and ``close`` call it."""
+        prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.close()
+
+    def close(self) -> None:
+        """Stops prefetching, sends pending adds, then closes the connection."""
+        self.stop_prefetch()
+        super().close()
 
     def set_priority(self, indices, priorities):
         self.flush()
@@ -377,6 +419,7 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
             checkpoint on the server, as the local class raises (agents catch it).
         """
         self._pending = []
+        self.stop_prefetch()  # requested batches come from the contents before the load
         try:
             self._remote.call("load", str(checkpoint_dir), int(suffix))
         except FileNotFoundError as e:
