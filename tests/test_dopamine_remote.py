@@ -215,6 +215,60 @@ def test_serve_rejects_unknown_objects():
 
 
 @pytest.mark.dopamine
+def test_jax_buffer_remote_prefetch_batches_match_their_keys_and_updates_land():
+    import threading
+
+    from dopamine.jax.replay_memory import elements
+
+    from memoire.dopamine_compat import jax_replay_buffer as jrb
+
+    def threads():
+        return [t for t in threading.enumerate() if t.name == "memoire-remote-prefetch"]
+
+    def make():
+        return jrb.ReplayBuffer(
+            jrb.TransitionAccumulator(2, 1, 0.9),
+            jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=100),
+            batch_size=8,
+            max_capacity=100,
+        )
+
+    depth = 3
+    srv, ep = _server()
+    try:
+        served, local = make(), make()
+        buffer_server.serve_buffer(srv, served, "jax")
+        with pytest.raises(ValueError, match="prefetch_depth"):
+            remote.RemoteReplayBuffer(ep["rep"], "jax", prefetch_depth=-1)
+        rb = remote.RemoteReplayBuffer(ep["rep"], "jax", timeout=10, prefetch_depth=depth)
+        rng = np.random.default_rng(5)
+        for k in range(40):
+            t = elements.TransitionElement(
+                rng.integers(0, 9, (3, 2)).astype(np.uint8), k % 3, float(k), k % 10 == 9, False
+            )
+            rb.add(t, priority=1.0)
+            local.add(t, priority=1.0)
+        assert not threads()  # started by the first default-size sample
+        for _ in range(5):  # each prefetched batch is the one its keys name
+            batch, meta = rb.sample(with_sample_metadata=True)
+            want = local.get_elements(np.asarray(meta.keys))
+            np.testing.assert_array_equal(np.asarray(batch.state), np.asarray(want.state))
+            np.testing.assert_array_equal(np.asarray(batch.reward), np.asarray(want.reward))
+        assert len(threads()) == 1
+        assert isinstance(rb.sample(), elements.ReplayElement)
+        assert rb.sample(size=3).state.shape[0] == 3  # another size: a synchronous call
+        target = int(np.asarray(meta.keys)[0])
+        others = np.setdiff1d(np.arange(len(served)), [target])
+        rb.update(np.array([target]), priorities=np.array([0.0]))
+        later = [np.asarray(rb.sample(with_sample_metadata=True)[1].keys) for _ in range(40)]
+        assert not any(target in k for k in later[depth:])
+        assert np.isin(np.concatenate(later[depth:]), others).all()
+        rb.close()
+        assert not threads()
+    finally:
+        srv.close()
+
+
 def test_jax_buffer_remote_matches_local():
     from dopamine.jax.replay_memory import elements
 

@@ -39,7 +39,10 @@ reaches the batches at most ``prefetch_depth + 1`` steps later. ``prefetch_threa
 sampler threads; ``prefetch_stack_on_device = True`` (with ``prefetch_to_device``) copies each
 distinct frame once and assembles the stacks on the device (the same batches, about 5/8 of the
 frame bytes for Atari stacks of 4; for accelerators, slower on a CPU device).
-E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin).
+E.g. ``MemoireJaxDQNAgent.prefetch_depth = 4`` (configs/dqn_cartpole_jax_feed.gin). With
+``replay_endpoint`` it keeps that many sample requests in flight to the server instead
+(:class:`memoire.dopamine_compat.remote.RemoteReplayBuffer`'s ``prefetch_depth``; the other
+prefetch settings are the local feed's).
 
 Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positionally to
 ``Runner``, and gin never overrides a positional argument, so a binding
@@ -105,16 +108,12 @@ class _MemoireReplayMixin:
             or prefetch_depth < 0
         ):
             raise ValueError(f"prefetch_depth: expected an int >= 0, got {prefetch_depth!r}")
-        if prefetch_depth and replay_endpoint:
-            raise ValueError(
-                "prefetch_depth: the feed serves a local buffer; unset "
-                "replay_endpoint or prefetch_depth"
-            )
         self._memoire_fix_terminal_duplicates = bool(fix_terminal_duplicates)
         self._memoire_replay_endpoint = replay_endpoint
         self._memoire_replay_name = replay_name
+        self._memoire_prefetch_depth = prefetch_depth
         super().__init__(*args, **kwargs)
-        if prefetch_depth:
+        if prefetch_depth and not replay_endpoint:
             # Dopamine's agents keep their seed in _seed; the feed's stream derives from it.
             seed = int(getattr(self, "_seed", 0) or 0) % (1 << 63)
             self._replay.start_feed(
@@ -130,7 +129,11 @@ class _MemoireReplayMixin:
         if endpoint:
             from memoire.dopamine_compat import remote
 
-            return remote.RemoteReplayBuffer(endpoint, self._memoire_replay_name)
+            return remote.RemoteReplayBuffer(
+                endpoint,
+                self._memoire_replay_name,
+                prefetch_depth=getattr(self, "_memoire_prefetch_depth", 0),
+            )
         dopamine_buffer = super()._build_replay_buffer()
         return jax_replay_buffer.ReplayBuffer.from_dopamine(
             dopamine_buffer,

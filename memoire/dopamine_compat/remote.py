@@ -134,7 +134,8 @@ class _BufferRemote(RemoteObject):
 
 class _RemoteBuffer:
     """What both proxies share: the connection to the hosted buffer, its description, adds kept
-    pending until an episode ends or `flush_rows` accumulate, and closing."""
+    pending until an episode ends or `flush_rows` accumulate, default-size samples requested
+    ahead (``prefetch_depth``), and closing."""
 
     def __init__(
         self,
@@ -144,14 +145,37 @@ class _RemoteBuffer:
         keys: Optional[CurveKeys],
         timeout: float,
         retries: int,
+        prefetch_depth: int = 0,
     ):
         if int(flush_rows) < 1:
             raise ValueError(f"flush_rows: expected >= 1, got {flush_rows}")
+        _crb._check_prefetch(prefetch_depth, 1)  # pylint: disable=protected-access
         self._remote = _BufferRemote(endpoint, name, keys=keys, timeout=timeout, retries=retries)
         self._description = self._remote.call("describe")
         self._prioritized = bool(self._description["prioritized"])
         self._pending: list = []
         self._flush_rows = int(flush_rows)
+        self._prefetch_depth = int(prefetch_depth)
+        self._connect = lambda: RemoteObject(
+            endpoint, name, keys=keys, timeout=timeout, retries=retries
+        )
+        self._prefetcher = None
+
+    def _prefetched(self, fetch):
+        """The next batch requested ahead by ``fetch(connection)`` (started on first use)."""
+        if self._prefetcher is None:
+            from memoire.dopamine_compat._remote_prefetch import RemotePrefetcher
+
+            self._prefetcher = RemotePrefetcher(self._connect, fetch, self._prefetch_depth)
+            weakref.finalize(self, self._prefetcher.close)
+        return self._prefetcher.take()
+
+    def stop_prefetch(self) -> None:
+        """Stops the prefetching thread and drops the batches it requested (a no-op without
+        one); the next default-size sample starts it again. ``load`` and ``close`` call it."""
+        prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.close()
 
     def flush(self) -> None:
         raise NotImplementedError
@@ -167,7 +191,8 @@ class _RemoteBuffer:
         return self._remote.call("checkpoint")
 
     def close(self) -> None:
-        """Sends pending adds, then closes the connection."""
+        """Stops prefetching, sends pending adds, then closes the connection."""
+        self.stop_prefetch()
         try:
             self.flush()
         finally:
@@ -211,13 +236,7 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
         retries: int = DEFAULT_RETRIES,
         prefetch_depth: int = 0,
     ):
-        _crb._check_prefetch(prefetch_depth, 1)  # pylint: disable=protected-access
-        super().__init__(endpoint, name, flush_rows, keys, timeout, retries)
-        self._prefetch_depth = int(prefetch_depth)
-        self._connect = lambda: RemoteObject(
-            endpoint, name, keys=keys, timeout=timeout, retries=retries
-        )
-        self._prefetcher = None
+        super().__init__(endpoint, name, flush_rows, keys, timeout, retries, prefetch_depth)
         cls = (
             _prb.OutOfGraphPrioritizedReplayBuffer
             if self._prioritized
@@ -370,33 +389,14 @@ class RemoteOutOfGraphReplayBuffer(_RemoteBuffer):
         ``prefetch_depth``, a default-size draw is the next batch requested ahead."""
         self.flush()
         if indices is None and self._prefetch_depth and batch_size in (None, self._batch_size):
-            if self._prefetcher is None:
-                from memoire.dopamine_compat._remote_prefetch import RemotePrefetcher
-
-                self._prefetcher = RemotePrefetcher(
-                    self._connect,
-                    lambda remote: remote.call("sample_transition_batch", None, None),
-                    self._prefetch_depth,
-                )
-                weakref.finalize(self, self._prefetcher.close)
-            return self._prefetcher.take()
+            return self._prefetched(
+                lambda remote: remote.call("sample_transition_batch", None, None)
+            )
         if indices is not None:
             indices = np.asarray(indices)
             if indices.dtype == object:
                 raise TypeError("indices: expected integers")
         return self._remote.call("sample_transition_batch", batch_size, indices)
-
-    def stop_prefetch(self) -> None:
-        """Stops the prefetching thread and drops the batches it requested (a no-op without
-        one); the next default-size sample starts it again. ``load`` and ``close`` call it."""
-        prefetcher, self._prefetcher = self._prefetcher, None
-        if prefetcher is not None:
-            prefetcher.close()
-
-    def close(self) -> None:
-        """Stops prefetching, sends pending adds, then closes the connection."""
-        self.stop_prefetch()
-        super().close()
 
     def set_priority(self, indices, priorities):
         self.flush()
@@ -434,6 +434,12 @@ class RemoteReplayBuffer(_RemoteBuffer):
     priority=...)`` buffered (sent per episode or per ``flush_rows``), ``sample``, ``update``,
     ``add_count``, ``len``, ``max_recorded_priority``. Batches come back as Dopamine's
     ``ReplayElement`` of numpy arrays (and ``SampleMetadata`` with ``with_sample_metadata``).
+
+    ``prefetch_depth`` (int >= 0, default 0: every sample is one synchronous call) > 0 keeps
+    that many default-size ``sample`` requests in flight on a connection of their own, as the
+    TF-face proxy does (see the module docstring): at most that many batches predate an
+    ``update`` or an add. The JAX agents set it from ``MemoireJaxDQNAgent.prefetch_depth`` (and
+    the other agents') when they use a server (``replay_endpoint``).
     """
 
     def __init__(
@@ -445,8 +451,9 @@ class RemoteReplayBuffer(_RemoteBuffer):
         keys: Optional[CurveKeys] = None,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
+        prefetch_depth: int = 0,
     ):
-        super().__init__(endpoint, name, flush_rows, keys, timeout, retries)
+        super().__init__(endpoint, name, flush_rows, keys, timeout, retries, prefetch_depth)
         self._batch_size = self._description["batch_size"]
         self._sampling_distribution = _remote_distribution(self)
 
@@ -507,7 +514,12 @@ class RemoteReplayBuffer(_RemoteBuffer):
         from dopamine.jax.replay_memory import elements, samplers
 
         self.flush()
-        out = self._remote.call("sample", size, bool(with_sample_metadata))
+        if self._prefetch_depth and size in (None, self._batch_size):
+            out = self._prefetched(lambda remote: remote.call("sample", None, True))
+            if not with_sample_metadata:
+                out = out[0]
+        else:
+            out = self._remote.call("sample", size, bool(with_sample_metadata))
         if with_sample_metadata:
             batch, meta = out
             cls = (
@@ -536,6 +548,7 @@ class RemoteReplayBuffer(_RemoteBuffer):
           FileNotFoundError: no such checkpoint on the server (agents catch it).
         """
         self._pending = []
+        self.stop_prefetch()  # requested batches come from the contents before the load
         self._remote.call("load", str(checkpoint_dir), int(iteration_number))
 
 
