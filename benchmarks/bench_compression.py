@@ -74,18 +74,9 @@ def _fill(rem, frames: np.ndarray, fill: int, rng_seed: int = 0, offset: int = 0
 
 def _memory(capacity: int, compress: bool):
     from memoire import ReplayMemory
+    from memoire.bench.ingest import templates
 
-    rem = ReplayMemory(
-        np.zeros(SHAPE, np.uint8),
-        np.zeros([], np.int64),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([0], np.uint8),
-        capacity,
-        compress_states=compress,
-    )
+    rem = ReplayMemory(*templates(SHAPE, np.uint8), capacity, compress_states=compress)
     rem.frame_stack = STACK
     rem.seed(0)
     return rem

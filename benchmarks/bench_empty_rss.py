@@ -19,16 +19,9 @@ import os
 import subprocess
 import sys
 
+from memoire.bench.empty_rss import CASES
+
 MiB = 1 << 20
-CASES = (
-    "memory",
-    "dopamine",
-    "dopamine_prioritized",
-    "jax",
-    "jax_prioritized",
-    "server",
-    "central_actor",
-)
 
 
 def run(tree: str, case: str, fill: int) -> dict:
