@@ -21,6 +21,7 @@ EMPTY_BOUND = 8 * MiB
 # Beyond the frames added: pages of the sum tree's levels and per-slot records touched by the
 # first writes (2 MiB huge pages for large blocks), and allocator slack.
 FILL_SLACK = 16 * MiB
+EPISODE_BYTES = 1000 * 84 * 84  # frames of one episode of memoire.bench.empty_rss (EPISODE)
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc/self/status"
@@ -52,7 +53,12 @@ def test_an_empty_atari_store_is_small_and_grows_with_its_frames(case):
     r = measure(case)
     assert r["construct"] < EMPTY_BOUND, r
     assert r["size"] >= FILL and r.get("ok", True), r
-    assert 0.9 * r["raw"] <= r["fill"] <= r["raw"] + FILL_SLACK, r
+    slack = FILL_SLACK
+    if case == "server":
+        # A server also stages each streamed episode until it ends (the ingest's buffers, and
+        # the ZeroMQ messages they came in, stay with the allocator for the next episode).
+        slack += EPISODE_BYTES
+    assert 0.9 * r["raw"] <= r["fill"] <= r["raw"] + slack, r
 
 
 @linux_only
