@@ -310,6 +310,9 @@ def main(argv=None) -> None:
         "records them once into /tmp); 'none' leaves the ALE memory row out",
     )
     ap.add_argument(
+        "--only", metavar="TEXT", help="measure only the rows whose workload contains TEXT"
+    )
+    ap.add_argument(
         "--quick", action="store_true", help="memoire only, tiny: ingest 1 actor, idle stream"
     )
     args = ap.parse_args(argv)
@@ -328,6 +331,8 @@ def main(argv=None) -> None:
     def row(name, unit, mem_fn, rev_op, rev_key, better="higher", **kw):
         """Measures memoire (`mem_fn()`) and Reverb (`rev_op`) alternately, --repeats times
         each, and keeps the medians."""
+        if args.only and args.only not in name:
+            return
         mems, revs = [], []
         for _ in range(args.repeats):
             mems.append(mem_fn())
@@ -366,6 +371,7 @@ def main(argv=None) -> None:
             cases += [("idle", "inprocess", "small"), ("idle", "stream", "small")]
             cases += [("paced", "stream", "atari"), ("writer", "stream", "atari")]
             cases += [("writer", "remote", "atari"), ("writer+limiter", "remote", "atari")]
+            cases += [("writer+limiter", "stream", "atari")]
         for case, way, layout in cases:
             way_name = {
                 "stream": "learner process, SamplingStream",
