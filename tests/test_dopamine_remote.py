@@ -269,6 +269,7 @@ def test_jax_buffer_remote_prefetch_batches_match_their_keys_and_updates_land():
         srv.close()
 
 
+@pytest.mark.dopamine
 def test_jax_buffer_remote_matches_local():
     from dopamine.jax.replay_memory import elements
 
