@@ -14,9 +14,10 @@ demo: bootstrap
 	@echo "learning curves: runs/demo/learning_curves.png"
 
 # The whole test suite against the installed package (pytest, not `python -m pytest`, so the
-# source tree does not shadow the installed extension).
+# source tree does not shadow the installed extension); the 15 slowest tests are listed at the
+# end, to keep CI's time in view.
 test: bootstrap
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 # The benchmark suite against Dopamine, cpprb, NumPy and raw pyzmq (about 10 minutes on 2 cores);
 # rewrites benchmarks/RESULTS.md and benchmarks/scaling.png.
