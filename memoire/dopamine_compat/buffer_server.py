@@ -41,7 +41,7 @@ import numpy as np
 from memoire.checkpoint_io import temporary_name
 from memoire.dopamine_compat import circular_replay_buffer as _crb
 from memoire.dopamine_compat import prioritized_replay_buffer as _prb
-from memoire.server.checkpoints import DEFAULT_KEEP, Checkpoints, fsync_tree
+from memoire.server.checkpoints import DEFAULT_KEEP, Checkpoints, check_period, fsync_tree
 from memoire.transport import CurveKeys
 
 _CIRCULAR_METHODS = (
@@ -602,11 +602,7 @@ def start_buffer_server(
     """
     from memoire.server import RpcServer
 
-    if checkpoint_every is not None:
-        if checkpoint_dir is None:
-            raise ValueError("checkpoint_every: needs a checkpoint_dir")
-        if not float(checkpoint_every) > 0:
-            raise ValueError(f"checkpoint_every: expected seconds > 0, got {checkpoint_every}")
+    check_period(checkpoint_dir, checkpoint_every)
     if seed is not None:
         buffer_kwargs.setdefault("seed", int(seed))
     buffer = build_buffer(kind, **buffer_kwargs)

@@ -72,7 +72,7 @@ from memoire.server.central_service import (  # noqa: F401
     PeerStreams,
     default_stream_budgets,
 )
-from memoire.server.checkpoints import MemoryCheckpoints
+from memoire.server.checkpoints import MemoryCheckpoints, check_period
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost, RpcServer
 from memoire.server.sampling_service import SamplingService
 from memoire.server.workers import (  # noqa: F401
@@ -692,12 +692,9 @@ class ReplayMemoryServer:
         """The checkpoint folder's manager (None without a folder), having loaded the newest
         checkpoint there into :attr:`rem`; checks `every` (the period starts at the end of
         the constructor)."""
+        check_period(folder, every)
         if folder is None:
-            if every is not None:
-                raise ValueError("checkpoint_every: needs a checkpoint_dir")
             return None
-        if every is not None and not float(every) > 0:
-            raise ValueError(f"checkpoint_every: expected seconds > 0, got {every}")
         checkpoints = MemoryCheckpoints(self._rem, folder)
         checkpoints.load_newest()
         if self._rem.episode_open:  # saved in the middle of an episode's commit: it goes

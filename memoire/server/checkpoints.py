@@ -33,6 +33,17 @@ log = logging.getLogger("memoire.server")
 DEFAULT_KEEP = 3  # checkpoints kept in the folder (the newest)
 
 
+def check_period(folder: Optional[str], every: Optional[float]) -> None:
+    """Raises ValueError unless `every` (seconds between periodic checkpoints) is None, or > 0
+    with a `folder` to write them in."""
+    if every is None:
+        return
+    if folder is None:
+        raise ValueError("checkpoint_every: needs a checkpoint_dir")
+    if not float(every) > 0:
+        raise ValueError(f"checkpoint_every: expected seconds > 0, got {every}")
+
+
 class Checkpoints:
     """Numbered checkpoints in `folder` (created if missing), the newest `keep` (>= 1) kept.
     Thread-safe: saves run one at a time.
