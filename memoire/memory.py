@@ -156,25 +156,17 @@ class ReplayMemory(_core.ReplayMemory):
     def __init__(self, *args, compress_states=False, **kwargs):
         if not isinstance(compress_states, (bool, np.bool_)):
             raise ValueError(f"compress_states: expected True or False, got {compress_states!r}")
-        kwargs["compress_states"] = bool(compress_states)
-        if (
-            len(args) == 6
-            and len(kwargs) == 1
-            and all(isinstance(a, (int, np.integer)) for a in args)
-        ):
+        compress = bool(compress_states)
+        if len(args) == 6 and not kwargs and all(isinstance(a, (int, np.integer)) for a in args):
             *sizes, capacity = args
-            super().__init__(*_legacy_templates(*sizes), int(capacity), vector_prob=True, **kwargs)
+            legacy = _legacy_templates(*sizes)
+            super().__init__(*legacy, int(capacity), vector_prob=True, compress_states=compress)
         elif not args and "capacity" in kwargs:
             capacity = kwargs.pop("capacity")
-            compress = kwargs.pop("compress_states")
-            super().__init__(
-                *_legacy_templates(**kwargs),
-                int(capacity),
-                vector_prob=True,
-                compress_states=compress,
-            )
+            legacy = _legacy_templates(**kwargs)
+            super().__init__(*legacy, int(capacity), vector_prob=True, compress_states=compress)
         else:
-            super().__init__(*args, **kwargs)
+            super().__init__(*args, compress_states=compress, **kwargs)
         self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")
         info = self.info_buf
         self._empty_info = np.zeros(info.shape, info.dtype)
