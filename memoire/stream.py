@@ -37,15 +37,21 @@ RuntimeError with its reason on the ``next`` that receives it, and the stream go
 
 Transport: ``tcp://`` across hosts, ``ipc://`` on one host, with CURVE keys as every memoire
 socket. On one host (``shared_memory``, by default for ``ipc://`` and loopback ``tcp://``) the
-server writes each batch's rows into a slot of a file in /dev/shm that the learner maps
-(one slot per credit; the learner removes the name once mapped, so a crash leaves nothing):
-the socket carries only the notice (the small arrays and the slot's number). Where the server
-cannot make the file, or the learner cannot map it, the rows travel in the messages. Needs
-memoire's native message path (pyzmq's libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host batches only.
+server samples each batch straight into a slot of a file in /dev/shm that the learner maps,
+in the final layout, and ``next`` hands out views of that slot: no copy on the learner's side,
+and the socket carries only the notice (the slot's number). One slot per credit; a slot goes
+back to the server once every array of its batch is dropped, so a batch the learner keeps
+holds one slot (holding all ``credit`` of them makes ``next`` raise RuntimeError). ``depth``
+is unused there: the ``credit`` slots are the ring. The learner removes the file's name once
+mapped, so a crash leaves nothing. Where the server cannot make the file, or the learner
+cannot map it, the rows travel in the messages. Needs memoire's native message path (pyzmq's
+libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host
+batches only.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import weakref
 from typing import Optional
@@ -93,10 +99,11 @@ class SamplingStream:
       endpoint: the server's stream endpoint (:meth:`ReplayMemoryServer.start_stream`).
       batch_size: rows per batch, 1..the server's ``max_batch``.
       credit: batches the server may send ahead, 1..its ``max_credit`` (64 by default); with
-        shared memory also the slots (an Atari batch of 32 needs a 1.1 MB slot). More credit
+        shared memory also the slots (an Atari batch of 32 takes a 1.8 MB slot). More credit
         hides more latency (it mattered on a loaded machine) but lets more batches predate a
         priority update (at most credit + depth).
-      depth: batches stacked ahead in the learner's ring (>= 1).
+      depth: batches stacked ahead in the learner's ring (>= 1; unused with shared memory,
+        where the server's slots are the ring).
       timeout: seconds to wait for the server's answer to the open and for each batch.
       keys: :class:`memoire.transport.CurveKeys` (client side) when the server uses CURVE.
       max_bytes: the largest message accepted from the server.
@@ -201,14 +208,16 @@ class SamplingStream:
                     continue
                 break
             self.shared_memory = "shm_path" in layout
-            self._feed_made = False
-            self._feed = Feed(self, self._batch_size, depth=depth)
+            # With shared memory the server's slots are the ring: no feed, no copy.
+            self._feed_made = self.shared_memory
+            self._feed = None if self.shared_memory else Feed(self, self._batch_size, depth=depth)
         except BaseException:
             self._sock.close(0)
             self._ctx.term()
             raise
+        holder = [] if self._feed is None else self._feed._holder
         self._finalizer = weakref.finalize(
-            self, _close_stream, self._source, self._feed._holder, self._sock, self._ctx
+            self, _close_stream, self._source, holder, self._sock, self._ctx
         )
 
     def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
@@ -252,13 +261,31 @@ class SamplingStream:
 
         Raises:
           TimeoutError: none came within ``timeout``. RuntimeError: the server refused (its
-          reason), or the stream is closed.
+          reason), the stream is closed, or (shared memory) the learner holds every slot.
         """
-        return next(self._feed)
+        if self._feed is not None:
+            return next(self._feed)
+        if not self._finalizer.alive:
+            raise RuntimeError("the stream is closed")
+        try:
+            try:
+                parts = self._source.take()
+            except RuntimeError as e:
+                if not hasattr(e, "held"):
+                    raise
+                gc.collect()  # a batch in a reference cycle still holds its slot
+                parts = self._source.take()
+        except RuntimeError as e:
+            if hasattr(e, "timeout"):  # a silent server
+                raise TimeoutError(str(e)) from None
+            raise
+        batch = Batch(tuple(parts[0:7]), tuple(parts[7:14]), *parts[14:18])
+        batch.num_sampleable, batch.total_weight = int(parts[18][0]), float(parts[19][0])
+        return batch
 
     def take(self) -> Batch:
         """Same as ``next(stream)``."""
-        return next(self._feed)
+        return next(self)
 
     def update_priorities(self, ids, weights) -> None:
         """Sets sampling weights of the server's entries by id (``batch.id``), over the
@@ -288,7 +315,8 @@ class SamplingStream:
     def close(self) -> None:
         """Stops receiving, tells the server, closes the socket. Batches already handed out
         stay valid; a later ``next`` raises RuntimeError. Idempotent."""
-        self._feed.close()
+        if self._feed is not None:
+            self._feed.close()
         self._finalizer()
 
     def __enter__(self) -> "SamplingStream":

@@ -161,7 +161,8 @@ def test_two_endpoints_serve_side_by_side(tmp_path):
 @pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])
 def test_credit_bounds_batches_in_flight(credit, depth):
     with _server() as srv:
-        with SamplingStream(srv.start_stream(), 4, credit=credit, depth=depth) as stream:
+        ep = srv.start_stream()
+        with SamplingStream(ep, 4, credit=credit, depth=depth, shared_memory=False) as stream:
             taken = 5
             for _ in range(taken):
                 next(stream)
@@ -176,6 +177,31 @@ def test_credit_bounds_batches_in_flight(credit, depth):
             for _ in range(3 * (credit + depth)):
                 next(stream)
             assert srv.stats()["stream_batches"] <= 3 * (credit + depth) + taken + depth + credit
+
+
+@pytest.mark.parametrize("credit", [1, 3, 8])
+def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit):
+    with _server() as srv:
+        with SamplingStream(srv.start_stream(), 4, credit=credit, shared_memory=True) as stream:
+            assert stream.shared_memory
+            taken = 5
+            for _ in range(taken):
+                next(stream)  # dropped at once: its slot goes back
+            time.sleep(0.3)  # room for the server to overshoot, if it would
+            assert taken <= srv.stats()["stream_batches"] <= taken + credit
+            # Each batch kept holds its slot (its arrays are views of it, never rewritten).
+            kept = [next(stream) for _ in range(credit)]
+            copies = [b.prev[0].copy() for b in kept]
+            with pytest.raises(RuntimeError, match="holds all"):
+                next(stream)
+            # One slot back (not the oldest: any order) and the stream goes on through it,
+            # the batches still kept unchanged.
+            del kept[credit // 2], copies[credit // 2]
+            for _ in range(3 * credit + 2):
+                assert next(stream).prev[0].shape[0] == 4
+            for b, c in zip(kept, copies):
+                np.testing.assert_array_equal(b.prev[0], c)
+            assert srv.stats()["stream_batches"] <= taken + 5 * credit + 2
 
 
 def test_the_servers_rate_limiter_holds_streams_in_its_band():

@@ -39,6 +39,31 @@ void SendStrings(void* socket, const std::vector<std::string>& frames, int timeo
   libzmq::Send(socket, out, timeout_ms, nullptr);  // a full queue drops it: the timeout tells
 }
 
+// The frames of {"op": "credit", "credit": k, "slots": int64[k]}: k slots given back.
+std::vector<std::string> SlotCredit(const std::vector<int64_t>& slots) {
+  static const char kOp[] = "credit";
+  const int64_t k = static_cast<int64_t>(slots.size());
+  codec::Message m;
+  m.type = codec::MsgType::kStream;
+  auto entry = [](const char* name, codec::Kind kind, DType dtype, std::vector<int64_t> shape) {
+    codec::Entry e;
+    e.name = name;
+    e.kind = kind;
+    e.dtype = dtype;
+    e.shape = std::move(shape);
+    return e;
+  };
+  m.entries = {entry("op", codec::Kind::kStr, DType::kUInt8, {int64_t(sizeof(kOp) - 1)}),
+               entry("credit", codec::Kind::kScalar, DType::kInt64, {}),
+               entry("slots", codec::Kind::kArray, DType::kInt64, {k})};
+  std::vector<std::string> frames(4);
+  if (!codec::Finalize(&m).ok() || !codec::EncodeHeader(m, &frames[0]).ok()) return {};
+  frames[1].assign(kOp, sizeof(kOp) - 1);
+  frames[2].assign(reinterpret_cast<const char*>(&k), sizeof(k));
+  frames[3].assign(reinterpret_cast<const char*>(slots.data()), slots.size() * sizeof(int64_t));
+  return frames;
+}
+
 }  // namespace
 
 Status ShmRegion::Create(size_t bytes, std::unique_ptr<ShmRegion>* out) {
@@ -73,7 +98,7 @@ Status ShmRegion::Open(const std::string& path, size_t bytes, std::unique_ptr<Sh
   if (path.compare(0, want.size(), want) != 0 || path.find('/', want.size()) != std::string::npos ||
       path.find("..") != std::string::npos)
     return Error(Code::kDataLoss, "shared memory: expected a path ", want, "..., got ", path);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Error(Code::kFailedPrecondition, "shared memory: cannot open ", path, ": ",
                            std::strerror(errno), " (is the server on another host? use "
                            "shared_memory=False)");
@@ -82,7 +107,7 @@ Status ShmRegion::Open(const std::string& path, size_t bytes, std::unique_ptr<Sh
     close(fd);
     return Error(Code::kDataLoss, "shared memory: ", path, " is not a file of ", bytes, " bytes");
   }
-  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return Error(Code::kFailedPrecondition, "shared memory: cannot map ", path,
                                     ": ", std::strerror(errno));
@@ -100,13 +125,21 @@ ShmRegion::~ShmRegion() {
   if (owner_) unlink(path_.c_str());  // a learner that never mapped it: ENOENT otherwise
 }
 
-void StreamSource::FlushLocked() {
+void StreamSource::FlushLocked(bool all) {
   std::deque<std::vector<std::string>> q;
+  std::vector<int64_t> slots;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     q.swap(queue_);
+    if (!returned_.empty() &&
+        (all || static_cast<int64_t>(returned_.size()) >= opt_.credit_chunk))
+      slots.swap(returned_);
   }
   for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
+  if (!slots.empty()) {
+    SendStrings(opt_.socket, SlotCredit(slots), opt_.timeout_ms);
+    credit_returned_.fetch_add(static_cast<int64_t>(slots.size()));
+  }
   if (owed_ >= opt_.credit_chunk) {
     SendStrings(opt_.socket, opt_.credit_message, opt_.timeout_ms);
     owed_ -= opt_.credit_chunk;
@@ -124,36 +157,44 @@ void StreamSource::Post(std::vector<std::string> frames) {
   if (io.owns_lock()) FlushLocked();
 }
 
-Status StreamSource::Fill(int thread, uint8_t* const* parts) {
-  if (thread != 0) return Error(Code::kInternal, "stream: one receiving thread per stream");
+Status StreamSource::Receive(libzmq::Frames* frames) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
   auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
-  libzmq::Frames frames;
+  bool waited = false;
   while (true) {
     if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
     int rc;
     {
       std::lock_guard<std::mutex> io(io_mu_);
-      FlushLocked();
+      // Once a receive found nothing, every returned slot goes back: the learner may hold
+      // batches, and the server may be waiting for any slot at all.
+      FlushLocked(waited);
       const auto now = Clock::now();
       if (now >= next_ping) {
         // A restarted server does not know this stream: the ping makes it say so.
         SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
         next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
       }
-      rc = libzmq::Receive(opt_.socket, kSliceMs, &frames);
+      rc = libzmq::Receive(opt_.socket, waited ? kSliceMs : 0, frames);
     }
     if (rc < 0)
       return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-    if (rc == 1) break;
+    if (rc == 1) return Status::OK();
+    waited = true;
     if (Clock::now() >= deadline)
       return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
                    opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
                    "noticed this way)")
           .With("timeout", opt_.timeout_ms);
   }
+}
+
+Status StreamSource::Fill(int thread, uint8_t* const* parts) {
+  if (thread != 0) return Error(Code::kInternal, "stream: one receiving thread per stream");
+  libzmq::Frames frames;
+  MEMOIRE_RETURN_IF_ERROR(Receive(&frames));
   std::vector<codec::Frame> views(frames.size());
   for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
   std::string kind, reason;
@@ -167,8 +208,7 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
             .With("server_error", 1);
   } else {
     int64_t seq = -1;
-    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq,
-                           opt_.shm ? opt_.shm->data() : nullptr);
+    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq);
     if (s.ok() && seq != last_seq_.load() + 1)  // one connection keeps order: none was lost
       s = Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last_seq_.load());
     if (seq >= 0) last_seq_.store(seq);  // one error per gap, not one per later batch
@@ -176,12 +216,62 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
   }
   if (!error || kind == kDrawError) {
     // The server spent a credit on this message (a batch or a failed draw): give it back, now
-    // that its rows are read (a shared-memory slot is then free for the server to reuse).
+    // that its rows are read.
     std::lock_guard<std::mutex> io(io_mu_);
     ++owed_;
     FlushLocked();
   }
   return s;
+}
+
+Status StreamSource::Next(int64_t* slot) {
+  {
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (num_held_ >= opt_.slots)
+      return Error(Code::kFailedPrecondition, "stream: the learner holds all ", opt_.slots,
+                   " batches the stream's credit allows (drop some, or open it with more "
+                   "credit)")
+          .With("held", num_held_);
+  }
+  libzmq::Frames frames;
+  MEMOIRE_RETURN_IF_ERROR(Receive(&frames));
+  std::vector<codec::Frame> views(frames.size());
+  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+  std::string kind, reason;
+  int64_t spent = -1;
+  if (ReadErrorMessage(views.data(), views.size(), &kind, &reason, &spent)) {
+    if (kind != kDrawError)
+      return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
+          .With("server_error", 1);
+    // A failed draw spent the slot it would have filled: give it straight back.
+    std::lock_guard<std::mutex> l(queue_mu_);
+    if (spent >= 0 && spent < opt_.slots && !held_[spent]) returned_.push_back(spent);
+    return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
+        .With("server_error", 1);
+  }
+  int64_t seq = -1;
+  MEMOIRE_RETURN_IF_ERROR(ReadStackedNotice(views.data(), views.size(), &seq, slot));
+  const int64_t last = last_seq_.load();
+  last_seq_.store(seq);  // one error per gap, not one per later batch
+  if (seq != last + 1)  // one connection keeps order: none was lost
+    return Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last);
+  std::lock_guard<std::mutex> l(queue_mu_);
+  // The server may only name a slot it was given: never one the learner reads.
+  if (*slot < 0 || *slot >= opt_.slots || held_[*slot])
+    return Error(Code::kDataLoss, "stream: batch ", seq, " in slot ", *slot,
+                 ", which is not the server's to write (", opt_.slots, " slots)");
+  held_[*slot] = 1;
+  ++num_held_;
+  received_.fetch_add(1);
+  return Status::OK();
+}
+
+void StreamSource::Release(int64_t slot) {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  if (slot < 0 || slot >= opt_.slots || !held_[slot]) return;
+  held_[slot] = 0;
+  --num_held_;
+  returned_.push_back(slot);
 }
 
 namespace {
@@ -198,18 +288,12 @@ struct SentBatch {
 std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std::string& identity,
                                        int64_t n, int64_t count, int64_t seq0, int window,
                                        const std::array<uint8_t, protocol::kNumFields>& send,
-                                       int timeout_ms, ShmRegion* shm, int64_t slots) {
+                                       int timeout_ms) {
   int64_t sent = 0;
   for (; sent < count; ++sent) {
     auto b = std::make_shared<SentBatch>();
     b->batch.window = window;
     b->batch.send = send;
-    if (shm != nullptr) {  // the rows go into the batch's slot; the message says which
-      const size_t slot_bytes = shm->bytes() / static_cast<size_t>(slots);
-      b->batch.slot = (seq0 + sent) % slots;
-      b->batch.place = shm->data() + static_cast<size_t>(b->batch.slot) * slot_bytes;
-      b->batch.place_bytes = slot_bytes;
-    }
     Status s = rm->SampleDistinct(n, &b->batch);
     std::vector<codec::Frame> data;
     b->batch.seq = seq0 + sent;
@@ -219,6 +303,62 @@ std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std
                                       {b->header.data(), b->header.size()}};
     for (const codec::Frame& f : data) out.push_back({f.data, f.size});
     if (!libzmq::Send(socket, out, timeout_ms, std::shared_ptr<const void>(b, b.get())))
+      return {sent, Error(Code::kFailedPrecondition, "stream: send failed: ", libzmq::LastError())};
+  }
+  return {sent, Status::OK()};
+}
+
+// A stream's shared-memory slots on the server's side: the mapping and the layout its
+// batches are written in (fixed at open).
+struct ServerShm {
+  std::unique_ptr<ShmRegion> region;
+  StreamLayout layout;
+  StackedSlot stacked;
+  int64_t slots = 0;
+};
+
+// Keeps a notice's bytes until libzmq's I/O thread has sent them.
+struct SentNotice {
+  std::array<int64_t, 2> values;
+  std::string header;
+};
+
+// Samples a batch of the stream's size into each of `slots` (in order) and sends its notice
+// (numbered seq0, seq0 + 1, ...) to `identity`. Returns (sent, error) as SendBatches; the
+// batch of slots[sent] failed when error is set.
+std::pair<int64_t, Status> SendShmBatches(ReplayMemory* rm, void* socket,
+                                          const std::string& identity, ServerShm* shm,
+                                          const std::vector<int64_t>& slots, int64_t seq0,
+                                          int timeout_ms) {
+  constexpr int F = protocol::kNumFields;
+  const StackedSlot& st = shm->stacked;
+  int64_t sent = 0;
+  for (; sent < static_cast<int64_t>(slots.size()); ++sent) {
+    uint8_t* base = shm->region->data() + static_cast<size_t>(slots[sent]) * st.slot_bytes;
+    auto part = [&](int p) { return st.bytes[p] > 0 ? base + st.offset[p] : nullptr; };
+    ReplayMemory::SampleOut out;
+    for (int f = 0; f < F; ++f) {
+      out.prev[f] = part(f);
+      out.next[f] = part(F + f);
+    }
+    out.weight = reinterpret_cast<float*>(part(2 * F));
+    out.prob = reinterpret_cast<double*>(part(2 * F + 1));
+    out.done = part(2 * F + 2);
+    out.id = reinterpret_cast<int64_t*>(part(2 * F + 3));
+    out.num_sampleable = reinterpret_cast<int64_t*>(part(2 * F + 4));
+    out.total_weight = reinterpret_cast<double*>(part(2 * F + 5));
+    out.frame_stack = shm->layout.frame_stack;  // the slots' size: a change fails the draw
+    Status s = rm->Sample(shm->layout.batch_size, out);
+    auto notice = std::make_shared<SentNotice>();
+    std::vector<codec::Frame> data;
+    if (s.ok()) s = EncodeStackedNotice(seq0 + sent, slots[sent], &notice->values,
+                                        &notice->header, &data);
+    if (!s.ok()) return {sent, s};
+    std::vector<libzmq::OutFrame> frames{{identity.data(), identity.size()},
+                                         {notice->header.data(), notice->header.size()}};
+    for (const codec::Frame& f : data) frames.push_back({f.data, f.size});
+    if (!libzmq::Send(socket, frames, timeout_ms,
+                      std::shared_ptr<const void>(notice, notice.get())))
       return {sent, Error(Code::kFailedPrecondition, "stream: send failed: ", libzmq::LastError())};
   }
   return {sent, Status::OK()};
@@ -251,12 +391,48 @@ std::vector<std::string> Strings(const py::list& frames) {
   return out;
 }
 
+// A shared-memory batch handed out: its slot, held until the last view is dropped.
+struct SlotLease {
+  std::shared_ptr<StreamSource> source;
+  int64_t slot;
+};
+
+// The views of a shared-memory stream's slot handed out by `take`: one array per part
+// (None for a stack the flags leave out), each keeping `lease` (the slot) alive.
+py::tuple SlotViews(const StreamSource& src, int64_t slot, const py::capsule& lease) {
+  constexpr int F = protocol::kNumFields;
+  const StreamLayout& l = src.layout();
+  const StackedSlot& st = src.stacked();
+  const py::ssize_t n = l.batch_size;
+  uint8_t* base = src.slot_data(slot);
+  py::tuple out(StackedSlot::kParts);
+  for (int p = 0; p < 2 * F; ++p) {
+    if (st.bytes[p] == 0) {
+      out[p] = py::none();
+      continue;
+    }
+    const Field& fd = l.schema.field(p % F);
+    std::vector<py::ssize_t> shape{n, l.frame_stack};
+    shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
+    out[p] = py::array(ToNumpy(fd.dtype), shape, base + st.offset[p], lease);
+  }
+  const py::dtype small[6] = {py::dtype::of<float>(), py::dtype::of<double>(),
+                              py::dtype::of<bool>(), py::dtype::of<int64_t>(),
+                              py::dtype::of<int64_t>(), py::dtype::of<double>()};
+  for (int k = 0; k < 6; ++k)
+    out[2 * F + k] = py::array(small[k], std::vector<py::ssize_t>{k < 4 ? n : 1},
+                               base + st.offset[2 * F + k], lease);
+  return out;
+}
+
 }  // namespace
 
 void BindStream(py::module_& m) {
   py::class_<StreamSource, std::shared_ptr<StreamSource>>(m, "StreamSource", R"doc(
-A learner's end of a sampling stream (private: use memoire.stream.SamplingStream): a source for
-_core.Feed that receives each batch from a connected DEALER socket and stacks it into the ring.
+A learner's end of a sampling stream (private: use memoire.stream.SamplingStream). Rows in the
+messages: a source for _core.Feed that receives each batch from a connected DEALER socket and
+stacks it into the ring. Shared memory (shm_path given): `take` hands out views of the slot the
+server wrote the batch into.
 
 StreamSource(socket, templates, batch_size, frame_stack, multi_step, flags, timeout_ms,
 ping_ms, credit_chunk, credit_message, ping_message, max_payload_bytes, shm_path, shm_slots,
@@ -264,7 +440,7 @@ shm_slot_bytes): `socket` is the
 DEALER's `underlying` address (requires attach_libzmq; Python keeps the socket open and does not
 use it while the source lives); templates, the 7 field templates; flags, the 14 cache flags;
 credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0; shm_path
-(non-empty): the server's StreamShm of shm_slots slots, mapped read-only.
+(non-empty): the server's StreamShm of shm_slots slots of shm_slot_bytes, mapped read-write.
 )doc")
       .def(py::init([](uintptr_t socket, const py::list& templates, int64_t batch_size,
                        int frame_stack, int multi_step, const std::vector<bool>& flags,
@@ -289,17 +465,17 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
              o.credit_message = Strings(credit_message);
              o.ping_message = Strings(ping_message);
              if (!shm_path.empty()) {
-               // Every slot must hold any batch of the layout: offsets stay inside the mapping.
-               if (shm_slots < 1 || shm_slot_bytes < StreamSlotBytes(o.layout) ||
-                   shm_slot_bytes > (uint64_t(1) << 40) / static_cast<uint64_t>(shm_slots))
-                 ThrowIfError(Error(Code::kDataLoss, "shared memory: ", shm_slots, " slots of ",
-                                    shm_slot_bytes, " bytes cannot hold batches of ",
-                                    StreamSlotBytes(o.layout), " bytes"));
+               // The server's slots must be exactly this layout's: every view stays inside.
+               o.stacked = StackedSlotOf(o.layout);
+               if (shm_slots < 1 || shm_slots > (int64_t(1) << 20) ||
+                   shm_slot_bytes != o.stacked.slot_bytes)
+                 ThrowIfError(Error(Code::kDataLoss, "shared memory: expected slots of ",
+                                    o.stacked.slot_bytes, " bytes, got ", shm_slots,
+                                    " slots of ", shm_slot_bytes));
                std::unique_ptr<ShmRegion> r;
                ThrowIfError(ShmRegion::Open(shm_path, shm_slot_bytes * shm_slots, &r));
                o.shm = std::move(r);
-               o.layout.shm_slots = shm_slots;
-               o.layout.shm_slot_bytes = shm_slot_bytes;
+               o.slots = shm_slots;
              }
              return std::make_shared<StreamSource>(std::move(o));
            }),
@@ -309,6 +485,30 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
            py::arg("credit_message"), py::arg("ping_message"),
            py::arg("max_payload_bytes") = uint64_t(1) << 32, py::arg("shm_path") = "",
            py::arg("shm_slots") = 0, py::arg("shm_slot_bytes") = 0)
+      .def("take", [](std::shared_ptr<StreamSource> src) {
+             if (!src->shared_memory())
+               ThrowInvalid("take: the stream's rows travel in messages (use a Feed)");
+             int64_t slot = -1;
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = src->Next(&slot);
+             }
+             ThrowIfError(s);
+             // The slot goes back to the server once every view of the batch is dropped.
+             py::capsule lease(new SlotLease{src, slot}, [](void* p) {
+               auto* l = static_cast<SlotLease*>(p);
+               l->source->Release(l->slot);
+               delete l;
+             });
+             return SlotViews(*src, slot, lease);
+           }, R"doc(
+Shared memory: the next batch, as views of its slot: prev[7], next[7] (None where the flags
+leave a stack out), weight, prob, done, id, num_sampleable int64[1], total_weight f64[1].
+The slot goes back to the server when every array is dropped. RuntimeError when the server
+refused or its draw failed (attribute server_error), when nothing came within the timeout
+(timeout), or when the learner holds every slot (held); ValueError on a malformed notice.
+)doc")
       .def("post", [](StreamSource& s, const py::list& frames) {
              std::vector<std::string> f = Strings(frames);
              py::gil_scoped_release release;
@@ -321,33 +521,39 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
       .def_property_readonly("last_seq", &StreamSource::last_seq,
                              "the last batch's number (-1 before the first)");
 
-  py::class_<ShmRegion, std::shared_ptr<ShmRegion>>(m, "StreamShm", R"doc(
+  py::class_<ServerShm, std::shared_ptr<ServerShm>>(m, "StreamShm", R"doc(
 A server's shared-memory slots for one sampling stream (a new file in /dev/shm, mode 0600,
 removed by the learner once mapped, or when this object goes). StreamShm(memory, batch_size,
-window, send, slots): room for `slots` batches of that layout.
+slots): room for `slots` batches of the memory's layout now (frame_stack, cache_flags), each
+written as the learner reads it (core/stream_batch.h, StackedSlot).
 )doc")
-      .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int window,
-                       const std::vector<bool>& send, int64_t slots) {
-             CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send", "field");
-             if (batch_size < 1 || window < 1 || slots < 1)
-               ThrowInvalid("batch_size, window and slots: expected >= 1");
-             std::array<uint8_t, protocol::kNumFields> s{};
-             for (int f = 0; f < protocol::kNumFields; ++f) s[f] = send[f];
-             size_t offsets[protocol::kNumFields];
-             const size_t slot = StreamRowOffsets(rm.schema(), s, batch_size * window, offsets);
-             std::unique_ptr<ShmRegion> r;
-             ThrowIfError(ShmRegion::Create(std::max<size_t>(slot, 64) * slots, &r));
-             return std::shared_ptr<ShmRegion>(std::move(r));
+      .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int64_t slots) {
+             if (batch_size < 1 || slots < 1)
+               ThrowInvalid("batch_size and slots: expected >= 1");
+             auto shm = std::make_shared<ServerShm>();
+             const ReplayMemory::Options o = rm.options();
+             shm->layout.schema = rm.schema();
+             shm->layout.batch_size = batch_size;
+             shm->layout.frame_stack = o.frame_stack;
+             shm->layout.multi_step = o.multi_step;
+             for (size_t i = 0; i < shm->layout.flags.size(); ++i)
+               shm->layout.flags[i] = o.cache_flags[i];
+             shm->stacked = StackedSlotOf(shm->layout);
+             shm->slots = slots;
+             ThrowIfError(ShmRegion::Create(shm->stacked.slot_bytes * slots, &shm->region));
+             return shm;
            }),
-           py::arg("memory"), py::arg("batch_size"), py::arg("window"), py::arg("send"),
-           py::arg("slots"))
-      .def_property_readonly("path", &ShmRegion::path)
-      .def_property_readonly("bytes", &ShmRegion::bytes);
+           py::arg("memory"), py::arg("batch_size"), py::arg("slots"))
+      .def_property_readonly("path", [](const ServerShm& s) { return s.region->path(); })
+      .def_property_readonly("bytes", [](const ServerShm& s) { return s.region->bytes(); })
+      .def_property_readonly("slot_bytes",
+                             [](const ServerShm& s) { return s.stacked.slot_bytes; })
+      .def_property_readonly("slots", [](const ServerShm& s) { return s.slots; });
 
   m.def("stream_send",
         [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity, int64_t batch_size,
            int64_t count, int64_t seq0, int window, const std::vector<bool>& send,
-           int timeout_ms, std::shared_ptr<ShmRegion> shm, int64_t slots) -> py::tuple {
+           int timeout_ms) -> py::tuple {
           if (!libzmq::Attached())
             ThrowIfError(Error(Code::kFailedPrecondition, "stream_send: needs attach_libzmq"));
           CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send", "field");
@@ -358,7 +564,7 @@ window, send, slots): room for `slots` batches of that layout.
           {
             py::gil_scoped_release release;
             r = SendBatches(&rm, reinterpret_cast<void*>(socket), id, batch_size, count, seq0,
-                            window, s, timeout_ms, shm.get(), slots);
+                            window, s, timeout_ms);
           }
           py::object error = py::none();
           if (!r.second.ok()) error = py::str(r.second.message());
@@ -366,14 +572,43 @@ window, send, slots): room for `slots` batches of that layout.
         },
         py::arg("memory"), py::arg("socket"), py::arg("identity"), py::arg("batch_size"),
         py::arg("count"), py::arg("seq0"), py::arg("window"), py::arg("send"),
-        py::arg("timeout_ms"), py::arg("shm") = nullptr, py::arg("slots") = 0, R"doc(
+        py::arg("timeout_ms"), R"doc(
 Samples `count` batches of `batch_size` from `memory` (ReplayMemory.SampleDistinct: each
 distinct row once) and sends each as a STREAM_BATCH (numbered seq0, seq0 + 1, ...) to
 `identity` on a ROUTER socket (its `underlying` address), with the GIL released. `window`:
-the stream's window (0: the memory's now), `send`: the 7 fields to send; with `shm` (a
-StreamShm of `slots` slots) the rows go to slot seq % slots and the message names it.
+the stream's window (0: the memory's now), `send`: the 7 fields to send.
 Returns (sent, error):
 error is None, or the message of the draw or send that failed (nothing is sent after it).
+)doc");
+
+  m.def("stream_send_shm",
+        [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity,
+           std::shared_ptr<ServerShm> shm, const std::vector<int64_t>& slots, int64_t seq0,
+           int timeout_ms) -> py::tuple {
+          if (!libzmq::Attached())
+            ThrowIfError(Error(Code::kFailedPrecondition, "stream_send_shm: needs attach_libzmq"));
+          if (!shm) ThrowInvalid("shm: expected a StreamShm");
+          for (int64_t slot : slots)
+            if (slot < 0 || slot >= shm->slots)
+              ThrowInvalid("slots: expected values in [0, " + std::to_string(shm->slots) +
+                           "), got " + std::to_string(slot));
+          const std::string id = identity;
+          std::pair<int64_t, Status> r;
+          {
+            py::gil_scoped_release release;
+            r = SendShmBatches(&rm, reinterpret_cast<void*>(socket), id, shm.get(), slots, seq0,
+                               timeout_ms);
+          }
+          py::object error = py::none();
+          if (!r.second.ok()) error = py::str(r.second.message());
+          return py::make_tuple(r.first, error);
+        },
+        py::arg("memory"), py::arg("socket"), py::arg("identity"), py::arg("shm"),
+        py::arg("slots"), py::arg("seq0"), py::arg("timeout_ms"), R"doc(
+Shared memory: samples one batch into each of `slots` of `shm` (ReplayMemory.get_batch's
+draw, written in the learner's layout) and sends its notice (numbered seq0, seq0 + 1, ...) to
+`identity` on a ROUTER socket, with the GIL released. Returns (sent, error) as stream_send:
+when error is set, the batch of slots[sent] failed.
 )doc");
 }
 

@@ -1,10 +1,16 @@
-// The sampling stream's native ends (core/stream_batch.h is the batch and its wire layout):
-// StreamSource, a learner's connection, is a source of the prefetching feed (bindings/feed.cc):
-// the feed's sampler thread receives each batch from a DEALER socket and stacks it into a ring
-// slot, with no GIL. The server's end sends batches from a ReplayMemory (`_core.stream_send`).
+// The sampling stream's native ends (core/stream_batch.h is the batch and its wire layout).
+// StreamSource, a learner's connection, works one of two ways:
+// - rows in the messages: a source of the prefetching feed (bindings/feed.cc): the feed's
+//   sampler thread receives each batch from a DEALER socket and stacks it into a ring slot,
+//   with no GIL (Fill);
+// - shared memory (one host): the server wrote each batch into a slot of the mapping in the
+//   final layout; Next receives its notice and the learner hands out views of the slot, which
+//   goes back to the server (Release) once the batch's arrays are dropped. No copy.
+// The server's end sends batches from a ReplayMemory (`_core.stream_send`, `stream_send_shm`).
 //
 // Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
-// feed's thread while it receives, any thread posting a message (Post) in between.
+// receiving thread, any thread posting a message (Post) in between. Release may be called
+// from any thread.
 #pragma once
 
 #include <atomic>
@@ -15,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/libzmq.h"
 #include "core/codec.h"
 #include "core/status.h"
 #include "core/stream_batch.h"
@@ -29,7 +36,8 @@ class ShmRegion {
   static constexpr const char* kPrefix = "memoire-stream-";
   // Creates a new file of `bytes` (mode 0600, a fresh unique name) and maps it read-write.
   static Status Create(size_t bytes, std::unique_ptr<ShmRegion>* out);
-  // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-only,
+  // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-write
+  // (a learner may write into its batches, as into get_batch's; the server never reads them),
   // then removes its name (the creator's mapping and this one stay).
   static Status Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out);
   ~ShmRegion();  // unmaps; the creator also removes the name if it is still there
@@ -59,15 +67,32 @@ class StreamSource {
     int64_t credit_chunk = 1; // credit returned after this many batches were received
     // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
     std::vector<std::string> credit_message, ping_message;
-    std::shared_ptr<ShmRegion> shm;  // the mapping when layout.shm_slots > 0
+    // Shared memory: the mapping, its slots (each stacked.slot_bytes) and the encoded
+    // credit message without its slots (memoire.codec frames of {"op": "credit"}): the
+    // returned slots are added to it.
+    std::shared_ptr<ShmRegion> shm;
+    int64_t slots = 0;
+    StackedSlot stacked;
   };
-  explicit StreamSource(Options o) : opt_(std::move(o)) {}
+  explicit StreamSource(Options o)
+      : opt_(std::move(o)), held_(static_cast<size_t>(opt_.slots), 0) {}
 
   // Receives the next batch into `parts` (the feed's ReplayMemory layout plus num_sampleable
   // and total_weight, see UnstackStreamBatch). kFailedPrecondition with the detail "timeout"
   // (ms) when none came in time, with "server_error" 1 when the server refused something (its
   // reason in the message), or when stopped; kDataLoss on a malformed batch.
   Status Fill(int thread, uint8_t* const* parts);
+  // Shared memory: receives the next batch's notice into *slot (its parts at slot_parts).
+  // Errors as Fill's, and kFailedPrecondition with the detail "held" when the learner holds
+  // every slot (no batch can come until one is released).
+  Status Next(int64_t* slot);
+  // Shared memory: the learner is done with the batch in `slot` (the server may write it
+  // again); it goes back with the next credit message. Ignores a slot not handed out.
+  void Release(int64_t slot);
+  uint8_t* slot_data(int64_t slot) const {
+    return opt_.shm->data() + static_cast<size_t>(slot) * opt_.stacked.slot_bytes;
+  }
+  bool shared_memory() const { return opt_.shm != nullptr; }
   // Queues an encoded message (frames) for the server; it leaves at once unless a receive is
   // in progress, and then within a few milliseconds.
   void Post(std::vector<std::string> frames);
@@ -75,18 +100,26 @@ class StreamSource {
   void Stop() { stopping_.store(true); }
 
   const StreamLayout& layout() const { return opt_.layout; }
+  const StackedSlot& stacked() const { return opt_.stacked; }
   int64_t received() const { return received_.load(); }
   int64_t credit_returned() const { return credit_returned_.load(); }
   int64_t last_seq() const { return last_seq_.load(); }
 
  private:
-  void FlushLocked();  // sends queued messages and credit due; io_mu_ held
+  // Sends queued messages and the credit due (shared memory: returned slots, all of them
+  // when `all`, else once credit_chunk are due); io_mu_ held.
+  void FlushLocked(bool all = false);
+  // Waits for the next message into *frames: OK, or the timeout's / stop's / socket's error.
+  Status Receive(libzmq::Frames* frames);
 
   const Options opt_;
   std::mutex io_mu_;                      // the socket's one user at a time
   std::mutex queue_mu_;                   // guards queue_
   std::deque<std::vector<std::string>> queue_;
   int64_t owed_ = 0;                      // batches received since credit was returned; io_mu_
+  std::vector<int64_t> returned_;         // shared memory: slots to give back; queue_mu_
+  std::vector<uint8_t> held_;             // shared memory: slots the learner has; queue_mu_
+  int64_t num_held_ = 0;                  // queue_mu_
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> received_{0}, credit_returned_{0}, last_seq_{-1};
 };

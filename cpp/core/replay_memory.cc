@@ -436,6 +436,8 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
                  " but frame_stack is now ", opt_.frame_stack);
   std::vector<int64_t> slots(n);
   MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, out, slots.data()));
+  if (out.num_sampleable) *out.num_sampleable = sampleable_;
+  if (out.total_weight) *out.total_weight = tree_.Total();
   const int fs = opt_.frame_stack;
   const int ms = opt_.multi_step;
   std::vector<int64_t> prev_slots(n * fs), next_slots(n * fs);

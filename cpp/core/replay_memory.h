@@ -134,6 +134,9 @@ class ReplayMemory {
     double* prob = nullptr;    // [n] weight / total_weight at sampling time
     uint8_t* done = nullptr;   // [n] 1 when next is the last entry of a terminated episode
     int64_t* id = nullptr;     // [n] entry ids for UpdateWeights
+    // [1] each: num_sampleable() and total_weight() at the draw (the normaliser of prob).
+    int64_t* num_sampleable = nullptr;
+    double* total_weight = nullptr;
     // The frame_stack the outputs were sized for (0: not checked). Another thread may change
     // the setting between sizing and sampling; then Sample fails with kFailedPrecondition,
     // writing no output but `frame_stack_now` (if not null), the setting it found.

@@ -69,24 +69,14 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
   for (size_t i = 0; i < win.size(); ++i)
     out->index[i] = static_cast<int32_t>(
         std::lower_bound(uniq.begin(), uniq.end(), win[i]) - uniq.begin());
-  size_t offsets[kNumFields] = {};
-  if (out->place != nullptr &&
-      StreamRowOffsets(schema_, out->send, u, offsets) > out->place_bytes)
-    return Error(Code::kInternal, "sample: a shared-memory slot of ", out->place_bytes,
-                 " bytes is too small for ", u, " rows");
   for (int f = 0; f < kNumFields; ++f) {
     if (!out->send[f]) {
       out->rows[f].clear();
       continue;
     }
     const size_t rb = row_bytes(f);
-    uint8_t* dst;
-    if (out->place != nullptr) {
-      dst = out->place + offsets[f];
-    } else {
-      out->rows[f].resize(static_cast<size_t>(u) * rb);
-      dst = out->rows[f].data();
-    }
+    out->rows[f].resize(static_cast<size_t>(u) * rb);
+    uint8_t* dst = out->rows[f].data();
     if (f == kState && states_)
       MEMOIRE_RETURN_IF_ERROR(states_->Decode(uniq.data(), u, dst));
     else
@@ -99,27 +89,10 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
 
 // ---------------------------------------------------------------------- the wire
 
-size_t StreamRowOffsets(const Schema& schema, const std::array<uint8_t, protocol::kNumFields>& send,
-                        int64_t distinct, size_t* offsets) {
-  size_t at = 0;
-  for (int f = 0; f < protocol::kNumFields; ++f) {
-    if (!send[f]) continue;
-    offsets[f] = at;
-    at += (static_cast<size_t>(distinct) * schema.field(f).bytes() + 63) / 64 * 64;
-  }
-  return at;
-}
-
 std::array<uint8_t, protocol::kNumFields> StreamSends(const StreamLayout& layout) {
   std::array<uint8_t, protocol::kNumFields> s{};
   for (int f = 0; f < protocol::kNumFields; ++f) s[f] = layout.sends(f);
   return s;
-}
-
-size_t StreamSlotBytes(const StreamLayout& layout) {
-  size_t offsets[protocol::kNumFields];
-  return StreamRowOffsets(layout.schema, StreamSends(layout), layout.batch_size * layout.window(),
-                          offsets);
 }
 
 namespace {
@@ -154,12 +127,8 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string
   add(Array("id", DType::kInt64, {n}), b.id.data(), n * sizeof(int64_t));
   add(Array("index", DType::kInt32, {n, b.window}), b.index.data(),
       b.index.size() * sizeof(int32_t));
-  if (b.place != nullptr) {  // the rows are in shared memory: say where
-    add(Array("slot", DType::kInt64, {}), &b.slot, sizeof(int64_t));
-    add(Array("distinct", DType::kInt64, {}), &b.distinct, sizeof(int64_t));
-  }
   for (int f = 0; f < protocol::kNumFields; ++f) {
-    if (!b.send[f] || b.place != nullptr) continue;
+    if (!b.send[f]) continue;
     const Field& fd = schema.field(f);
     std::vector<int64_t> shape{b.distinct};
     shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
@@ -185,8 +154,7 @@ Status DecodeFrames(const Frame* frames, size_t n_frames, const codec::Limits& l
 }  // namespace
 
 Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayout& layout,
-                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
-                          const uint8_t* shm) {
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq) {
   const Code bad = Code::kDataLoss;
   codec::Message m;
   MEMOIRE_RETURN_IF_ERROR(DecodeFrames(frames, n_frames, limits, &m));
@@ -202,12 +170,7 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
       {"total_weight", DType::kFloat64, {}}, {"weight", DType::kFloat32, {n}},
       {"prob", DType::kFloat64, {n}},      {"done", DType::kBool, {n}},
       {"id", DType::kInt64, {n}},          {"index", DType::kInt32, {n, w}}};
-  const bool in_shm = layout.shm_slots > 0;
-  if (in_shm) {
-    specs.push_back({"slot", DType::kInt64, {}});
-    specs.push_back({"distinct", DType::kInt64, {}});
-  }
-  for (int f = 0; f < F && !in_shm; ++f) {
+  for (int f = 0; f < F; ++f) {
     if (!layout.sends(f)) continue;
     const Field& fd = layout.schema.field(f);
     std::vector<int64_t> shape{-1};  // U, the one free dimension
@@ -222,32 +185,15 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     for (size_t s = 0; s < specs.size(); ++s)
       if (e.depth == 0 && e.name == specs[s].name) at[s] = frames[1 + e.frame].data;
   }
-  // Where each sent field's rows are: the message's frames, or a slot of the mapping.
+  // Where each sent field's rows are.
   std::vector<const uint8_t*> rows_at(F, nullptr);
   bool any_rows = false;
-  if (in_shm) {
-    int64_t slot;
-    std::memcpy(&slot, at[8], sizeof(slot));
-    std::memcpy(&u, at[9], sizeof(u));
-    if (slot < 0 || slot >= layout.shm_slots)
-      return Error(bad, "stream: slot ", slot, " outside [0, ", layout.shm_slots, ")");
-    if (u < 1 || u > n * w)  // before any offset is computed from it
-      return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
-    size_t offsets[F] = {};
-    StreamRowOffsets(layout.schema, StreamSends(layout), u, offsets);  // <= shm_slot_bytes
-    for (int f = 0; f < F; ++f)
-      if (layout.sends(f)) {
-        rows_at[f] = shm + static_cast<size_t>(slot) * layout.shm_slot_bytes + offsets[f];
-        any_rows = true;
-      }
-  } else {
-    size_t s = 8;
-    for (int f = 0; f < F; ++f)
-      if (layout.sends(f)) {
-        rows_at[f] = at[s++];
-        any_rows = true;
-      }
-  }
+  size_t next_spec = 8;
+  for (int f = 0; f < F; ++f)
+    if (layout.sends(f)) {
+      rows_at[f] = at[next_spec++];
+      any_rows = true;
+    }
   if (any_rows && (u < 1 || u > n * w))
     return Error(bad, "stream: expected 1..", n * w, " distinct rows, got ", u);
   std::memcpy(seq, at[0], sizeof(int64_t));
@@ -289,17 +235,70 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
   return Status::OK();
 }
 
+StackedSlot StackedSlotOf(const StreamLayout& layout) {
+  constexpr int F = protocol::kNumFields;
+  StackedSlot s;
+  const size_t n = static_cast<size_t>(layout.batch_size);
+  for (int side = 0; side < 2; ++side)
+    for (int f = 0; f < F; ++f)
+      s.bytes[side * F + f] = layout.flags[side * F + f]
+                                  ? n * layout.frame_stack * layout.schema.field(f).bytes()
+                                  : 0;
+  const size_t small[6] = {n * sizeof(float), n * sizeof(double), n, n * sizeof(int64_t),
+                           sizeof(int64_t), sizeof(double)};
+  for (int k = 0; k < 6; ++k) s.bytes[2 * F + k] = small[k];
+  for (int p = 0; p < StackedSlot::kParts; ++p) {
+    s.offset[p] = s.slot_bytes;
+    s.slot_bytes += (s.bytes[p] + 63) / 64 * 64;
+  }
+  if (s.slot_bytes == 0) s.slot_bytes = 64;
+  return s;
+}
+
+Status EncodeStackedNotice(int64_t seq, int64_t slot, std::array<int64_t, 2>* values,
+                           std::string* header, std::vector<Frame>* data) {
+  codec::Message m;
+  m.type = MsgType::kStreamBatch;
+  (*values)[0] = seq;
+  (*values)[1] = slot;
+  m.entries = {Array("seq", DType::kInt64, {}), Array("slot", DType::kInt64, {})};
+  *data = {{reinterpret_cast<const uint8_t*>(&(*values)[0]), sizeof(int64_t)},
+           {reinterpret_cast<const uint8_t*>(&(*values)[1]), sizeof(int64_t)}};
+  MEMOIRE_RETURN_IF_ERROR(codec::Finalize(&m));
+  return codec::EncodeHeader(m, header);
+}
+
+Status ReadStackedNotice(const Frame* frames, size_t n_frames, int64_t* seq, int64_t* slot) {
+  codec::Message m;
+  codec::Limits limits;
+  limits.max_payload_bytes = 1 << 10;
+  MEMOIRE_RETURN_IF_ERROR(DecodeFrames(frames, n_frames, limits, &m));
+  if (m.type != MsgType::kStreamBatch)
+    return Error(Code::kDataLoss, "stream: expected a stream_batch notice, got ",
+                 codec::MsgTypeName(static_cast<uint8_t>(m.type)));
+  int64_t u = -1;
+  MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(
+      m, {{"seq", DType::kInt64, {}}, {"slot", DType::kInt64, {}}}, /*allow_extra=*/false, &u));
+  for (const Entry& e : m.entries)
+    std::memcpy(e.name == "seq" ? seq : slot, frames[1 + e.frame].data, sizeof(int64_t));
+  return Status::OK();
+}
+
 bool ReadErrorMessage(const Frame* frames, size_t n_frames, std::string* kind,
-                      std::string* reason) {
+                      std::string* reason, int64_t* slot) {
   codec::Message m;
   codec::Limits limits;
   limits.max_payload_bytes = 1 << 20;
   if (!DecodeFrames(frames, n_frames, limits, &m).ok() || m.type != MsgType::kError) return false;
   kind->clear();
   reason->clear();
+  if (slot != nullptr) *slot = -1;
   for (const Entry& e : m.entries) {
-    if (e.depth != 0 || e.kind != Kind::kStr) continue;
     const Frame& f = frames[1 + e.frame];
+    if (slot != nullptr && e.depth == 0 && e.name == "slot" && e.kind == Kind::kScalar &&
+        e.dtype == DType::kInt64)
+      std::memcpy(slot, f.data, sizeof(int64_t));
+    if (e.depth != 0 || e.kind != Kind::kStr) continue;
     if (e.name == "error") kind->assign(reinterpret_cast<const char*>(f.data), f.size);
     if (e.name == "reason") reason->assign(reinterpret_cast<const char*>(f.data), f.size);
   }

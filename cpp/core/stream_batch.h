@@ -19,12 +19,15 @@
 //   weight f32[n], prob f64[n], done bool[n], id int64[n]   as ReplayMemory::Sample
 //   index          int32[n, window], values in [0, U)
 //   rows/<field>   dtype[U, *shape] for each field the stream sends, in field order
-// On one host the rows go through shared memory instead (StreamShm): the message then carries
-// `slot` int64 0-d and `distinct` int64 0-d (U) in place of the rows/ entries, and the rows
-// lie in slot `slot` of the mapping, field after field at StreamRowOffsets. The slot of batch
-// seq is seq % slots; the server writes it only once the learner returned the credit of batch
-// seq - slots (credit outstanding never exceeds the slots), so a slot is never written while
-// the learner reads it.
+//
+// On one host (shared memory) nothing of this travels: the server writes each batch straight
+// into a slot of a mapping the learner shares, in the learner's final layout (StackedSlot:
+// ReplayMemory::Sample's stacks and small fields), and the learner hands out views of the slot
+// without copying. The STREAM_BATCH message is then a notice of two int64 0-d entries, `seq`
+// and `slot`. Which slots the server may write is the learner's to say: at open every slot is
+// granted; the learner gives a slot back (in its credit messages, "slots") once every array of
+// the batch it held is dropped, in any order. So a slot is never written while the learner
+// reads it, and a batch the learner keeps costs the stream one slot, not the stream.
 //
 // Thread safety: functions over caller-owned data; thread-safe on distinct outputs.
 #pragma once
@@ -52,10 +55,6 @@ struct StreamLayout {
   // Which stacks a batch carries: prev of each field, then next (ReplayMemory cache_flags).
   std::array<uint8_t, 2 * protocol::kNumFields> flags{};
 
-  // Shared memory (0 slots: the rows travel in the message).
-  int64_t shm_slots = 0;
-  size_t shm_slot_bytes = 0;
-
   int shift() const { return multi_step < frame_stack ? multi_step : frame_stack; }
   int window() const { return frame_stack + shift(); }
   bool sends(int f) const { return flags[f] || flags[protocol::kNumFields + f]; }
@@ -80,19 +79,8 @@ struct StreamBatch {
   // (the caller sets send before the call), empty for the others.
   std::array<uint8_t, protocol::kNumFields> send{};
   std::array<std::vector<uint8_t>, protocol::kNumFields> rows;
-  // Shared memory: when `place` is set, rows go there (at StreamRowOffsets) instead of `rows`,
-  // and the message names `slot`. place_bytes bounds what may be written.
-  uint8_t* place = nullptr;
-  size_t place_bytes = 0;
-  int64_t slot = -1;
 };
 
-// Byte offsets of each sent field's U rows in a shared-memory slot (64-byte aligned, field
-// order; offsets[f] unused for fields not sent); returns the bytes used.
-size_t StreamRowOffsets(const Schema& schema, const std::array<uint8_t, protocol::kNumFields>& send,
-                        int64_t distinct, size_t* offsets);
-// The bytes of a slot that holds any batch of `layout` (U at most batch_size * window).
-size_t StreamSlotBytes(const StreamLayout& layout);
 // The fields a layout sends (prev or next flag set).
 std::array<uint8_t, protocol::kNumFields> StreamSends(const StreamLayout& layout);
 
@@ -107,14 +95,31 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string
 // prob f64[n], done bool[n], id int64[n], then num_sampleable int64[1] and total_weight
 // f64[1]. *seq gets the batch number. kDataLoss on anything malformed (nothing is trusted:
 // sizes, dtypes, index bounds), leaving the parts partly written.
-// `shm` is the learner's mapping when the layout has shm_slots (else ignored).
 Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const StreamLayout& layout,
-                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
-                          const uint8_t* shm = nullptr);
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq);
 
-// The error kind and reason of an ERROR message (frames[0] its header); false when `frames`
-// is not a well-formed current-version ERROR.
+// A shared-memory slot in the learner's final layout: the parts above (prev[7], next[7],
+// weight, prob, done, id, num_sampleable, total_weight), each 64-byte aligned; a stack the
+// layout's flags leave out takes no bytes.
+struct StackedSlot {
+  static constexpr int kParts = 2 * protocol::kNumFields + 6;
+  std::array<size_t, kParts> offset{}, bytes{};
+  size_t slot_bytes = 0;
+};
+StackedSlot StackedSlotOf(const StreamLayout& layout);
+
+// The notice of a batch written into shared-memory slot `slot`: *header and the two data
+// frames (views of *values, which must outlive them).
+Status EncodeStackedNotice(int64_t seq, int64_t slot, std::array<int64_t, 2>* values,
+                           std::string* header, std::vector<codec::Frame>* data);
+// Reads a notice (kDataLoss unless it is exactly one: a STREAM_BATCH of `seq` and `slot`).
+Status ReadStackedNotice(const codec::Frame* frames, size_t n_frames, int64_t* seq,
+                         int64_t* slot);
+
+// The error kind and reason of an ERROR message (frames[0] its header), and its `slot` (a
+// failed draw of a shared-memory stream names the slot it spent; -1 when absent); false when
+// `frames` is not a well-formed current-version ERROR.
 bool ReadErrorMessage(const codec::Frame* frames, size_t n_frames, std::string* kind,
-                      std::string* reason);
+                      std::string* reason, int64_t* slot = nullptr);
 
 }  // namespace memoire

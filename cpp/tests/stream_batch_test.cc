@@ -1,6 +1,7 @@
-// StreamBatch: SampleDistinct + encode + unstack gives Sample's batch byte for byte (rows in the
-// message and in a shared-memory slot), and a corrupted message is refused before any row is
-// read through it.
+// StreamBatch: SampleDistinct + encode + unstack gives Sample's batch byte for byte, and a
+// corrupted message is refused before any row is read through it. The shared-memory path's
+// pieces: a slot's layout holds Sample's parts without overlap, and its notice round-trips
+// while anything else is refused.
 #include "core/stream_batch.h"
 
 #include <cstring>
@@ -74,7 +75,7 @@ std::unique_ptr<Encoded> Encode(const StreamBatch& b, const Schema& schema, int6
   return e;
 }
 
-void SameAsSample(int fs, int ms, bool shm) {
+void SameAsSample(int fs, int ms) {
   auto a = MakeSmallMemory(64, 5), b = MakeSmallMemory(64, 5);
   for (ReplayMemory* m : {a.get(), b.get()}) {
     ReplayMemory::Options o = m->options();
@@ -92,12 +93,6 @@ void SameAsSample(int fs, int ms, bool shm) {
   layout.multi_step = ms;
   layout.flags.fill(1);
   const auto send = StreamSends(layout);
-  std::vector<uint8_t> ring;
-  if (shm) {
-    layout.shm_slots = 2;
-    layout.shm_slot_bytes = StreamSlotBytes(layout);
-    ring.resize(layout.shm_slots * layout.shm_slot_bytes);
-  }
   codec::Limits limits;
   for (int64_t seq = 0; seq < 20; ++seq) {
     Parts want(a->schema(), n, fs), got(a->schema(), n, fs);
@@ -113,18 +108,13 @@ void SameAsSample(int fs, int ms, bool shm) {
     CHECK(a->Sample(n, out).ok());
     StreamBatch sb;
     sb.send = send;
-    if (shm) {
-      sb.slot = seq % layout.shm_slots;
-      sb.place = ring.data() + sb.slot * layout.shm_slot_bytes;
-      sb.place_bytes = layout.shm_slot_bytes;
-    }
     CHECK(b->SampleDistinct(n, &sb).ok());
     CHECK(sb.window == fs + (ms < fs ? ms : fs));
     CHECK(sb.distinct >= 1 && sb.distinct <= n * sb.window);
     auto e = Encode(sb, b->schema(), seq);
     int64_t got_seq = -1;
-    Status s = UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
-                                  &got_seq, shm ? ring.data() : nullptr);
+    Status s = UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits,
+                                  got.ptrs.data(), &got_seq);
     CHECK(s.ok());
     CHECK(got_seq == seq);
     for (size_t p = 0; p < 2 * F + 4; ++p) CHECK(want.bufs[p] == got.bufs[p]);
@@ -132,10 +122,10 @@ void SameAsSample(int fs, int ms, bool shm) {
 }
 
 TEST(DistinctRowsStackIntoSampleBatches) {
-  SameAsSample(3, 1, false);
-  SameAsSample(2, 4, false);
-  SameAsSample(1, 1, false);
-  SameAsSample(4, 2, true);
+  SameAsSample(3, 1);
+  SameAsSample(2, 4);
+  SameAsSample(1, 1);
+  SameAsSample(4, 2);
 }
 
 TEST(CorruptedMessagesAreRefused) {
@@ -171,25 +161,59 @@ TEST(CorruptedMessagesAreRefused) {
   e = Encode(sb, m->schema(), 0);
   CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
                            &seq).code() == Code::kDataLoss);
-  // A slot outside the mapping (shared memory).
-  layout.batch_size = 4;
-  layout.shm_slots = 2;
-  layout.shm_slot_bytes = StreamSlotBytes(layout);
-  std::vector<uint8_t> ring(2 * layout.shm_slot_bytes);
-  StreamBatch placed;
-  placed.send = sb.send;
-  placed.slot = 2;
-  placed.place = ring.data();
-  placed.place_bytes = layout.shm_slot_bytes;
-  CHECK(m->SampleDistinct(4, &placed).ok());
-  e = Encode(placed, m->schema(), 0);
-  CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits, got.ptrs.data(),
-                           &seq, ring.data()).code() == Code::kDataLoss);
   // A window agreed at open that the memory's settings no longer give.
   StreamBatch stale;
   stale.send = sb.send;
   stale.window = 7;
   CHECK(m->SampleDistinct(4, &stale).code() == Code::kFailedPrecondition);
+}
+
+TEST(StackedSlotHoldsSampleParts) {
+  auto m = MakeSmallMemory(64, 1);
+  StreamLayout layout;
+  layout.schema = m->schema();
+  layout.batch_size = 5;
+  layout.frame_stack = 3;
+  layout.flags.fill(1);
+  layout.flags[2] = 0;  // no prev reward stack
+  const StackedSlot st = StackedSlotOf(layout);
+  Parts want(m->schema(), 5, 3);
+  size_t end = 0;
+  for (int p = 0; p < StackedSlot::kParts; ++p) {
+    CHECK(st.offset[p] % 64 == 0);
+    CHECK(st.offset[p] >= end);  // in order, no overlap
+    CHECK(st.bytes[p] == (p == 2 ? 0 : want.bufs[p].size()));
+    end = st.offset[p] + st.bytes[p];
+  }
+  CHECK(end <= st.slot_bytes);
+}
+
+TEST(StackedNoticesRoundTripAndOthersAreRefused) {
+  std::array<int64_t, 2> values;
+  std::string header;
+  std::vector<codec::Frame> data;
+  CHECK(EncodeStackedNotice(41, 3, &values, &header, &data).ok());
+  std::vector<codec::Frame> frames{{reinterpret_cast<const uint8_t*>(header.data()),
+                                    header.size()}};
+  frames.insert(frames.end(), data.begin(), data.end());
+  int64_t seq = -1, slot = -1;
+  CHECK(ReadStackedNotice(frames.data(), frames.size(), &seq, &slot).ok());
+  CHECK(seq == 41 && slot == 3);
+  // A frame short, and a whole batch message, are not notices.
+  frames.back().size -= 1;
+  CHECK(ReadStackedNotice(frames.data(), frames.size(), &seq, &slot).code() == Code::kDataLoss);
+  auto m = MakeSmallMemory(64, 1);
+  Fill(*m);
+  StreamLayout layout;
+  layout.schema = m->schema();
+  layout.batch_size = 2;
+  layout.flags.fill(1);
+  StreamBatch sb;
+  sb.send = StreamSends(layout);
+  CHECK(m->SampleDistinct(2, &sb).ok());
+  auto e = Encode(sb, m->schema(), 0);
+  CHECK(ReadStackedNotice(e->frames.data(), e->frames.size(), &seq, &slot).code() ==
+        Code::kDataLoss);
 }
 
 }  // namespace

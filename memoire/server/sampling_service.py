@@ -9,20 +9,25 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   the peer's stream with ``c`` batches granted; the reply is a STREAM ``{"op": "layout",
   "schema", "frame_stack", "multi_step", "flags", "batch_size", "max_credit"}`` (the layout is
   fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
-  slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: batches
-  then carry their rows in slot ``seq % c`` and the message only says which (the stream's
-  credit can never exceed its ``c`` slots). Where that fails (no /dev/shm, over
-  ``max_shm_bytes``) the reply has no shm entries and the rows travel in the messages.
+  slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then
+  samples each batch straight into a free slot in the learner's final layout (``get_batch``'s
+  draw and arrays, ``StackedSlot`` in ``cpp/core/stream_batch.h``), and the message is a
+  notice of ``seq`` and ``slot``. All ``c`` slots start free; the learner gives slots back
+  once it has dropped their batches. Where that fails (no /dev/shm, over ``max_shm_bytes``)
+  the reply has no shm entries and the rows travel in the messages.
 - ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
-  peer the server does not know, e.g. after a restart, gets an ERROR saying so).
+  peer the server does not know, e.g. after a restart, gets an ERROR saying so). With shared
+  memory the credit names the slots it frees, ``"slots": int64[k]``, each one the learner
+  had (in any order).
 - ``{"op": "priorities", "ids": int64[m], "weights": float32[m]}``: the server's
   :meth:`update_priorities`, in order with the stream's other messages.
 - ``{"op": "close"}``: drops the stream.
 
 The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
-an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; that peer's
-draws pause 50 ms), and an ERROR for any request it refuses (no credit spent). So the
-batches in flight to a learner never exceed its credit.
+an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit, with shared
+memory the slot it names in ``"slot"``; that peer's draws pause 50 ms), and an ERROR for any
+request it refuses (no credit spent). So the batches in flight to a learner never exceed its
+credit.
 
 Limits (each refusal is counted in the server's ``rejected`` and answered with an ERROR; the
 worker keeps serving): credit outstanding per stream at most ``max_credit``
@@ -38,6 +43,7 @@ socket and its streams' table; it samples with the GIL released (``_core.stream_
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from typing import Dict, List
@@ -71,7 +77,15 @@ class _Stream:
     seq: int = 0
     paused_until: float = 0.0
     shm: object = None  # _core.StreamShm: the slots of a learner on this host
-    slots: int = 0  # shm's slots: the most credit the stream may have
+    free: collections.deque = dataclasses.field(default_factory=collections.deque)  # shm slots
+    held: bytearray = dataclasses.field(default_factory=bytearray)  # shm slots the learner has
+
+    def spend_slot(self) -> int:
+        """A free shared-memory slot, now the learner's (credit goes down with it)."""
+        slot = self.free.popleft()
+        self.held[slot] = 1
+        self.credit -= 1
+        return slot
 
 
 class SamplingService:
@@ -160,19 +174,26 @@ class SamplingService:
             return
         if k == 0:
             return
-        sent, error = _core.stream_send(
-            self._server.rem,
-            sock.underlying,
-            ident,
-            s.batch_size,
-            k,
-            s.seq,
-            s.window,
-            s.send,
-            SEND_TIMEOUT_MS,
-            s.shm,
-            s.slots,
-        )
+        if s.shm is not None:
+            slots = [s.free.popleft() for _ in range(k)]
+            sent, error = _core.stream_send_shm(
+                self._server.rem, sock.underlying, ident, s.shm, slots, s.seq, SEND_TIMEOUT_MS
+            )
+            for slot in slots[:sent]:
+                s.held[slot] = 1
+            s.free.extendleft(reversed(slots[sent:]))  # unsent: still free, first in line
+        else:
+            sent, error = _core.stream_send(
+                self._server.rem,
+                sock.underlying,
+                ident,
+                s.batch_size,
+                k,
+                s.seq,
+                s.window,
+                s.send,
+                SEND_TIMEOUT_MS,
+            )
         s.seq += sent
         s.credit -= sent
         if sent:
@@ -184,11 +205,16 @@ class SamplingService:
 
     def _draw_failed(self, sock: zmq.Socket, ident: bytes, s: _Stream, error: str) -> None:
         # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
-        # error, as an in-process feed's is. It spends the credit; the stream pauses.
-        s.credit -= 1
+        # error, as an in-process feed's is. It spends the credit (with shared memory, a slot
+        # it names: the learner gives it back); the stream pauses.
+        extra = {}
+        if s.shm is not None:
+            extra["slot"] = s.spend_slot()
+        else:
+            s.credit -= 1
         s.paused_until = time.monotonic() + ERROR_PAUSE_S
         self._stats.count("stream_draw_errors")
-        self._reply(sock, ident, error_reply(DRAW_ERROR, error))
+        self._reply(sock, ident, error_reply(DRAW_ERROR, error, **extra))
 
     def _allowed(self, s: _Stream, k: int) -> int:
         """How many of ``k`` batches the server's rate limiter lets this stream draw now,
@@ -249,15 +275,17 @@ class SamplingService:
             )
         elif op == "credit":
             k = v.get("credit")
-            most = stream.slots if stream.shm is not None else self.max_credit
-            if not _is_int(k) or k < 0 or stream.credit + int(k) > most:
+            if stream.shm is not None:
+                self._return_slots(sock, ident, stream, k, v.get("slots"))
+                return
+            if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
                 self._refuse(
                     sock,
                     ident,
                     "stream_credit",
                     "ValueError",
                     f"stream: credit must be an int >= 0 keeping the outstanding credit "
-                    f"<= {most} (outstanding {stream.credit}), got {k!r}",
+                    f"<= {self.max_credit} (outstanding {stream.credit}), got {k!r}",
                 )
                 return
             stream.credit += int(k)
@@ -273,6 +301,35 @@ class SamplingService:
                 "ValueError",
                 f"stream: op must be 'open', 'credit', 'priorities' or 'close', got {op!r}",
             )
+
+    def _return_slots(self, sock, ident: bytes, s: _Stream, k, slots) -> None:
+        """A shared-memory stream's credit: the slots the learner gives back (k = 0: a ping)."""
+        if _is_int(k) and k == 0 and slots is None:
+            return
+        ok = (
+            _is_int(k)
+            and isinstance(slots, np.ndarray)
+            and slots.dtype == np.int64
+            and slots.shape == (k,)
+            and k >= 1
+        )
+        if ok:
+            ok = bool(np.all((slots >= 0) & (slots < len(s.held))))
+            ok = ok and len(np.unique(slots)) == k and all(s.held[i] for i in slots.tolist())
+        if not ok:
+            self._refuse(
+                sock,
+                ident,
+                "stream_credit",
+                "ValueError",
+                f"stream: a shared-memory stream's credit k >= 1 must name k distinct slots "
+                f"its learner has (int64[k] in [0, {len(s.held)})), got {k!r} and {slots!r}",
+            )
+            return
+        for i in slots.tolist():
+            s.held[i] = 0
+            s.free.append(i)
+        s.credit += int(k)
 
     def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
         n, credit = v.get("batch_size"), v.get("credit")
@@ -332,26 +389,28 @@ class SamplingService:
         self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
 
     def _make_shm(self, stream: _Stream, rem, layout: dict) -> None:
-        """Gives `stream` its slots in shared memory (one per credit) and says where in
-        `layout`; on failure the stream uses the wire."""
-        row = sum(
-            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
-            for (_, d, s), on in zip(self._schema, stream.send)
-            if on
+        """Gives `stream` its slots in shared memory (one per credit, each a whole batch in
+        the learner's layout) and says where in `layout`; on failure the stream uses the
+        wire."""
+        flags = layout["flags"]
+        nf = len(flags) // 2
+        stacks = sum(
+            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize * (int(flags[f]) + int(flags[nf + f]))
+            for f, (_, d, s) in enumerate(self._schema)
         )
-        if row * stream.batch_size * stream.window * stream.credit > self.max_shm_bytes:
+        if stacks * stream.batch_size * layout["frame_stack"] * stream.credit > self.max_shm_bytes:
             self._stats.count("stream_shm_too_large")
             return
         try:
-            shm = _core.StreamShm(rem, stream.batch_size, stream.window, stream.send, stream.credit)
+            shm = _core.StreamShm(rem, stream.batch_size, stream.credit)
         except (RuntimeError, ValueError) as e:  # no /dev/shm, no room: the wire will do
             log.info("stream: no shared memory (%s); batches go over the socket", e)
             self._stats.count("stream_shm_failed")
             return
-        stream.shm, stream.slots = shm, stream.credit
-        layout.update(
-            shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.bytes // stream.credit
-        )
+        stream.shm = shm
+        stream.free.extend(range(stream.credit))
+        stream.held = bytearray(stream.credit)
+        layout.update(shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.slot_bytes)
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
         ids, weights = v.get("ids"), v.get("weights")

@@ -75,9 +75,10 @@ class Stats:
         log_dropped(log, "a message", reason, n, detail)
 
 
-def error_reply(kind: str, reason: str) -> list:
-    """The frames of an ERROR reply (:func:`memoire.remote.raise_for_error` raises it)."""
-    return codec.encode(Msg.ERROR, {"error": kind, "reason": reason})
+def error_reply(kind: str, reason: str, **extra) -> list:
+    """The frames of an ERROR reply (:func:`memoire.remote.raise_for_error` raises it), with
+    any `extra` entries (a sampling stream's failed draw names its slot)."""
+    return codec.encode(Msg.ERROR, {"error": kind, "reason": reason, **extra})
 
 
 def decode(stats: Stats, frames, expect, max_bytes: int) -> Optional[codec.Message]:
