@@ -9,15 +9,20 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
   stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
                          rows, stacked on arrival into the feed's ring), rows in the messages
-  stream shm             the same, rows through shared memory (the server writes them into
-                         slots the learner maps; the socket, tcp or ipc, carries the notices)
+  stream shm             the same through shared memory: the server samples each batch
+                         straight into a slot the learner maps, in the final layout, and the
+                         learner hands out views of it (the socket carries the notices)
 
 Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run,
 and with the learner process's CPU time per batch (all its threads): on a shared machine the
 rates move with the load, the CPU cost much less.
 
-    PYTHONPATH=$PWD nice -n 10 python benchmarks/bench_remote_sampling.py \\
-        [--fill 20000] [--batch 32] [--seconds 2] [--rounds 3] [--credit 32] [--depth 4]
+``--step-ms S`` makes it a learner's loop: after each batch the learner copies the batch's
+stacks into a buffer of its own (as a host-to-device transfer reads them) and then sleeps S ms
+(a GPU's training step, which leaves the CPU free). Rates are then steps/s.
+
+    python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
+        [--rounds 3] [--credit 32] [--depth 4] [--step-ms 0]
 """
 
 from __future__ import annotations
@@ -87,6 +92,21 @@ def rate(take, seconds: float) -> tuple:
     return n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
 
 
+def learner_step(take, step_ms: float):
+    """`take` followed by a learner's step: the batch's stacks copied out (what a transfer to
+    an accelerator reads), then `step_ms` of sleep (the accelerator computing)."""
+    out = {}
+
+    def step():
+        batch = take()
+        for i, a in enumerate(batch.prev + batch.next):
+            if a is not None:
+                np.copyto(out.setdefault(i, np.empty_like(a)), a)
+        time.sleep(step_ms / 1e3)
+
+    return step
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fill", type=int, default=20000, help="transitions stored")
@@ -95,6 +115,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--credit", type=int, default=32, help="stream credit (batches in flight)")
     ap.add_argument("--depth", type=int, default=4, help="learner ring slots")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="a learner's step after each batch: copy its stacks, then sleep this long",
+    )
     args = ap.parse_args(argv)
 
     from memoire import ReplayMemory
@@ -129,6 +155,8 @@ def main(argv=None):
         "RemoteMemory.sample (tcp)": lambda: remote.sample(b),
         **{name: (lambda s=s: next(s)) for name, s in streams.items()},
     }
+    if args.step_ms > 0:
+        ways = {name: learner_step(take, args.step_ms) for name, take in ways.items()}
     got = {k: [] for k in ways}
     cpu = {k: [] for k in ways}
     try:
@@ -149,6 +177,7 @@ def main(argv=None):
         f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
         f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
         f"(medians; cpus: {os.cpu_count()})"
+        + (f"; learner step {args.step_ms} ms (rates are steps/s)" if args.step_ms else "")
     )
     print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
     for name, rates in got.items():

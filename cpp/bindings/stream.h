@@ -106,9 +106,10 @@ class StreamSource {
   int64_t last_seq() const { return last_seq_.load(); }
 
  private:
-  // Sends queued messages and the credit due (shared memory: returned slots, all of them
-  // when `all`, else once credit_chunk are due); io_mu_ held.
-  void FlushLocked(bool all = false);
+  // Sends queued messages and the credit due (shared memory: returned slots once
+  // credit_chunk are due, or, while `waiting` for a batch, as soon as the server may have
+  // fewer than credit_chunk slots); io_mu_ held.
+  void FlushLocked(bool waiting = false);
   // Waits for the next message into *frames: OK, or the timeout's / stop's / socket's error.
   Status Receive(libzmq::Frames* frames);
 

@@ -494,7 +494,7 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   std::thread helper;
   Status status, helper_status;
   int64_t split = n;
-  if (batch_bytes >= kParallelGatherBytes && n >= 2) {
+  if (batch_bytes >= kParallelGatherBytes && n >= 2 && !out.one_thread) {
     try {
       helper = std::thread(gather, n / 2, n, &helper_status);
       split = n / 2;

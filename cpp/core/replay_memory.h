@@ -137,6 +137,10 @@ class ReplayMemory {
     // [1] each: num_sampleable() and total_weight() at the draw (the normaliser of prob).
     int64_t* num_sampleable = nullptr;
     double* total_weight = nullptr;
+    // Copy on the calling thread only, never with the helper thread a large batch gets
+    // otherwise: for a caller whose batches already overlap other work on few cores (the
+    // sampling stream's server beside a learner process, where the helper competes with it).
+    bool one_thread = false;
     // The frame_stack the outputs were sized for (0: not checked). Another thread may change
     // the setting between sizing and sampling; then Sample fails with kFailedPrecondition,
     // writing no output but `frame_stack_now` (if not null), the setting it found.

@@ -43,7 +43,6 @@ socket and its streams' table; it samples with the GIL released (``_core.stream_
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 from typing import Dict, List
@@ -77,12 +76,14 @@ class _Stream:
     seq: int = 0
     paused_until: float = 0.0
     shm: object = None  # _core.StreamShm: the slots of a learner on this host
-    free: collections.deque = dataclasses.field(default_factory=collections.deque)  # shm slots
+    # Shared memory: the free slots, a stack (the slot freed last is written first: its
+    # lines are likely still in cache, where cycling through every slot writes cold memory).
+    free: list = dataclasses.field(default_factory=list)
     held: bytearray = dataclasses.field(default_factory=bytearray)  # shm slots the learner has
 
     def spend_slot(self) -> int:
         """A free shared-memory slot, now the learner's (credit goes down with it)."""
-        slot = self.free.popleft()
+        slot = self.free.pop()
         self.held[slot] = 1
         self.credit -= 1
         return slot
@@ -175,13 +176,13 @@ class SamplingService:
         if k == 0:
             return
         if s.shm is not None:
-            slots = [s.free.popleft() for _ in range(k)]
+            slots = [s.free.pop() for _ in range(k)]
             sent, error = _core.stream_send_shm(
                 self._server.rem, sock.underlying, ident, s.shm, slots, s.seq, SEND_TIMEOUT_MS
             )
             for slot in slots[:sent]:
                 s.held[slot] = 1
-            s.free.extendleft(reversed(slots[sent:]))  # unsent: still free, first in line
+            s.free.extend(reversed(slots[sent:]))  # unsent: still free, first in line
         else:
             sent, error = _core.stream_send(
                 self._server.rem,
@@ -408,7 +409,7 @@ class SamplingService:
             self._stats.count("stream_shm_failed")
             return
         stream.shm = shm
-        stream.free.extend(range(stream.credit))
+        stream.free.extend(range(stream.credit - 1, -1, -1))
         stream.held = bytearray(stream.credit)
         layout.update(shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.slot_bytes)
 
