@@ -5,7 +5,6 @@
 #include <pybind11/stl.h>
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,7 +17,6 @@
 #include <cstdio>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -311,13 +309,6 @@ std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std
   return {sent, Status::OK()};
 }
 
-// CPUs this process may run on (its affinity mask; the machine's count if unknown).
-int UsableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
 // A stream's shared-memory slots on the server's side: the mapping and the layout its
 // batches are written in (fixed at open).
 struct ServerShm {
@@ -325,10 +316,6 @@ struct ServerShm {
   StreamLayout layout;
   StackedSlot stacked;
   int64_t slots = 0;
-  // A batch's copy stays on the sending thread where the process may use fewer than 4 CPUs:
-  // there the learner needs the second core, and a helper copying half of each batch beside
-  // it cost more than it gave (2 cores: 3,600-3,800 batches/s with it, 4,800-5,100 without).
-  bool one_thread = UsableCpus() < 4;
 };
 
 // Keeps a notice's bytes until libzmq's I/O thread has sent them.
@@ -362,7 +349,6 @@ std::pair<int64_t, Status> SendShmBatches(ReplayMemory* rm, void* socket,
     out.num_sampleable = reinterpret_cast<int64_t*>(part(2 * F + 4));
     out.total_weight = reinterpret_cast<double*>(part(2 * F + 5));
     out.frame_stack = shm->layout.frame_stack;  // the slots' size: a change fails the draw
-    out.one_thread = shm->one_thread;
     Status s = rm->Sample(shm->layout.batch_size, out);
     auto notice = std::make_shared<SentNotice>();
     std::vector<codec::Frame> data;

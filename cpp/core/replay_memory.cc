@@ -485,25 +485,19 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
     }
   };
   // Copying scattered multi-kilobyte rows is bound by memory latency, not bandwidth: a second
-  // thread copying the other half of a large batch nearly doubles throughput. Small batches
-  // stay on one thread (starting a thread costs tens of microseconds).
+  // thread copying the other half of a large batch nearly doubles throughput. It is the
+  // memory's parked helper (waking it costs microseconds); small batches stay on this thread.
   size_t batch_bytes = 0;
   for (int f = 0; f < kNumFields; ++f)
     batch_bytes += ((out.prev[f] != nullptr) + (out.next[f] != nullptr)) * row_bytes(f);
   batch_bytes *= static_cast<size_t>(n) * fs;
-  std::thread helper;
   Status status, helper_status;
   int64_t split = n;
-  if (batch_bytes >= kParallelGatherBytes && n >= 2 && !out.one_thread) {
-    try {
-      helper = std::thread(gather, n / 2, n, &helper_status);
-      split = n / 2;
-    } catch (const std::system_error&) {
-      split = n;  // no thread to be had: copy everything here
-    }
-  }
+  if (batch_bytes >= kParallelGatherBytes && n >= 2 &&
+      helper_.Start([&] { gather(n / 2, n, &helper_status); }))
+    split = n / 2;  // else no thread to be had: copy everything here
   gather(0, split, &status);
-  if (helper.joinable()) helper.join();
+  if (split < n) helper_.Wait();
   return status.ok() ? helper_status : status;
 }
 

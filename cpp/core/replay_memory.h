@@ -34,8 +34,9 @@
 //
 // Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
 // may add while others sample; the copies run under that lock (and, from Python, without the
-// GIL). Sample copies a batch of more than 512 KiB with one extra, short-lived thread (the
-// scattered-row copies are latency-bound, so two threads nearly double throughput).
+// GIL). Sample copies a batch of more than 512 KiB with one extra thread, parked between
+// batches (the scattered-row copies are latency-bound, so two threads nearly double
+// throughput).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@
 
 #include "core/columns.h"
 #include "core/compressed_rows.h"
+#include "core/helper_thread.h"
 #include "core/protocol.h"
 #include "core/reserved.h"
 #include "core/rng.h"
@@ -137,10 +139,6 @@ class ReplayMemory {
     // [1] each: num_sampleable() and total_weight() at the draw (the normaliser of prob).
     int64_t* num_sampleable = nullptr;
     double* total_weight = nullptr;
-    // Copy on the calling thread only, never with the helper thread a large batch gets
-    // otherwise: for a caller whose batches already overlap other work on few cores (the
-    // sampling stream's server beside a learner process, where the helper competes with it).
-    bool one_thread = false;
     // The frame_stack the outputs were sized for (0: not checked). Another thread may change
     // the setting between sizing and sampling; then Sample fails with kFailedPrecondition,
     // writing no output but `frame_stack_now` (if not null), the setting it found.
@@ -209,6 +207,7 @@ class ReplayMemory {
   uint64_t uuid_ = 0;
 
   mutable std::mutex mu_;
+  HelperThread helper_;  // copies half of a large batch in Sample; used under mu_
   Options opt_;                 // guarded by mu_
   Columns cols_;                // guarded by mu_; without the states when states_ is set
   std::unique_ptr<CompressedRows> states_;  // compress_states: the states, else null
