@@ -6,7 +6,6 @@ Entries in these tests encode where they are: the state holds the entry's absolu
 
 import collections
 import math
-import time
 
 import numpy as np
 import pytest
@@ -800,54 +799,61 @@ def test_batch_shapes_dtypes_and_cache_flags():
     assert b.prev[1] is not None and b.next[0] is not None
 
 
+_FORK_SCRIPT = """
+import os, sys, time
+import numpy as np
+import memoire
+
+f32 = np.float32
+rem = memoire.ReplayMemory(
+    np.zeros((64, 64), np.uint8), *(np.zeros([], f32) for _ in range(5)),
+    np.zeros([1], np.int64), 2000)
+rem.frame_stack = 4
+n = 1000
+rem.new_episode()
+rem.add_entries(
+    np.repeat((np.arange(n) % 256).astype(np.uint8), 64 * 64).reshape(n, 64, 64),
+    *(np.zeros(n, f32) for _ in range(4)), np.zeros((n, 1), np.int64),
+    np.r_[np.zeros(3), np.ones(n - 3)].astype(f32))  # no stack reaches before the start
+rem.close_episode()
+
+def check(batch):  # 64 * 4 * 4096 * 2 bytes of stacks: the helper copies half
+    frames = batch.prev[0].reshape(64, 4, -1)
+    assert np.all(frames == frames[:, :, :1])  # each frame one entry's
+    assert np.all(np.diff(frames[:, :, 0].astype(int), axis=1) % 256 == 1)  # consecutive
+
+check(rem.get_batch(64))
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        check(rem.get_batch(64)); check(rem.get_batch(64)); code = 0
+    finally:
+        os._exit(code)
+deadline = time.monotonic() + 60
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        sys.exit("the forked child's sample hung")
+    time.sleep(0.05)
+if os.waitstatus_to_exitcode(status) != 0:
+    sys.exit("the forked child's batches were wrong")
+check(rem.get_batch(64))  # the parent's helper still serves
+"""
+
+
 def test_large_batches_sample_after_a_fork():
     # A batch over 512 KiB is copied with the memory's parked helper thread. A forked child
     # (an actor started with fork after the parent sampled) has no such thread: it must start
     # its own, not wait forever on its parent's. Frames are their entry's position mod 256.
-    import os
+    # In a fresh interpreter: this process has other libraries' threads, which fork upsets.
+    import subprocess
+    import sys
 
-    frame = (64, 64)
-    rem = memoire.ReplayMemory(
-        np.zeros(frame, np.uint8),
-        *(np.zeros([], FLOAT) for _ in range(5)),
-        np.zeros([1], np.int64),
-        2000,
+    r = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120
     )
-    rem.frame_stack = 4
-    n = 1000
-    rem.new_episode()
-    rem.add_entries(
-        np.repeat((np.arange(n) % 256).astype(np.uint8), 64 * 64).reshape(n, *frame),
-        *(np.zeros(n, FLOAT) for _ in range(4)),
-        np.zeros((n, 1), np.int64),
-        np.r_[np.zeros(3), np.ones(n - 3)].astype(FLOAT),  # no stack reaches before the start
-    )
-    rem.close_episode()
-
-    def check(batch):  # 64 * 4 * 4096 * 2 bytes of stacks: the helper copies half
-        frames = batch.prev[0].reshape(64, 4, -1)
-        assert np.all(frames == frames[:, :, :1])  # each frame one entry's
-        assert np.all(np.diff(frames[:, :, 0].astype(int), axis=1) % 256 == 1)  # consecutive
-
-    check(rem.get_batch(64))
-    pid = os.fork()
-    if pid == 0:  # the child: report through the exit code, never return into pytest
-        code = 1
-        try:
-            check(rem.get_batch(64))
-            check(rem.get_batch(64))
-            code = 0
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child's sample hung")
-    assert os.waitstatus_to_exitcode(status) == 0
-    check(rem.get_batch(64))  # the parent's helper still serves
+    assert r.returncode == 0, r.stderr[-2000:]
