@@ -396,7 +396,9 @@ class SamplingService:
         flags = layout["flags"]
         nf = len(flags) // 2
         stacks = sum(
-            int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize * (int(flags[f]) + int(flags[nf + f]))
+            int(np.prod(s, dtype=np.int64))
+            * np.dtype(d).itemsize
+            * (int(flags[f]) + int(flags[nf + f]))
             for f, (_, d, s) in enumerate(self._schema)
         )
         if stacks * stream.batch_size * layout["frame_stack"] * stream.credit > self.max_shm_bytes:
