@@ -25,8 +25,9 @@ Sources:
   weight, prob, done, id), drawn by the memory's own generator, in proportion to weight. The
   layout follows the settings when the feed starts; a later ``frame_stack`` change is picked
   up (the ring is resized), a ``cache_flags`` change is not (start a new feed).
-- ``memoire.stream.SamplingStream`` (a learner's stream from a server; it makes its own feed):
-  the same ``Batch``, received from the server and stacked into the ring on arrival.
+- ``memoire.stream.SamplingStream`` over the socket (a learner's stream from a server; it makes
+  its own feed): the same ``Batch``, received from the server and stacked into the ring on
+  arrival. A shared-memory stream needs no feed: the server's slots are its ring.
 
 Prioritized replay: each batch is drawn and gathered under the store's lock, so a priority
 update lands between two batches. Batches already in the ring were drawn before it: after an

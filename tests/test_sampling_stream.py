@@ -436,15 +436,32 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
                 peer, _stream({"op": "open", "batch_size": 4, "credit": 3, "shared_memory": True})
             )
             assert reply.values["shm_slots"] == 3
-            for _ in range(3):  # the notices its credit brought: slot numbers, no rows
+            slots = set()
+            for _ in range(3):  # the notices its credit brought: seq and slot, nothing else
                 assert peer.poll(5000)
                 notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
-                assert 0 <= notice.values["slot"] < 3
-                assert not any(k.startswith("rows/") for k in notice.values)
+                assert set(notice.values) == {"seq", "slot"}
+                slots.add(notice.values["slot"])
+            assert slots == {0, 1, 2}  # the peer holds every slot now
             n = srv.stats()["rejected"].get("stream_credit", 0)
-            reply = _ask(peer, _stream({"op": "credit", "credit": 4}))  # 4 > 3 slots
-            assert reply.type == Msg.ERROR
-            assert srv.stats()["rejected"]["stream_credit"] == n + 1
+            bad = [
+                {"credit": 4},  # no slots named
+                {"credit": 1, "slots": np.array([7], np.int64)},  # outside the 3 slots
+                {"credit": 2, "slots": np.array([1, 1], np.int64)},  # one slot twice
+                {"credit": 1, "slots": np.array([1], np.int32)},  # another dtype
+                {"credit": 2, "slots": np.array([1], np.int64)},  # a count that disagrees
+            ]
+            for k, extra in enumerate(bad):
+                reply = _ask(peer, _stream({"op": "credit", **extra}))
+                assert reply.type == Msg.ERROR
+                assert srv.stats()["rejected"]["stream_credit"] == n + k + 1
+            # A slot given back properly is written again, and named in the next notice.
+            peer.send_multipart(
+                _stream({"op": "credit", "credit": 1, "slots": np.array([1], np.int64)})
+            )
+            assert peer.poll(5000)
+            notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+            assert (notice.values["seq"], notice.values["slot"]) == (3, 1)
         finally:
             peer.close(0)
             ctx.term()
@@ -532,6 +549,68 @@ def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
         t.join()
         with stream, pytest.raises(ValueError, match=match):
             next(stream)
+    finally:
+        fake.close(0)
+        ctx.term()
+
+
+@pytest.mark.parametrize(
+    "notices,keep,match",
+    [
+        ([(0, 5)], 0, "not the server's"),  # a slot outside the mapping's 2
+        ([(0, 0), (1, 0)], 1, "not the server's"),  # slot 0 again, while the learner reads it
+        ([(3, 1)], 0, "came after"),  # batches 0-2 missing
+    ],
+)
+def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_path):
+    # A server that maps real slots and answers the open properly, then names slots it does
+    # not have: the learner raises memoire.ProtocolError and hands out no view of them.
+    import threading
+
+    from memoire import _core
+    from memoire.protocol import describe_schema
+
+    rem = ReplayMemory(*_templates(), 64)
+    _configure(rem, frame_stack=2, flags=np.ones(14, bool))
+    shm = _core.StreamShm(rem, 2, 2)
+    ctx = zmq.Context()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.linger = 0
+    ep = f"ipc://{tmp_path}/fake.ipc"
+    fake.bind(ep)
+    layout = {
+        "op": "layout",
+        "schema": [(f, d, np.asarray(s, np.int64)) for f, d, s in describe_schema(_templates())],
+        "frame_stack": 2,
+        "multi_step": 1,
+        "flags": np.ones(14, bool),
+        "batch_size": 2,
+        "max_credit": 64,
+        "shm_path": shm.path,
+        "shm_slots": 2,
+        "shm_slot_bytes": shm.slot_bytes,
+    }
+
+    def serve():
+        assert fake.poll(5000)
+        ident, *_ = fake.recv_multipart()
+        fake.send_multipart([ident, *codec.encode(Msg.STREAM, layout)])
+        for seq, slot in notices:
+            notice = {"seq": np.int64(seq), "slot": np.int64(slot)}
+            fake.send_multipart([ident, *codec.encode(Msg.STREAM_BATCH, notice)])
+
+    try:
+        t = threading.Thread(target=serve)
+        t.start()
+        stream = SamplingStream(ep, 2, credit=2, timeout=5, shared_memory=True)
+        t.join()
+        with stream:
+            assert stream.shared_memory
+            kept = [next(stream) for _ in range(keep)]
+            with pytest.raises(ValueError, match=match):
+                next(stream)
+            assert stream.received == keep
+            del kept
     finally:
         fake.close(0)
         ctx.term()
