@@ -174,3 +174,27 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     # Server B reloaded checkpoint 0, then one iteration added its own steps (without the
     # reload it would hold one iteration's worth, about `saved`).
     assert resumed >= saved + STEPS // 2
+
+
+def test_jax_agents_remote_wait_is_a_setting():
+    # replay_timeout / replay_retries reach the agent's proxy: against an endpoint nobody
+    # serves, constructing the agent gives up after (1 + retries) * timeout, and says so.
+    import socket
+
+    import numpy as np
+
+    from memoire.dopamine_compat.jax_agents import MemoireJaxDQNAgent
+
+    with socket.socket() as s:  # a port the OS picked, then let go: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TimeoutError, match=r"did not answer for 0\.6 s"):
+        MemoireJaxDQNAgent(
+            num_actions=2,
+            observation_shape=(4,),
+            observation_dtype=np.float32,
+            stack_size=1,
+            replay_endpoint=f"tcp://127.0.0.1:{port}",
+            replay_timeout=0.3,
+            replay_retries=1,
+        )

@@ -10,15 +10,10 @@
 
 namespace memoire {
 
-// out[b] = column[slots[b]] for b < n; rows of `row_bytes` bytes.
+// out[b] = column[slots[b]] for b < n; rows of `row_bytes` bytes. With n = batch * stack and
+// slots[b * stack + k] it writes the contiguous stack layout [batch, stack, *shape].
 void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,
                 uint8_t* out);
-
-// Contiguous stack layout [n, stack, *shape]: out[b, k] = column[slots[b * stack + k]].
-inline void GatherStack(const uint8_t* column, size_t row_bytes, const int64_t* slots,
-                        int64_t n, int stack, uint8_t* out) {
-  GatherRows(column, row_bytes, slots, n * stack, out);
-}
 
 // Channel-last stack layout [n, *shape, stack] (what Dopamine returns):
 // out[b, e, k] = element e of column[slots[b * stack + k]], elements of `elem_bytes` bytes,

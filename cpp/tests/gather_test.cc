@@ -47,7 +47,7 @@ TEST(BothLayoutsAllElementSizesAndStacks) {
         for (auto& s : slots) s = static_cast<int64_t>(rng.Below(cap));
         // Contiguous layout [n, stack, row].
         std::vector<uint8_t> out(n * stack * row_bytes + 1, 0xCD);
-        GatherStack(col.data(), row_bytes, slots.data(), n, stack, out.data());
+        GatherRows(col.data(), row_bytes, slots.data(), n * stack, out.data());
         for (int64_t b = 0; b < n; ++b)
           for (int k = 0; k < stack; ++k)
             CHECK(std::memcmp(out.data() + (b * stack + k) * row_bytes,
@@ -86,7 +86,7 @@ TEST(AtariStackOfFour) {
     for (int k = 0; k < stack; ++k) slots[b * stack + k] = (b + 4 + k) % cap;
   std::vector<uint8_t> cl(n * elems * stack), flat(n * elems * stack);
   GatherStackChannelLast(col.data(), 1, elems, slots.data(), n, stack, cl.data());
-  GatherStack(col.data(), elems, slots.data(), n, stack, flat.data());
+  GatherRows(col.data(), elems, slots.data(), n * stack, flat.data());
   bool same = true;
   for (int64_t b = 0; b < n; ++b)
     for (int64_t e = 0; e < elems; ++e)

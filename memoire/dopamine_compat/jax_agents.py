@@ -27,7 +27,10 @@ the subclass calls the parent's gin-wrapped ``__init__``. The one extra paramete
 hosted there (:class:`memoire.dopamine_compat.remote.RemoteReplayBuffer`; serve one with
 ``python -m memoire.dopamine_compat.remote --serve jax``), e.g.
 ``MemoireJaxDQNAgent.replay_endpoint = 'tcp://127.0.0.1:PORT'``; checkpoints of the replay are
-then written and read by the server, in the server's directories.
+then written and read by the server, in the server's directories. ``replay_timeout`` (seconds
+per attempt) and ``replay_retries`` set how long a call waits for a server that is down or
+restarting, ``(1 + retries) * timeout``: 120 s by default, as the TF face's
+``MemoireRemoteOutOfGraphReplayBuffer.timeout`` / ``.retries``.
 
 Prefetching: ``prefetch_depth`` (default 0: today's synchronous sampling, batch for batch
 Dopamine's) > 0 makes the agent train from a prefetching feed
@@ -96,6 +99,8 @@ class _MemoireReplayMixin:
         fix_terminal_duplicates: bool = False,
         replay_endpoint: str | None = None,
         replay_name: str = "replay",
+        replay_timeout: float | None = None,
+        replay_retries: int | None = None,
         prefetch_depth: int = 0,
         prefetch_threads: int = 1,
         prefetch_to_device: bool = True,
@@ -111,6 +116,12 @@ class _MemoireReplayMixin:
         self._memoire_fix_terminal_duplicates = bool(fix_terminal_duplicates)
         self._memoire_replay_endpoint = replay_endpoint
         self._memoire_replay_name = replay_name
+        # Left out, the proxy's own defaults (one place for them: memoire.dopamine_compat.remote).
+        self._memoire_replay_wait = {
+            k: v
+            for k, v in (("timeout", replay_timeout), ("retries", replay_retries))
+            if v is not None
+        }
         self._memoire_prefetch_depth = prefetch_depth
         super().__init__(*args, **kwargs)
         if prefetch_depth and not replay_endpoint:
@@ -133,6 +144,7 @@ class _MemoireReplayMixin:
                 endpoint,
                 self._memoire_replay_name,
                 prefetch_depth=getattr(self, "_memoire_prefetch_depth", 0),
+                **getattr(self, "_memoire_replay_wait", {}),
             )
         dopamine_buffer = super()._build_replay_buffer()
         return jax_replay_buffer.ReplayBuffer.from_dopamine(
