@@ -399,8 +399,9 @@ class Feed(metaclass=_pybind11_type):
     def filled(self) -> int: ...
 
 class StreamSource(metaclass=_pybind11_type):
-    """A learner's end of a sampling stream (memoire.stream.SamplingStream), a Feed source:
-    receives each batch from a connected DEALER (its `underlying` address) and stacks it."""
+    """A learner's end of a sampling stream (memoire.stream.SamplingStream): over the socket a
+    Feed source that receives each batch from a connected DEALER (its `underlying` address) and
+    stacks it; with shared memory (shm_path) `take` hands out views of the server's slots."""
     def __init__(
         self,
         socket: int,
@@ -419,6 +420,10 @@ class StreamSource(metaclass=_pybind11_type):
         shm_slots: int = ...,
         shm_slot_bytes: int = ...,
     ) -> None: ...
+    def take(self) -> tuple:
+        """Shared memory: the next batch as views of its slot (prev[7], next[7] with None for a
+        stack left out, weight, prob, done, id, num_sampleable[1], total_weight[1]); the slot
+        goes back to the server when every view is dropped."""
     def post(self, frames: list) -> None: ...
     def stop(self) -> None: ...
     @property
@@ -429,14 +434,17 @@ class StreamSource(metaclass=_pybind11_type):
     def last_seq(self) -> int: ...
 
 class StreamShm(metaclass=_pybind11_type):
-    """A server's shared-memory slots for one sampling stream (a file in /dev/shm)."""
-    def __init__(
-        self, memory: ReplayMemory, batch_size: int, window: int, send: list[bool], slots: int
-    ) -> None: ...
+    """A server's shared-memory slots for one sampling stream (a file in /dev/shm): `slots`
+    batches of `batch_size` in the learner's final layout, sized by the memory's settings now."""
+    def __init__(self, memory: ReplayMemory, batch_size: int, slots: int) -> None: ...
     @property
     def path(self) -> str: ...
     @property
     def bytes(self) -> int: ...
+    @property
+    def slot_bytes(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
 
 # Samples `count` batches and sends each as a STREAM_BATCH to `identity` on a ROUTER socket;
 # returns (sent, error message or None).
@@ -450,8 +458,18 @@ def stream_send(
     window: int,
     send: list[bool],
     timeout_ms: int,
-    shm: StreamShm | None = ...,
-    slots: int = ...,
+) -> tuple[int, str | None]: ...
+
+# Shared memory: samples a batch into each of `slots` of `shm` and sends its notice (seq, slot)
+# to `identity`; returns (sent, error message or None): with an error, slots[sent] failed.
+def stream_send_shm(
+    memory: ReplayMemory,
+    socket: int,
+    identity: bytes,
+    shm: StreamShm,
+    slots: list[int],
+    seq0: int,
+    timeout_ms: int,
 ) -> tuple[int, str | None]: ...
 
 class RateLimiter(metaclass=_pybind11_type):

@@ -845,7 +845,7 @@ check(rem.get_batch(64))  # the parent's helper still serves
 """
 
 
-def test_large_batches_sample_after_a_fork():
+def test_large_batches_sample_after_a_fork(tmp_path):
     # A batch over 512 KiB is copied with the memory's parked helper thread. A forked child
     # (an actor started with fork after the parent sampled) has no such thread: it must start
     # its own, not wait forever on its parent's. Frames are their entry's position mod 256.
@@ -853,7 +853,11 @@ def test_large_batches_sample_after_a_fork():
     import subprocess
     import sys
 
-    r = subprocess.run(
-        [sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120
+    r = subprocess.run(  # away from the source tree, which has no built extension
+        [sys.executable, "-c", _FORK_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr[-2000:]
