@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import zmq
@@ -79,12 +79,12 @@ class _Stream:
     # Shared memory: the free slots, a stack (the slot freed last is written first: its
     # lines are likely still in cache, where cycling through every slot writes cold memory).
     free: list = dataclasses.field(default_factory=list)
-    held: bytearray = dataclasses.field(default_factory=bytearray)  # shm slots the learner has
+    held: Optional[np.ndarray] = None  # bool[slots]: the shm slots the learner has
 
     def spend_slot(self) -> int:
         """A free shared-memory slot, now the learner's (credit goes down with it)."""
         slot = self.free.pop()
-        self.held[slot] = 1
+        self.held[slot] = True
         self.credit -= 1
         return slot
 
@@ -180,8 +180,7 @@ class SamplingService:
             sent, error = _core.stream_send_shm(
                 self._server.rem, sock.underlying, ident, s.shm, slots, s.seq, SEND_TIMEOUT_MS
             )
-            for slot in slots[:sent]:
-                s.held[slot] = 1
+            s.held[slots[:sent]] = True
             s.free.extend(reversed(slots[sent:]))  # unsent: still free, first in line
         else:
             sent, error = _core.stream_send(
@@ -316,7 +315,7 @@ class SamplingService:
         )
         if ok:
             ok = bool(np.all((slots >= 0) & (slots < len(s.held))))
-            ok = ok and len(np.unique(slots)) == k and all(s.held[i] for i in slots.tolist())
+            ok = ok and len(np.unique(slots)) == k and bool(s.held[slots].all())
         if not ok:
             self._refuse(
                 sock,
@@ -327,9 +326,8 @@ class SamplingService:
                 f"its learner has (int64[k] in [0, {len(s.held)})), got {k!r} and {slots!r}",
             )
             return
-        for i in slots.tolist():
-            s.held[i] = 0
-            s.free.append(i)
+        s.held[slots] = False
+        s.free.extend(slots.tolist())
         s.credit += int(k)
 
     def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
@@ -412,7 +410,7 @@ class SamplingService:
             return
         stream.shm = shm
         stream.free.extend(range(stream.credit - 1, -1, -1))
-        stream.held = bytearray(stream.credit)
+        stream.held = np.zeros(stream.credit, bool)
         layout.update(shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.slot_bytes)
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
