@@ -198,7 +198,7 @@ COMMANDS = {
     "sweep": ("memoire.experiments.sweep", "list or run the settings of a hyperparameter sweep"),
     "actor": ("memoire.experiments.distributed", "run one actor that joins a learner by endpoint"),
     "plot": ("memoire.experiments.plot", "draw learning curves of a base_dir to a PNG"),
-    "serve": ("memoire.serve", "run a standalone replay memory server"),
+    "serve": ("memoire.commands.serve", "run a standalone replay memory server"),
     "bench": ("memoire.bench", "run the benchmark suite and print a table of ratios"),
 }
 

@@ -10,7 +10,7 @@ import zmq
 
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, _core, codec
 from memoire.codec import Msg
-from memoire.server import CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT
+from memoire.protocol import CHUNK_LAST, CHUNK_TERMINAL, CHUNK_UPDATE_VALUE, CHUNK_UPDATE_WEIGHT
 
 TEMPLATES = (
     np.zeros([2, 3], np.uint8),

@@ -476,7 +476,7 @@ def test_log_level_is_one_option_of_every_command(tmp_path, monkeypatch):
     assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
     assert quiet.stdout.startswith("memoire serve: pub ")  # the result stays on stdout
     assert "INFO memoire" not in quiet.stderr
-    assert "INFO memoire.serve: inserts/s" in loud.stderr
+    assert "INFO memoire.commands.serve: inserts/s" in loud.stderr
     monkeypatch.setenv("MEMOIRE_LOG_LEVEL", "error")
     env = _run(["-m", "memoire", *serve], tmp_path)
     assert env.returncode == 0 and "INFO memoire" not in env.stderr

@@ -334,7 +334,7 @@ def test_caches_of_a_compressed_memory_equal_the_raw_ones():
     [([], False), (["--compress_states"], True), (["--compress_states", "0"], False)],
 )
 def test_memoire_serve_compress_states_flag(flags, expected):
-    from memoire import serve
+    from memoire.commands import serve
 
     args = ["--max_step", "100", "--n_caches", "2", "--state_shape", "8,8"] + flags
     srv = serve.build_server(serve._config(serve.build_parser().parse_args(args)))

@@ -20,7 +20,8 @@ from _subprocess_env import subprocess_env
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
 from memoire.remote import RemoteMemory, request
-from memoire.server import COUNTER_MAX, default_stream_budgets
+from memoire.server import default_stream_budgets
+from memoire.server.central_service import COUNTER_MAX
 from memoire.transport import CurveKeys, RequestChannel, generate_keys
 
 TEMPLATES = (
@@ -297,7 +298,7 @@ def test_batch_size_of_a_remote_call_is_bounded(central):
 
 
 def test_memoire_serve_takes_the_limits():
-    from memoire import serve
+    from memoire.commands import serve
 
     srv = serve.build_server(
         serve.serve_config(

@@ -23,7 +23,7 @@ PACKAGE = os.path.join(ROOT, "memoire")
 
 # The library: memoire/*.py and memoire/dopamine_compat/. What it must never import.
 LIBRARY_PACKAGES = ("memoire.dopamine_compat",)
-UPPER_LAYERS = ("memoire.experiments", "memoire.bench")
+UPPER_LAYERS = ("memoire.experiments", "memoire.bench", "memoire.commands")
 
 
 def module_files(package_dir: str) -> Dict[str, Optional[str]]:

@@ -109,7 +109,7 @@ def test_core_imports_without_extras(tmp_path):
         "memoire.dopamine_compat",
         "memoire.server",
         "memoire.client",
-        "memoire.serve",
+        "memoire.commands.serve",
         "memoire.dopamine_compat.remote",
     } <= set(core), core
 

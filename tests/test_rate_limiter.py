@@ -215,7 +215,7 @@ def test_server_refuses_a_min_size_beyond_its_capacity():
     ],
 )
 def test_memoire_serve_flags_set_the_servers_limiter(flags, expected):
-    from memoire import serve
+    from memoire.commands import serve
 
     args = ["--max_step", "100", "--n_caches", "2"] + flags
     srv = serve.build_server(serve._config(serve.build_parser().parse_args(args)))
@@ -241,7 +241,7 @@ def test_memoire_serve_flags_set_the_servers_limiter(flags, expected):
     ],
 )
 def test_memoire_serve_refuses_bad_limiter_flags_in_one_line(flags, match, capsys):
-    from memoire import serve
+    from memoire.commands import serve
 
     assert serve.main(["--max_step", "100", "--duration", "0"] + flags) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -631,7 +631,7 @@ def test_memoire_serve_stream_flag(tmp_path):
     cmd = [
         sys.executable,
         "-c",
-        "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+        "import sys, memoire.commands.serve as s; sys.exit(s.main(sys.argv[1:]))",
         "--state_shape",
         "4",
         "--frame_stack",

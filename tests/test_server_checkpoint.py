@@ -255,7 +255,7 @@ def test_a_server_killed_with_sigkill_restarts_from_its_checkpoint(tmp_path):
         second.kill()
     assert second.proc.returncode == 0, open(log).read()[-2000:]
     logged = open(log).read()  # status lines are logged to stderr
-    assert "memoire.serve: checkpoint " in logged and "memory-000000000002.ckpt" in logged
+    assert "memoire.commands.serve: checkpoint " in logged and "memory-000000000002.ckpt" in logged
     assert _ckpts(folder) == ["memory-000000000001.ckpt", "memory-000000000002.ckpt"]
 
     third = ServeProcess(args, log)

@@ -22,7 +22,7 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
     cmd = [
         sys.executable,
         "-c",
-        "import sys, memoire.serve as s; sys.exit(s.main(sys.argv[1:]))",
+        "import sys, memoire.commands.serve as s; sys.exit(s.main(sys.argv[1:]))",
         "--state_shape",
         "4",
         "--cache_size",
@@ -59,5 +59,5 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    assert "inserts/s" in out and "memoire.serve: stopped" in out
+    assert "inserts/s" in out and "memoire.commands.serve: stopped" in out
     assert log.read_text().endswith(",00000005,bye\n")

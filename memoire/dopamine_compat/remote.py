@@ -591,4 +591,4 @@ class _UniformView:
 
 if __name__ == "__main__":  # the buffer server's old entry: memoire serve --buffer KIND ...
     sys.argv[1:] = ["--buffer" if a == "--serve" else a for a in sys.argv[1:]]
-    runpy.run_module("memoire.serve", run_name="__main__", alter_sys=True)
+    runpy.run_module("memoire.commands.serve", run_name="__main__", alter_sys=True)
