@@ -96,6 +96,36 @@ def _legacy_templates(state_size, action_size, reward_size, prob_size, value_siz
     )
 
 
+_TEMPLATE_NAMES = (
+    "state_buf",
+    "action_buf",
+    "reward_buf",
+    "prob_buf",
+    "value_buf",
+    "qvest_buf",
+    "info_buf",
+)
+
+
+def _check_templates(args: tuple, kwargs: dict) -> None:
+    """Raises ValueError for a template given as a dtype (``np.float32``, ``np.dtype('f4')``)
+    instead of an array: numpy would turn it into an object array, whose error ("dtype object
+    is not supported") does not say what went wrong."""
+    given = list(zip(_TEMPLATE_NAMES, args)) + [
+        (k, kwargs[k]) for k in _TEMPLATE_NAMES if k in kwargs
+    ]
+    for name, template in given:
+        if isinstance(template, type):
+            what = f"the type {template.__module__}.{template.__qualname__}"
+        elif isinstance(template, np.dtype):
+            what = f"the dtype {template}"
+        else:
+            continue
+        raise ValueError(
+            f"{name}: expected an array template (`np.zeros(shape, dtype)`), got {what}"
+        )
+
+
 class ReplayMemory(_core.ReplayMemory):
     """An episodic replay memory with prioritized sampling.
 
@@ -166,6 +196,7 @@ class ReplayMemory(_core.ReplayMemory):
             legacy = _legacy_templates(**kwargs)
             super().__init__(*legacy, int(capacity), vector_prob=True, compress_states=compress)
         else:
+            _check_templates(args, kwargs)
             super().__init__(*args, compress_states=compress, **kwargs)
         self.uuid = int.from_bytes(np.random.default_rng().bytes(4), "little")
         info = self.info_buf

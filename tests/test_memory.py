@@ -237,6 +237,12 @@ def test_uuids_differ():
         (dict(q=np.zeros([2], np.float64)), "qvest_buf"),
         (dict(s=np.zeros([2], np.complex64)), "state_buf"),
         (dict(s="not an array"), "state_buf"),
+        (
+            dict(s=np.float32),
+            r"^state_buf: expected an array template \(`np.zeros\(shape, dtype\)`\), "
+            r"got the type numpy.float32$",
+        ),
+        (dict(r=np.dtype(FLOAT)), "^reward_buf: expected an array template .* got the dtype"),
     ],
 )
 def test_bad_templates_raise(templates, match):
