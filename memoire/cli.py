@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import inspect
 import logging
 import os
+import re
 import sys
 from typing import Callable, Sequence
 
@@ -72,13 +74,43 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+# Sphinx/reST markup in docstrings: :role:`~a.b.c` / :role:`title <target>` / :role:`x`,
+# ``literal``, `interpreted`.
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(~?)([^`<]*?)\s*(?:<([^`>]*)>)?`")
+_LITERAL = re.compile(r"``(.+?)``", re.S)
+_INTERPRETED = re.compile(r"(?<![\w`])`([^`\n]+)`(?![\w`])")
+
+
+def plain_text(text: str | None) -> str | None:
+    """``text`` (a docstring) as plain text for ``--help``, dedented (a function's docstring
+    as a module's): Sphinx roles become their text
+    (``:func:`~a.b.run``` -> ``run``, ``:mod:`a.b``` -> ``a.b``, ``:data:`t <x>``` -> ``t``),
+    double and single backquotes go, and a literal block's ``::`` becomes ``:``. The one place
+    a docstring turns into help (:class:`ArgumentParser` applies it to the description, the
+    epilog and every option's help)."""
+    if not text:
+        return text
+
+    def role(m: re.Match) -> str:
+        tilde, shown, _target = m.groups()
+        return shown.rsplit(".", 1)[-1] if tilde else shown
+
+    text = _ROLE.sub(role, inspect.cleandoc(text))
+    text = _LITERAL.sub(r"\1", text)
+    text = _INTERPRETED.sub(r"\1", text)
+    return re.sub(r"(\S)::(\s*)$", r"\1:\2", text, flags=re.M)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse for every memoire entry point: a parse error is one line on stderr (argparse
-    prints the whole usage block first) and exit status 2; help keeps the description's layout
-    and shows defaults. Sub-parsers made by ``add_subparsers`` are of this class too."""
+    prints the whole usage block first) and exit status 2; help keeps the description's layout,
+    in plain text (:func:`plain_text`), and shows defaults. Sub-parsers made by
+    ``add_subparsers`` are of this class too."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        for key in ("description", "epilog"):
+            kwargs[key] = plain_text(kwargs.get(key))
         super().__init__(*args, **kwargs)
         # Every parser (sub-parsers too) takes the global --log-level. Its default is SUPPRESS,
         # so a sub-parser's absent option does not undo the parent's, and the parsed value is
@@ -94,6 +126,11 @@ class ArgumentParser(argparse.ArgumentParser):
             f"{', '.join(LOG_LEVELS)} (default: info; also "
             f"${LOG_LEVEL_ENV})",
         )
+
+    def add_argument(self, *args, **kwargs):
+        if isinstance(kwargs.get("help"), str):
+            kwargs["help"] = plain_text(kwargs["help"])
+        return super().add_argument(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, rest = super().parse_known_args(args, namespace)

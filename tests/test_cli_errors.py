@@ -7,6 +7,7 @@ successful run logs no error; ``memoire plot`` with nothing to draw says so and 
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -283,7 +284,8 @@ def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
 
 
 def _entry_points():
-    from memoire import bench, serve
+    from memoire import bench
+    from memoire.commands import serve
     from memoire.experiments import distributed, plot, sweep, train
 
     eps = [
@@ -341,6 +343,8 @@ def _check_help(prog, main, monkeypatch, capsys):
         main(["--help"])
     assert exit_.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
+    # Plain text: no Sphinx markup left from the docstrings the help is made of.
+    assert not re.search(r"``|:[a-z]+:`|`\w", text), text
     for where, action in actions:
         if not where:
             for option in action.option_strings:
@@ -492,3 +496,22 @@ def test_log_level_is_one_option_of_every_command(tmp_path, monkeypatch):
         _run(["-m", "memoire", "sweep", "list", "x.gin", "--log-level", "loud"], tmp_path),
         "memoire sweep list",
     )
+
+
+def test_plain_text_strips_sphinx_markup():
+    text = cli.plain_text(
+        """``memoire serve``: see :mod:`memoire.tensorboard`, :func:`~memoire.a.run`,
+        :data:`the table <HELP>` and `seed`::
+
+            memoire serve --x
+
+        keeps a'b and `` alone at line end"""
+    )
+    assert text.splitlines() == [
+        "memoire serve: see memoire.tensorboard, run,",
+        "the table and seed:",
+        "",
+        "    memoire serve --x",
+        "",
+        "keeps a'b and `` alone at line end",
+    ]

@@ -61,3 +61,43 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
     assert proc.returncode == 0
     assert "inserts/s" in out and "memoire.commands.serve: stopped" in out
     assert log.read_text().endswith(",00000005,bye\n")
+
+
+def test_live_line_shows_what_a_central_server_stores():
+    """The live line counts the episodes actors streamed into the server's memory (central
+    mode), not only those reported by update_counter (cache mode)."""
+    import memoire
+    from memoire.commands import serve
+
+    srv = memoire.ReplayMemoryServer(
+        np.zeros([4], np.float32),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        1000,
+        "tcp://127.0.0.1:*",
+        4,
+    )
+    try:
+        ep = srv.start("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        before = srv.stats()
+        with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], mode="central", timeout=5) as c:
+            for _ in range(3):
+                c.new_episode()
+                for k in range(7):
+                    c.add_entry(np.zeros(4, np.float32), k, 1.0, 0.5, 0.0)
+                c.close_episode()
+            deadline = time.monotonic() + 20
+            while srv.stats()["memory_episodes"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)  # bounded: the server stores what was streamed
+        now = srv.stats()
+    finally:
+        srv.close()
+    figures = serve.counter_scalars(now, before, 1.0, int(srv.rem.cache_size), None)
+    line = serve.live_line(now, figures)
+    assert "stored 21 entries in 3 episodes" in line, line
+    assert "episodes reported 0" in line, line
+    assert figures["replay/episodes"] == 3

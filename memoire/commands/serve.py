@@ -5,11 +5,13 @@
       memoire serve [--gin_file F ...] [--gin_binding B ...] [flags]
 
   It prints the endpoints (``memoire serve: pub EP  rep EP  pull EP``, stdout), then logs a
-  line of live counters per interval (inserts/s: steps ingested plus cache rows received;
-  samples/s: rows sampled; size: entries in the server memory, caches held). With
+  line of live counters per interval (inserts/s: steps ingested plus cache
+  rows received; samples/s: rows sampled; stored: entries and episodes in the server's
+  memory, which actors stream in (central mode); caches held; episodes reported: what
+  actors with memories of their own counted, ``update_counter``; rejected). With
   ``--tensorboard DIR`` the counters also go to TensorBoard event files in DIR, written
-  without TensorFlow (:mod:`memoire.tensorboard`; tags in :func:`counter_scalars`). Ctrl-C
-  (or SIGTERM) stops it and flushes the logfile.
+  without TensorFlow (:mod:`memoire.tensorboard`; tags ``replay/...`` and ``server/...``).
+  Ctrl-C (or SIGTERM) stops it and flushes the logfile.
 
 - or one Dopamine-compatible buffer, for the proxies of :mod:`memoire.dopamine_compat.remote`
   (a remote-call server with no replay memory)::
@@ -24,8 +26,8 @@
   ``python -m memoire.dopamine_compat.remote --serve KIND ...`` is the same command.
 
 Each flag is also a gin parameter of ``serve_config``, e.g.
-``--gin_binding "serve_config.max_step = 1000"``; flags win over gin. ``memoire serve --help``
-describes them (:data:`HELP`).
+``--gin_binding "serve_config.max_step = 1000"``; flags win over gin. The options below
+describe them.
 """
 
 from __future__ import annotations
@@ -467,11 +469,12 @@ def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int, me
       cache_size: rows per cache (a cache received counts as that many inserts).
       memory: the server's ReplayMemory, for its priority weights (None: left out).
 
-    ``replay/``: ``size`` (entries in the memory), ``inserts`` and ``samples`` (cumulative rows),
+    ``replay/``: ``size`` (entries in the memory), ``episodes`` (episodes in the memory),
+    ``inserts`` and ``samples`` (cumulative rows),
     ``inserts_per_s``, ``samples_per_s``, ``batches_per_s``, ``priority_total`` (the sum of
     the sampling weights) and ``priority_mean`` (per sampleable entry; the memory keeps the sum,
     not each weight, so no wider spread is read without a scan). ``server/``: ``caches_held``,
-    ``episodes``, ``open_streams``, ``open_stream_bytes``, ``rejected`` and
+    ``episodes`` (reported by clients' ``update_counter``), ``open_streams``, ``open_stream_bytes``, ``rejected`` and
     ``rejected/<reason>``.
     """
     dt = max(seconds, 1e-9)
@@ -486,6 +489,7 @@ def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int, me
         "replay/inserts_per_s": (inserted(now) - inserted(before)) / dt,
         "replay/samples_per_s": (now.get("rows_sampled", 0) - before.get("rows_sampled", 0)) / dt,
         "replay/batches_per_s": (now.get("batches", 0) - before.get("batches", 0)) / dt,
+        "replay/episodes": now.get("memory_episodes", 0),
         "server/caches_held": now.get("caches_held", 0),
         "server/episodes": now.get("total_episodes", 0),
         "server/open_streams": now.get("open_streams", 0),
@@ -499,6 +503,23 @@ def counter_scalars(now: dict, before: dict, seconds: float, cache_size: int, me
         out["replay/priority_total"] = total
         out["replay/priority_mean"] = total / sampleable if sampleable else 0.0
     return out
+
+
+def live_line(stats: dict, figures: dict) -> str:
+    """The live counter line ``memoire serve`` logs each interval, from
+    :meth:`ReplayMemoryServer.stats` and :func:`counter_scalars`'s ``figures``: rates, what the
+    server's memory stores (entries and episodes: what actors streamed in, central mode),
+    caches held, episodes reported by ``update_counter`` (actors keeping memories of their
+    own) and messages rejected."""
+    return (
+        f"inserts/s {figures['replay/inserts_per_s']:10.1f}  "
+        f"samples/s {figures['replay/samples_per_s']:10.1f}  "
+        f"stored {stats.get('memory_size', 0)} entries in "
+        f"{stats.get('memory_episodes', 0)} episodes  "
+        f"caches {stats.get('caches_held', 0)}  "
+        f"episodes reported {stats.get('total_episodes', 0)}  "
+        f"rejected {stats.get('rejected_total', 0)}"
+    )
 
 
 def _check_tensorboard(cfg: dict) -> None:
@@ -564,15 +585,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             )
             now, s = time.monotonic(), srv.stats()
             figures = counter_scalars(s, last, now - t_last, cs, srv.rem)
-            log.info(
-                "inserts/s %10.1f  samples/s %10.1f  size %d  caches %d  episodes %d  rejected %d",
-                figures["replay/inserts_per_s"],
-                figures["replay/samples_per_s"],
-                s["memory_size"],
-                s["caches_held"],
-                s["total_episodes"],
-                s["rejected_total"],
-            )
+            log.info("%s", live_line(s, figures))
             tick += 1
             if writer is not None:
                 writer.scalars(tick, figures)  # step: the counter line's number
