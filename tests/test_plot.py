@@ -174,3 +174,40 @@ def test_plot_main_refuses_bad_reps(tmp_path, capsys):
     assert plot.main([str(tmp_path), "--reps", "0"]) == 2
     assert "reps must be >= 1" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "learning_curves.png")
+
+
+@pytest.mark.dopamine  # matplotlib
+def test_legend_sits_below_the_axes_whole_and_inside_the_saved_picture(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    base = str(tmp_path)
+    long = [f"SomeVeryLongConfigurableName.parameter_{k} = {k}" for k in range(6)]
+    for s, slope in enumerate((1.0, 2.0)):
+        for r in range(2):
+            _fake_run(base, s, r, slope)
+        with open(os.path.join(base, f"setting_{s}", "run_0", "setting.json"), "w") as f:
+            json.dump({"bindings": long}, f)
+    drawn = {
+        s: (dirs, plot.run_table(dirs, "train", 500)) for s, dirs in plot.find_runs(base).items()
+    }
+    fig = plot.draw(drawn, "train", raw=False, reps=50, seed=0, title="t")
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    box, axes_box = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert box.y1 < axes_box.y0  # below the axes: off the data
+    # Each setting's name is whole: every binding is in its entry (wrapped, never cut).
+    texts = [" ".join(t.get_text().split()) for t in legend.get_texts()]
+    assert len(texts) == 2
+    for text in texts:
+        for b in long:
+            assert b.replace(" ", "") in text.replace(" ", ""), text
+    # The saved picture ("tight") holds the whole legend.
+    tight = fig.get_tightbbox(renderer)
+    inches = box.transformed(fig.dpi_scale_trans.inverted())
+    assert tight.x0 <= inches.x0 and inches.x1 <= tight.x1 and tight.y0 <= inches.y0
+    out = plot.plot(base, bin_steps=500, reps=50)
+    from PIL import Image
+
+    width, height = Image.open(out).size
+    assert height > 500 and width > 700  # taller than 8x5 in at 100 dpi: the legend below

@@ -309,12 +309,40 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = draw(
+        drawn,
+        phase,
+        raw=raw,
+        reps=reps,
+        seed=seed,
+        title=os.path.basename(os.path.abspath(base_dir)),
+    )
+    out = out or os.path.join(base_dir, "learning_curves.png")
+    # "tight": the saved picture grows to hold the legend below the axes, whole.
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+LEGEND_WIDTH = 100  # characters per legend line; longer setting names wrap (never cut)
+
+
+def draw(drawn: dict, phase: str, *, raw: bool, reps: int, seed: int, title: str):
+    """The figure of :func:`plot`: ``drawn`` maps a setting to ``(run_dirs, (x, table))``
+    (:func:`run_table`'s). The legend sits below the axes, off the data, each setting's name
+    whole (wrapped at :data:`LEGEND_WIDTH` characters); save with ``bbox_inches="tight"`` so
+    that the picture holds it. Needs matplotlib (imported by the caller)."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     for setting, (dirs, (x, table)) in drawn.items():
         center = iqm(table)
         n = len(table)
         label = f"{setting_label(dirs, setting)} ({n} run{'s' * (n > 1)})"
-        (line,) = ax.plot(x, center, label=label[:90], linewidth=2)
+        label = "\n".join(textwrap.wrap(label, LEGEND_WIDTH, subsequent_indent="    "))
+        (line,) = ax.plot(x, center, label=label, linewidth=2)
         if n > 1:
             low, high = iqm_ci(table, reps=reps, seed=seed)
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
@@ -326,14 +354,18 @@ def plot(
         f"{phase} episode return\n(IQM over runs, band: 95% bootstrap CI"
         + (", thin: each run)" if raw else ")")
     )
-    ax.set_title(os.path.basename(os.path.abspath(base_dir)))
+    ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    out = out or os.path.join(base_dir, "learning_curves.png")
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    # Below the x label, left-aligned with the axes: outside the data whatever its shape.
+    ax.legend(
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(0.0, -0.13),
+        borderaxespad=0.0,
+        frameon=False,
+    )
+    return fig
 
 
 def build_parser() -> cli.ArgumentParser:
