@@ -3,24 +3,83 @@
 # memoire into it. Safe to re-run: dependencies are reinstalled only when a pin file changes;
 # the extension rebuilds incrementally from build/<wheel tag> (a plain `pip install .` builds in a
 # temporary folder instead, leaving the checkout clean).
+#
+# Each stage says when it starts and how long it took; the long ones show their own progress,
+# one short line per step (pip's packages, scikit-build-core's stages, ninja's compile steps).
+# Their whole output goes to build/bootstrap.log; a failure prints its last lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MEMOIRE_VENV:-.venv}
 PY=${PYTHON:-python3}
+LOG=build/bootstrap.log
+mkdir -p build
+: > "$LOG"
+
+say() { echo "[bootstrap] $*"; }
+
+# Keeps pip's output in $LOG and shows one line per 20 packages it collects.
+pip_progress() {
+  local line n=0 t0=$SECONDS
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >> "$LOG"
+    case "$line" in
+      Collecting\ *)
+        n=$((n + 1))
+        if ((n % 20 == 0)); then say "  $n packages collected ($((SECONDS - t0)) s)"; fi
+        ;;
+      Installing\ collected\ packages:*)
+        say "  installing $n packages ($((SECONDS - t0)) s)"
+        ;;
+    esac
+  done
+}
+
+# Keeps the build's output in $LOG and shows scikit-build-core's stages (`*** Configuring
+# CMake...`) and ninja's steps (`[12/33] cpp/core/codec.cc`), one line each, with the time so far.
+build_progress() {
+  local line t0=$SECONDS re='^ *\[([0-9]+/[0-9]+)\] (Building|Linking) [A-Z]+ [a-z ]+ (.*)$'
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >> "$LOG"
+    if [[ $line =~ $re ]]; then
+      local what=${BASH_REMATCH[3]}
+      what=${what#CMakeFiles/*.dir/}
+      [[ ${BASH_REMATCH[2]} == Linking ]] && what="linking $what"
+      say "  [${BASH_REMATCH[1]}] ${what%.o} ($((SECONDS - t0)) s)"
+    elif [[ $line == *"*** "* ]]; then
+      say "  ${line#*\*\*\* } ($((SECONDS - t0)) s)"
+    fi
+  done
+}
+
+# stage NAME FILTER COMMAND...: runs COMMAND through FILTER, says how long it took; on failure
+# prints the end of $LOG and stops.
+stage() {
+  local name=$1 filter=$2 t0=$SECONDS
+  shift 2
+  say "$name"
+  if ! "$@" 2>&1 | "$filter"; then
+    say "$name failed; the last lines of $LOG:" >&2
+    tail -n 40 "$LOG" >&2
+    exit 1
+  fi
+  say "$name: done in $((SECONDS - t0)) s"
+}
 
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "[bootstrap] creating $VENV"
+  say "creating $VENV"
   "$PY" -m venv "$VENV"
 fi
 stamp="$VENV/.memoire-deps-$(cat constraints/dopamine.txt constraints/dev.txt | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
-  echo "[bootstrap] installing pinned dependencies (first run: a few minutes, ~3 GB)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -c constraints/dopamine.txt -r constraints/dev.txt
+  say "installing pinned dependencies (first run: a few minutes, ~3 GB)"
+  stage "upgrading pip" pip_progress "$VENV/bin/python" -m pip install --upgrade pip
+  stage "installing dependencies" pip_progress \
+    "$VENV/bin/python" -m pip install -c constraints/dopamine.txt -r constraints/dev.txt
   # Dopamine imports baselines.common.atari_wrappers without declaring it.
-  "$VENV/bin/python" -m pip install -q -c constraints/dopamine.txt --no-deps baselines==0.1.5
+  stage "installing baselines (no dependencies)" pip_progress \
+    "$VENV/bin/python" -m pip install -c constraints/dopamine.txt --no-deps baselines==0.1.5
   touch "$stamp"
 fi
-echo "[bootstrap] building and installing memoire"
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation \
+stage "building and installing memoire (C++ extension: a few minutes on 2 cores)" build_progress \
+  "$VENV/bin/python" -m pip install -v --no-deps --no-build-isolation \
   --config-settings=build-dir='build/{wheel_tag}' .

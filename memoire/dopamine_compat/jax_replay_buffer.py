@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import os
 import pickle
 from typing import Any, Optional
@@ -1070,9 +1071,12 @@ class ReplayBuffer(checkpointers.Checkpointable):
         # the method, which would keep up to 128 buffers alive; a dict on the buffer does not).
         managers = self.__dict__.setdefault("_checkpoint_managers", {})
         if checkpoint_dir not in managers:
+            # orbax's current API (item handlers, CheckpointArgs registered for the handler):
+            # the same folders and files as Dopamine's manager (<dir>/<step>/replay/), so
+            # either buffer loads the other's checkpoints.
             managers[checkpoint_dir] = orbax.CheckpointManager(
                 checkpoint_dir,
-                checkpointers={"replay": orbax.Checkpointer(_CheckedCheckpointHandler())},
+                item_handlers={"replay": _CheckedCheckpointHandler()},
                 options=orbax.CheckpointManagerOptions(
                     max_to_keep=self._checkpoint_duration, create=True
                 ),
@@ -1092,7 +1096,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             # resumes at the same iteration and saves it again; orbax never overwrites a step,
             # so the stale one (another run's transitions) would stay. Replace it.
             manager.delete(iteration_number)
-        manager.save(iteration_number, {"replay": self})
+        manager.save(iteration_number, args=orbax.args.Composite(replay=ReplayCheckpointArgs(self)))
 
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
@@ -1105,7 +1109,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
           FileNotFoundError: no such checkpoint. CheckpointError (a ValueError): a malformed
             one, or one that does not fit this buffer; the buffer is unchanged.
         """
-        state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(iteration_number)
+        state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(
+            iteration_number, args=orbax.args.Composite(replay=ReplayCheckpointArgs())
+        )
         try:
             self.from_state_dict(state_dict["replay"])
         except CheckpointError:
@@ -1263,9 +1269,16 @@ def _read_bytes(path) -> bytes:
 
 class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
     """Dopamine's msgpack checkpoint handler (same files, same save) whose restore decodes
-    strictly (:func:`_decode_checked`) and raises CheckpointError naming the file."""
+    strictly (:func:`_decode_checked`) and raises CheckpointError naming the file. Its orbax
+    arguments are :class:`ReplayCheckpointArgs` (registered with orbax below), so orbax uses it
+    through its current API; ``item`` keeps Dopamine's legacy calls working."""
 
-    def restore(self, directory, item=None):
+    def save(self, directory, item=None, args=None):
+        super().save(directory, args.item if args is not None else item)
+
+    def restore(self, directory, item=None, args=None):
+        if args is not None:
+            item = args.item
         filename = directory / self._filename
         try:
             data = _read_bytes(filename)
@@ -1288,3 +1301,12 @@ class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
         item = copy.deepcopy(item)
         item.from_state_dict(state_dict)
         return item
+
+
+@orbax.args.register_with_handler(_CheckedCheckpointHandler, for_save=True, for_restore=True)
+@dataclasses.dataclass
+class ReplayCheckpointArgs(orbax.args.CheckpointArgs):
+    """orbax's arguments of the replay checkpoint handler: to save, the buffer (``item``); to
+    restore, None (the state dict comes back) or a buffer to restore a copy of."""
+
+    item: Any = None

@@ -509,6 +509,7 @@ def run_actor(
 def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -> None:
     """Entry point of an actor process: loads gin, seeds, connects (``ends.open()``) and runs
     :func:`run_actor`."""
+    cli.configure_logging()  # as every memoire process: level from $MEMOIRE_LOG_LEVEL, no chatter
     os.environ.setdefault(
         "XLA_FLAGS",
         "--xla_cpu_multi_thread_eigen=false "

@@ -15,15 +15,19 @@ import logging
 import os
 import random
 import time
+import types
 from typing import Any, Sequence
 
 import gin
 import numpy as np
 
+from memoire import cli, progress
 from memoire.experiments import replay_routing, trackers
 from memoire.gin_query import query
 
 CONFIG_FILE = "config.gin"
+# Seconds between the INFO lines that show a long phase is alive (each episode: DEBUG).
+PHASE_LINE_EVERY_S = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,8 @@ class TrackingMixin:
         if seed is not None:
             seed_environment(self._environment, seed)
         self._phase = "train"
+        self._phase_steps, self._phase_min_steps, self._phase_said = 0, 0, time.monotonic()
+        self._say_episodes = False  # Dopamine's fine_grained_print_to_console, per phase
         self._iteration = self._start_iteration
         self._episodes = trackers.EpisodeTracker(base_dir, self._start_iteration)
         self._replay_tracker = trackers.ReplayTracker(base_dir, self._start_iteration)
@@ -146,9 +152,67 @@ class TrackingMixin:
     def agent(self):
         return self._agent
 
+    def run_experiment(self):
+        """Dopamine's loop over iterations, with memoire's progress instead of Dopamine's tqdm
+        bar (which interleaves with log lines, and fills a log file with carriage returns): a
+        bar on a terminal (log lines above it), nothing more in a log, whose per-iteration
+        lines say the same. A run that has done all its iterations says so and trains no more."""
+        if self._num_iterations <= self._start_iteration:
+            log.info(
+                "%s: all %d iterations are done (a finished run resumes as finished); "
+                "nothing to train. Delete the folder, or choose another --base_dir, to start over",
+                self._base_dir,
+                self._num_iterations,
+            )
+        from dopamine.discrete_domains import run_experiment as dopamine_runner
+
+        with progress.Progress(self._num_iterations, "iterations", log, unit="it") as bar:
+            bar.update(self._start_iteration, quiet=True)
+
+            def counted(iterable, **_):
+                for item in iterable:
+                    yield item
+                    bar.update(1, quiet=True)
+
+            # Dopamine's run_experiment names its bar module `tqdm` (import tqdm.auto as tqdm).
+            saved = dopamine_runner.tqdm
+            dopamine_runner.tqdm = types.SimpleNamespace(tqdm=counted)
+            try:
+                return super().run_experiment()
+            finally:
+                dopamine_runner.tqdm = saved
+
     def _run_one_phase(self, min_steps, statistics, run_mode_str):
+        # Dopamine writes a line per episode to stdout (sys.stdout.write, fine-grained printing),
+        # which is for the command's result: _run_one_episode logs it instead (see there).
         self._phase = run_mode_str
-        return super()._run_one_phase(min_steps, statistics, run_mode_str)
+        self._phase_steps, self._phase_min_steps = 0, min_steps
+        self._phase_said = time.monotonic()
+        fine = self._say_episodes = getattr(self, "_fine_grained_print_to_console", False)
+        self._fine_grained_print_to_console_enabled = False
+        try:
+            return super()._run_one_phase(min_steps, statistics, run_mode_str)
+        finally:
+            self._fine_grained_print_to_console_enabled = fine
+
+    def _say_episode(self, length: int, episode_return: float) -> None:
+        """Dopamine's fine-grained line (``Steps executed: ... Return: ...``), on stderr: each
+        episode at DEBUG, and at most one INFO line per :data:`PHASE_LINE_EVERY_S` seconds
+        of a phase, so that a long iteration shows it is alive."""
+        self._phase_steps += length
+        if not self._say_episodes:
+            return
+        text = (
+            f"iteration {self._iteration + 1}/{self._num_iterations} {self._phase}: "
+            f"{self._phase_steps}/{self._phase_min_steps} steps, episode length {length}, "
+            f"return {episode_return:g}"
+        )
+        now = time.monotonic()
+        if now - self._phase_said >= PHASE_LINE_EVERY_S:
+            self._phase_said = now
+            log.info(text)
+        else:
+            log.debug(text)
 
     def _run_one_episode(self):
         # Dopamine's loop (run_experiment.Runner._run_one_episode), plus: stop at the
@@ -179,6 +243,7 @@ class TrackingMixin:
             self._ends.terminated if self._ends is not None else self._environment.game_over
         )
         self._end_episode(reward, terminated)
+        self._say_episode(step_number, total_reward)
         self._episodes.record(
             iteration=self._iteration,
             phase=self._phase,
@@ -380,9 +445,12 @@ def create_runner(
     Raises:
       ValueError: for a schedule other than 'continuous_train_and_eval' or 'continuous_train'.
     """
-    return runner_class(schedule)(
-        base_dir, create_agent or replay_routing.create_agent_fn(), seed=seed
-    )
+    # The agent's first session run (TF agents) logs through absl's C++ logging, which no
+    # setting reaches: cli.filtered_stderr drops such lines (unless --log-level debug).
+    with cli.filtered_stderr():
+        return runner_class(schedule)(
+            base_dir, create_agent or replay_routing.create_agent_fn(), seed=seed
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,6 +518,35 @@ def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
         if "estimator" not in str(e):
             raise
         raise ValueError(_NO_GIN_TF) from None
+    place_tf_agents()
+
+
+# Dopamine's TF agents and their `tf_device` (Dopamine's default: '/cpu:*').
+_TF_AGENTS = ("DQNAgent", "RainbowAgent", "ImplicitQuantileAgent")
+
+
+def place_tf_agents() -> None:
+    """Binds ``<Agent>.tf_device = '/cpu:*'`` (Dopamine's default) where gin asks for a GPU
+    that TensorFlow does not see, and says so in one line. Dopamine's stock TF files bind
+    '/gpu:0'; on a machine without a GPU, TensorFlow would place the graph on the CPU anyway,
+    after a 40-line complaint per variable group."""
+    asked = {
+        name: device
+        for name in _TF_AGENTS
+        if "gpu" in str(device := query(f"{name}.tf_device", "")).lower()
+    }
+    if not asked:
+        return
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return
+    with gin.unlock_config():
+        gin.parse_config([f"{name}.tf_device = '/cpu:*'" for name in asked])
+    log.info(
+        "no GPU visible to TensorFlow: %s placed on '/cpu:*' instead",
+        ", ".join(f"{name}.tf_device {device!r}" for name, device in asked.items()),
+    )
 
 
 # One line: the import fails deep inside gin.tf with "module 'tensorflow' has no attribute
