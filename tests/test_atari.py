@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from _chatter import check_quiet
 from _subprocess_env import subprocess_env
 
 pytestmark = pytest.mark.dopamine
@@ -111,6 +112,10 @@ def _train(gin_file: str, base, bindings: list[str], entry=("-m", "memoire.cli",
         args += ["--gin_bindings", b]
     out = _run(args, base.parent)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # One iteration: memoire's few lines only (setting, learner, GPU placement, the iteration,
+    # a phase line if a phase outlasts a minute), none of TensorFlow's, gym's or the ALE's.
+    lines = check_quiet(out, most_lines=7)
+    assert all(line.startswith(("INFO memoire.", "WARNING memoire.")) for line in lines), lines
     return out
 
 
@@ -219,7 +224,7 @@ def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
 
 def test_tf_dqn_trains_through_configs_atari(tmp_path):
     base = tmp_path / "tf_dqn"
-    _train(
+    out = _train(
         os.path.join(ATARI, "tf_dqn.gin"),
         base,
         [
@@ -240,6 +245,13 @@ def test_tf_dqn_trains_through_configs_atari(tmp_path):
     config = (base / "setting_0" / "run_0" / "config.gin").read_text()
     # The stock optimizer, set from gin without gin.tf.
     assert "RMSPropOptimizer.centered = True" in config
+    # The file asks for '/gpu:0': without a GPU, one line says where the agent went instead of
+    # TensorFlow's placement complaints (none: _train counted the lines).
+    placed = [line for line in out.stderr.splitlines() if "tf_device" in line]
+    assert len(placed) <= 1
+    if placed:
+        assert "DQNAgent.tf_device '/gpu:0' placed on '/cpu:*'" in placed[0]
+        assert "DQNAgent.tf_device = '/cpu:*'" in config
 
 
 @pytest.mark.parametrize(

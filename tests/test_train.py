@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+from _chatter import chatter, check_quiet
+from _subprocess_env import subprocess_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
@@ -318,3 +320,54 @@ def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
     assert 0 < terminated < len(train)
     assert int(np.count_nonzero(mem._store["terminal"][:steps])) == terminated
     assert len(mem.episode_end_indices) == len(train)
+
+
+@pytest.mark.dopamine
+def test_demo_prints_memoires_lines_only_and_debug_brings_the_rest_back(tmp_path):
+    """`make demo`'s command (configs/demo_distributed.gin: a learner and 2 spawned actors),
+    at a tiny budget: stdout empty (training has no result line), stderr memoire's lines only.
+    Run again, the finished run says so and trains no more; with --log-level debug, what the
+    other packages print (TensorFlow's C++ logging, gym's notice, deprecations) is back."""
+    base = str(tmp_path / "demo")
+    cmd = [
+        sys.executable,
+        "-m",
+        "memoire.cli",
+        "train",
+        "--gin_files",
+        os.path.join(ROOT, "configs", "demo_distributed.gin"),
+        "--base_dir",
+        base,
+    ]
+    for b in (
+        "Runner.num_iterations = 1",
+        "Runner.training_steps = 150",
+        "Runner.evaluation_steps = 30",
+        "JaxDQNAgent.min_replay_history = 40",
+        "ClassicControlDQNNetwork.hidden_units = 16",
+        "DistributedConfig.publish_period = 20",
+    ):
+        cmd += ["--gin_bindings", b]
+    out = subprocess.run(
+        cmd, env=subprocess_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    # The setting, the learner's endpoints, the iteration (and a phase line per minute).
+    lines = check_quiet(out, most_lines=5)
+    assert all(line.startswith("INFO memoire.") for line in lines), lines
+    assert any("iteration 1/1: train return" in line for line in lines), lines
+
+    again = subprocess.run(
+        [*cmd, "--log-level", "debug"],
+        env=subprocess_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout == ""
+    assert "all 1 iterations are done" in again.stderr and "to start over" in again.stderr
+    assert "iteration 1/1: train return" not in again.stderr  # nothing trained
+    back = chatter(again.stderr)
+    assert len(back) >= 3, again.stderr[-3000:]  # the learner's and both actors' imports
