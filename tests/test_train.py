@@ -323,6 +323,7 @@ def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
 
 
 @pytest.mark.dopamine
+@pytest.mark.slow
 def test_demo_prints_memoires_lines_only_and_debug_brings_the_rest_back(tmp_path):
     """`make demo`'s command (configs/demo_distributed.gin: a learner and 2 spawned actors),
     at a tiny budget: stdout empty (training has no result line), stderr memoire's lines only.
