@@ -325,7 +325,7 @@ class _QuietImporter(importlib.abc.MetaPathFinder):
         if not _quiet or fullname not in _NOISY_IMPORTS:
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if isinstance(finder, _QuietImporter) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:

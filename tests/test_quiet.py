@@ -52,7 +52,8 @@ def test_noisy_module_imports_through_the_filter(quiet, capfd, tmp_path):
     )
     quiet.syspath_prepend(str(tmp_path))
     quiet.setitem(cli._NOISY_IMPORTS, "_noisy_for_test", None)
-    quiet.setattr(sys, "meta_path", [cli._QuietImporter(), *sys.meta_path])
+    # Two of them (one a command installed already, say) find the module once, not forever.
+    quiet.setattr(sys, "meta_path", [cli._QuietImporter(), cli._QuietImporter(), *sys.meta_path])
     quiet.delitem(sys.modules, "_noisy_for_test", raising=False)
     import _noisy_for_test
 
