@@ -620,11 +620,12 @@ def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_pat
 
 
 def test_memoire_serve_stream_flag(tmp_path):
-    import os
     import re
     import signal
     import subprocess
     import sys
+
+    from _subprocess_env import subprocess_env
 
     from memoire import ReplayMemoryClient
 
@@ -640,13 +641,15 @@ def test_memoire_serve_stream_flag(tmp_path):
         "5",
         "--stream",
         f"ipc://{tmp_path}/serve.ipc",
+        "--stream_threads",
+        "2",
     ]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=dict(os.environ),
+        env=subprocess_env(),  # the memoire under test, whatever the folder
         cwd=str(tmp_path),
     )
     try:

@@ -168,7 +168,7 @@ TEST(CorruptedMessagesAreRefused) {
   CHECK(m->SampleDistinct(4, &stale).code() == Code::kFailedPrecondition);
 }
 
-TEST(StackedSlotHoldsSampleParts) {
+TEST(StreamSlotLayoutHoldsSampleParts) {
   auto m = MakeSmallMemory(64, 1);
   StreamLayout layout;
   layout.schema = m->schema();
@@ -176,16 +176,25 @@ TEST(StackedSlotHoldsSampleParts) {
   layout.frame_stack = 3;
   layout.flags.fill(1);
   layout.flags[2] = 0;  // no prev reward stack
-  const StackedSlot st = StackedSlotOf(layout);
+  const BatchLayout st = StreamSlotLayout(layout);
   Parts want(m->schema(), 5, 3);
+  CHECK(st.parts.size() == want.bufs.size());
   size_t end = 0;
-  for (int p = 0; p < StackedSlot::kParts; ++p) {
-    CHECK(st.offset[p] % 64 == 0);
-    CHECK(st.offset[p] >= end);  // in order, no overlap
-    CHECK(st.bytes[p] == (p == 2 ? 0 : want.bufs[p].size()));
-    end = st.offset[p] + st.bytes[p];
+  for (size_t p = 0; p < st.parts.size(); ++p) {
+    CHECK(st.parts[p].offset % BatchLayout::kPartAlign == 0);
+    CHECK(st.parts[p].offset >= end);  // in order, no overlap
+    CHECK(st.parts[p].bytes == (p == 2 ? 0 : want.bufs[p].size()));
+    CHECK(st.parts[p].none == (p == 2));
+    end = st.parts[p].offset + st.parts[p].bytes;
   }
   CHECK(end <= st.slot_bytes);
+  CHECK(st.slot_bytes % BatchLayout::kSlotAlign == 0);
+  CHECK(st.batch_size() == 5);
+  // The same layout without the stream's totals: the feed's ring of a local memory.
+  const BatchLayout local =
+      MemoryBatchLayout(m->schema(), 5, 3, layout.flags.data(), /*totals=*/false);
+  CHECK(local.parts.size() == st.parts.size() - 2);
+  for (size_t p = 0; p < local.parts.size(); ++p) CHECK(local.parts[p].bytes == st.parts[p].bytes);
 }
 
 TEST(StackedNoticesRoundTripAndOthersAreRefused) {

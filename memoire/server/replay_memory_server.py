@@ -30,7 +30,7 @@ from memoire.server.central_service import (
 )
 from memoire.server.checkpoints import MemoryCheckpoints, check_period
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost
-from memoire.server.sampling_service import SamplingService
+from memoire.server.sampling_service import SamplingService, check_threads
 from memoire.server.workers import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Logfile,
@@ -367,6 +367,7 @@ class ReplayMemoryServer:
         and ``deferred`` (remote samples parked, ever)."""
         central = self._central.counters()
         episodes, steps = self._counters.totals()
+        self._sampling.sync_stats()  # the native stream samplers' counts
         with self._stats.lock:
             s = dict(self._stats.counts)
             rejected = dict(self._stats.rejected)
@@ -582,13 +583,23 @@ class ReplayMemoryServer:
         ROUTER socket until :meth:`close`: see :mod:`memoire.server.sampling_service`."""
         self._sampling.worker_main(endpoint, mode)
 
-    def start_stream(self, endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> str:
+    def start_stream(
+        self,
+        endpoint: str = "tcp://127.0.0.1:*",
+        timeout: float = 10.0,
+        threads: Optional[int] = None,
+    ) -> str:
         """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
         or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
+        `threads`: native sampler threads per shared-memory stream (None: the service's
+        setting, by default from the machine's cores; docs/STREAM.md says what stays equal).
 
         Raises:
+          ValueError: `threads` is not an int in [1, 64].
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
+        if threads is not None:
+            self._sampling.threads = check_threads(threads)
         return self._workers.start_threads(
             [(self.stream_worker_main, endpoint, "stream")], timeout
         )["stream"]
