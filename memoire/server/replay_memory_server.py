@@ -578,10 +578,12 @@ class ReplayMemoryServer:
             return None
         return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
 
-    def stream_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+    def stream_worker_main(
+        self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None
+    ) -> None:
         """Serves sampling streams (:class:`memoire.stream.SamplingStream`, central mode) on a
         ROUTER socket until :meth:`close`: see :mod:`memoire.server.sampling_service`."""
-        self._sampling.worker_main(endpoint, mode)
+        self._sampling.worker_main(endpoint, mode, threads)
 
     def start_stream(
         self,
@@ -591,18 +593,22 @@ class ReplayMemoryServer:
     ) -> str:
         """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
         or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
-        `threads`: native sampler threads per shared-memory stream (None: the service's
-        setting, by default from the machine's cores; docs/STREAM.md says what stays equal).
+        `threads`: native sampler threads per shared-memory stream served there (None: 2 on
+        machines with 4 cores or more, else 1; docs/STREAM.md says what stays equal).
 
         Raises:
           ValueError: `threads` is not an int in [1, 64].
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
         if threads is not None:
-            self._sampling.threads = check_threads(threads)
-        return self._workers.start_threads(
-            [(self.stream_worker_main, endpoint, "stream")], timeout
-        )["stream"]
+            threads = check_threads(threads)  # ValueError here, not in the worker
+
+        def stream_worker_main(ep: str, mode: str) -> None:
+            self.stream_worker_main(ep, mode, threads)
+
+        return self._workers.start_threads([(stream_worker_main, endpoint, "stream")], timeout)[
+            "stream"
+        ]
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to

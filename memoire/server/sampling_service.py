@@ -138,9 +138,11 @@ class SamplingService:
     def open_streams(self) -> int:
         return sum(len(t) for t in list(self._tables))
 
-    def worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+    def worker_main(self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None) -> None:
         """Serves sampling streams on a ROUTER socket until the server closes (each call its
-        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc)."""
+        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc).
+        `threads`: sampler threads per shared-memory stream here (None: :attr:`threads`)."""
+        threads = self.threads if threads is None else check_threads(threads)
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
         hub = _core.StreamHub(sock.underlying, SEND_TIMEOUT_MS)
         streams: Dict[bytes, _Stream] = {}
@@ -148,7 +150,7 @@ class SamplingService:
         self._hubs.append(hub)
         next_reap = [0.0]
         try:
-            self._workers.serve([sock], lambda: self._step(sock, hub, streams, next_reap))
+            self._workers.serve([sock], lambda: self._step(sock, hub, streams, next_reap, threads))
         finally:
             hub.clear()
             self.sync_stats()
@@ -167,7 +169,9 @@ class SamplingService:
 
     # ---- the loop
 
-    def _step(self, sock: zmq.Socket, hub, streams: Dict[bytes, _Stream], next_reap: list) -> None:
+    def _step(
+        self, sock, hub, streams: Dict[bytes, _Stream], next_reap: list, threads: int
+    ) -> None:
         now = time.monotonic()
         busy = any(
             s.shm is None and s.credit > 0 and s.paused_until <= now for s in streams.values()
@@ -178,7 +182,10 @@ class SamplingService:
             if frames is None:
                 break
             self._workers.guarded(
-                lambda so, fr: self._handle(so, hub, streams, fr), "stream worker", sock, frames
+                lambda so, fr: self._handle(so, hub, streams, fr, threads),
+                "stream worker",
+                sock,
+                frames,
             )
         now = time.monotonic()
         for ident, s in list(streams.items()):
@@ -262,7 +269,7 @@ class SamplingService:
         self._stats.reject(reason, detail)
         self._reply(sock, ident, error_reply(kind, detail))
 
-    def _handle(self, sock: zmq.Socket, hub, streams: Dict[bytes, _Stream], frames: list) -> None:
+    def _handle(self, sock, hub, streams: Dict[bytes, _Stream], frames: list, threads: int) -> None:
         if len(frames) < 2:
             self._stats.reject("malformed", "stream: a message without a body")
             return
@@ -285,7 +292,7 @@ class SamplingService:
         if stream is not None:
             stream.last_seen = time.monotonic()
         if op == "open":
-            self._open(sock, hub, streams, ident, v)
+            self._open(sock, hub, streams, ident, v, threads)
         elif op in ("credit", "priorities", "close") and stream is None:
             self._refuse(
                 sock,
@@ -351,7 +358,9 @@ class SamplingService:
                 f"its learner has (int64[k] in [0, {s.shm.slots})), got {k!r} and {slots!r}",
             )
 
-    def _open(self, sock, hub, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
+    def _open(
+        self, sock, hub, streams: Dict[bytes, _Stream], ident: bytes, v: dict, threads: int
+    ) -> None:
         n, credit = v.get("batch_size"), v.get("credit")
         if not _is_int(n):
             self._refuse(
@@ -403,12 +412,14 @@ class SamplingService:
             "max_credit": self.max_credit,
         }
         if v.get("shared_memory") is True:
-            self._make_shm(hub, ident, stream, rem, layout)
+            self._make_shm(hub, ident, stream, rem, layout, threads)
         streams[ident] = stream
         self._stats.count("streams_opened")
         self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
 
-    def _make_shm(self, hub, ident: bytes, stream: _Stream, rem, layout: dict) -> None:
+    def _make_shm(
+        self, hub, ident: bytes, stream: _Stream, rem, layout: dict, threads: int
+    ) -> None:
         """Gives `stream` its slots in shared memory (one per credit, each a whole batch in
         the learner's layout) and says where in `layout`; on failure the stream uses the
         wire."""
@@ -428,7 +439,7 @@ class SamplingService:
             ident,
             rem,
             shm,
-            self.threads,
+            threads,
             self._server.rate_limiter,
             int(ERROR_PAUSE_S * 1000),
             int(LIMITED_PAUSE_S * 1000),
