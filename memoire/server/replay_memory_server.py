@@ -30,7 +30,7 @@ from memoire.server.central_service import (
 )
 from memoire.server.checkpoints import MemoryCheckpoints, check_period
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost
-from memoire.server.sampling_service import SamplingService, check_threads
+from memoire.server.sampling_service import SamplingService, check_native, check_threads
 from memoire.server.workers import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Logfile,
@@ -598,10 +598,12 @@ class ReplayMemoryServer:
 
         Raises:
           ValueError: `threads` is not an int in [1, 64].
+          RuntimeError: memoire's native message path is off (the stream needs it).
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
         if threads is not None:
             threads = check_threads(threads)  # ValueError here, not in the worker
+        check_native()
 
         def stream_worker_main(ep: str, mode: str) -> None:
             self.stream_worker_main(ep, mode, threads)

@@ -58,6 +58,7 @@ import zmq
 from memoire import _core, codec
 from memoire.protocol import Msg
 from memoire.server.workers import POLL_MS, Stats, Workers, decode, error_reply, log
+from memoire.transport import native_libzmq
 
 DEFAULT_MAX_CREDIT = 64
 DEFAULT_MAX_STREAMS = 64
@@ -143,6 +144,7 @@ class SamplingService:
         own socket and streams: several endpoints may run side by side, e.g. tcp and ipc).
         `threads`: sampler threads per shared-memory stream here (None: :attr:`threads`)."""
         threads = self.threads if threads is None else check_threads(threads)
+        check_native()
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
         hub = _core.StreamHub(sock.underlying, SEND_TIMEOUT_MS)
         streams: Dict[bytes, _Stream] = {}
@@ -471,6 +473,16 @@ class SamplingService:
             self._refuse(sock, ident, "bad_priorities", "ValueError", f"stream: {e}")
             return
         self._stats.count("stream_priority_updates")
+
+
+def check_native() -> None:
+    """RuntimeError unless memoire's native message path is on (the stream's socket is read
+    and written in C++)."""
+    if not native_libzmq():
+        raise RuntimeError(
+            "sampling streams need memoire's native message path (pyzmq's libzmq, see "
+            "memoire.transport.native_libzmq; MEMOIRE_NATIVE_ZMQ=0 turns it off)"
+        )
 
 
 def check_threads(threads) -> int:
