@@ -15,8 +15,8 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
                          hands out views of it (the socket carries the notices)
 
 Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run,
-and with the learner process's CPU time per batch (all its threads): on a shared machine the
-rates move with the load, the CPU cost much less.
+with the learner process's and the server process's CPU time per batch (all their threads): on a
+shared machine the rates move with the load, the CPU cost much less.
 
 ``--step-ms S`` makes it a learner's loop: after each batch the learner copies the batch's
 stacks into a buffer of its own (as a host-to-device transfer reads them) and then sleeps S ms
@@ -82,19 +82,25 @@ def serve(n: int, ipc_path: str, threads: list, conn) -> None:
         eps["tcp", t] = srv.start_stream("tcp://127.0.0.1:*", threads=t)
         eps["ipc", t] = srv.start_stream(f"ipc://{ipc_path}-{t}", threads=t)
     conn.send(eps)
-    conn.recv()  # until the learner is done
+    while conn.recv() == "cpu":  # until the learner is done
+        conn.send(time.process_time())
     srv.close()
 
 
-def rate(take, seconds: float) -> tuple:
+def rate(take, seconds: float, server) -> tuple:
     """(batches/s, the learner process's CPU ms per batch: all its threads, so a stream's
-    receiving thread and ZeroMQ's I/O thread count; the server process's do not)."""
+    receiving thread and ZeroMQ's I/O thread count; the server process's CPU ms per batch
+    over the same window, all its threads)."""
     take()  # warm: first batch, lazily built rings
+    server.send("cpu")
+    s0 = server.recv()
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         take()
         n += 1
-    return n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
+    r, c = n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
+    server.send("cpu")
+    return r, c, (server.recv() - s0) * 1e3 / max(n, 1)
 
 
 def learner_step(take, step_ms: float):
@@ -198,12 +204,14 @@ def main(argv=None):
         ways = {name: learner_step(take, args.step_ms) for name, take in ways.items()}
     got = {k: [] for k in ways}
     cpu = {k: [] for k in ways}
+    server_cpu = {k: [] for k in ways}
     try:
         for _ in range(args.rounds):
             for name, take in ways.items():
-                r, c = rate(take, args.seconds)
+                r, c, sc = rate(take, args.seconds, parent)
                 got[name].append(r)
                 cpu[name].append(c)
+                server_cpu[name].append(sc)
     finally:
         for s in streams.values():
             s.close()
@@ -219,11 +227,15 @@ def main(argv=None):
         f"(medians; cpus: {os.cpu_count()}; loadavg at start {load}, at end {_loadavg()})"
         + (f"; learner step {args.step_ms} ms (rates are steps/s)" if args.step_ms else "")
     )
-    print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
+    print(
+        f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21} "
+        f"{'server cpu ms/batch':>20}"
+    )
     for name, rates in got.items():
         m = statistics.median(rates)
         print(
-            f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
+            f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f} "
+            f"{statistics.median(server_cpu[name]):20.3f}"
             "   rounds: " + ", ".join(f"{r:.0f}" for r in rates)
         )
 
