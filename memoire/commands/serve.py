@@ -176,8 +176,8 @@ HELP["stream"] = (
 )
 DEFAULTS["stream_threads"] = None
 HELP["stream_threads"] = (
-    "native sampler threads per shared-memory sampling stream, 1..64 (default: 2 on machines "
-    "with 4 cores or more, else 1; docs/STREAM.md)"
+    "native sampler threads per shared-memory sampling stream, 1..64 (default: 2, 1 on a "
+    "single core; docs/STREAM.md)"
 )
 _TYPES["stream_threads"] = int
 

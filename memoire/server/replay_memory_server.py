@@ -593,8 +593,8 @@ class ReplayMemoryServer:
     ) -> str:
         """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
         or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
-        `threads`: native sampler threads per shared-memory stream served there (None: 2 on
-        machines with 4 cores or more, else 1; docs/STREAM.md says what stays equal).
+        `threads`: native sampler threads per shared-memory stream served there (None: 2, 1
+        on a single core; docs/STREAM.md says what stays equal: everything).
 
         Raises:
           ValueError: `threads` is not an int in [1, 64].

@@ -73,10 +73,10 @@ DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
 def default_stream_threads() -> int:
-    """Sampler threads per shared-memory stream by default: 2 where the machine has 4 cores or
-    more (one draws while the other hands its batch over), else 1 (the learner and the memory's
-    copy helper need the other core)."""
-    return 2 if (os.cpu_count() or 1) >= 4 else 1
+    """Sampler threads per shared-memory stream by default: 2, one draws while the other
+    queues its notice and waits for a slot (more than 2 only wait their turn at the memory,
+    whose lock serializes the copies; docs/STREAM.md). One core: 1."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 @dataclasses.dataclass
