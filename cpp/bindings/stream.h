@@ -6,7 +6,8 @@
 // - shared memory (one host): the server wrote each batch into a slot of the mapping in the
 //   final layout; Next receives its notice and the learner hands out views of the slot, which
 //   goes back to the server (Release) once the batch's arrays are dropped. No copy.
-// The server's end sends batches from a ReplayMemory (`_core.stream_send`, `stream_send_shm`).
+// The server's end: rows in messages from a ReplayMemory (`_core.stream_send`); shared-memory
+// streams sampled by native threads (core/stream_sampler.h) behind a StreamHub (stream.cc).
 //
 // Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
 // receiving thread, any thread posting a message (Post) in between. Release may be called

@@ -11,7 +11,7 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
   slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then
   samples each batch straight into a free slot in the learner's final layout (``get_batch``'s
-  draw and arrays, ``StackedSlot`` in ``cpp/core/stream_batch.h``), and the message is a
+  draw and arrays, ``BatchLayout`` in ``cpp/core/batch_layout.h``), and the message is a
   notice of ``seq`` and ``slot``. All ``c`` slots start free; the learner gives slots back
   once it has dropped their batches. Where that fails (no /dev/shm, over ``max_shm_bytes``)
   the reply has no shm entries and the rows travel in the messages.
