@@ -180,7 +180,12 @@ class SamplingService:
         )
         # The hub sends the shared-memory streams' notices and takes their credits meanwhile.
         for k in range(RECV_PER_STEP):
-            frames = hub.poll(0 if busy or k else POLL_MS)
+            try:
+                frames = hub.poll(0 if busy or k else POLL_MS)
+            except RuntimeError as e:  # a socket error: say so, do not spin on it
+                self._stats.reject("internal", f"stream worker: {e}")
+                time.sleep(POLL_MS / 1000)
+                return
             if frames is None:
                 break
             self._workers.guarded(
