@@ -9,20 +9,23 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
   stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
                          rows, stacked on arrival into the feed's ring), rows in the messages
-  stream shm             the same through shared memory: the server samples each batch
-                         straight into a slot the learner maps, in the final layout, and the
-                         learner hands out views of it (the socket carries the notices)
+  stream shm             the same through shared memory: the server's native sampler
+                         threads (N per stream, --stream-threads) draw each batch straight
+                         into a slot the learner maps, in the final layout, and the learner
+                         hands out views of it (the socket carries the notices)
 
 Each remote way is reported as batches/s and as a ratio to in-process get_batch in the same run,
-and with the learner process's CPU time per batch (all its threads): on a shared machine the
-rates move with the load, the CPU cost much less.
+with the learner process's and the server process's CPU time per batch (all their threads): on a
+shared machine the rates move with the load, the CPU cost much less.
 
 ``--step-ms S`` makes it a learner's loop: after each batch the learner copies the batch's
 stacks into a buffer of its own (as a host-to-device transfer reads them) and then sleeps S ms
 (a GPU's training step, which leaves the CPU free). Rates are then steps/s.
 
     python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
-        [--rounds 3] [--credit 32] [--depth 4] [--step-ms 0]
+        [--rounds 3] [--credit 32] [--depth 4] [--step-ms 0] [--stream-threads 1,2] [--shm-only]
+
+Needs only memoire, numpy and pyzmq.
 """
 
 from __future__ import annotations
@@ -67,29 +70,37 @@ def fill(rem, n: int) -> None:
         rem.close_episode()
 
 
-def serve(n: int, ipc_path: str, conn) -> None:
-    """The server process: fills its memory, serves REP and the stream on tcp and ipc."""
+def serve(n: int, ipc_path: str, threads: list, conn) -> None:
+    """The server process: fills its memory, serves REP and the stream on tcp and ipc, one
+    pair of stream endpoints per sampler thread count (keys ("tcp", N) and ("ipc", N))."""
     from memoire.server import ReplayMemoryServer
 
     srv = ReplayMemoryServer(*templates(), n, pub_endpoint=None)
     fill(srv.rem, n)
     eps = srv.start()
-    eps["tcp"] = srv.start_stream("tcp://127.0.0.1:*")
-    eps["ipc"] = srv.start_stream(f"ipc://{ipc_path}")
+    for t in threads:
+        eps["tcp", t] = srv.start_stream("tcp://127.0.0.1:*", threads=t)
+        eps["ipc", t] = srv.start_stream(f"ipc://{ipc_path}-{t}", threads=t)
     conn.send(eps)
-    conn.recv()  # until the learner is done
+    while conn.recv() == "cpu":  # until the learner is done
+        conn.send(time.process_time())
     srv.close()
 
 
-def rate(take, seconds: float) -> tuple:
+def rate(take, seconds: float, server) -> tuple:
     """(batches/s, the learner process's CPU ms per batch: all its threads, so a stream's
-    receiving thread and ZeroMQ's I/O thread count; the server process's do not)."""
+    receiving thread and ZeroMQ's I/O thread count; the server process's CPU ms per batch
+    over the same window, all its threads)."""
     take()  # warm: first batch, lazily built rings
+    server.send("cpu")
+    s0 = server.recv()
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         take()
         n += 1
-    return n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
+    r, c = n / (time.perf_counter() - t0), (time.process_time() - c0) * 1e3 / max(n, 1)
+    server.send("cpu")
+    return r, c, (server.recv() - s0) * 1e3 / max(n, 1)
 
 
 def learner_step(take, step_ms: float):
@@ -107,6 +118,14 @@ def learner_step(take, step_ms: float):
     return step
 
 
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fill", type=int, default=20000, help="transitions stored")
@@ -121,17 +140,35 @@ def main(argv=None):
         default=0.0,
         help="a learner's step after each batch: copy its stacks, then sleep this long",
     )
+    ap.add_argument(
+        "--stream-threads",
+        default=None,
+        help="sampler threads per shared-memory stream, a comma-separated list measured side "
+        "by side (default: the server's default for this machine's cores)",
+    )
+    ap.add_argument(
+        "--shm-only",
+        action="store_true",
+        help="measure in-process get_batch and the shared-memory streams only",
+    )
     args = ap.parse_args(argv)
+    load = _loadavg()  # before this benchmark's own processes
 
     from memoire import ReplayMemory
     from memoire.feed import Feed
     from memoire.remote import RemoteMemory
+    from memoire.server.sampling_service import default_stream_threads
     from memoire.stream import SamplingStream
+
+    if args.stream_threads is None:
+        threads = [default_stream_threads()]
+    else:
+        threads = [int(t) for t in args.stream_threads.split(",")]
 
     ipc_path = os.path.join(tempfile.mkdtemp(prefix="memoire-bench-"), "stream.ipc")
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(
-        target=serve, args=(args.fill, ipc_path, child), daemon=True
+        target=serve, args=(args.fill, ipc_path, threads, child), daemon=True
     )
     proc.start()
     local = ReplayMemory(*templates(), args.fill)
@@ -140,50 +177,65 @@ def main(argv=None):
         raise SystemExit("the server process did not start")
     eps = parent.recv()
     b = args.batch
-    remote = RemoteMemory(eps["rep"], timeout=30)
-    feed = Feed(local, b, depth=args.depth)
-    streams = {
-        f"stream {k}{' shm' if shm else ''}": SamplingStream(
-            eps[k], b, credit=args.credit, depth=args.depth, timeout=30, shared_memory=shm
-        )
-        for shm in (False, True)
-        for k in ("tcp", "ipc")
-    }
-    ways = {
-        "in-process get_batch": lambda: local.get_batch(b),
-        "in-process feed": lambda: next(feed),
-        "RemoteMemory.sample (tcp)": lambda: remote.sample(b),
-        **{name: (lambda s=s: next(s)) for name, s in streams.items()},
-    }
+    remote = feed = None
+    streams = {}
+    ways = {"in-process get_batch": lambda: local.get_batch(b)}
+    if not args.shm_only:
+        remote = RemoteMemory(eps["rep"], timeout=30)
+        feed = Feed(local, b, depth=args.depth)
+        ways["in-process feed"] = lambda: next(feed)
+        ways["RemoteMemory.sample (tcp)"] = lambda: remote.sample(b)
+        for k in ("tcp", "ipc"):
+            streams[f"stream {k}"] = SamplingStream(
+                eps[k, threads[0]],
+                b,
+                credit=args.credit,
+                depth=args.depth,
+                timeout=30,
+                shared_memory=False,
+            )
+    for t in threads:
+        for k in ("tcp", "ipc"):
+            streams[f"stream {k} shm, {t} thr"] = SamplingStream(
+                eps[k, t], b, credit=args.credit, timeout=30, shared_memory=True
+            )
+    ways.update({name: (lambda s=s: next(s)) for name, s in streams.items()})
     if args.step_ms > 0:
         ways = {name: learner_step(take, args.step_ms) for name, take in ways.items()}
     got = {k: [] for k in ways}
     cpu = {k: [] for k in ways}
+    server_cpu = {k: [] for k in ways}
     try:
         for _ in range(args.rounds):
             for name, take in ways.items():
-                r, c = rate(take, args.seconds)
+                r, c, sc = rate(take, args.seconds, parent)
                 got[name].append(r)
                 cpu[name].append(c)
+                server_cpu[name].append(sc)
     finally:
         for s in streams.values():
             s.close()
-        feed.close()
-        remote.close()
+        if feed is not None:
+            feed.close()
+            remote.close()
         parent.send("done")
         proc.join(30)
     ref = statistics.median(got["in-process get_batch"])
     print(
         f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
         f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
-        f"(medians; cpus: {os.cpu_count()})"
+        f"(medians; cpus: {os.cpu_count()}; loadavg at start {load}, at end {_loadavg()})"
         + (f"; learner step {args.step_ms} ms (rates are steps/s)" if args.step_ms else "")
     )
-    print(f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21}")
+    print(
+        f"{'way':<28} {'batches/s':>10} {'ratio':>6} {'learner cpu ms/batch':>21} "
+        f"{'server cpu ms/batch':>20}"
+    )
     for name, rates in got.items():
         m = statistics.median(rates)
         print(
-            f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f}"
+            f"{name:<28} {m:10.0f} {m / ref:6.2f} {statistics.median(cpu[name]):21.3f} "
+            f"{statistics.median(server_cpu[name]):20.3f}"
             "   rounds: " + ", ".join(f"{r:.0f}" for r in rates)
         )
 

@@ -437,6 +437,8 @@ class StreamShm(metaclass=_pybind11_type):
     """A server's shared-memory slots for one sampling stream (a file in /dev/shm): `slots`
     batches of `batch_size` in the learner's final layout, sized by the memory's settings now."""
     def __init__(self, memory: ReplayMemory, batch_size: int, slots: int) -> None: ...
+    @staticmethod
+    def slot_bytes_for(memory: ReplayMemory, batch_size: int) -> int: ...
     @property
     def path(self) -> str: ...
     @property
@@ -460,17 +462,30 @@ def stream_send(
     timeout_ms: int,
 ) -> tuple[int, str | None]: ...
 
-# Shared memory: samples a batch into each of `slots` of `shm` and sends its notice (seq, slot)
-# to `identity`; returns (sent, error message or None): with an error, slots[sent] failed.
-def stream_send_shm(
-    memory: ReplayMemory,
-    socket: int,
-    identity: bytes,
-    shm: StreamShm,
-    slots: list[int],
-    seq0: int,
-    timeout_ms: int,
-) -> tuple[int, str | None]: ...
+class StreamHub(metaclass=_pybind11_type):
+    """The native side of a stream worker's ROUTER socket: shared-memory streams sampled by
+    native threads, their notices sent and their slot credits taken with the GIL released."""
+    def __init__(self, socket: int, send_timeout_ms: int) -> None: ...
+    def add(
+        self,
+        identity: bytes,
+        memory: ReplayMemory,
+        shm: StreamShm,
+        threads: int,
+        limiter: RateLimiter | None,
+        error_pause_ms: int,
+        limited_pause_ms: int,
+    ) -> None: ...
+    def remove(self, identity: bytes) -> bool: ...
+    def clear(self) -> None: ...
+    # The frames (identity, then the message) of the first message it does not take, or None.
+    def poll(self, timeout_ms: int) -> list[bytes] | None: ...
+    def give_back(self, identity: bytes, slots: np.ndarray) -> None: ...
+    def idle_seconds(self, identity: bytes) -> float: ...
+    def held(self, identity: bytes) -> int: ...
+    def take_counts(self) -> dict[str, int]: ...
+    @property
+    def send_failures(self) -> int: ...
 
 class RateLimiter(metaclass=_pybind11_type):
     """Keeps samples per insert within a band, with Reverb's semantics (the Python face is

@@ -366,6 +366,7 @@ def publication(frames: Sequence[Any], max_bytes: int = codec.DEFAULT_MAX_BYTES)
 
 
 _native: Optional[bool] = None
+_native_lock = threading.Lock()  # one thread finds it; the others wait for its answer
 
 
 def native_libzmq() -> bool:
@@ -374,19 +375,21 @@ def native_libzmq() -> bool:
     process in its memory map; ``MEMOIRE_NATIVE_ZMQ=0`` turns the native paths off (the pure
     pyzmq paths do the same work, slower)."""
     global _native
-    if _native is None:
-        _native = False
-        if os.environ.get("MEMOIRE_NATIVE_ZMQ", "1") != "0":
-            path = _loaded_libzmq()
-            why = (
-                "pyzmq's libzmq is not a shared library here"
-                if path is None
-                else _core.attach_libzmq(path)
-            )
-            _native = why is None
-            if why is not None:
-                log.info("native message paths off: %s", why)
-    return _native
+    with _native_lock:  # threads started together must not see a half-made answer
+        if _native is None:
+            native = False
+            if os.environ.get("MEMOIRE_NATIVE_ZMQ", "1") != "0":
+                path = _loaded_libzmq()
+                why = (
+                    "pyzmq's libzmq is not a shared library here"
+                    if path is None
+                    else _core.attach_libzmq(path)
+                )
+                native = why is None
+                if why is not None:
+                    log.info("native message paths off: %s", why)
+            _native = native
+        return _native
 
 
 def _loaded_libzmq() -> Optional[str]:

@@ -101,20 +101,32 @@ SETTINGS = [
 ]
 
 
+# (transport, shared memory, sampler threads per shared-memory stream)
+WAYS = [
+    ("tcp", False, 1),
+    ("ipc", False, 1),
+    ("tcp", True, 1),
+    ("ipc", True, 1),
+    ("ipc", True, 2),
+    ("tcp", True, 4),
+]
+
+
 @pytest.mark.parametrize("settings", SETTINGS)
-@pytest.mark.parametrize(
-    "transport,shm", [("tcp", False), ("ipc", False), ("tcp", True), ("ipc", True)]
-)
-def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, tmp_path):
+@pytest.mark.parametrize("transport,shm,threads", WAYS)
+def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads, tmp_path):
     # The same contents and seed: the stream is the server memory's only sampler, so its
-    # batches are the ones the local memory's get_batch draws, in the same order.
+    # batches are the ones the local memory's get_batch draws, in the same order. With N > 1
+    # sampler threads too: batch seq k is the stream's k-th draw (docs/STREAM.md), so this
+    # pins the order of batches with 2 and 4 threads.
     local = ReplayMemory(*_templates(), 150)
     local.seed(7)
     _configure(local, **settings)
     _fill(local)
     with _server(seed=7, **settings) as srv:
         ep = srv.start_stream(
-            "tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{tmp_path}/stream.ipc"
+            "tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{tmp_path}/stream.ipc",
+            threads=threads,
         )
         with SamplingStream(ep, 16, credit=5, depth=3, timeout=10, shared_memory=shm) as stream:
             assert stream.shared_memory == shm
@@ -179,10 +191,13 @@ def test_credit_bounds_batches_in_flight(credit, depth):
             assert srv.stats()["stream_batches"] <= 3 * (credit + depth) + taken + depth + credit
 
 
-@pytest.mark.parametrize("credit", [1, 3, 8])
-def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit):
+@pytest.mark.parametrize("credit,threads", [(1, 1), (3, 1), (8, 1), (1, 4), (3, 2), (8, 4)])
+def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit, threads):
+    # With any number of sampler threads the slots bound what was drawn: batches sent never
+    # exceed those taken plus the credit (counted by the server).
     with _server() as srv:
-        with SamplingStream(srv.start_stream(), 4, credit=credit, shared_memory=True) as stream:
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(ep, 4, credit=credit, shared_memory=True) as stream:
             assert stream.shared_memory
             taken = 5
             for _ in range(taken):
@@ -204,7 +219,8 @@ def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit
             assert srv.stats()["stream_batches"] <= taken + 5 * credit + 2
 
 
-def test_the_servers_rate_limiter_holds_streams_in_its_band():
+@pytest.mark.parametrize("threads", [1, 4])
+def test_the_servers_rate_limiter_holds_streams_in_its_band(threads):
     from memoire.rate_limiter import SampleToInsertRatio
 
     # Band [36, 164] around 2 * 50: with I transitions inserted, at most 2 * I - 36 rows may
@@ -215,7 +231,8 @@ def test_the_servers_rate_limiter_holds_streams_in_its_band():
         _configure(srv.rem)
         _fill(srv.rem)  # 135 transitions, stored directly: counted by hand
         limiter.inserted(135)
-        with SamplingStream(srv.start_stream(), 8, credit=8, depth=2, timeout=10) as stream:
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(ep, 8, credit=8, depth=2, timeout=10) as stream:
             for _ in range(29):  # (2 * 135 - 36) // 8
                 next(stream)
             time.sleep(0.3)  # room for the server to overshoot, if it would
@@ -313,10 +330,12 @@ def test_restarted_server_is_reported(tmp_path):
         first.close()
 
 
-def test_draw_error_reaches_the_learner_and_the_stream_goes_on():
+@pytest.mark.parametrize("threads", [1, 4])
+def test_draw_error_reaches_the_learner_and_the_stream_goes_on(threads):
     with ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=1) as srv:
         _configure(srv.rem)
-        with SamplingStream(srv.start_stream(), 4, credit=2, depth=1) as stream:
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(ep, 4, credit=2, depth=1) as stream:
             with pytest.raises(RuntimeError, match="no sampleable entry"):
                 next(stream)
             _fill(srv.rem)
@@ -343,9 +362,10 @@ def _stream(values):
     return codec.encode(Msg.STREAM, values)
 
 
-def test_hostile_client_is_refused_counted_and_the_server_keeps_serving():
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_hostile_client_is_refused_counted_and_the_server_keeps_serving(threads):
     with _server() as srv:
-        ep = srv.start_stream()
+        ep = srv.start_stream(threads=threads)
         ctx = zmq.Context()
         bad = ctx.socket(zmq.DEALER)
         bad.linger = 0
@@ -417,10 +437,11 @@ def _shm_files():
     return set(glob.glob("/dev/shm/memoire-stream-*"))
 
 
-def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots(threads):
     before = _shm_files()
     with _server() as srv:
-        ep = srv.start_stream()
+        ep = srv.start_stream(threads=threads)
         with SamplingStream(ep, 4, credit=3, shared_memory=True) as stream:
             assert stream.shared_memory
             next(stream)
@@ -467,6 +488,14 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots():
             ctx.term()
     # The server let go of the slots of the peer that never mapped them.
     assert _shm_files() - before == set()
+
+
+def test_stream_threads_are_checked():
+    with _server() as srv:
+        for bad in (0, 65, 1.5, "2", True):
+            with pytest.raises(ValueError, match="threads"):
+                srv.start_stream(threads=bad)
+        assert srv.stats()["sampling_streams"] == 0  # nothing started
 
 
 # ---------------------------------------------------------------- a hostile server
@@ -620,11 +649,12 @@ def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_pat
 
 
 def test_memoire_serve_stream_flag(tmp_path):
-    import os
     import re
     import signal
     import subprocess
     import sys
+
+    from _subprocess_env import subprocess_env
 
     from memoire import ReplayMemoryClient
 
@@ -640,13 +670,15 @@ def test_memoire_serve_stream_flag(tmp_path):
         "5",
         "--stream",
         f"ipc://{tmp_path}/serve.ipc",
+        "--stream_threads",
+        "2",
     ]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=dict(os.environ),
+        env=subprocess_env(),  # the memoire under test, whatever the folder
         cwd=str(tmp_path),
     )
     try:

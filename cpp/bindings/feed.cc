@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/batch_views.h"
 #include "bindings/common.h"
 #include "bindings/stream.h"
 #include "core/circular_buffer.h"
@@ -23,14 +24,6 @@ namespace memoire {
 CircularBuffer::Outputs OutputsFrom(const CircularBuffer& self, const py::list& outs, int64_t n);
 
 namespace {
-
-// One part of a batch: dtype and shape of the numpy view handed out.
-struct Part {
-  py::dtype dtype;
-  std::vector<py::ssize_t> shape;
-  size_t bytes;
-  bool none = false;  // a field the memory's cache flags leave out: handed out as None
-};
 
 // Keeps a taken slot until the last array of its batch is gone.
 struct Lease {
@@ -55,9 +48,11 @@ class PyFeed {
     for (const py::handle& h : sized_here ? py::list() : templates) {
       py::array a = py::array::ensure(h);
       if (!a) ThrowInvalid("templates: expected numpy arrays");
-      parts_.push_back({a.dtype(), std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()),
-                        static_cast<size_t>(a.nbytes())});
-      o.part_bytes.push_back(static_cast<size_t>(a.nbytes()));
+      BatchPart part;
+      part.dtype = FromNumpy(a.dtype(), "templates");
+      part.shape = ShapeOf(a);
+      part.bytes = static_cast<size_t>(a.nbytes());
+      layout_.parts.push_back(part);
     }
     Prefetcher::Fill fill;
     if (frames_granule < 0)
@@ -77,7 +72,8 @@ class PyFeed {
       auto rm = source.cast<std::shared_ptr<ReplayMemory>>();
       const ReplayMemory::Options mo = rm->options();
       frame_stack_ = mo.frame_stack;
-      o.part_bytes = MemoryLayout(rm->schema(), mo.frame_stack, mo.cache_flags, batch_size);
+      layout_ = MemoryBatchLayout(rm->schema(), batch_size, mo.frame_stack,
+                                  mo.cache_flags.data(), /*totals=*/false);
       fill = MemoryFill(rm, batch_size);
     } else if (py::isinstance<StreamSource>(source)) {
       // A sampling stream: batches come from the server, stacked into the slot on arrival.
@@ -88,10 +84,8 @@ class PyFeed {
                      ", got " + std::to_string(batch_size));
       if (threads != 1) ThrowInvalid("threads: a stream is received by one thread, got " +
                                      std::to_string(threads));
-      std::vector<uint8_t> flags(l.flags.begin(), l.flags.end());
-      o.part_bytes = MemoryLayout(l.schema, l.frame_stack, flags, batch_size);
-      AddPart(py::dtype::of<int64_t>(), {1}, false, &o.part_bytes);  // num_sampleable
-      AddPart(py::dtype::of<double>(), {1}, false, &o.part_bytes);   // total_weight
+      layout_ = MemoryBatchLayout(l.schema, batch_size, l.frame_stack, l.flags.data(),
+                                  /*totals=*/true);
       fill = [src](int t, uint8_t* const* p) { return src->Fill(t, p); };
       stop_ = [src] { src->Stop(); };
     } else if (py::isinstance<CircularBuffer>(source)) {
@@ -102,6 +96,7 @@ class PyFeed {
       ThrowInvalid("source: expected a TransitionStore, CircularBuffer or ReplayMemory, got " +
                    py::str(py::type::of(source).attr("__name__")).cast<std::string>());
     }
+    for (const BatchPart& part : layout_.parts) o.part_bytes.push_back(part.bytes);
     std::unique_ptr<Prefetcher> p;
     ThrowIfError(Prefetcher::Make(o, std::move(fill), &p));
     ring_ = std::shared_ptr<Prefetcher>(std::move(p));
@@ -133,13 +128,7 @@ class PyFeed {
       l->ring->Release(l->slot);
       delete l;
     });
-    uint8_t* const* data = ring->parts(slot);
-    py::tuple out(parts_.size());
-    for (size_t i = 0; i < parts_.size(); ++i)
-      out[i] = parts_[i].none ? py::object(py::none())
-                              : py::object(py::array(parts_[i].dtype, parts_[i].shape, data[i],
-                                                     lease));
-    return out;
+    return BatchViews(layout_, ring->parts(slot), lease);
   }
 
   void Close() {
@@ -224,51 +213,12 @@ class PyFeed {
     };
   }
 
-  // ReplayMemory: parts prev[0..7), next[0..7) (dtype[n, frame_stack, *shape], None where the
-  // cache flags leave a field out), weight f32[n], prob f64[n], done bool[n], id int64[n]:
-  // the settings read now fix the layout.
-  // (a stream's too: the same parts, then num_sampleable int64[1] and total_weight f64[1])
-  std::vector<size_t> MemoryLayout(const Schema& schema, int frame_stack,
-                                   const std::vector<uint8_t>& cache_flags, int64_t n) {
-    std::vector<size_t> bytes;
-    for (int side = 0; side < 2; ++side)
-      for (int f = 0; f < ReplayMemory::kNumFields; ++f) {
-        const Field& fd = schema.field(f);
-        std::vector<py::ssize_t> shape{n, frame_stack};
-        shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
-        AddPart(ToNumpy(fd.dtype), shape, !cache_flags[side * ReplayMemory::kNumFields + f],
-                &bytes);
-      }
-    AddPart(py::dtype::of<float>(), {n}, false, &bytes);
-    AddPart(py::dtype::of<double>(), {n}, false, &bytes);
-    AddPart(py::dtype::of<bool>(), {n}, false, &bytes);
-    AddPart(py::dtype::of<int64_t>(), {n}, false, &bytes);
-    return bytes;
-  }
-
-  void AddPart(const py::dtype& dt, std::vector<py::ssize_t> shape, bool none,
-               std::vector<size_t>* bytes) {
-    size_t b = none ? 0 : static_cast<size_t>(dt.itemsize());
-    for (py::ssize_t d : shape) b *= static_cast<size_t>(d);
-    parts_.push_back({dt, shape, b, none});
-    bytes->push_back(b);
-  }
-
   Prefetcher::Fill MemoryFill(std::shared_ptr<ReplayMemory> rm, int64_t n) {
-    std::vector<bool> none;
-    for (const Part& p : parts_) none.push_back(p.none);
+    const BatchLayout layout = layout_;
     const int frame_stack = frame_stack_;
-    return [rm, n, none, frame_stack](int, uint8_t* const* p) {
-      constexpr int F = ReplayMemory::kNumFields;
+    return [rm, n, layout, frame_stack](int, uint8_t* const* p) {
       ReplayMemory::SampleOut out;
-      for (int f = 0; f < F; ++f) {
-        out.prev[f] = none[f] ? nullptr : p[f];
-        out.next[f] = none[F + f] ? nullptr : p[F + f];
-      }
-      out.weight = reinterpret_cast<float*>(p[2 * F]);
-      out.prob = reinterpret_cast<double*>(p[2 * F + 1]);
-      out.done = p[2 * F + 2];
-      out.id = reinterpret_cast<int64_t*>(p[2 * F + 3]);
+      layout.Point(p, &out);
       out.frame_stack = frame_stack;
       int now = frame_stack;
       out.frame_stack_now = &now;
@@ -303,7 +253,8 @@ class PyFeed {
     };
   }
 
-  std::vector<Part> parts_;
+  // The parts handed out: a memory's or stream's batch (core/batch_layout.h), or the templates.
+  BatchLayout layout_;
   int frame_stack_ = 0;  // ReplayMemory: the setting the layout was sized for
   std::function<void()> stop_;  // a stream source: ends a receive in progress
   std::shared_ptr<Prefetcher> ring_;

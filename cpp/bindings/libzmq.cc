@@ -117,6 +117,13 @@ int Receive(void* socket, int timeout_ms, Frames* out) {
   }
 }
 
+int WaitReadable(void* socket, int fd, int timeout_ms) {
+  PollItem items[2] = {{socket, 0, kPollIn, 0}, {nullptr, fd, kPollIn, 0}};
+  const int rc = g_api.poll(items, fd >= 0 ? 2 : 1, timeout_ms);
+  if (rc < 0) return g_api.errno_() == kEIntr ? 0 : -1;
+  return ((items[0].revents & kPollIn) ? 1 : 0) | ((items[1].revents & kPollIn) ? 2 : 0);
+}
+
 bool Send(void* socket, const std::vector<OutFrame>& frames, int timeout_ms,
           const std::shared_ptr<const void>& keep) {
   // Wait for room first, so that a message is queued whole or not at all.

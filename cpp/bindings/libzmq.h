@@ -51,6 +51,11 @@ class Frames {
 // in the log of the caller).
 int Receive(void* socket, int timeout_ms, Frames* out);
 
+// Waits up to timeout_ms until `socket` has a message or the file descriptor `fd` (-1: none,
+// e.g. an eventfd another thread writes to wake this one) is readable. Returns a bit mask
+// (1: the socket, 2: fd; 0 when neither in time), -1 on a socket error.
+int WaitReadable(void* socket, int fd, int timeout_ms);
+
 // Sends frames as one multipart message, waiting up to timeout_ms for room. Small frames are
 // copied into libzmq's messages; large ones are sent without a copy, `keep` holding their bytes
 // alive until libzmq's I/O thread lets go (so `keep` must not need the GIL to be released).

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,14 +16,18 @@
 #include <memory>
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bindings/batch_views.h"
 #include "bindings/common.h"
 #include "bindings/libzmq.h"
+#include "core/rate_limiter.h"
 #include "core/replay_memory.h"
+#include "core/stream_sampler.h"
 
 namespace memoire {
 
@@ -314,55 +319,190 @@ std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std
 struct ServerShm {
   std::unique_ptr<ShmRegion> region;
   StreamLayout layout;
-  StackedSlot stacked;
+  BatchLayout slot_layout;
   int64_t slots = 0;
 };
 
-// Keeps a notice's bytes until libzmq's I/O thread has sent them.
-struct SentNotice {
-  std::array<int64_t, 2> values;
-  std::string header;
+// The native side of one stream worker's ROUTER socket: the shared-memory streams' samplers
+// (core/stream_sampler.h), whose notices it sends and whose slot credits it takes, all on the
+// worker's thread with the GIL released (Poll); every other message goes to Python.
+class StreamHub {
+ public:
+  StreamHub(void* socket, int send_timeout_ms)
+      : socket_(socket), send_timeout_ms_(send_timeout_ms),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        counts_(std::make_shared<StreamCounts>()) {
+    if (wake_fd_ < 0)
+      ThrowIfError(Error(Code::kResourceExhausted, "stream: eventfd: ", std::strerror(errno)));
+  }
+  ~StreamHub() {
+    Clear();
+    close(wake_fd_);
+  }
+
+  // Starts the sampler of `identity`'s stream (its slots in `shm`), replacing any.
+  void Add(const std::string& identity, std::shared_ptr<ReplayMemory> rm,
+           std::shared_ptr<ServerShm> shm, int threads, std::shared_ptr<RateLimiter> limiter,
+           int error_pause_ms, int limited_pause_ms) {
+    Remove(identity);
+    StreamSampler::Options o;
+    o.memory = std::move(rm);
+    o.limiter = std::move(limiter);
+    o.layout = shm->slot_layout;
+    o.frame_stack = shm->layout.frame_stack;
+    o.base = shm->region->data();
+    o.keep = shm;
+    o.slots = shm->slots;
+    o.threads = threads;
+    o.error_pause_ms = error_pause_ms;
+    o.limited_pause_ms = limited_pause_ms;
+    o.counts = counts_;
+    const int fd = wake_fd_;
+    o.wake = [fd] {
+      const uint64_t one = 1;
+      (void)!write(fd, &one, sizeof(one));  // a full counter still wakes the poll
+    };
+    std::unique_ptr<StreamSampler> sampler;
+    ThrowIfError(StreamSampler::Make(std::move(o), &sampler));
+    std::lock_guard<std::mutex> l(mu_);
+    samplers_[identity] = std::move(sampler);
+  }
+
+  // Stops `identity`'s sampler (joins its threads) and forgets it; false when there is none.
+  bool Remove(const std::string& identity) {
+    std::shared_ptr<StreamSampler> s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = samplers_.find(identity);
+      if (it == samplers_.end()) return false;
+      s = std::move(it->second);
+      samplers_.erase(it);
+    }
+    s->Stop();
+    return true;
+  }
+
+  void Clear() {
+    std::map<std::string, std::shared_ptr<StreamSampler>> all;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      all.swap(samplers_);
+    }
+    for (auto& kv : all) kv.second->Stop();
+  }
+
+  std::shared_ptr<StreamSampler> Find(const std::string& identity) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = samplers_.find(identity);
+    return it == samplers_.end() ? nullptr : it->second;
+  }
+
+  // Sends what the samplers have ready and takes the slot credits that arrive, for up to
+  // timeout_ms; returns early with the first message that is not a sampler's slot credit
+  // (*out set) for Python to handle. kFailedPrecondition on a socket error.
+  Status Poll(int timeout_ms, std::unique_ptr<libzmq::Frames>* out) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      SendReady();
+      for (int k = 0; k < kReceivePerStep; ++k) {
+        auto frames = std::make_unique<libzmq::Frames>();
+        const int rc = libzmq::Receive(socket_, 0, frames.get());
+        if (rc < 0)
+          return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+        if (rc == 0) break;
+        if (!TakeCredit(*frames)) {
+          *out = std::move(frames);
+          return Status::OK();
+        }
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - Clock::now()).count();
+      if (left <= 0) {
+        SendReady();
+        return Status::OK();
+      }
+      const int rc = libzmq::WaitReadable(socket_, wake_fd_, static_cast<int>(left));
+      if (rc < 0)
+        return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+      if (rc & 2) {
+        uint64_t v;
+        (void)!read(wake_fd_, &v, sizeof(v));
+      }
+    }
+  }
+
+  StreamCounts& counts() { return *counts_; }
+  int64_t send_failures() const { return send_failures_.load(); }
+
+ private:
+  static constexpr int kReceivePerStep = 64;
+
+  // A sampler's slot credit, taken here (true); anything else is Python's (false), a credit
+  // the sampler refuses included (Python refuses it again, counted and answered).
+  bool TakeCredit(const libzmq::Frames& frames) {
+    if (frames.size() < 2) return false;
+    const std::string identity(reinterpret_cast<const char*>(frames.data(0)), frames.bytes(0));
+    std::shared_ptr<StreamSampler> s = Find(identity);
+    if (!s) return false;
+    std::vector<codec::Frame> views(frames.size() - 1);
+    for (size_t i = 1; i < frames.size(); ++i) views[i - 1] = {frames.data(i), frames.bytes(i)};
+    if (!ReadSlotCredit(views.data(), views.size(), s->slots(), &slots_)) return false;
+    return s->GiveBack(slots_.data(), static_cast<int64_t>(slots_.size())).ok();
+  }
+
+  void SendReady() {
+    std::vector<std::pair<std::string, std::shared_ptr<StreamSampler>>> all;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& kv : samplers_) all.emplace_back(kv.first, kv.second);
+    }
+    for (auto& [identity, sampler] : all) {
+      ready_.clear();
+      sampler->PopReady(&ready_);
+      for (const StreamSampler::Outcome& o : ready_) {
+        std::vector<std::string> frames;
+        std::vector<codec::Frame> data;
+        std::array<int64_t, 2> values;
+        std::vector<libzmq::OutFrame> out{{identity.data(), identity.size()}};
+        Status st;
+        if (o.error.empty()) {
+          frames.resize(1);
+          st = EncodeStackedNotice(o.seq, o.slot, &values, &frames[0], &data);
+          out.push_back({frames[0].data(), frames[0].size()});
+          for (const codec::Frame& f : data) out.push_back({f.data, f.size});
+        } else {
+          st = EncodeSlotError(kDrawError, o.error, o.slot, &frames);
+          for (const std::string& f : frames) out.push_back({f.data(), f.size()});
+        }
+        // Small frames: libzmq copies them (no keep needed).
+        if (!st.ok() || !libzmq::Send(socket_, out, send_timeout_ms_, nullptr))
+          send_failures_.fetch_add(1);
+      }
+    }
+  }
+
+  void* const socket_;
+  const int send_timeout_ms_;
+  const int wake_fd_;
+  std::shared_ptr<StreamCounts> counts_;
+  std::mutex mu_;  // guards samplers_
+  std::map<std::string, std::shared_ptr<StreamSampler>> samplers_;
+  std::vector<StreamSampler::Outcome> ready_;  // Poll's scratch
+  std::vector<int64_t> slots_;                 // Poll's scratch
+  std::atomic<int64_t> send_failures_{0};
 };
 
-// Samples a batch of the stream's size into each of `slots` (in order) and sends its notice
-// (numbered seq0, seq0 + 1, ...) to `identity`. Returns (sent, error) as SendBatches; the
-// batch of slots[sent] failed when error is set.
-std::pair<int64_t, Status> SendShmBatches(ReplayMemory* rm, void* socket,
-                                          const std::string& identity, ServerShm* shm,
-                                          const std::vector<int64_t>& slots, int64_t seq0,
-                                          int timeout_ms) {
-  constexpr int F = protocol::kNumFields;
-  const StackedSlot& st = shm->stacked;
-  int64_t sent = 0;
-  for (; sent < static_cast<int64_t>(slots.size()); ++sent) {
-    uint8_t* base = shm->region->data() + static_cast<size_t>(slots[sent]) * st.slot_bytes;
-    auto part = [&](int p) { return st.bytes[p] > 0 ? base + st.offset[p] : nullptr; };
-    ReplayMemory::SampleOut out;
-    for (int f = 0; f < F; ++f) {
-      out.prev[f] = part(f);
-      out.next[f] = part(F + f);
-    }
-    out.weight = reinterpret_cast<float*>(part(2 * F));
-    out.prob = reinterpret_cast<double*>(part(2 * F + 1));
-    out.done = part(2 * F + 2);
-    out.id = reinterpret_cast<int64_t*>(part(2 * F + 3));
-    out.num_sampleable = reinterpret_cast<int64_t*>(part(2 * F + 4));
-    out.total_weight = reinterpret_cast<double*>(part(2 * F + 5));
-    out.frame_stack = shm->layout.frame_stack;  // the slots' size: a change fails the draw
-    Status s = rm->Sample(shm->layout.batch_size, out);
-    auto notice = std::make_shared<SentNotice>();
-    std::vector<codec::Frame> data;
-    if (s.ok()) s = EncodeStackedNotice(seq0 + sent, slots[sent], &notice->values,
-                                        &notice->header, &data);
-    if (!s.ok()) return {sent, s};
-    std::vector<libzmq::OutFrame> frames{{identity.data(), identity.size()},
-                                         {notice->header.data(), notice->header.size()}};
-    for (const codec::Frame& f : data) frames.push_back({f.data, f.size});
-    if (!libzmq::Send(socket, frames, timeout_ms,
-                      std::shared_ptr<const void>(notice, notice.get())))
-      return {sent, Error(Code::kFailedPrecondition, "stream: send failed: ", libzmq::LastError())};
-  }
-  return {sent, Status::OK()};
+// The layout of a stream of batches of n from `rm` as it is set now.
+StreamLayout MemoryStreamLayout(const ReplayMemory& rm, int64_t n) {
+  const ReplayMemory::Options o = rm.options();
+  StreamLayout l;
+  l.schema = rm.schema();
+  l.batch_size = n;
+  l.frame_stack = o.frame_stack;
+  l.multi_step = o.multi_step;
+  for (size_t i = 0; i < l.flags.size(); ++i) l.flags[i] = o.cache_flags[i];
+  return l;
 }
 
 StreamLayout LayoutFrom(const py::list& templates, int64_t batch_size, int frame_stack,
@@ -397,34 +537,6 @@ struct SlotLease {
   std::shared_ptr<StreamSource> source;
   int64_t slot;
 };
-
-// The views of a shared-memory stream's slot handed out by `take`: one array per part
-// (None for a stack the flags leave out), each keeping `lease` (the slot) alive.
-py::tuple SlotViews(const StreamSource& src, int64_t slot, const py::capsule& lease) {
-  constexpr int F = protocol::kNumFields;
-  const StreamLayout& l = src.layout();
-  const StackedSlot& st = src.stacked();
-  const py::ssize_t n = l.batch_size;
-  uint8_t* base = src.slot_data(slot);
-  py::tuple out(StackedSlot::kParts);
-  for (int p = 0; p < 2 * F; ++p) {
-    if (st.bytes[p] == 0) {
-      out[p] = py::none();
-      continue;
-    }
-    const Field& fd = l.schema.field(p % F);
-    std::vector<py::ssize_t> shape{n, l.frame_stack};
-    shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
-    out[p] = py::array(ToNumpy(fd.dtype), shape, base + st.offset[p], lease);
-  }
-  const py::dtype small[6] = {py::dtype::of<float>(), py::dtype::of<double>(),
-                              py::dtype::of<bool>(), py::dtype::of<int64_t>(),
-                              py::dtype::of<int64_t>(), py::dtype::of<double>()};
-  for (int k = 0; k < 6; ++k)
-    out[2 * F + k] = py::array(small[k], std::vector<py::ssize_t>{k < 4 ? n : 1},
-                               base + st.offset[2 * F + k], lease);
-  return out;
-}
 
 }  // namespace
 
@@ -467,11 +579,11 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
              o.ping_message = Strings(ping_message);
              if (!shm_path.empty()) {
                // The server's slots must be exactly this layout's: every view stays inside.
-               o.stacked = StackedSlotOf(o.layout);
+               o.slot_layout = StreamSlotLayout(o.layout);
                if (shm_slots < 1 || shm_slots > (int64_t(1) << 20) ||
-                   shm_slot_bytes != o.stacked.slot_bytes)
+                   shm_slot_bytes != o.slot_layout.slot_bytes)
                  ThrowIfError(Error(Code::kDataLoss, "shared memory: expected slots of ",
-                                    o.stacked.slot_bytes, " bytes, got ", shm_slots,
+                                    o.slot_layout.slot_bytes, " bytes, got ", shm_slots,
                                     " slots of ", shm_slot_bytes));
                std::unique_ptr<ShmRegion> r;
                ThrowIfError(ShmRegion::Open(shm_path, shm_slot_bytes * shm_slots, &r));
@@ -502,7 +614,10 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
                l->source->Release(l->slot);
                delete l;
              });
-             return SlotViews(*src, slot, lease);
+             const BatchLayout& l = src->slot_layout();
+             std::vector<uint8_t*> parts(l.parts.size());
+             l.PartsAt(src->slot_data(slot), parts.data());
+             return BatchViews(l, parts.data(), lease);
            }, R"doc(
 Shared memory: the next batch, as views of its slot: prev[7], next[7] (None where the flags
 leave a stack out), weight, prob, done, id, num_sampleable int64[1], total_weight f64[1].
@@ -526,29 +641,28 @@ refused or its draw failed (attribute server_error), when nothing came within th
 A server's shared-memory slots for one sampling stream (a new file in /dev/shm, mode 0600,
 removed by the learner once mapped, or when this object goes). StreamShm(memory, batch_size,
 slots): room for `slots` batches of the memory's layout now (frame_stack, cache_flags), each
-written as the learner reads it (core/stream_batch.h, StackedSlot).
+written as the learner reads it (core/batch_layout.h; slot_bytes a whole number of pages).
 )doc")
       .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int64_t slots) {
              if (batch_size < 1 || slots < 1)
                ThrowInvalid("batch_size and slots: expected >= 1");
              auto shm = std::make_shared<ServerShm>();
-             const ReplayMemory::Options o = rm.options();
-             shm->layout.schema = rm.schema();
-             shm->layout.batch_size = batch_size;
-             shm->layout.frame_stack = o.frame_stack;
-             shm->layout.multi_step = o.multi_step;
-             for (size_t i = 0; i < shm->layout.flags.size(); ++i)
-               shm->layout.flags[i] = o.cache_flags[i];
-             shm->stacked = StackedSlotOf(shm->layout);
+             shm->layout = MemoryStreamLayout(rm, batch_size);
+             shm->slot_layout = StreamSlotLayout(shm->layout);
              shm->slots = slots;
-             ThrowIfError(ShmRegion::Create(shm->stacked.slot_bytes * slots, &shm->region));
+             ThrowIfError(ShmRegion::Create(shm->slot_layout.slot_bytes * slots, &shm->region));
              return shm;
            }),
            py::arg("memory"), py::arg("batch_size"), py::arg("slots"))
+      .def_static("slot_bytes_for", [](const ReplayMemory& rm, int64_t batch_size) {
+             if (batch_size < 1) ThrowInvalid("batch_size: expected >= 1");
+             return StreamSlotLayout(MemoryStreamLayout(rm, batch_size)).slot_bytes;
+           }, py::arg("memory"), py::arg("batch_size"),
+           "The bytes of one slot for batches of batch_size from memory as it is set now.")
       .def_property_readonly("path", [](const ServerShm& s) { return s.region->path(); })
       .def_property_readonly("bytes", [](const ServerShm& s) { return s.region->bytes(); })
       .def_property_readonly("slot_bytes",
-                             [](const ServerShm& s) { return s.stacked.slot_bytes; })
+                             [](const ServerShm& s) { return s.slot_layout.slot_bytes; })
       .def_property_readonly("slots", [](const ServerShm& s) { return s.slots; });
 
   m.def("stream_send",
@@ -582,35 +696,102 @@ Returns (sent, error):
 error is None, or the message of the draw or send that failed (nothing is sent after it).
 )doc");
 
-  m.def("stream_send_shm",
-        [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity,
-           std::shared_ptr<ServerShm> shm, const std::vector<int64_t>& slots, int64_t seq0,
-           int timeout_ms) -> py::tuple {
-          if (!libzmq::Attached())
-            ThrowIfError(Error(Code::kFailedPrecondition, "stream_send_shm: needs attach_libzmq"));
-          if (!shm) ThrowInvalid("shm: expected a StreamShm");
-          for (int64_t slot : slots)
-            if (slot < 0 || slot >= shm->slots)
-              ThrowInvalid("slots: expected values in [0, " + std::to_string(shm->slots) +
-                           "), got " + std::to_string(slot));
-          const std::string id = identity;
-          std::pair<int64_t, Status> r;
-          {
-            py::gil_scoped_release release;
-            r = SendShmBatches(&rm, reinterpret_cast<void*>(socket), id, shm.get(), slots, seq0,
-                               timeout_ms);
-          }
-          py::object error = py::none();
-          if (!r.second.ok()) error = py::str(r.second.message());
-          return py::make_tuple(r.first, error);
-        },
-        py::arg("memory"), py::arg("socket"), py::arg("identity"), py::arg("shm"),
-        py::arg("slots"), py::arg("seq0"), py::arg("timeout_ms"), R"doc(
-Shared memory: samples one batch into each of `slots` of `shm` (ReplayMemory.get_batch's
-draw, written in the learner's layout) and sends its notice (numbered seq0, seq0 + 1, ...) to
-`identity` on a ROUTER socket, with the GIL released. Returns (sent, error) as stream_send:
-when error is set, the batch of slots[sent] failed.
-)doc");
+  py::class_<StreamHub, std::shared_ptr<StreamHub>>(m, "StreamHub", R"doc(
+The native side of a stream worker's ROUTER socket (private: memoire/server/sampling_service.py).
+StreamHub(socket, send_timeout_ms): `socket` is the ROUTER's `underlying` address (requires
+attach_libzmq); only the worker's thread uses the socket, in `poll` and between polls.
+Shared-memory streams are sampled by native threads (core/stream_sampler.h): `add` starts one,
+`poll` sends their notices in draw order and takes their slot credits, with the GIL released.
+)doc")
+      .def(py::init([](uintptr_t socket, int send_timeout_ms) {
+             if (!libzmq::Attached())
+               ThrowIfError(Error(Code::kFailedPrecondition, "StreamHub: needs attach_libzmq"));
+             if (socket == 0) ThrowInvalid("socket: expected a socket address, got 0");
+             if (send_timeout_ms < 0) ThrowInvalid("send_timeout_ms: expected >= 0");
+             return std::make_shared<StreamHub>(reinterpret_cast<void*>(socket),
+                                                send_timeout_ms);
+           }),
+           py::arg("socket"), py::arg("send_timeout_ms"))
+      .def("add",
+           [](StreamHub& h, const py::bytes& identity, std::shared_ptr<ReplayMemory> rm,
+              std::shared_ptr<ServerShm> shm, int threads, std::shared_ptr<RateLimiter> limiter,
+              int error_pause_ms, int limited_pause_ms) {
+             if (!rm || !shm) ThrowInvalid("add: expected a ReplayMemory and a StreamShm");
+             if (threads < 1 || threads > 256)
+               ThrowInvalid("threads: expected 1..256, got " + std::to_string(threads));
+             const std::string id = identity;
+             py::gil_scoped_release release;  // Add may stop a previous sampler (joins)
+             h.Add(id, std::move(rm), std::move(shm), threads, std::move(limiter),
+                   error_pause_ms, limited_pause_ms);
+           },
+           py::arg("identity"), py::arg("memory"), py::arg("shm"), py::arg("threads"),
+           py::arg("limiter"), py::arg("error_pause_ms"), py::arg("limited_pause_ms"),
+           "Starts `threads` sampler threads for the peer `identity`, writing into `shm`'s "
+           "slots (all free now), obeying `limiter` (None: no limiter).")
+      .def("remove",
+           [](StreamHub& h, const py::bytes& identity) {
+             const std::string id = identity;
+             py::gil_scoped_release release;
+             return h.Remove(id);
+           },
+           py::arg("identity"), "Stops and forgets the peer's sampler; False when none.")
+      .def("clear", [](StreamHub& h) {
+             py::gil_scoped_release release;
+             h.Clear();
+           }, "Stops and forgets every sampler.")
+      .def("poll",
+           [](StreamHub& h, int timeout_ms) -> py::object {
+             std::unique_ptr<libzmq::Frames> frames;
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = h.Poll(std::max(0, timeout_ms), &frames);
+             }
+             ThrowIfError(s);
+             if (!frames) return py::none();
+             py::list out;
+             for (size_t i = 0; i < frames->size(); ++i)
+               out.append(py::bytes(reinterpret_cast<const char*>(frames->data(i)),
+                                    frames->bytes(i)));
+             return out;
+           },
+           py::arg("timeout_ms"), R"doc(
+Sends the samplers' ready notices and takes their slot credits for up to timeout_ms (GIL
+released); returns the frames (bytes: identity, then the message) of the first other message,
+or None. RuntimeError on a socket error.
+)doc")
+      .def("give_back",
+           [](StreamHub& h, const py::bytes& identity, const py::array_t<int64_t>& slots) {
+             std::shared_ptr<StreamSampler> s = h.Find(identity);
+             if (!s) ThrowInvalid("give_back: no sampler for this peer");
+             auto a = ArrayOf<int64_t>(slots, "slots");
+             ThrowIfError(s->GiveBack(a.data(), static_cast<int64_t>(a.size())));
+           },
+           py::arg("identity"), py::arg("slots"),
+           "The peer gives slots back (ValueError, nothing changed, unless it holds each).")
+      .def("idle_seconds",
+           [](StreamHub& h, const py::bytes& identity) {
+             std::shared_ptr<StreamSampler> s = h.Find(identity);
+             return s ? s->idle_seconds() : -1.0;
+           },
+           py::arg("identity"), "Seconds since the peer last gave slots back (-1: no sampler).")
+      .def("held",
+           [](StreamHub& h, const py::bytes& identity) -> int64_t {
+             std::shared_ptr<StreamSampler> s = h.Find(identity);
+             return s ? s->held() : -1;
+           },
+           py::arg("identity"), "Slots the peer holds (-1: no sampler).")
+      .def("take_counts",
+           [](StreamHub& h) {
+             StreamCounts& c = h.counts();
+             return py::dict(py::arg("stream_batches") = c.batches.exchange(0),
+                             py::arg("rows_sampled") = c.rows.exchange(0),
+                             py::arg("stream_draw_errors") = c.draw_errors.exchange(0),
+                             py::arg("stream_rate_limited") = c.rate_limited.exchange(0));
+           },
+           "The samplers' counts since the last call (each counted once).")
+      .def_property_readonly("send_failures", &StreamHub::send_failures,
+                             "notices that could not be queued in time");
 }
 
 }  // namespace memoire

@@ -6,7 +6,8 @@
 // - shared memory (one host): the server wrote each batch into a slot of the mapping in the
 //   final layout; Next receives its notice and the learner hands out views of the slot, which
 //   goes back to the server (Release) once the batch's arrays are dropped. No copy.
-// The server's end sends batches from a ReplayMemory (`_core.stream_send`, `stream_send_shm`).
+// The server's end: rows in messages from a ReplayMemory (`_core.stream_send`); shared-memory
+// streams sampled by native threads (core/stream_sampler.h) behind a StreamHub (stream.cc).
 //
 // Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
 // receiving thread, any thread posting a message (Post) in between. Release may be called
@@ -67,12 +68,10 @@ class StreamSource {
     int64_t credit_chunk = 1; // credit returned after this many batches were received
     // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
     std::vector<std::string> credit_message, ping_message;
-    // Shared memory: the mapping, its slots (each stacked.slot_bytes) and the encoded
-    // credit message without its slots (memoire.codec frames of {"op": "credit"}): the
-    // returned slots are added to it.
+    // Shared memory: the mapping and its slots (each slot_layout.slot_bytes).
     std::shared_ptr<ShmRegion> shm;
     int64_t slots = 0;
-    StackedSlot stacked;
+    BatchLayout slot_layout;
   };
   explicit StreamSource(Options o)
       : opt_(std::move(o)), held_(static_cast<size_t>(opt_.slots), 0) {}
@@ -90,7 +89,7 @@ class StreamSource {
   // again); it goes back with the next credit message. Ignores a slot not handed out.
   void Release(int64_t slot);
   uint8_t* slot_data(int64_t slot) const {
-    return opt_.shm->data() + static_cast<size_t>(slot) * opt_.stacked.slot_bytes;
+    return opt_.shm->data() + static_cast<size_t>(slot) * opt_.slot_layout.slot_bytes;
   }
   bool shared_memory() const { return opt_.shm != nullptr; }
   // Queues an encoded message (frames) for the server; it leaves at once unless a receive is
@@ -100,7 +99,7 @@ class StreamSource {
   void Stop() { stopping_.store(true); }
 
   const StreamLayout& layout() const { return opt_.layout; }
-  const StackedSlot& stacked() const { return opt_.stacked; }
+  const BatchLayout& slot_layout() const { return opt_.slot_layout; }
   int64_t received() const { return received_.load(); }
   int64_t credit_returned() const { return credit_returned_.load(); }
   int64_t last_seq() const { return last_seq_.load(); }

@@ -235,24 +235,9 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
   return Status::OK();
 }
 
-StackedSlot StackedSlotOf(const StreamLayout& layout) {
-  constexpr int F = protocol::kNumFields;
-  StackedSlot s;
-  const size_t n = static_cast<size_t>(layout.batch_size);
-  for (int side = 0; side < 2; ++side)
-    for (int f = 0; f < F; ++f)
-      s.bytes[side * F + f] = layout.flags[side * F + f]
-                                  ? n * layout.frame_stack * layout.schema.field(f).bytes()
-                                  : 0;
-  const size_t small[6] = {n * sizeof(float), n * sizeof(double), n, n * sizeof(int64_t),
-                           sizeof(int64_t), sizeof(double)};
-  for (int k = 0; k < 6; ++k) s.bytes[2 * F + k] = small[k];
-  for (int p = 0; p < StackedSlot::kParts; ++p) {
-    s.offset[p] = s.slot_bytes;
-    s.slot_bytes += (s.bytes[p] + 63) / 64 * 64;
-  }
-  if (s.slot_bytes == 0) s.slot_bytes = 64;
-  return s;
+BatchLayout StreamSlotLayout(const StreamLayout& layout) {
+  return MemoryBatchLayout(layout.schema, layout.batch_size, layout.frame_stack,
+                           layout.flags.data(), /*totals=*/true);
 }
 
 Status EncodeStackedNotice(int64_t seq, int64_t slot, std::array<int64_t, 2>* values,
@@ -282,6 +267,52 @@ Status ReadStackedNotice(const Frame* frames, size_t n_frames, int64_t* seq, int
   for (const Entry& e : m.entries)
     std::memcpy(e.name == "seq" ? seq : slot, frames[1 + e.frame].data, sizeof(int64_t));
   return Status::OK();
+}
+
+Status EncodeSlotError(const std::string& kind, const std::string& reason, int64_t slot,
+                       std::vector<std::string>* frames) {
+  codec::Message m;
+  m.type = MsgType::kError;
+  auto str = [](const char* name, const std::string& v) {
+    Entry e = Array(name, DType::kUInt8, {static_cast<int64_t>(v.size())});
+    e.kind = Kind::kStr;
+    return e;
+  };
+  m.entries = {str("error", kind), str("reason", reason), Array("slot", DType::kInt64, {})};
+  frames->assign(4, std::string());
+  MEMOIRE_RETURN_IF_ERROR(codec::Finalize(&m));
+  MEMOIRE_RETURN_IF_ERROR(codec::EncodeHeader(m, &(*frames)[0]));
+  (*frames)[1] = kind;
+  (*frames)[2] = reason;
+  (*frames)[3].assign(reinterpret_cast<const char*>(&slot), sizeof(slot));
+  return Status::OK();
+}
+
+bool ReadSlotCredit(const Frame* frames, size_t n_frames, int64_t max_slots,
+                    std::vector<int64_t>* slots) {
+  codec::Message m;
+  codec::Limits limits;
+  limits.max_payload_bytes = 64 + static_cast<uint64_t>(max_slots) * sizeof(int64_t);
+  if (n_frames != 4 || !DecodeFrames(frames, n_frames, limits, &m).ok() ||
+      m.type != MsgType::kStream || m.entries.size() != 3)
+    return false;
+  const Entry& op = m.entries[0];
+  const Entry& credit = m.entries[1];
+  const Entry& list = m.entries[2];
+  const Frame& opf = frames[1 + op.frame];
+  if (op.name != "op" || op.kind != Kind::kStr || opf.size != 6 ||
+      std::memcmp(opf.data, "credit", 6) != 0)
+    return false;
+  if (credit.name != "credit" || credit.kind != Kind::kScalar || credit.dtype != DType::kInt64)
+    return false;
+  int64_t k;
+  std::memcpy(&k, frames[1 + credit.frame].data, sizeof(k));
+  if (k < 1 || k > max_slots || list.name != "slots" || list.kind != Kind::kArray ||
+      list.dtype != DType::kInt64 || list.shape.size() != 1 || list.shape[0] != k)
+    return false;
+  slots->resize(static_cast<size_t>(k));
+  std::memcpy(slots->data(), frames[1 + list.frame].data, static_cast<size_t>(k) * sizeof(int64_t));
+  return true;
 }
 
 bool ReadErrorMessage(const Frame* frames, size_t n_frames, std::string* kind,

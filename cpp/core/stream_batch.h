@@ -21,8 +21,8 @@
 //   rows/<field>   dtype[U, *shape] for each field the stream sends, in field order
 //
 // On one host (shared memory) nothing of this travels: the server writes each batch straight
-// into a slot of a mapping the learner shares, in the learner's final layout (StackedSlot:
-// ReplayMemory::Sample's stacks and small fields), and the learner hands out views of the slot
+// into a slot of a mapping the learner shares, in the learner's final layout (StreamSlotLayout:
+// ReplayMemory::Sample's stacks and small fields, core/batch_layout.h), and the learner hands out views of the slot
 // without copying. The STREAM_BATCH message is then a notice of two int64 0-d entries, `seq`
 // and `slot`. Which slots the server may write is the learner's to say: at open every slot is
 // granted; the learner gives a slot back (in its credit messages, "slots") once every array of
@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch_layout.h"
 #include "core/codec.h"
 #include "core/protocol.h"
 #include "core/schema.h"
@@ -98,15 +99,9 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string
 Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const StreamLayout& layout,
                           const codec::Limits& limits, uint8_t* const* parts, int64_t* seq);
 
-// A shared-memory slot in the learner's final layout: the parts above (prev[7], next[7],
-// weight, prob, done, id, num_sampleable, total_weight), each 64-byte aligned; a stack the
-// layout's flags leave out takes no bytes.
-struct StackedSlot {
-  static constexpr int kParts = 2 * protocol::kNumFields + 6;
-  std::array<size_t, kParts> offset{}, bytes{};
-  size_t slot_bytes = 0;
-};
-StackedSlot StackedSlotOf(const StreamLayout& layout);
+// A shared-memory slot in the learner's final layout: the batch's parts (prev[7], next[7],
+// weight, prob, done, id, num_sampleable, total_weight) as core/batch_layout.h places them.
+BatchLayout StreamSlotLayout(const StreamLayout& layout);
 
 // The notice of a batch written into shared-memory slot `slot`: *header and the two data
 // frames (views of *values, which must outlive them).
@@ -115,6 +110,16 @@ Status EncodeStackedNotice(int64_t seq, int64_t slot, std::array<int64_t, 2>* va
 // Reads a notice (kDataLoss unless it is exactly one: a STREAM_BATCH of `seq` and `slot`).
 Status ReadStackedNotice(const codec::Frame* frames, size_t n_frames, int64_t* seq,
                          int64_t* slot);
+
+// The ERROR message of a shared-memory stream's failed draw: {"error": kind, "reason": reason,
+// "slot": slot} (memoire/server/workers.py error_reply); *frames gets its header and data.
+Status EncodeSlotError(const std::string& kind, const std::string& reason, int64_t slot,
+                       std::vector<std::string>* frames);
+// A shared-memory learner's credit, exactly {"op": "credit", "credit": k, "slots": int64[k]}
+// with 1 <= k <= max_slots (frames[0] its header): true and *slots set; false for anything
+// else (which the server's Python side then judges and answers).
+bool ReadSlotCredit(const codec::Frame* frames, size_t n_frames, int64_t max_slots,
+                    std::vector<int64_t>* slots);
 
 // The error kind and reason of an ERROR message (frames[0] its header), and its `slot` (a
 // failed draw of a shared-memory stream names the slot it spent; -1 when absent); false when

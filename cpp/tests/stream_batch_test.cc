@@ -4,12 +4,16 @@
 // while anything else is refused.
 #include "core/stream_batch.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/replay_memory.h"
+#include "core/stream_sampler.h"
 #include "tests/small_memory.h"
 #include "tests/testing.h"
 
@@ -168,7 +172,7 @@ TEST(CorruptedMessagesAreRefused) {
   CHECK(m->SampleDistinct(4, &stale).code() == Code::kFailedPrecondition);
 }
 
-TEST(StackedSlotHoldsSampleParts) {
+TEST(StreamSlotLayoutHoldsSampleParts) {
   auto m = MakeSmallMemory(64, 1);
   StreamLayout layout;
   layout.schema = m->schema();
@@ -176,16 +180,137 @@ TEST(StackedSlotHoldsSampleParts) {
   layout.frame_stack = 3;
   layout.flags.fill(1);
   layout.flags[2] = 0;  // no prev reward stack
-  const StackedSlot st = StackedSlotOf(layout);
+  const BatchLayout st = StreamSlotLayout(layout);
   Parts want(m->schema(), 5, 3);
+  CHECK(st.parts.size() == want.bufs.size());
   size_t end = 0;
-  for (int p = 0; p < StackedSlot::kParts; ++p) {
-    CHECK(st.offset[p] % 64 == 0);
-    CHECK(st.offset[p] >= end);  // in order, no overlap
-    CHECK(st.bytes[p] == (p == 2 ? 0 : want.bufs[p].size()));
-    end = st.offset[p] + st.bytes[p];
+  for (size_t p = 0; p < st.parts.size(); ++p) {
+    CHECK(st.parts[p].offset % BatchLayout::kPartAlign == 0);
+    CHECK(st.parts[p].offset >= end);  // in order, no overlap
+    CHECK(st.parts[p].bytes == (p == 2 ? 0 : want.bufs[p].size()));
+    CHECK(st.parts[p].none == (p == 2));
+    end = st.parts[p].offset + st.parts[p].bytes;
   }
   CHECK(end <= st.slot_bytes);
+  CHECK(st.slot_bytes % BatchLayout::kSlotAlign == 0);
+  CHECK(st.batch_size() == 5);
+  // The same layout without the stream's totals: the feed's ring of a local memory.
+  const BatchLayout local =
+      MemoryBatchLayout(m->schema(), 5, 3, layout.flags.data(), /*totals=*/false);
+  CHECK(local.parts.size() == st.parts.size() - 2);
+  for (size_t p = 0; p < local.parts.size(); ++p) CHECK(local.parts[p].bytes == st.parts[p].bytes);
+}
+
+// A slot's bytes as laid out by `l`, for comparisons.
+struct SlotBuffer {
+  explicit SlotBuffer(size_t bytes)
+      : p(static_cast<uint8_t*>(std::aligned_alloc(BatchLayout::kSlotAlign, bytes))) {
+    std::memset(p, 0, bytes);
+  }
+  ~SlotBuffer() { std::free(p); }
+  uint8_t* p;
+};
+
+bool SameParts(const BatchLayout& l, const uint8_t* a, const uint8_t* b) {
+  for (const BatchPart& part : l.parts)
+    if (!part.none && std::memcmp(a + part.offset, b + part.offset, part.bytes) != 0) return false;
+  return true;
+}
+
+TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
+  for (int threads : {1, 4}) {
+    auto m = MakeSmallMemory(64, 3);
+    auto ref = MakeSmallMemory(64, 3);  // same seed, same contents: get_batch's draws
+    Fill(*m);
+    Fill(*ref);
+    StreamLayout layout;
+    layout.schema = m->schema();
+    layout.batch_size = 4;
+    layout.frame_stack = m->options().frame_stack;
+    layout.multi_step = m->options().multi_step;
+    layout.flags.fill(1);
+    const BatchLayout l = StreamSlotLayout(layout);
+    const int64_t kSlots = 3;
+    SlotBuffer slots(l.slot_bytes * kSlots), want(l.slot_bytes);
+    std::vector<uint8_t*> want_parts(l.parts.size());
+    l.PartsAt(want.p, want_parts.data());
+    StreamSampler::Options o;
+    o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+    o.layout = l;
+    o.frame_stack = layout.frame_stack;
+    o.base = slots.p;
+    o.slots = kSlots;
+    o.threads = threads;
+    o.counts = std::make_shared<StreamCounts>();
+    std::unique_ptr<StreamSampler> s;
+    CHECK(StreamSampler::Make(o, &s).ok());
+    int64_t next_seq = 0;
+    for (int round = 0; round < 10; ++round) {
+      // The slots bound the draws: exactly kSlots outcomes, then nothing until one is back.
+      std::vector<StreamSampler::Outcome> got;
+      for (int wait = 0; wait < 2000 && static_cast<int64_t>(got.size()) < kSlots; ++wait) {
+        s->PopReady(&got);
+        if (static_cast<int64_t>(got.size()) < kSlots)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      CHECK(static_cast<int64_t>(got.size()) == kSlots);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      s->PopReady(&got);
+      CHECK(static_cast<int64_t>(got.size()) == kSlots);
+      CHECK(s->held() == kSlots);
+      std::vector<int64_t> back;
+      for (const StreamSampler::Outcome& out : got) {
+        CHECK(out.error.empty());
+        CHECK(out.seq == next_seq++);  // in draw order, numbered without gaps
+        ReplayMemory::SampleOut so;
+        l.Point(want_parts.data(), &so);
+        CHECK(ref->Sample(4, so).ok());
+        CHECK(SameParts(l, slots.p + out.slot * l.slot_bytes, want.p));
+        back.push_back(out.slot);
+      }
+      // Bad credit changes nothing: not held, twice, outside, none.
+      const int64_t outside[1] = {kSlots};
+      const int64_t twice[2] = {back[0], back[0]};
+      CHECK(s->GiveBack(outside, 1).code() == Code::kInvalidArgument);
+      CHECK(s->GiveBack(twice, 2).code() == Code::kInvalidArgument);
+      CHECK(s->GiveBack(back.data(), 0).code() == Code::kInvalidArgument);
+      CHECK(s->held() == kSlots);
+      CHECK(s->GiveBack(back.data(), kSlots).ok());
+    }
+    s->Stop();
+    CHECK(o.counts->batches.load() >= 30 && o.counts->batches.load() <= 30 + kSlots);
+    CHECK(o.counts->draw_errors.load() == 0);
+  }
+}
+
+TEST(StreamSamplerFailedDrawSpendsTheSlotAndNamesIt) {
+  auto m = MakeSmallMemory(64, 3);  // empty: nothing sampleable
+  StreamLayout layout;
+  layout.schema = m->schema();
+  layout.batch_size = 2;
+  layout.frame_stack = 1;
+  layout.flags.fill(1);
+  const BatchLayout l = StreamSlotLayout(layout);
+  SlotBuffer slots(l.slot_bytes * 2);
+  StreamSampler::Options o;
+  o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+  o.layout = l;
+  o.base = slots.p;
+  o.slots = 2;
+  o.threads = 2;
+  o.error_pause_ms = 1000;  // one error per slot, then a pause
+  std::unique_ptr<StreamSampler> s;
+  CHECK(StreamSampler::Make(o, &s).ok());
+  std::vector<StreamSampler::Outcome> got;
+  for (int wait = 0; wait < 2000 && got.empty(); ++wait) {
+    s->PopReady(&got);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(!got.empty());
+  CHECK(got[0].seq == -1 && got[0].error.find("no sampleable") != std::string::npos);
+  CHECK(got[0].slot == 0);  // slot 0 is written first
+  CHECK(s->held() >= 1);
+  s->Stop();
 }
 
 TEST(StackedNoticesRoundTripAndOthersAreRefused) {

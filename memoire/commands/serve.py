@@ -176,6 +176,12 @@ HELP["stream"] = (
     "endpoint of sampling streams to learners in other processes, e.g. "
     "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)"
 )
+DEFAULTS["stream_threads"] = None
+HELP["stream_threads"] = (
+    "native sampler threads per shared-memory sampling stream, 1..64 (default: 2, 1 on a "
+    "single core; docs/STREAM.md)"
+)
+_TYPES["stream_threads"] = int
 
 # The rate limiter (memoire.rate_limiter, Reverb's semantics), off unless a flag sets it.
 DEFAULTS.update(samples_per_insert=None, min_size_to_sample=None, rate_error_buffer=None)
@@ -603,7 +609,9 @@ def _start_stream(srv, cfg: dict) -> None:
     if cfg["stream"] is None:
         return
     try:
-        ep = srv.start_stream(cfg["stream"])
+        ep = srv.start_stream(cfg["stream"], threads=cfg["stream_threads"])
+    except ValueError as e:
+        raise cli.UsageError(f"--stream_threads: {e}") from None
     except (zmq.ZMQError, TimeoutError) as e:
         raise cli.UsageError(f"cannot bind --stream {cfg['stream']}: {e}") from None
     cli.emit(f"memoire serve: stream {ep}")

@@ -30,7 +30,7 @@ from memoire.server.central_service import (
 )
 from memoire.server.checkpoints import MemoryCheckpoints, check_period
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES, RpcHost
-from memoire.server.sampling_service import SamplingService
+from memoire.server.sampling_service import SamplingService, check_native, check_threads
 from memoire.server.workers import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Logfile,
@@ -367,6 +367,7 @@ class ReplayMemoryServer:
         and ``deferred`` (remote samples parked, ever)."""
         central = self._central.counters()
         episodes, steps = self._counters.totals()
+        self._sampling.sync_stats()  # the native stream samplers' counts
         with self._stats.lock:
             s = dict(self._stats.counts)
             rejected = dict(self._stats.rejected)
@@ -577,21 +578,39 @@ class ReplayMemoryServer:
             return None
         return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
 
-    def stream_worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+    def stream_worker_main(
+        self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None
+    ) -> None:
         """Serves sampling streams (:class:`memoire.stream.SamplingStream`, central mode) on a
         ROUTER socket until :meth:`close`: see :mod:`memoire.server.sampling_service`."""
-        self._sampling.worker_main(endpoint, mode)
+        self._sampling.worker_main(endpoint, mode, threads)
 
-    def start_stream(self, endpoint: str = "tcp://127.0.0.1:*", timeout: float = 10.0) -> str:
+    def start_stream(
+        self,
+        endpoint: str = "tcp://127.0.0.1:*",
+        timeout: float = 10.0,
+        threads: Optional[int] = None,
+    ) -> str:
         """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
         or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
+        `threads`: native sampler threads per shared-memory stream served there (None: 2, 1
+        on a single core; docs/STREAM.md says what stays equal: everything).
 
         Raises:
+          ValueError: `threads` is not an int in [1, 64].
+          RuntimeError: memoire's native message path is off (the stream needs it).
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
-        return self._workers.start_threads(
-            [(self.stream_worker_main, endpoint, "stream")], timeout
-        )["stream"]
+        if threads is not None:
+            threads = check_threads(threads)  # ValueError here, not in the worker
+        check_native()
+
+        def stream_worker_main(ep: str, mode: str) -> None:
+            self.stream_worker_main(ep, mode, threads)
+
+        return self._workers.start_threads([(stream_worker_main, endpoint, "stream")], timeout)[
+            "stream"
+        ]
 
     def rep_proxy_main(self, front_ep: str, back_ep: str) -> None:
         """Forwards requests from clients (bound at `front_ep`) to REP workers that connect to

@@ -11,7 +11,7 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
   slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then
   samples each batch straight into a free slot in the learner's final layout (``get_batch``'s
-  draw and arrays, ``StackedSlot`` in ``cpp/core/stream_batch.h``), and the message is a
+  draw and arrays, ``BatchLayout`` in ``cpp/core/batch_layout.h``), and the message is a
   notice of ``seq`` and ``slot``. All ``c`` slots start free; the learner gives slots back
   once it has dropped their batches. Where that fails (no /dev/shm, over ``max_shm_bytes``)
   the reply has no shm entries and the rows travel in the messages.
@@ -38,12 +38,17 @@ remote calls (``batch_too_large``); malformed or wrong-version messages (``malfo
 ``idle_timeout`` seconds is dropped (``stream_idle``).
 
 Threads: each worker loop (:meth:`SamplingService.worker_main`, one per endpoint) owns its
-socket and its streams' table; it samples with the GIL released (``_core.stream_send``).
+socket and its streams' table. Its socket is read and written in C++ with the GIL released
+(``_core.StreamHub.poll``): a shared-memory stream is sampled by ``threads`` native threads of
+its own (``cpp/core/stream_sampler.h``: slots, the rate limiter, the draw, the notice's order),
+whose notices the hub sends and whose slot credits it takes without Python; every other message
+comes back to this loop. Rows in messages are sampled by the loop (``_core.stream_send``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Dict, List, Optional
 
@@ -53,6 +58,7 @@ import zmq
 from memoire import _core, codec
 from memoire.protocol import Msg
 from memoire.server.workers import POLL_MS, Stats, Workers, decode, error_reply, log
+from memoire.transport import native_libzmq
 
 DEFAULT_MAX_CREDIT = 64
 DEFAULT_MAX_STREAMS = 64
@@ -66,6 +72,13 @@ RECV_PER_STEP = 64
 DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
+def default_stream_threads() -> int:
+    """Sampler threads per shared-memory stream by default: 2, one draws while the other
+    queues its notice and waits for a slot (more than 2 only wait their turn at the memory,
+    whose lock serializes the copies; docs/STREAM.md). One core: 1."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
 @dataclasses.dataclass
 class _Stream:
     batch_size: int
@@ -75,18 +88,9 @@ class _Stream:
     last_seen: float
     seq: int = 0
     paused_until: float = 0.0
-    shm: object = None  # _core.StreamShm: the slots of a learner on this host
-    # Shared memory: the free slots, a stack (the slot freed last is written first: its
-    # lines are likely still in cache, where cycling through every slot writes cold memory).
-    free: list = dataclasses.field(default_factory=list)
-    held: Optional[np.ndarray] = None  # bool[slots]: the shm slots the learner has
-
-    def spend_slot(self) -> int:
-        """A free shared-memory slot, now the learner's (credit goes down with it)."""
-        slot = self.free.pop()
-        self.held[slot] = True
-        self.credit -= 1
-        return slot
+    # _core.StreamShm: the slots of a learner on this host, sampled by the worker's
+    # StreamHub (native threads; credit, order and slots are counted there).
+    shm: object = None
 
 
 class SamplingService:
@@ -101,6 +105,8 @@ class SamplingService:
       max_streams: open streams at once.
       idle_timeout: seconds after which a silent stream is dropped.
       max_shm_bytes: the largest shared-memory region one stream gets.
+      threads: native sampler threads per shared-memory stream (None:
+        :func:`default_stream_threads`).
     """
 
     def __init__(
@@ -114,6 +120,7 @@ class SamplingService:
         max_streams: int = DEFAULT_MAX_STREAMS,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         max_shm_bytes: int = DEFAULT_MAX_SHM_BYTES,
+        threads: Optional[int] = None,
     ):
         self._server = server
         self._schema = schema
@@ -123,49 +130,90 @@ class SamplingService:
         self.max_streams = int(max_streams)
         self.idle_timeout = float(idle_timeout)
         self.max_shm_bytes = int(max_shm_bytes)
+        self.threads = default_stream_threads() if threads is None else check_threads(threads)
         # The streams of each worker loop, by peer identity (identities are per socket).
         self._tables: List[Dict[bytes, _Stream]] = []
+        self._hubs: List[object] = []  # each worker loop's _core.StreamHub
 
     @property
     def open_streams(self) -> int:
         return sum(len(t) for t in list(self._tables))
 
-    def worker_main(self, endpoint: str, mode: str = "Bind") -> None:
+    def worker_main(self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None) -> None:
         """Serves sampling streams on a ROUTER socket until the server closes (each call its
-        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc)."""
+        own socket and streams: several endpoints may run side by side, e.g. tcp and ipc).
+        `threads`: sampler threads per shared-memory stream here (None: :attr:`threads`)."""
+        threads = self.threads if threads is None else check_threads(threads)
+        check_native()
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
+        hub = _core.StreamHub(sock.underlying, SEND_TIMEOUT_MS)
         streams: Dict[bytes, _Stream] = {}
         self._tables.append(streams)
+        self._hubs.append(hub)
         next_reap = [0.0]
         try:
-            self._workers.serve([sock], lambda: self._step(sock, streams, next_reap))
+            self._workers.serve([sock], lambda: self._step(sock, hub, streams, next_reap, threads))
         finally:
+            hub.clear()
+            self.sync_stats()
             self._tables.remove(streams)
+            self._hubs.remove(hub)
+
+    def sync_stats(self) -> None:
+        """Adds the native samplers' counts (batches, rows, draw errors, limited) to the
+        server's stats."""
+        for hub in list(self._hubs):
+            counts = {k: v for k, v in hub.take_counts().items() if v}
+            if counts:
+                with self._stats.lock:
+                    for k, v in counts.items():
+                        self._stats.counts[k] += v
 
     # ---- the loop
 
-    def _step(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], next_reap: list) -> None:
+    def _step(
+        self, sock, hub, streams: Dict[bytes, _Stream], next_reap: list, threads: int
+    ) -> None:
         now = time.monotonic()
-        busy = any(s.credit > 0 and s.paused_until <= now for s in streams.values())
-        if sock.poll(0 if busy else POLL_MS):
-            for _ in range(RECV_PER_STEP):
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._workers.guarded(
-                    lambda so, fr: self._handle(so, streams, fr), "stream worker", sock, frames
-                )
+        busy = any(
+            s.shm is None and s.credit > 0 and s.paused_until <= now for s in streams.values()
+        )
+        # The hub sends the shared-memory streams' notices and takes their credits meanwhile.
+        for k in range(RECV_PER_STEP):
+            try:
+                frames = hub.poll(0 if busy or k else POLL_MS)
+            except RuntimeError as e:  # a socket error: say so, do not spin on it
+                self._stats.reject("internal", f"stream worker: {e}")
+                time.sleep(POLL_MS / 1000)
+                return
+            if frames is None:
+                break
+            self._workers.guarded(
+                lambda so, fr: self._handle(so, hub, streams, fr, threads),
+                "stream worker",
+                sock,
+                frames,
+            )
         now = time.monotonic()
         for ident, s in list(streams.items()):
-            if s.credit > 0 and s.paused_until <= now:
+            if s.shm is None and s.credit > 0 and s.paused_until <= now:
                 self._send_batches(sock, ident, s)
         if now >= next_reap[0]:
             next_reap[0] = now + 1.0
+            self.sync_stats()
             for ident, s in list(streams.items()):
-                if now - s.last_seen > self.idle_timeout:
-                    del streams[ident]
+                idle = now - s.last_seen
+                if s.shm is not None:
+                    idle = min(idle, hub.idle_seconds(ident))
+                if idle > self.idle_timeout:
+                    self._drop(hub, streams, ident)
                     self._stats.reject("stream_idle", f"stream silent for {self.idle_timeout} s")
+
+    def _drop(self, hub, streams: Dict[bytes, _Stream], ident: bytes) -> None:
+        """Forgets the peer's stream (its samplers stop; its slots go with the last mapping)."""
+        s = streams.pop(ident, None)
+        if s is not None and s.shm is not None:
+            hub.remove(ident)
 
     def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
         try:
@@ -175,25 +223,17 @@ class SamplingService:
             return
         if k == 0:
             return
-        if s.shm is not None:
-            slots = [s.free.pop() for _ in range(k)]
-            sent, error = _core.stream_send_shm(
-                self._server.rem, sock.underlying, ident, s.shm, slots, s.seq, SEND_TIMEOUT_MS
-            )
-            s.held[slots[:sent]] = True
-            s.free.extend(reversed(slots[sent:]))  # unsent: still free, first in line
-        else:
-            sent, error = _core.stream_send(
-                self._server.rem,
-                sock.underlying,
-                ident,
-                s.batch_size,
-                k,
-                s.seq,
-                s.window,
-                s.send,
-                SEND_TIMEOUT_MS,
-            )
+        sent, error = _core.stream_send(
+            self._server.rem,
+            sock.underlying,
+            ident,
+            s.batch_size,
+            k,
+            s.seq,
+            s.window,
+            s.send,
+            SEND_TIMEOUT_MS,
+        )
         s.seq += sent
         s.credit -= sent
         if sent:
@@ -205,16 +245,12 @@ class SamplingService:
 
     def _draw_failed(self, sock: zmq.Socket, ident: bytes, s: _Stream, error: str) -> None:
         # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
-        # error, as an in-process feed's is. It spends the credit (with shared memory, a slot
-        # it names: the learner gives it back); the stream pauses.
-        extra = {}
-        if s.shm is not None:
-            extra["slot"] = s.spend_slot()
-        else:
-            s.credit -= 1
+        # error, as an in-process feed's is. It spends the credit; the stream pauses. (A
+        # shared-memory stream's samplers do this natively, naming the slot spent.)
+        s.credit -= 1
         s.paused_until = time.monotonic() + ERROR_PAUSE_S
         self._stats.count("stream_draw_errors")
-        self._reply(sock, ident, error_reply(DRAW_ERROR, error, **extra))
+        self._reply(sock, ident, error_reply(DRAW_ERROR, error))
 
     def _allowed(self, s: _Stream, k: int) -> int:
         """How many of ``k`` batches the server's rate limiter lets this stream draw now,
@@ -240,11 +276,11 @@ class SamplingService:
         self._stats.reject(reason, detail)
         self._reply(sock, ident, error_reply(kind, detail))
 
-    def _handle(self, sock: zmq.Socket, streams: Dict[bytes, _Stream], frames: list) -> None:
+    def _handle(self, sock, hub, streams: Dict[bytes, _Stream], frames: list, threads: int) -> None:
         if len(frames) < 2:
             self._stats.reject("malformed", "stream: a message without a body")
             return
-        ident = frames[0].bytes
+        ident = bytes(frames[0])
         msg = decode(self._stats, frames[1:], (Msg.STREAM,), self._workers.max_message_bytes)
         if msg is None:  # counted by decode
             self._reply(
@@ -263,7 +299,7 @@ class SamplingService:
         if stream is not None:
             stream.last_seen = time.monotonic()
         if op == "open":
-            self._open(sock, streams, ident, v)
+            self._open(sock, hub, streams, ident, v, threads)
         elif op in ("credit", "priorities", "close") and stream is None:
             self._refuse(
                 sock,
@@ -276,7 +312,7 @@ class SamplingService:
         elif op == "credit":
             k = v.get("credit")
             if stream.shm is not None:
-                self._return_slots(sock, ident, stream, k, v.get("slots"))
+                self._return_slots(sock, hub, ident, stream, k, v.get("slots"))
                 return
             if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
                 self._refuse(
@@ -292,7 +328,7 @@ class SamplingService:
         elif op == "priorities":
             self._priorities(sock, ident, v)
         elif op == "close":
-            del streams[ident]
+            self._drop(hub, streams, ident)
         else:
             self._refuse(
                 sock,
@@ -302,8 +338,9 @@ class SamplingService:
                 f"stream: op must be 'open', 'credit', 'priorities' or 'close', got {op!r}",
             )
 
-    def _return_slots(self, sock, ident: bytes, s: _Stream, k, slots) -> None:
-        """A shared-memory stream's credit: the slots the learner gives back (k = 0: a ping)."""
+    def _return_slots(self, sock, hub, ident: bytes, s: _Stream, k, slots) -> None:
+        """A shared-memory stream's credit the hub did not take: a ping (k = 0), or a credit
+        to judge (the hub takes every good one itself; a bad one changes nothing)."""
         if _is_int(k) and k == 0 and slots is None:
             return
         ok = (
@@ -314,8 +351,10 @@ class SamplingService:
             and k >= 1
         )
         if ok:
-            ok = bool(np.all((slots >= 0) & (slots < len(s.held))))
-            ok = ok and len(np.unique(slots)) == k and bool(s.held[slots].all())
+            try:
+                hub.give_back(ident, slots)
+            except ValueError:
+                ok = False
         if not ok:
             self._refuse(
                 sock,
@@ -323,14 +362,12 @@ class SamplingService:
                 "stream_credit",
                 "ValueError",
                 f"stream: a shared-memory stream's credit k >= 1 must name k distinct slots "
-                f"its learner has (int64[k] in [0, {len(s.held)})), got {k!r} and {slots!r}",
+                f"its learner has (int64[k] in [0, {s.shm.slots})), got {k!r} and {slots!r}",
             )
-            return
-        s.held[slots] = False
-        s.free.extend(slots.tolist())
-        s.credit += int(k)
 
-    def _open(self, sock, streams: Dict[bytes, _Stream], ident: bytes, v: dict) -> None:
+    def _open(
+        self, sock, hub, streams: Dict[bytes, _Stream], ident: bytes, v: dict, threads: int
+    ) -> None:
         n, credit = v.get("batch_size"), v.get("credit")
         if not _is_int(n):
             self._refuse(
@@ -371,7 +408,7 @@ class SamplingService:
         nf = len(flags) // 2
         send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
         stream = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
-        streams.pop(ident, None)  # a reopened stream's slots go first
+        self._drop(hub, streams, ident)  # a reopened stream's slots go first
         layout = {
             "op": "layout",
             "schema": [(f, d, np.asarray(s, np.int64)) for f, d, s in self._schema],
@@ -382,24 +419,19 @@ class SamplingService:
             "max_credit": self.max_credit,
         }
         if v.get("shared_memory") is True:
-            self._make_shm(stream, rem, layout)
+            self._make_shm(hub, ident, stream, rem, layout, threads)
         streams[ident] = stream
         self._stats.count("streams_opened")
         self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
 
-    def _make_shm(self, stream: _Stream, rem, layout: dict) -> None:
+    def _make_shm(
+        self, hub, ident: bytes, stream: _Stream, rem, layout: dict, threads: int
+    ) -> None:
         """Gives `stream` its slots in shared memory (one per credit, each a whole batch in
         the learner's layout) and says where in `layout`; on failure the stream uses the
         wire."""
-        flags = layout["flags"]
-        nf = len(flags) // 2
-        stacks = sum(
-            int(np.prod(s, dtype=np.int64))
-            * np.dtype(d).itemsize
-            * (int(flags[f]) + int(flags[nf + f]))
-            for f, (_, d, s) in enumerate(self._schema)
-        )
-        if stacks * stream.batch_size * layout["frame_stack"] * stream.credit > self.max_shm_bytes:
+        slot_bytes = _core.StreamShm.slot_bytes_for(rem, stream.batch_size)
+        if slot_bytes * stream.credit > self.max_shm_bytes:
             self._stats.count("stream_shm_too_large")
             return
         try:
@@ -408,9 +440,18 @@ class SamplingService:
             log.info("stream: no shared memory (%s); batches go over the socket", e)
             self._stats.count("stream_shm_failed")
             return
+        # Its samplers start now; their notices leave after this reply (the hub sends them on
+        # this thread's next poll).
+        hub.add(
+            ident,
+            rem,
+            shm,
+            threads,
+            self._server.rate_limiter,
+            int(ERROR_PAUSE_S * 1000),
+            int(LIMITED_PAUSE_S * 1000),
+        )
         stream.shm = shm
-        stream.free.extend(range(stream.credit - 1, -1, -1))
-        stream.held = np.zeros(stream.credit, bool)
         layout.update(shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.slot_bytes)
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
@@ -437,6 +478,23 @@ class SamplingService:
             self._refuse(sock, ident, "bad_priorities", "ValueError", f"stream: {e}")
             return
         self._stats.count("stream_priority_updates")
+
+
+def check_native() -> None:
+    """RuntimeError unless memoire's native message path is on (the stream's socket is read
+    and written in C++)."""
+    if not native_libzmq():
+        raise RuntimeError(
+            "sampling streams need memoire's native message path (pyzmq's libzmq, see "
+            "memoire.transport.native_libzmq; MEMOIRE_NATIVE_ZMQ=0 turns it off)"
+        )
+
+
+def check_threads(threads) -> int:
+    """`threads` as sampler threads per stream (an int in [1, 64]), else ValueError."""
+    if not _is_int(threads) or not 1 <= threads <= 64:
+        raise ValueError(f"stream threads: expected an int in [1, 64], got {threads!r}")
+    return int(threads)
 
 
 def _is_int(x) -> bool:
