@@ -259,6 +259,10 @@ class ExperienceReceiver:
         self._native = transport.native_libzmq()
         self.not_chunk = 0
 
+    def _listen(self) -> None:
+        for reason, count, detail in self.ingest.listen():
+            transport.log_dropped(log, "an episode", reason, count, detail)
+
     def poll(self, timeout: float) -> List[Tuple[int, int, int, Optional[tuple]]]:
         """Waits up to ``timeout`` seconds for messages and takes what is queued. Returns the
         episodes stored since the last call, oldest first: ``[(uuid, episode, rows, info)]``
@@ -276,7 +280,7 @@ class ExperienceReceiver:
             for reason, count, detail in rejected:
                 transport.log_dropped(log, "a chunk", reason, count, detail)
         else:
-            self.ingest.listen()
+            self._listen()
             if self._sock.poll(ms):
                 frames = self._sock.recv_multipart(copy=False)
                 got = self.ingest.ingest(frames)
@@ -284,7 +288,7 @@ class ExperienceReceiver:
                     other = frames
                 elif got[0] == INGEST_REJECTED:
                     transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
-            self.ingest.listen()
+            self._listen()
         if other is not None:
             self.not_chunk += 1
             transport.log_dropped(

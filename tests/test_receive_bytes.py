@@ -17,6 +17,7 @@ import numpy as np
 from _subprocess_env import subprocess_env
 
 from memoire import ReplayMemoryServer
+from memoire.bench.memory import proc_status
 from memoire.rate_limiter import SampleToInsertRatio
 from memoire.transport import RECEIVE_HWM
 
@@ -62,11 +63,7 @@ c.close()
 
 
 def _rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+    return proc_status("VmRSS")
 
 
 class _Actor:

@@ -5,6 +5,7 @@
 #include "core/chunk_ingest.h"
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -129,6 +130,7 @@ class PyChunkIngest {
     py::list rejections;
     for (const ChunkIngest::Result& r : rejected)
       rejections.append(py::make_tuple(ChunkIngest::ReasonName(r.reason), r.reason_count, r.detail));
+    AppendLost(&rejections);
     return py::make_tuple(episodes, rows, rejections,
                           other ? py::object(FramesToArrays(other)) : py::object(py::none()));
   }
@@ -143,13 +145,33 @@ class PyChunkIngest {
   }
 
   // The owner reads at `now` (see ChunkIngest::Listen); frees the frames of dropped streams.
-  int64_t Listen(const py::object& now_obj) {
+  // Returns [(reason, reason_count, detail)] of the episodes dropped as peer_lost since the
+  // last report (here, or by a message's own listening).
+  py::list Listen(const py::object& now_obj) {
     const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
-    py::gil_scoped_release release;
-    std::vector<uint64_t> released;
-    const int64_t n = core_->Listen(now, &released);
-    Release(released);
-    return n;
+    {
+      py::gil_scoped_release release;
+      std::vector<uint64_t> released;
+      core_->Listen(now, &released);
+      Release(released);
+    }
+    py::list out;
+    AppendLost(&out);
+    return out;
+  }
+
+  // Appends (reason, count, detail) for each episode dropped as peer_lost since the last call.
+  void AppendLost(py::list* out) {
+    const auto lost = core_->TakeLost();
+    if (lost.empty()) return;
+    const int64_t count = core_->counters().rejected[ChunkIngest::kPeerLost];
+    for (const auto& [uuid, episode] : lost) {
+      char who[24];
+      std::snprintf(who, sizeof(who), "%08llx", static_cast<unsigned long long>(uuid));
+      out->append(py::make_tuple(ChunkIngest::ReasonName(ChunkIngest::kPeerLost), count,
+                                 "dropped episode " + std::to_string(episode) + " from " + who +
+                                     ": not heard from for peer_timeout"));
+    }
   }
 
   py::dict Counters() const {
@@ -341,7 +363,18 @@ KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its o
         "min(0.5, peer_timeout / 4) s) and drops the open episode of every actor not heard "
         "from (no chunk, no keepalive) for peer_timeout seconds of it (counted as peer_lost). "
         "ingest() and receive() listen themselves; call it after a poll that found nothing, "
-        "never while not reading (a limiter holding inserts back). Returns how many went.");
+        "never while not reading (a limiter holding inserts back). Returns "
+        "[(reason, reason_count, detail)] of the episodes dropped as peer_lost since the last "
+        "report (receive() reports them too).");
+  c.def(
+      "open_streams",
+      [](PyChunkIngest& self) {
+        py::list out;
+        for (const ChunkIngest::OpenStream& o : self.core().OpenStreams())
+          out.append(py::make_tuple(o.uuid, o.episode, o.rows));
+        return out;
+      },
+      "[(uuid, episode, rows so far)] of the open streams (unfinished episodes), unordered.");
   c.def("counters", &PyChunkIngest::Counters,
         "{'chunks', 'keepalives', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
         "'frames_held'}.");

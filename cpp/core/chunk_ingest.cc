@@ -89,6 +89,14 @@ Status ChunkIngest::SetOptions(const Options& o) {
   return Status::OK();
 }
 
+std::vector<ChunkIngest::OpenStream> ChunkIngest::OpenStreams() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<OpenStream> out;
+  out.reserve(streams_.size());
+  for (const auto& [uuid, st] : streams_) out.push_back({uuid, st.episode, st.rows});
+  return out;
+}
+
 ChunkIngest::Counters ChunkIngest::counters() const {
   std::lock_guard<std::mutex> l(mu_);
   Counters c = counts_;
@@ -186,12 +194,21 @@ int64_t ChunkIngest::ListenLocked(double now, std::vector<uint64_t>* released) {
   for (auto it = streams_.begin(); it != streams_.end();) {
     auto next = std::next(it);
     if (listen_clock_ - it->second.heard > opt_.peer_timeout) {
+      if (lost_.size() == kCommittedLog) lost_.pop_front();
+      lost_.emplace_back(it->first, it->second.episode);
       DropLocked(it, kPeerLost, released);
       ++dropped;
     }
     it = next;
   }
   return dropped;
+}
+
+std::vector<std::pair<uint64_t, int64_t>> ChunkIngest::TakeLost() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::pair<uint64_t, int64_t>> out(lost_.begin(), lost_.end());
+  lost_.clear();
+  return out;
 }
 
 void ChunkIngest::KeepaliveLocked(const Frame* frames, size_t n, double now, Result* out) {

@@ -165,9 +165,20 @@ class ChunkIngest {
   // Not called while the owner does not read (a rate limiter holds inserts back).
   int64_t Listen(double now, std::vector<uint64_t>* released);
 
+  // The open episodes dropped as peer_lost since the last call, oldest first: (actor uuid,
+  // episode). At most kCommittedLog are kept (older ones are only counted).
+  std::vector<std::pair<uint64_t, int64_t>> TakeLost();
+
   // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
   // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
   void Reap(double now, std::vector<uint64_t>* released);
+
+  // The open streams: (actor uuid, episode, rows so far), in no particular order.
+  struct OpenStream {
+    uint64_t uuid;
+    int64_t episode, rows;
+  };
+  std::vector<OpenStream> OpenStreams() const;
 
   Counters counters() const;
   Options options() const;
@@ -230,6 +241,7 @@ class ChunkIngest {
   double last_liveness_ = 0;      // guarded by mu_; listen_clock_ of the last silence check
   std::mutex commit_mu_;  // serialises commits into store_ (episodes stay contiguous)
   std::deque<Committed> committed_;  // guarded by mu_; at most kCommittedLog
+  std::deque<std::pair<uint64_t, int64_t>> lost_;  // guarded by mu_; at most kCommittedLog
   int64_t committed_dropped_ = 0;    // guarded by mu_
 };
 

@@ -628,6 +628,7 @@ def _learner_class():
                 np.zeros(spec[0][2], spec[0][1]), np.int32(0), peer_timeout=peer_timeout
             )
             self._receiver = ExperienceReceiver(ingest, sockets.pull)
+            self.row_offsets: collections.Counter = collections.Counter()
             self._sockets = sockets
             self._publish_period = publish_period
             self._actors_alive = actors_alive
@@ -716,6 +717,8 @@ def _learner_class():
                     if info is None:
                         continue
                     ret, length, terminated = info
+                    # rows stored minus the steps the actor took: one value for whole episodes
+                    self.row_offsets[int(rows) - int(length)] += 1
                     self._episodes.record(
                         iteration=self._iteration,
                         phase="train",
@@ -824,6 +827,13 @@ def run_learner(
             sockets.endpoints["params"],
         )
         learner.run_experiment()
+        # What the actors' experience cost: stored, dropped by reason (peer_lost: actors
+        # killed or frozen mid-episode), keepalives.
+        log.info(
+            "experience ingest: %s; stored rows minus actor steps per episode: %s",
+            learner._receiver.ingest.counters(),
+            dict(learner.row_offsets),
+        )
         runner.write_operative_config(facts["dir"])
     finally:
         learner.close()

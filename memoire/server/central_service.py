@@ -117,7 +117,7 @@ class CentralService:
         worker does not read, and a live actor's silence is not counted."""
         self.ingest.reap()
         if self.limiter is None or self.limiter.can_insert(1):
-            self.ingest.listen()
+            self._taken(0, 0, self.ingest.listen())
 
     def _taken(self, episodes: int, rows: int, rejected) -> None:
         """Stored episodes wake wait_rows_in; rejections (counted by the ingest, by reason)
