@@ -183,6 +183,7 @@ def test_distributed_learner_survives_actors_killed_and_frozen(tmp_path):
         "DistributedConfig.samples_per_insert = 8.0",
         "DistributedConfig.keepalive = 0.1",
         f"DistributedConfig.peer_timeout = {PEER_TIMEOUT}",
+        "DistributedConfig.episodes_ahead = 1000",  # actors run on: mostly mid-episode
     ]
     cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base]
     cmd += ["--gin_files", gin, "--gin_bindings", "DistributedConfig.spawn_actors = False"]
@@ -217,6 +218,7 @@ def test_distributed_learner_survives_actors_killed_and_frozen(tmp_path):
             acmd = [sys.executable, "-m", "memoire.cli", "actor", "--gin_files", gin]
             acmd += ["--experience", experience, "--params", params, "--actor_id", str(aid)]
             acmd += ["--seed", str(aid), "--chunk_size", "4", "--keepalive", "0.1"]
+            acmd += ["--episodes_ahead", "1000"]
             for b in small:
                 acmd += ["--gin_bindings", b]
             actors[slot] = (
@@ -257,7 +259,7 @@ def test_distributed_learner_survives_actors_killed_and_frozen(tmp_path):
             learner.kill()
             learner.wait(30)
     said = "".join(lines)
-    counters = ast.literal_eval(re.search(r"experience ingest: (\{.*\})", said).group(1))
+    counters = ast.literal_eval(re.search(r"experience ingest: (\{.*\}); stored", said).group(1))
     dropped = {
         int(u, 16) & 0xFFFFFFFF
         for u in re.findall(r"dropped episode \d+ from ([0-9a-f]+): not heard from", said)
