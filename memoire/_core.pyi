@@ -321,6 +321,7 @@ class ChunkIngest(metaclass=_pybind11_type):
         stream_timeout: float = 600.0,
         max_stream_bytes: int = ...,
         max_open_bytes: int = ...,
+        peer_timeout: float = 10.0,
     ) -> None: ...
     @overload
     def __init__(
@@ -333,6 +334,7 @@ class ChunkIngest(metaclass=_pybind11_type):
         stream_timeout: float = 600.0,
         max_stream_bytes: int = ...,
         max_open_bytes: int = ...,
+        peer_timeout: float = 10.0,
     ) -> None: ...
     @overload
     def __init__(
@@ -349,13 +351,15 @@ class ChunkIngest(metaclass=_pybind11_type):
         stream_timeout: float = 600.0,
         max_stream_bytes: int = ...,
         max_open_bytes: int = ...,
+        peer_timeout: float = 10.0,
     ) -> None: ...
     @property
     def row_spec(self) -> list: ...
     priority: float
     def take_committed(self) -> Tuple[list, int]: ...
     def reap(self, now: Optional[float] = None) -> None: ...
-    def drop_silent(self, silent_for: float, max_count: int) -> int: ...
+    def listen(self, now: Optional[float] = None) -> list: ...
+    def open_streams(self) -> list: ...
     def ingest(
         self, frames: Any, now: Optional[float] = None
     ) -> Optional[Tuple[int, int, Optional[str], int, Optional[str]]]: ...
@@ -365,6 +369,7 @@ class ChunkIngest(metaclass=_pybind11_type):
     def counters(self) -> dict: ...
     max_streams: int
     stream_timeout: float
+    peer_timeout: float
     max_message_bytes: int
     max_stream_bytes: int
     max_open_bytes: int

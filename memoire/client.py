@@ -31,6 +31,7 @@ import zmq
 
 from memoire import codec
 from memoire.codec import ProtocolError
+from memoire.experience import Keepalive
 from memoire.memory import ReplayMemory
 from memoire.protocol import (
     CACHE_NEXT,
@@ -54,6 +55,7 @@ from memoire.remote import request
 from memoire.transport import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
+    KEEPALIVE_S,
     CurveKeys,
     RequestChannel,
     native_libzmq,
@@ -120,6 +122,10 @@ class ReplayMemoryClient:
       keys: :class:`memoire.transport.CurveKeys` (client side) for a CURVE server.
       chunk_size: entries per episode chunk (central mode).
       seed: seeds the local memory's generator.
+      keepalive: seconds (central mode; None: none): while an episode is open and nothing
+        was pushed for this long, a thread sends a KEEPALIVE with this client's uuid, so the
+        server, which drops the open episode of an actor it has not heard from for its
+        ``peer_timeout``, keeps this one's (:class:`memoire.experience.Keepalive`).
 
     Raises:
       TimeoutError: the server did not answer the handshake.
@@ -140,6 +146,7 @@ class ReplayMemoryClient:
         keys: Optional[CurveKeys] = None,
         chunk_size: int = 256,
         seed: Optional[int] = None,
+        keepalive: Optional[float] = KEEPALIVE_S,
     ):
         if mode not in ("cache", "central"):
             raise ValueError(f"mode: expected 'cache' or 'central', got {mode!r}")
@@ -160,6 +167,15 @@ class ReplayMemoryClient:
             self._ctx, zmq.PUSH, push_endpoint, "Conn", keys=keys, server_side=False, hwm=64
         )
         self._push.sndtimeo = int(self.timeout * 1000)
+        self._keepalive: Optional[Keepalive] = None
+        if mode == "central" and keepalive is not None:
+            self._keepalive = Keepalive(
+                self.uuid,
+                self._try_send,
+                self._push_lock,
+                keepalive,
+                active=lambda: self._open and self._index > 0,
+            )
         self._sub_lock = threading.Lock()
         self._sub = None
         if sub_endpoint is not None:
@@ -286,6 +302,17 @@ class ReplayMemoryClient:
                 return True
             except zmq.Again:
                 return False
+            finally:
+                if self._keepalive is not None:
+                    self._keepalive.sent()
+
+    def _try_send(self, frames) -> bool:
+        """Sends a keepalive if the queue has room now (the caller holds _push_lock)."""
+        try:
+            self._push.send_multipart(frames, zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
 
     def write_log(self, log_message: str) -> int:
         """Sends a line to the server's logfile. Returns 0, or -1 when the server could not
@@ -591,6 +618,8 @@ class ReplayMemoryClient:
 
     def close(self) -> None:
         """Closes the sockets (unsent pushes are dropped)."""
+        if self._keepalive is not None:
+            self._keepalive.close()
         self._req.close()
         with self._push_lock:
             self._push.close(0)

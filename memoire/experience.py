@@ -15,12 +15,20 @@ reward, terminal, ...), plus ``uuid`` (the actor), ``episode``, ``index`` (the c
 its episode), ``multiplier`` and, on the last chunk, an optional ``info`` (return, length,
 terminated) that the receiver hands back with the stored episode. See core/chunk_ingest.h for
 the receiver's rules.
+
+Liveness: a stream built with ``keepalive`` seconds sends a KEEPALIVE message (its uuid) from a
+:class:`Keepalive` thread whenever an episode is open and nothing went out for that long; the
+receiving ingest drops the open episode of an actor it has not heard from for its
+``peer_timeout`` (killed, frozen), never another actor's. ZeroMQ's own heartbeats are not used
+(see :class:`memoire.transport.Heartbeat`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,7 +36,86 @@ import zmq
 
 from memoire import codec, transport
 from memoire.codec import Msg
-from memoire.protocol import CHUNK_INFO, CHUNK_LAST, CHUNK_TERMINAL, INGEST_REJECTED
+from memoire.protocol import (
+    CHUNK_INFO,
+    CHUNK_LAST,
+    CHUNK_TERMINAL,
+    INGEST_REJECTED,
+    KEEPALIVE_SCALARS,
+)
+
+
+def keepalive_frames(uuid: int) -> list:
+    """The frames of a KEEPALIVE message of the actor `uuid` (uint64)."""
+    ((name, dtype),) = KEEPALIVE_SCALARS
+    return codec.encode(Msg.KEEPALIVE, {name: np.array(int(uuid), dtype)})
+
+
+class Keepalive:
+    """Keeps an idle data channel heard: a daemon thread that sends a KEEPALIVE of `uuid`
+    whenever `active()` and nothing went out for `interval` seconds (checked every
+    ``interval / 2``).
+
+    Args:
+      uuid: the actor's id, as in its chunks.
+      try_send: sends frames without blocking; False when it could not (a full queue: data is
+        waiting to be read anyway). Called with `lock` held.
+      lock: guards the socket; every data send holds it and then calls :meth:`sent`. A data
+        send that blocks holds it, and the keepalive is skipped meanwhile.
+      interval: seconds, > 0.
+      active: whether keepalives are wanted now (an episode is open); default always.
+
+    Thread-safe (:meth:`sent` from the sending thread, :meth:`close` from any).
+    """
+
+    def __init__(
+        self,
+        uuid: int,
+        try_send: Callable[[list], bool],
+        lock: threading.Lock,
+        interval: float,
+        active: Callable[[], bool] = lambda: True,
+    ):
+        if not (float(interval) > 0):
+            raise ValueError(f"keepalive: expected seconds > 0, got {interval!r}")
+        self.interval = float(interval)
+        self._frames = keepalive_frames(uuid)
+        self._try_send = try_send
+        self._lock = lock
+        self._active = active
+        self._last = time.monotonic()
+        self.sent_count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memoire-keepalive", daemon=True)
+        self._thread.start()
+
+    def sent(self) -> None:
+        """A data message went out now."""
+        self._last = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval / 2):
+            if time.monotonic() - self._last < self.interval or not self._active():
+                continue
+            if not self._lock.acquire(blocking=False):
+                continue  # a data send is under way
+            try:
+                if self._stop.is_set():
+                    return
+                if self._try_send(self._frames):
+                    self._last = time.monotonic()
+                    self.sent_count += 1
+            except Exception:  # noqa: BLE001 - a closed socket: the owner is closing
+                return
+            finally:
+                self._lock.release()
+
+    def close(self) -> None:
+        """Stops the thread (before the owner closes the socket)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5 * self.interval + 1)
+
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +131,12 @@ class ChunkStream:
         overwrite, so ``send`` must copy them (pyzmq's ``send_multipart`` does by default).
       chunk_rows: rows per message (>= 1); an episode end also sends.
       uuid: the actor's id (uint64); random by default.
+      keepalive: seconds (None: none): while an episode is open and nothing went out for this
+        long, a :class:`Keepalive` thread sends a KEEPALIVE through `try_send`.
+      try_send: sends frames without blocking (False when the queue is full); required with
+        `keepalive`. Data sends and keepalives never run at once (a lock).
 
-    Not thread-safe: one actor thread owns a stream.
+    Not thread-safe: one actor thread owns a stream; :meth:`close` stops its keepalive.
     """
 
     def __init__(
@@ -54,9 +145,13 @@ class ChunkStream:
         send: Callable[[list], bool],
         chunk_rows: int = 64,
         uuid: Optional[int] = None,
+        keepalive: Optional[float] = None,
+        try_send: Optional[Callable[[list], bool]] = None,
     ):
         if int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
+        if keepalive is not None and try_send is None:
+            raise ValueError("keepalive: expected a try_send (a send that never blocks)")
         self._spec = [
             (str(name), np.dtype(dtype), tuple(int(d) for d in shape))
             for name, dtype, shape in row_spec
@@ -73,6 +168,17 @@ class ChunkStream:
         self._broken = False  # a send failed: the rest of this episode is not sent
         self.episodes_sent = 0
         self.rows_sent = 0
+        self._lock = threading.Lock()
+        self.keepalive: Optional[Keepalive] = None
+        if keepalive is not None:
+            self.keepalive = Keepalive(
+                self.uuid, try_send, self._lock, keepalive, active=lambda: self._index > 0
+            )
+
+    def close(self) -> None:
+        """Stops the keepalive thread (call before the socket closes)."""
+        if self.keepalive is not None:
+            self.keepalive.close()
 
     def add(self, row: Mapping[str, object]) -> bool:
         """Appends one row (a value per column, cast to the column's dtype and shape); sends a
@@ -120,7 +226,11 @@ class ChunkStream:
             name, dtype, size = CHUNK_INFO
             values[name] = np.asarray(info, dtype).reshape(size)
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
-        if not self._send(frames):
+        with self._lock:
+            ok = self._send(frames)
+            if self.keepalive is not None:
+                self.keepalive.sent()
+        if not ok:
             self._broken = True
             return False
         self._index += 1
@@ -149,10 +259,19 @@ class ExperienceReceiver:
         self._native = transport.native_libzmq()
         self.not_chunk = 0
 
+    def _listen(self) -> None:
+        for reason, count, detail in self.ingest.listen():
+            transport.log_dropped(log, "an episode", reason, count, detail)
+
     def poll(self, timeout: float) -> List[Tuple[int, int, int, Optional[tuple]]]:
         """Waits up to ``timeout`` seconds for messages and takes what is queued. Returns the
         episodes stored since the last call, oldest first: ``[(uuid, episode, rows, info)]``
-        (``info``: the actor's (return, length, terminated), or None)."""
+        (``info``: the actor's (return, length, terminated), or None).
+
+        Each call is a read: the ingest's liveness counts the time in it (and gaps between
+        calls up to a cap) and drops the open episode of an actor silent past its
+        ``peer_timeout``. Not calling it (a learner held back by its rate limiter) counts
+        nothing against the actors."""
         self.ingest.reap()
         ms = max(0, int(timeout * 1000))
         other = None
@@ -160,13 +279,16 @@ class ExperienceReceiver:
             _, _, rejected, other = self.ingest.receive(self._sock.underlying, ms, 64)
             for reason, count, detail in rejected:
                 transport.log_dropped(log, "a chunk", reason, count, detail)
-        elif self._sock.poll(ms):
-            frames = self._sock.recv_multipart(copy=False)
-            got = self.ingest.ingest(frames)
-            if got is None:
-                other = frames
-            elif got[0] == INGEST_REJECTED:
-                transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
+        else:
+            self._listen()
+            if self._sock.poll(ms):
+                frames = self._sock.recv_multipart(copy=False)
+                got = self.ingest.ingest(frames)
+                if got is None:
+                    other = frames
+                elif got[0] == INGEST_REJECTED:
+                    transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
+            self._listen()
         if other is not None:
             self.not_chunk += 1
             transport.log_dropped(

@@ -9,7 +9,8 @@ Every constant here comes from the C++ definition (``cpp/core/protocol.h``, expo
 - :data:`FIELDS`: the memory's fields (``s a r p v q i``).
 - ``CHUNK_*``: flags of a CHUNK message; :data:`CHUNK_SCALARS`, :data:`CHUNK_INFO`: its
   entries besides the store's row columns (:data:`CHUNK_INIT_W`: a memory's last one);
-  ``INGEST_*``: the chunk ingest's outcomes (``_core.ChunkIngest.ingest``).
+  ``INGEST_*``: the chunk ingest's outcomes (``_core.ChunkIngest.ingest``);
+  :data:`KEEPALIVE_SCALARS`: what a KEEPALIVE carries (the actor's uuid).
 - :func:`cache_layout` / :func:`cache_spec`: the layout of a CACHE message.
 - :data:`SETTINGS`: the memory settings a server sends in its handshake.
 """
@@ -35,9 +36,11 @@ CHUNK_UPDATE_WEIGHT: int = _P.CHUNK_UPDATE_WEIGHT
 CHUNK_SCALARS: Tuple[Tuple[str, str], ...] = tuple(_P.CHUNK_SCALARS)  # (name, dtype name), 0-d
 CHUNK_INFO: Tuple[str, str, int] = tuple(_P.CHUNK_INFO)  # (name, dtype name, size), optional
 CHUNK_INIT_W: Tuple[str, str] = tuple(_P.MEMORY_INIT_W)  # a memory's row column after the fields
+KEEPALIVE_SCALARS: Tuple[Tuple[str, str], ...] = tuple(_P.KEEPALIVE_SCALARS)  # (name, dtype), 0-d
 INGEST_STAGED: int = _P.INGEST_STAGED
 INGEST_COMMITTED: int = _P.INGEST_COMMITTED
 INGEST_REJECTED: int = _P.INGEST_REJECTED
+INGEST_KEEPALIVE: int = _P.INGEST_KEEPALIVE
 
 CACHE_PREV: str = _P.CACHE_PREV
 CACHE_NEXT: str = _P.CACHE_NEXT

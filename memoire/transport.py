@@ -133,17 +133,27 @@ class Authenticator:
 class Heartbeat:
     """ZeroMQ heartbeats of a socket's connections (ZMTP PING/PONG, libzmq >= 4.2), seconds.
 
-    - ``interval`` (ZMQ_HEARTBEAT_IVL): a PING goes out on each connection this often.
-    - ``timeout`` (ZMQ_HEARTBEAT_TIMEOUT): a connection that sends nothing back (no PONG, no
-      message) for this long after a PING is closed: a peer whose machine died or froze is
-      noticed within ``interval + timeout`` seconds (a killed process at once: its kernel
-      closes the connection).
-    - ``ttl`` (ZMQ_HEARTBEAT_TTL): sent in each PING; the peer closes the connection when it
-      hears nothing from this side for this long (so a client notices a dead server too).
-      Rounded to tenths of a second by the protocol (at most 6553.5 s).
+    memoire sets them on NO socket by default, and a socket whose input can stop must never
+    have them: the libzmq that pyzmq's wheels bundle (4.3.5) aborts the whole process
+    (``Assertion failed: !_io_error (src/stream_engine_base.cpp:310)``) when a socket running
+    heartbeat timers, whose input is stopped by a full receive queue, loses its peer
+    (zeromq/libzmq#3937, #4767; reproduced by tests/test_liveness.py). That is every receiver
+    of experience, parameters, stream credits or notices, and, under a hostile peer's flood,
+    even a REQ or REP. memoire measures liveness itself instead: actors send a KEEPALIVE on
+    their data channel when idle (:class:`memoire.experience.Keepalive`) and the receiving
+    ingest drops the open episode of an actor it has not heard from for ``peer_timeout``
+    seconds (``_core.ChunkIngest``); request channels time out and resend
+    (:class:`RequestChannel`), which notices a dead server without heartbeats.
 
-    A closed connection is reconnected by the connecting side as usual; the server counts
-    and handles the close (``stats()``: ``peer_disconnects``, ``rejected["peer_lost"]``).
+    Kept for callers that opt in on a socket that only sends (a PUSH or PUB never stops its
+    input on data):
+
+    - ``interval`` (ZMQ_HEARTBEAT_IVL): a PING goes out on each connection this often.
+    - ``timeout`` (ZMQ_HEARTBEAT_TIMEOUT): a connection that sends nothing back for this long
+      after a PING is closed.
+    - ``ttl`` (ZMQ_HEARTBEAT_TTL): sent in each PING; the peer closes the connection when it
+      hears nothing from this side for this long. Rounded to tenths of a second (at most
+      6553.5 s).
     """
 
     interval: float = 1.0
@@ -162,7 +172,20 @@ class Heartbeat:
         sock.setsockopt(zmq.HEARTBEAT_TTL, int(self.ttl * 1000))
 
 
-DEFAULT_HEARTBEAT = Heartbeat()  # every long-lived connection memoire opens (docs/LIMITS.md)
+# Liveness measured by memoire (docs/LIMITS.md, "Liveness"): an actor with nothing to send for
+# KEEPALIVE_S seconds sends a KEEPALIVE; a receiver drops the open episode of an actor it has
+# not heard from for PEER_TIMEOUT_S seconds of listening.
+KEEPALIVE_S = 1.0
+PEER_TIMEOUT_S = 10.0
+
+# Messages a receiving socket queues per connection (ZMQ_RCVHWM; libzmq's default is 1000).
+# With ZMQ_MAXMSGSIZE this bounds the bytes waiting in a receiver's libzmq queues: at most
+# (RECEIVE_HWM + 1) x max message bytes per connection (the +1: the message its engine decoded
+# and holds while the queue is full). A receiver that stops reading (a rate limiter holding
+# inserts back) then stops reading its TCP connections, and what its peers send waits in their
+# own processes: their sends block or time out.
+RECEIVE_HWM = 4
+_RECEIVERS = (zmq.PULL, zmq.SUB, zmq.ROUTER, zmq.DEALER, zmq.REP, zmq.REQ, zmq.PAIR)
 
 
 def open_socket(
@@ -176,7 +199,8 @@ def open_socket(
     bind_host: str = LOOPBACK,
     hwm: Optional[int] = None,
     max_bytes: Optional[int] = None,
-    heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+    rcvhwm: int = RECEIVE_HWM,
+    heartbeat: Optional[Heartbeat] = None,
 ) -> zmq.Socket:
     """A new socket of `kind` bound to or connected to `endpoint`.
 
@@ -184,18 +208,32 @@ def open_socket(
       mode: ``'Bind'`` or ``'Conn'``.
       keys: CURVE keys; `server_side` says which half of the handshake this socket plays.
       bind_host: the interface a ``tcp://*:port`` endpoint binds (loopback by default).
-      hwm: send and receive high-water marks (messages queued per peer).
+      hwm: the send high-water mark (messages queued per peer before a send blocks or drops).
       max_bytes: ZMQ_MAXMSGSIZE: a peer sending a larger frame is disconnected by libzmq.
-      heartbeat: ZeroMQ heartbeats on its connections (:class:`Heartbeat`; None: none).
+      rcvhwm: the receive high-water mark of a socket that receives data (PULL, SUB, ROUTER,
+        DEALER, REP, REQ, PAIR): messages queued per connection (:data:`RECEIVE_HWM`).
+      heartbeat: ZeroMQ heartbeats (:class:`Heartbeat`). Refused on a receiving socket: they
+        can abort the process (see :class:`Heartbeat`).
+
+    Raises:
+      ValueError: heartbeats asked for a receiving socket; an rcvhwm below 1.
     """
     bind = is_bind(mode)
+    if heartbeat is not None and kind in _RECEIVERS:
+        raise ValueError(
+            "heartbeat: refused on a receiving socket (libzmq 4.3.5 aborts the process when "
+            "such a socket with a full queue loses its peer: zeromq/libzmq#3937)"
+        )
+    if int(rcvhwm) < 1:
+        raise ValueError(f"rcvhwm: expected >= 1 messages, got {rcvhwm}")
     sock = ctx.socket(kind)
     sock.linger = 0
     if heartbeat is not None:
         heartbeat.apply(sock)
     if hwm is not None:
         sock.sndhwm = hwm
-        sock.rcvhwm = hwm
+    if kind in _RECEIVERS:
+        sock.rcvhwm = int(rcvhwm)
     if max_bytes is not None:
         sock.maxmsgsize = int(max_bytes)
     if keys is not None:
@@ -213,9 +251,10 @@ def open_socket(
 
 class ConnectionWatch:
     """The connections of one socket, seen through ZeroMQ's socket monitor: how many are open,
-    and when each closed (a peer that closed its socket, a killed process, or one that stopped
-    answering heartbeats: see :class:`Heartbeat`). ZeroMQ does not say which peer a message
-    came from, so this counts connections, not peers by name.
+    and when each closed (a peer that closed its socket, or a killed process: its kernel closes
+    them). ZeroMQ does not say which peer a message came from, so this counts connections, not
+    peers by name (a frozen peer's connection stays open: the chunk ingest's liveness notices
+    it by its actor's silence).
 
     Owned by the socket's thread: call :meth:`poll` from it (non-blocking) and :meth:`close`
     before the socket is closed.
@@ -295,6 +334,8 @@ class RequestChannel:
         self._sock: Optional[zmq.Socket] = None
 
     def _open(self) -> zmq.Socket:
+        # No ZeroMQ heartbeats (see Heartbeat): a hostile server can fill a REQ's receive
+        # queue, and the timeout per attempt already notices a dead or frozen server.
         return open_socket(
             self._ctx, zmq.REQ, self.endpoint, "Conn", keys=self._keys, server_side=False
         )

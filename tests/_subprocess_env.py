@@ -15,8 +15,9 @@ MEMOIRE_PATH = os.path.dirname(os.path.dirname(os.path.abspath(memoire.__file__)
 
 def subprocess_env(*paths: str, **variables: str) -> dict:
     """os.environ plus `variables`, with PYTHONPATH = MEMOIRE_PATH, then `paths`, then the
-    current PYTHONPATH."""
-    env = dict(os.environ, **variables)
+    current PYTHONPATH, and PYTHONSAFEPATH=1: a child never puts its working directory (or a
+    script's folder) first on sys.path, so it never imports a checkout by accident."""
+    env = dict(os.environ, PYTHONSAFEPATH="1", **variables)
     env["PYTHONPATH"] = os.pathsep.join(
         [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p]
     )

@@ -5,6 +5,7 @@
 #include "core/chunk_ingest.h"
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -65,15 +66,15 @@ class PyChunkIngest {
     return py::make_tuple(out, dropped);
   }
 
-  // None for a message that is not a current-version chunk (or whose frames export no
-  // buffer); else (outcome, rows, reason, reason_count, detail) with outcome 1 staged,
-  // 2 committed, 3 rejected.
+  // None for a message that is not a current-version chunk or keepalive (or whose frames
+  // export no buffer); else (outcome, rows, reason, reason_count, detail) with outcome 1
+  // staged, 2 committed, 3 rejected, 4 keepalive.
   py::object Ingest(const py::sequence& frames, const py::object& now_obj) {
     const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
     const size_t n = frames.size();
     auto held = std::make_unique<HeldFrames>();
     // Other messages (caches, logs) go back at once, without a GIL round trip.
-    if (n == 0 || !held->Add(frames[0].ptr()) || !codec::IsCurrent(held->frames()[0], codec::MsgType::kChunk))
+    if (n == 0 || !held->Add(frames[0].ptr()) || !Ingestible(held->frames()[0]))
       return py::none();
     for (size_t k = 1; k < n; ++k)
       if (!held->Add(frames[k].ptr())) return py::none();
@@ -106,10 +107,11 @@ class PyChunkIngest {
     {
       py::gil_scoped_release release;
       ChunkIngest::Result r;
+      ListenNow();  // the wait below is listening time
       error = libzmq::ReceiveEach(
           reinterpret_cast<void*>(socket), timeout_ms, max_messages,
           [&](std::shared_ptr<libzmq::Frames> frames, const std::vector<codec::Frame>& fr) {
-            if (!codec::IsCurrent(fr[0], codec::MsgType::kChunk)) {
+            if (!Ingestible(fr[0])) {
               other = std::move(frames);
               return false;
             }
@@ -122,11 +124,13 @@ class PyChunkIngest {
             if (r.outcome == ChunkIngest::Outcome::kRejected) rejected.push_back(std::move(r));
             return true;
           });
+      ListenNow();
     }
     if (!error.empty()) throw std::runtime_error("receive: " + error);
     py::list rejections;
     for (const ChunkIngest::Result& r : rejected)
       rejections.append(py::make_tuple(ChunkIngest::ReasonName(r.reason), r.reason_count, r.detail));
+    AppendLost(&rejections);
     return py::make_tuple(episodes, rows, rejections,
                           other ? py::object(FramesToArrays(other)) : py::object(py::none()));
   }
@@ -140,13 +144,34 @@ class PyChunkIngest {
     Release(released);
   }
 
-  // Drops streams of closed connections (see ChunkIngest::DropSilent) and frees their frames.
-  int64_t DropSilent(double silent_for, int64_t max_count) {
-    py::gil_scoped_release release;
-    std::vector<uint64_t> released;
-    const int64_t n = core_->DropSilent(Now(), silent_for, max_count, &released);
-    Release(released);
-    return n;
+  // The owner reads at `now` (see ChunkIngest::Listen); frees the frames of dropped streams.
+  // Returns [(reason, reason_count, detail)] of the episodes dropped as peer_lost since the
+  // last report (here, or by a message's own listening).
+  py::list Listen(const py::object& now_obj) {
+    const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
+    {
+      py::gil_scoped_release release;
+      std::vector<uint64_t> released;
+      core_->Listen(now, &released);
+      Release(released);
+    }
+    py::list out;
+    AppendLost(&out);
+    return out;
+  }
+
+  // Appends (reason, count, detail) for each episode dropped as peer_lost since the last call.
+  void AppendLost(py::list* out) {
+    const auto lost = core_->TakeLost();
+    if (lost.empty()) return;
+    const int64_t count = core_->counters().rejected[ChunkIngest::kPeerLost];
+    for (const auto& [uuid, episode] : lost) {
+      char who[24];
+      std::snprintf(who, sizeof(who), "%08llx", static_cast<unsigned long long>(uuid));
+      out->append(py::make_tuple(ChunkIngest::ReasonName(ChunkIngest::kPeerLost), count,
+                                 "dropped episode " + std::to_string(episode) + " from " + who +
+                                     ": not heard from for peer_timeout"));
+    }
   }
 
   py::dict Counters() const {
@@ -156,6 +181,7 @@ class PyChunkIngest {
       if (c.rejected[k]) rejected[ChunkIngest::ReasonName(k)] = c.rejected[k];
     py::dict out;
     out["chunks"] = c.chunks;
+    out["keepalives"] = c.keepalives;
     out["open_streams"] = c.open_streams;
     out["open_bytes"] = c.open_bytes;
     out["rejected"] = rejected;
@@ -169,6 +195,19 @@ class PyChunkIngest {
   ChunkIngest& core() { return *core_; }
 
  private:
+  // A message the ingest takes: a current-version CHUNK or KEEPALIVE.
+  static bool Ingestible(const codec::Frame& header) {
+    return codec::IsCurrent(header, codec::MsgType::kChunk) ||
+           codec::IsCurrent(header, codec::MsgType::kKeepalive);
+  }
+
+  // Listen at the steady clock's now, freeing what it drops. Called without the GIL.
+  void ListenNow() {
+    std::vector<uint64_t> released;
+    core_->Listen(Now(), &released);
+    Release(released);
+  }
+
   static double Now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
@@ -230,11 +269,14 @@ against a store's row columns, keeps per-actor streams and commits finished epis
 the store (memoire's ReplayMemory, Dopamine's CircularBuffer or TransitionStore).
 Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_order_chunk",
 "stream_limit", "stale_episode", "episode_too_long", "bad_episode", "stream_bytes",
-"open_bytes", "nonfinite", "peer_lost"). Thread-safe.
+"open_bytes", "nonfinite", "peer_lost"). Liveness: an actor not heard from (no chunk, no
+KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its open episode
+(peer_lost), never another actor's. Thread-safe.
 )doc");
   auto options = [](uint64_t max_message_bytes, int64_t max_streams, double stream_timeout,
-                    int64_t max_stream_bytes, int64_t max_open_bytes) {
+                    int64_t max_stream_bytes, int64_t max_open_bytes, double peer_timeout) {
     ChunkIngest::Options o;
+    o.peer_timeout = peer_timeout;
     o.max_message_bytes = max_message_bytes;
     o.max_streams = max_streams;
     o.stream_timeout = stream_timeout;
@@ -246,20 +288,21 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
 #define MEMOIRE_INGEST_LIMIT_ARGS                                                        \
   py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_streams") = 4096,       \
       py::arg("stream_timeout") = 600.0, py::arg("max_stream_bytes") = int64_t(256) << 20, \
-      py::arg("max_open_bytes") = int64_t(1) << 30
+      py::arg("max_open_bytes") = int64_t(1) << 30, py::arg("peer_timeout") = 10.0
   c.def(py::init([options](std::shared_ptr<ReplayMemory> memory, uint64_t mmb, int64_t ms,
-                           double st, int64_t msb, int64_t mob) {
+                           double st, int64_t msb, int64_t mob, double pt) {
           if (!memory) ThrowIfError(Error(Code::kInvalidArgument, "memory: expected a ReplayMemory"));
           return new PyChunkIngest(EpisodeStoreOf(std::move(memory)), nullptr,
-                                   options(mmb, ms, st, msb, mob));
+                                   options(mmb, ms, st, msb, mob, pt));
         }),
         py::arg("memory"), MEMOIRE_INGEST_LIMIT_ARGS,
         "Into memoire's episodic memory: rows s, a, r, p, v, i and init_w float32.");
   c.def(py::init([options](std::shared_ptr<CircularBuffer> buffer, bool allow_nonfinite,
-                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob) {
+                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob,
+                           double pt) {
           if (!buffer) ThrowIfError(Error(Code::kInvalidArgument, "buffer: expected a CircularBuffer"));
           return new PyChunkIngest(EpisodeStoreOf(std::move(buffer), allow_nonfinite), nullptr,
-                                   options(mmb, ms, st, msb, mob));
+                                   options(mmb, ms, st, msb, mob, pt));
         }),
         py::arg("buffer"), py::kw_only(), py::arg("allow_nonfinite") = false,
         MEMOIRE_INGEST_LIMIT_ARGS,
@@ -270,13 +313,14 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
   c.def(py::init([options](std::shared_ptr<TransitionStore> store, const py::object& obs_dtype,
                            const std::vector<int64_t>& obs_shape, const py::object& action_dtype,
                            const std::vector<int64_t>& action_shape, bool allow_nonfinite,
-                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob) {
+                           uint64_t mmb, int64_t ms, double st, int64_t msb, int64_t mob,
+                           double pt) {
           std::unique_ptr<TransitionEpisodeStore> t;
           ThrowIfError(TransitionEpisodeStore::Make(
               std::move(store), FromNumpy(py::dtype::from_args(obs_dtype), "observation_dtype"), obs_shape,
               FromNumpy(py::dtype::from_args(action_dtype), "action_dtype"), action_shape, allow_nonfinite, &t));
           std::shared_ptr<TransitionEpisodeStore> shared(std::move(t));
-          return new PyChunkIngest(shared, shared, options(mmb, ms, st, msb, mob));
+          return new PyChunkIngest(shared, shared, options(mmb, ms, st, msb, mob, pt));
         }),
         py::arg("store"), py::kw_only(), py::arg("observation_dtype"),
         py::arg("observation_shape"), py::arg("action_dtype"), py::arg("action_shape"),
@@ -313,12 +357,26 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
         "Drops streams silent for stream_timeout seconds (counted as stale_episode), as "
         "ingest does when a chunk comes; call it when none come. Looks at most every "
         "min(10, stream_timeout) seconds, so it is cheap to call often.");
-  c.def("drop_silent", &PyChunkIngest::DropSilent, py::arg("silent_for"), py::arg("max_count"),
-        "Drops up to max_count streams silent for at least silent_for seconds, the most silent "
-        "first (counted as peer_lost): the streams of actors whose connections closed. "
-        "Returns how many went.");
+  c.def("listen", &PyChunkIngest::Listen, py::arg("now") = py::none(),
+        "Says that the owner reads its socket at `now` (monotonic seconds; default: the steady "
+        "clock): advances the listening time (a gap since the last read counts at most "
+        "min(0.5, peer_timeout / 4) s) and drops the open episode of every actor not heard "
+        "from (no chunk, no keepalive) for peer_timeout seconds of it (counted as peer_lost). "
+        "ingest() and receive() listen themselves; call it after a poll that found nothing, "
+        "never while not reading (a limiter holding inserts back). Returns "
+        "[(reason, reason_count, detail)] of the episodes dropped as peer_lost since the last "
+        "report (receive() reports them too).");
+  c.def(
+      "open_streams",
+      [](PyChunkIngest& self) {
+        py::list out;
+        for (const ChunkIngest::OpenStream& o : self.core().OpenStreams())
+          out.append(py::make_tuple(o.uuid, o.episode, o.rows));
+        return out;
+      },
+      "[(uuid, episode, rows so far)] of the open streams (unfinished episodes), unordered.");
   c.def("counters", &PyChunkIngest::Counters,
-        "{'chunks', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
+        "{'chunks', 'keepalives', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
         "'frames_held'}.");
   c.def_property(
       "max_stream_bytes", [](PyChunkIngest& self) { return self.core().options().max_stream_bytes; },
@@ -338,6 +396,9 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
       [](PyChunkIngest& self, double v) {
         SetOption(self, &ChunkIngest::Options::stream_timeout, v);
       });
+  c.def_property(
+      "peer_timeout", [](PyChunkIngest& self) { return self.core().options().peer_timeout; },
+      [](PyChunkIngest& self, double v) { SetOption(self, &ChunkIngest::Options::peer_timeout, v); });
   c.def_property(
       "max_message_bytes",
       [](PyChunkIngest& self) { return self.core().options().max_message_bytes; },

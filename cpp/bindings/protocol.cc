@@ -64,6 +64,7 @@ void BindProtocol(py::module_& m) {
                                         protocol::kChunkInfoSize);
   p.attr("MEMORY_INIT_W") = py::make_tuple(protocol::kMemoryInitW.name,
                                            DTypeName(protocol::kMemoryInitW.dtype));
+  p.attr("KEEPALIVE_SCALARS") = ColumnTuples(protocol::kKeepaliveScalars);
   p.attr("CHUNK_LAST") = protocol::kChunkLast;
   p.attr("CHUNK_TERMINAL") = protocol::kChunkTerminal;
   p.attr("CHUNK_UPDATE_VALUE") = protocol::kChunkUpdateValue;
@@ -71,6 +72,7 @@ void BindProtocol(py::module_& m) {
   p.attr("INGEST_STAGED") = static_cast<int>(protocol::IngestOutcome::kStaged);
   p.attr("INGEST_COMMITTED") = static_cast<int>(protocol::IngestOutcome::kCommitted);
   p.attr("INGEST_REJECTED") = static_cast<int>(protocol::IngestOutcome::kRejected);
+  p.attr("INGEST_KEEPALIVE") = static_cast<int>(protocol::IngestOutcome::kKeepalive);
 }
 
 }  // namespace memoire

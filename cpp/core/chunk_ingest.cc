@@ -81,9 +81,20 @@ Status ChunkIngest::SetOptions(const Options& o) {
                  o.max_stream_bytes);
   if (o.max_open_bytes < 1)
     return Error(Code::kInvalidArgument, "max_open_bytes: expected >= 1, got ", o.max_open_bytes);
+  if (!(o.peer_timeout > 0) || !std::isfinite(o.peer_timeout))
+    return Error(Code::kInvalidArgument, "peer_timeout: expected finite seconds > 0, got ",
+                 o.peer_timeout);
   std::lock_guard<std::mutex> l(mu_);
   opt_ = o;
   return Status::OK();
+}
+
+std::vector<ChunkIngest::OpenStream> ChunkIngest::OpenStreams() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<OpenStream> out;
+  out.reserve(streams_.size());
+  for (const auto& [uuid, st] : streams_) out.push_back({uuid, st.episode, st.rows});
+  return out;
 }
 
 ChunkIngest::Counters ChunkIngest::counters() const {
@@ -167,21 +178,58 @@ void ChunkIngest::ReapLocked(double now, std::vector<uint64_t>* released) {
   }
 }
 
-int64_t ChunkIngest::DropSilent(double now, double silent_for, int64_t max_count,
-                                std::vector<uint64_t>* released) {
+int64_t ChunkIngest::Listen(double now, std::vector<uint64_t>* released) {
   std::lock_guard<std::mutex> l(mu_);
+  return ListenLocked(now, released);
+}
+
+int64_t ChunkIngest::ListenLocked(double now, std::vector<uint64_t>* released) {
+  const double cap = std::min(kMaxListenGap, kListenGapFraction * opt_.peer_timeout);
+  if (last_listen_ >= 0 && now > last_listen_) listen_clock_ += std::min(now - last_listen_, cap);
+  if (now > last_listen_) last_listen_ = now;
+  // A scan costs one pass over the open streams: at most every cap of listening time.
+  if (listen_clock_ - last_liveness_ < cap) return 0;
+  last_liveness_ = listen_clock_;
   int64_t dropped = 0;
-  while (dropped < max_count) {
-    auto oldest = streams_.end();
-    for (auto it = streams_.begin(); it != streams_.end(); ++it)
-      if (now - it->second.last_seen >= silent_for &&
-          (oldest == streams_.end() || it->second.last_seen < oldest->second.last_seen))
-        oldest = it;
-    if (oldest == streams_.end()) break;
-    DropLocked(oldest, kPeerLost, released);
-    ++dropped;
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    auto next = std::next(it);
+    if (listen_clock_ - it->second.heard > opt_.peer_timeout) {
+      if (lost_.size() == kCommittedLog) lost_.pop_front();
+      lost_.emplace_back(it->first, it->second.episode);
+      DropLocked(it, kPeerLost, released);
+      ++dropped;
+    }
+    it = next;
   }
   return dropped;
+}
+
+std::vector<std::pair<uint64_t, int64_t>> ChunkIngest::TakeLost() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::pair<uint64_t, int64_t>> out(lost_.begin(), lost_.end());
+  lost_.clear();
+  return out;
+}
+
+void ChunkIngest::KeepaliveLocked(const Frame* frames, size_t n, double now, Result* out) {
+  std::vector<uint64_t> sizes(n - 1);
+  for (size_t k = 1; k < n; ++k) sizes[k - 1] = frames[k].size;
+  codec::Limits limits;
+  limits.max_payload_bytes = opt_.max_message_bytes;
+  codec::Message m;
+  int64_t batch = -1;
+  Status st = codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(), n - 1, limits, &m);
+  static const std::vector<codec::ArraySpec> kSpec = {
+      {protocol::kKeepaliveScalars[0].name, protocol::kKeepaliveScalars[0].dtype, {}, false}};
+  if (st.ok()) st = codec::CheckArrays(m, kSpec, /*allow_extra=*/false, &batch);
+  if (!st.ok()) return Reject(kMalformed, "keepalive: " + st.message(), out);
+  // CheckArrays proved one top-level uint64 0-d entry with its frame.
+  const uint64_t uuid = LoadUnaligned<uint64_t>(frames[1 + m.entries[0].frame].data);
+  ++counts_.keepalives;
+  ListenLocked(now, &out->released);
+  auto it = streams_.find(uuid);
+  if (it != streams_.end()) it->second.heard = listen_clock_;
+  out->outcome = Outcome::kKeepalive;
 }
 
 void ChunkIngest::Reject(int reason, std::string detail, Result* out) {
@@ -201,9 +249,16 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
   uint16_t version = 0;
   uint8_t type = 0;
   if (n == 0 || !codec::PeekVersion(frames[0].data, frames[0].size, &version, &type) ||
-      version != codec::kWireVersion || type != static_cast<uint8_t>(codec::MsgType::kChunk)) {
+      version != codec::kWireVersion ||
+      (type != static_cast<uint8_t>(codec::MsgType::kChunk) &&
+       type != static_cast<uint8_t>(codec::MsgType::kKeepalive))) {
     out->released.push_back(owner);
     return;
+  }
+  if (type == static_cast<uint8_t>(codec::MsgType::kKeepalive)) {
+    out->released.push_back(owner);  // nothing of it is kept
+    std::lock_guard<std::mutex> l(mu_);
+    return KeepaliveLocked(frames, n, now, out);
   }
   Chunk chunk;
   chunk.owner = owner;
@@ -220,6 +275,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
       return Reject(kMalformed, st.message(), out);
     }
     ++counts_.chunks;
+    ListenLocked(now, &out->released);
     if (last_reap_ < 0) last_reap_ = now;
     if (now - last_reap_ > std::min(10.0, opt_.stream_timeout)) {
       ReapLocked(now, &out->released);
@@ -273,6 +329,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
     s.rows += rows;
     s.next_index += 1;
     s.last_seen = now;
+    s.heard = listen_clock_;
     if (!(flags & kLast)) {
       out->outcome = Outcome::kStaged;
       out->rows = rows;

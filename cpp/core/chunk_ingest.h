@@ -10,6 +10,8 @@
 //                      length, terminated), read on the last chunk and handed back with the
 //                      committed episode (TakeCommitted); never stored
 // and flags kLast | kTerminal | kUpdateValue | kUpdateWeight (the last chunk closes the episode).
+// An actor with nothing to send for its keepalive interval sends a KEEPALIVE message (its uuid,
+// core/protocol.h) on the same channel, checked as strictly as a chunk.
 //
 // Ingest checks a message (header, entry table, dtypes and shapes against the store's row
 // spec), keeps per-actor stream state and, on the last chunk, commits the whole episode into
@@ -32,9 +34,17 @@
 //     empty chunks is bounded too;
 //   - a chunk that would make all open streams hold more than max_open_bytes drops the
 //     largest stream (its own included) until it fits (open_bytes): a hog goes first;
-//   - DropSilent drops the streams of actors whose connections closed (peer_lost);
-//   - streams silent for stream_timeout seconds are dropped (stale_episode), checked every
-//     min(10, stream_timeout) seconds of `now` (by Ingest, and by Reap when no chunk comes);
+//   - liveness: an actor whose open stream the receiver has not heard from (no chunk, no
+//     KEEPALIVE with its uuid) for peer_timeout seconds of listening time is gone (killed,
+//     frozen, its machine lost): its open episode, and only its, is dropped (peer_lost).
+//     Listening time is the owner's reading time: Ingest, Keepalive and Listen say when the
+//     owner reads, and a gap between two reads counts at most kListenGapFraction x
+//     peer_timeout (capped at kMaxListenGap s), so an owner that stops reading (a rate limiter
+//     holding inserts back, a learner busy training) never finds its live actors silent: it
+//     hears from them again once it reads their queued messages;
+//   - streams with no chunk for stream_timeout seconds are dropped (stale_episode: an actor
+//     alive but stuck mid-episode), checked every min(10, stream_timeout) seconds of `now`
+//     (by Ingest, and by Reap when no chunk comes);
 //   - an episode the store refuses before storing (EpisodeStore::Check: a NaN or infinite
 //     reward unless allowed, init_w or multiplier) is dropped (nonfinite), and one with a
 //     negative init_w or multiplier (bad_episode): nothing stored is touched;
@@ -86,7 +96,12 @@ class ChunkIngest {
     double stream_timeout = 600.0;                   // seconds, > 0
     int64_t max_stream_bytes = int64_t(256) << 20;   // bytes one open stream holds, >= 1
     int64_t max_open_bytes = int64_t(1) << 30;       // bytes all open streams hold, >= 1
+    double peer_timeout = 10.0;  // seconds of listening without a word from an actor, > 0
   };
+  // A gap between two reads of the owner counts as listening time up to
+  // min(kMaxListenGap, kListenGapFraction * peer_timeout) seconds (see the liveness rule).
+  static constexpr double kListenGapFraction = 0.25;
+  static constexpr double kMaxListenGap = 0.5;
   // Bytes a chunk is charged besides its frames: its bookkeeping, the message's, and the
   // receive buffer a held message keeps alive (libzmq's messages point into 8 KiB batches);
   // measured at up to ~4 KiB per held empty chunk (benchmarks/hostile_rss.py).
@@ -110,6 +125,7 @@ class ChunkIngest {
 
   struct Counters {
     int64_t chunks = 0;        // chunk messages that passed the checks
+    int64_t keepalives = 0;    // KEEPALIVE messages that passed the checks
     int64_t open_streams = 0;
     int64_t open_bytes = 0;    // charged to open streams (frames + kChunkOverhead per chunk)
     int64_t rejected[kNumReasons] = {};
@@ -136,22 +152,33 @@ class ChunkIngest {
   // not null) gets how many records were lost to the log's bound since the last call.
   std::vector<Committed> TakeCommitted(int64_t* dropped);
 
-  // Takes one message: frames[0] is the header, frames[1..n) the data frames. `now` is a
-  // monotonic time in seconds. Every owner in out->released, this one included when it is not
-  // kept, may be freed by the caller; an owner is kept only while its stream is open.
+  // Takes one message (a CHUNK or a KEEPALIVE): frames[0] is the header, frames[1..n) the data
+  // frames. `now` is a monotonic time in seconds; the call counts as a read of the owner
+  // (Listen). Every owner in out->released, this one included when it is not kept, may be freed
+  // by the caller; an owner is kept only while its stream is open. A KEEPALIVE yields
+  // kKeepalive and is never kept.
   void Ingest(uint64_t owner, const Frame* frames, size_t n, double now, Result* out);
+
+  // The owner reads its socket at `now` (a receive call starts or ends, or a poll found
+  // nothing): advances the listening time and drops the open streams of actors silent past
+  // peer_timeout of it (peer_lost); their owners go into *released. Returns how many went.
+  // Not called while the owner does not read (a rate limiter holds inserts back).
+  int64_t Listen(double now, std::vector<uint64_t>* released);
+
+  // The open episodes dropped as peer_lost since the last call, oldest first: (actor uuid,
+  // episode). At most kCommittedLog are kept (older ones are only counted).
+  std::vector<std::pair<uint64_t, int64_t>> TakeLost();
 
   // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
   // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
   void Reap(double now, std::vector<uint64_t>* released);
 
-  // Drops up to `max_count` streams that have been silent for at least `silent_for` seconds
-  // at `now`, the most silent first (peer_lost): the streams of actors whose connections the
-  // owner saw close (ZeroMQ cannot tell which actor a connection carried, so the owner waits
-  // until live actors have sent again, then drops the silent ones). Returns how many went;
-  // their owners go into *released.
-  int64_t DropSilent(double now, double silent_for, int64_t max_count,
-                     std::vector<uint64_t>* released);
+  // The open streams: (actor uuid, episode, rows so far), in no particular order.
+  struct OpenStream {
+    uint64_t uuid;
+    int64_t episode, rows;
+  };
+  std::vector<OpenStream> OpenStreams() const;
 
   Counters counters() const;
   Options options() const;
@@ -169,7 +196,8 @@ class ChunkIngest {
     int64_t next_index = 0;
     int64_t rows = 0;
     int64_t bytes = 0;
-    double last_seen = 0;
+    double last_seen = 0;  // `now` of its last chunk (stale_episode)
+    double heard = 0;      // listening time of its actor's last message (peer_lost)
     std::vector<Chunk> chunks;
   };
 
@@ -186,6 +214,11 @@ class ChunkIngest {
   void DropLocked(std::unordered_map<uint64_t, Stream>::iterator it, int reason,
                   std::vector<uint64_t>* released);
   void ReapLocked(double now, std::vector<uint64_t>* released);
+  // Advances listen_clock_ to `now` (a gap counted at most the listen cap) and drops the
+  // streams silent past peer_timeout of it. Returns how many went. Under mu_.
+  int64_t ListenLocked(double now, std::vector<uint64_t>* released);
+  // Handles a KEEPALIVE message (header already peeked). Under mu_.
+  void KeepaliveLocked(const Frame* frames, size_t n, double now, Result* out);
   void Reject(int reason, std::string detail, Result* out);
   // Drops the largest streams until `it` may take `bytes` more within max_open_bytes; false
   // (and `it` dropped too) when `it` is the largest. Under mu_.
@@ -203,8 +236,12 @@ class ChunkIngest {
   std::unordered_map<uint64_t, Stream> streams_;  // guarded by mu_
   Counters counts_;                              // guarded by mu_ (open_bytes: the total)
   double last_reap_ = -1;                        // guarded by mu_; < 0 before the first chunk
+  double listen_clock_ = 0;       // guarded by mu_; listening seconds so far
+  double last_listen_ = -1;       // guarded by mu_; `now` of the last read, < 0 before it
+  double last_liveness_ = 0;      // guarded by mu_; listen_clock_ of the last silence check
   std::mutex commit_mu_;  // serialises commits into store_ (episodes stay contiguous)
   std::deque<Committed> committed_;  // guarded by mu_; at most kCommittedLog
+  std::deque<std::pair<uint64_t, int64_t>> lost_;  // guarded by mu_; at most kCommittedLog
   int64_t committed_dropped_ = 0;    // guarded by mu_
 };
 

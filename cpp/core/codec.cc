@@ -139,7 +139,7 @@ const char* MsgTypeName(uint8_t t) {
   static const char* kNames[kMaxMsgType + 1] = {
       "invalid", "hello", "hello_reply", "counter", "counter_reply", "cache",
       "chunk",   "log",   "pub",         "call",    "call_reply",    "error",
-      "stream",  "stream_batch"};
+      "stream",  "stream_batch", "keepalive"};
   return t <= kMaxMsgType ? kNames[t] : "invalid";
 }
 

@@ -62,8 +62,9 @@ enum class MsgType : uint8_t {
   kError = 11,      // a reply that reports a rejected request
   kStream = 12,     // sampling stream control, both ways (open, credit, priorities, layout)
   kStreamBatch = 13,  // server -> learner: one batch of a sampling stream (core/stream_batch.h)
+  kKeepalive = 14,    // actor -> chunk ingest: "still here" on an idle data channel
 };
-constexpr uint8_t kMaxMsgType = 13;
+constexpr uint8_t kMaxMsgType = 14;
 
 enum class Kind : uint8_t {
   kArray = 0, kScalar, kStr, kBytes, kNone, kList, kTuple, kDict,

@@ -20,6 +20,9 @@
 //           kChunkScalars                   0-d: uuid, episode, index, multiplier
 //           kChunkInfo                      optional, float64[3] on the last chunk
 //           flags kChunkLast | kChunkTerminal | kChunkUpdateValue | kChunkUpdateWeight
+//   KEEPALIVE (actor -> a chunk ingest) kKeepaliveScalars: the actor's uuid, sent on its data
+//           channel when it had nothing to send for its keepalive interval (the receiver's
+//           liveness: core/chunk_ingest.h)
 //   LOG     uuid, message;  PUB  topic, data;  CALL / CALL_REPLY / ERROR  remote calls
 //   STREAM / STREAM_BATCH  a sampling stream: control values (memoire/server/
 //           sampling_service.py) / one batch, each distinct row once (core/stream_batch.h)
@@ -69,6 +72,9 @@ constexpr Column kChunkScalars[kNumChunkScalars] = {
 constexpr Column kChunkInfo = {"info", DType::kFloat64};
 constexpr int kChunkInfoSize = 3;
 constexpr Column kMemoryInitW = {"init_w", DType::kFloat32};
+// KEEPALIVE: its 0-d entries (the uuid of the actor's chunks).
+constexpr int kNumKeepaliveScalars = 1;
+constexpr Column kKeepaliveScalars[kNumKeepaliveScalars] = {{"uuid", DType::kUInt64}};
 constexpr uint8_t kChunkLast = 1;          // closes the episode
 constexpr uint8_t kChunkTerminal = 2;      // ... as terminated (else truncated)
 constexpr uint8_t kChunkUpdateValue = 4;   // compute returns on close
@@ -80,6 +86,7 @@ enum class IngestOutcome : int {
   kStaged = 1,    // accepted; the episode is still open
   kCommitted = 2, // accepted, and the episode it closed is stored
   kRejected = 3,  // dropped (counted by reason)
+  kKeepalive = 4, // a keepalive: the actor's open stream (if any) was heard from
 };
 
 }  // namespace protocol

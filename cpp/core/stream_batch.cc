@@ -325,11 +325,14 @@ bool ReadErrorMessage(const Frame* frames, size_t n_frames, std::string* kind,
   reason->clear();
   if (slot != nullptr) *slot = -1;
   for (const Entry& e : m.entries) {
+    // Only a top-level scalar or string has a frame (DecodeFrames checked its size); other
+    // kinds (None, containers) have none, so nothing is read before these checks.
+    if (e.depth != 0 || e.frame < 0) continue;
     const Frame& f = frames[1 + e.frame];
-    if (slot != nullptr && e.depth == 0 && e.name == "slot" && e.kind == Kind::kScalar &&
-        e.dtype == DType::kInt64)
+    if (slot != nullptr && e.name == "slot" && e.kind == Kind::kScalar &&
+        e.dtype == DType::kInt64 && f.size == sizeof(int64_t))
       std::memcpy(slot, f.data, sizeof(int64_t));
-    if (e.depth != 0 || e.kind != Kind::kStr) continue;
+    if (e.kind != Kind::kStr) continue;
     if (e.name == "error") kind->assign(reinterpret_cast<const char*>(f.data), f.size);
     if (e.name == "reason") reason->assign(reinterpret_cast<const char*>(f.data), f.size);
   }

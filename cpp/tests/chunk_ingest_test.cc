@@ -332,28 +332,57 @@ TEST(ByteBudgetsBoundOpenStreams) {
   CHECK(released.size() == 9);
 }
 
-TEST(DropSilentTakesTheMostSilentStreamsOnly) {
+// A KEEPALIVE message of `uuid`; `bad` gives its uuid entry another dtype.
+Msg Keepalive(uint64_t uuid, bool bad = false) {
+  codec::Message m;
+  m.type = codec::MsgType::kKeepalive;
+  codec::Entry e;
+  e.name = "uuid";
+  e.dtype = bad ? DType::kInt64 : DType::kUInt64;
+  m.entries.push_back(e);
+  CHECK(codec::Finalize(&m).ok());
+  Msg out;
+  out.frames.emplace_back();
+  CHECK(codec::EncodeHeader(m, &out.frames[0]).ok());
+  out.frames.push_back(Scalar(uuid));
+  return out;
+}
+
+TEST(LivenessDropsExactlyTheSilentActorsEpisode) {
   auto mem = MakeMemory(1000);
   std::unique_ptr<ChunkIngest> ingest;
-  CHECK(ChunkIngest::Make(mem, ChunkIngest::Options(), &ingest).ok());
+  ChunkIngest::Options o;
+  o.peer_timeout = 2.0;  // listen gaps count at most 0.5 s
+  CHECK(ChunkIngest::Make(mem, o, &ingest).ok());
   Feeder f{ingest.get()};
-  f.now = 10;
-  f.Feed(Chunk(1, 1, 0, Rows(0, 2), 0));  // silent since 10
-  f.now = 12;
-  f.Feed(Chunk(2, 1, 0, Rows(0, 2), 0));  // silent since 12
-  f.now = 14;
-  f.Feed(Chunk(3, 1, 0, Rows(0, 2), 0));  // fed at 14
+  f.Feed(Chunk(1, 1, 0, Rows(0, 2), 0));
+  f.Feed(Chunk(2, 1, 0, Rows(0, 2), 0));
+  f.Feed(Chunk(3, 1, 0, Rows(0, 2), 0));
   std::vector<uint64_t> released;
-  // Silent for >= 3 s at 15: streams 1 and 2; at most one goes, the most silent.
-  CHECK(ingest->DropSilent(15, 3, 1, &released) == 1);
-  CHECK(released.size() == 1 && ingest->counters().open_streams == 2);
+  // Actor 1 keeps sending chunks, actor 2 keepalives only; actor 3 is silent. The owner
+  // reads every 0.25 s for 3 s.
+  for (int k = 1; k <= 12; ++k) {
+    f.now = 0.25 * k;
+    if (k % 4 == 0) f.Feed(Chunk(1, 1, k / 4, Rows(0, 1), 0));
+    CHECK(f.Feed(Keepalive(2)).outcome == ChunkIngest::Outcome::kKeepalive);
+    ingest->Listen(f.now, &released);  // (a drop may come from a message's own listening)
+  }
   CHECK(ingest->counters().rejected[ChunkIngest::kPeerLost] == 1);
-  // Stream 2 is gone next; stream 3 is too recent.
-  CHECK(ingest->DropSilent(15, 3, 5, &released) == 1 && ingest->counters().open_streams == 1);
-  // The survivor goes on and stores its episode.
-  f.now = 16;
-  CHECK(f.Feed(Chunk(3, 1, 1, Rows(2, 4), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  CHECK(ingest->counters().open_streams == 2 && ingest->counters().keepalives == 12);
+  // Not reading for five minutes counts 0.5 s: the live actors' episodes stay open.
+  f.now = 300;
+  CHECK(ingest->Listen(f.now, &released) == 0 && ingest->counters().open_streams == 2);
+  // A malformed keepalive is refused and counted; it keeps nothing alive.
+  CHECK(f.Feed(Keepalive(2, /*bad=*/true)).reason == ChunkIngest::kMalformed);
+  CHECK(ingest->counters().keepalives == 12);
+  // Both survivors store their episodes whole; actor 3's next chunk finds its start lost.
+  CHECK(f.Feed(Chunk(1, 1, 4, Rows(0, 2), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  CHECK(f.Feed(Chunk(2, 1, 1, Rows(0, 2), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  CHECK(f.Feed(Chunk(3, 1, 1, Rows(0, 2), kClose)).reason == ChunkIngest::kOutOfOrderChunk);
+  CHECK(mem->num_episode() == 2 && mem->size() == (2 + 3 + 2) + (2 + 2));
   CHECK(std::string(ChunkIngest::ReasonName(ChunkIngest::kPeerLost)) == "peer_lost");
+  for (const auto& kv : f.released) CHECK(kv.second == 1);
+  CHECK(f.alive.empty() || released.size() == 1);  // actor 3's frames went one way or the other
 }
 
 TEST(OptionsAreValidated) {
@@ -369,6 +398,9 @@ TEST(OptionsAreValidated) {
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
   o.max_stream_bytes = 1;
   o.max_open_bytes = 0;
+  CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
+  o.max_open_bytes = 1;
+  o.peer_timeout = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
   CHECK(!ChunkIngest::Make(std::shared_ptr<ReplayMemory>(), {}, &ingest).ok());
 }

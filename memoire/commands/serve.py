@@ -201,6 +201,17 @@ HELP["compress_states"] = (
     "1 (or the bare flag) stores the memory's states LZ4-compressed (an Atari screen in about "
     "a tenth of its bytes; sampling decodes them, bit for bit); 0 stores them raw (default 0)"
 )
+# Liveness and the receive queues' bytes (docs/LIMITS.md), the server's defaults unless given.
+DEFAULTS.update(peer_timeout=None, max_message_bytes=None)
+HELP.update(
+    peer_timeout="seconds of the server's listening after which an actor not heard from (no "
+    "chunk, no keepalive: killed or frozen) loses its open episode, and only its (default 10; "
+    "clients' keepalive must be shorter)",
+    max_message_bytes="the largest message a peer may send (larger: disconnected); with the "
+    "receive queue of 4 messages per connection it bounds the bytes waiting in the server's "
+    "receive queues (default 1 GiB)",
+)
+_TYPES.update(peer_timeout=float, max_message_bytes=int)
 _BOOLEAN_FLAGS = ("allow_nonfinite", "compress_states")  # --NAME alone means 1
 
 
@@ -244,6 +255,10 @@ def build_server(cfg: dict):
         limits["allow_nonfinite"] = _flag(cfg["allow_nonfinite"])
     if cfg["seed"] is not None:
         limits["seed"] = int(cfg["seed"])
+    if cfg["peer_timeout"] is not None:
+        limits["peer_timeout"] = float(cfg["peer_timeout"])
+    if cfg["max_message_bytes"] is not None:
+        limits["max_message_bytes"] = int(cfg["max_message_bytes"])
     if cfg["compress_states"] is not None:
         limits["compress_states"] = _flag(cfg["compress_states"], "compress_states")
     limits.update(_checkpoint_settings(cfg))

@@ -63,6 +63,7 @@ PARAMS_TOPIC = b"params"
 STOP_TOPIC = b"stop"
 STORED_TOPIC = b"stored"  # uint64 pairs (actor uuid, last episode stored)
 MAX_ACTORS = 4096  # actors the learner tells about their stored episodes
+PUB_HWM = 16  # publications queued per actor at the learner (parameters, tables, stop)
 _VERSION = struct.Struct("<q")  # parameter version, before the payload
 
 
@@ -96,6 +97,10 @@ class DistributedConfig:
         slow, and stops taking experience while it is behind (actors wait on their sockets).
         0 (default): one training step per stored transition, as Dopamine's own loop.
       rate_error_buffer: the limiter's margin in samples (0: 100 batches).
+      keepalive: seconds an actor with an open episode and nothing to send waits before it
+        sends a KEEPALIVE on its experience channel (:class:`memoire.experience.Keepalive`).
+      peer_timeout: seconds of the learner's listening after which an actor not heard from
+        (killed, frozen) has its open episode dropped, and only its (docs/LIMITS.md).
 
     Raises:
       ValueError: on a negative count, a period or size below 1, or an unknown transport.
@@ -116,6 +121,8 @@ class DistributedConfig:
         launcher: str = "local",
         samples_per_insert: float = 0.0,
         rate_error_buffer: float = 0.0,
+        keepalive: float = transport.KEEPALIVE_S,
+        peer_timeout: float = transport.PEER_TIMEOUT_S,
     ):
         if num_actors < 0:
             raise ValueError(f"num_actors must be >= 0, got {num_actors}")
@@ -135,6 +142,15 @@ class DistributedConfig:
         ):
             if not (0 <= float(v) < float("inf")):
                 raise ValueError(f"{name} must be finite and >= 0, got {v}")
+        for name, v in (("keepalive", keepalive), ("peer_timeout", peer_timeout)):
+            if not (0 < float(v) < float("inf")):
+                raise ValueError(f"{name} must be finite seconds > 0, got {v}")
+        if float(keepalive) >= float(peer_timeout):
+            raise ValueError(
+                f"keepalive ({keepalive} s) must be shorter than peer_timeout ({peer_timeout} s)"
+            )
+        self.keepalive = float(keepalive)
+        self.peer_timeout = float(peer_timeout)
         self.samples_per_insert = float(samples_per_insert)
         self.rate_error_buffer = float(rate_error_buffer)
         if transport not in ("multiprocessing", "zmq"):
@@ -211,10 +227,11 @@ class LearnerSockets:
             experience = _endpoint(config.experience_endpoint, host)
             params = _endpoint(config.param_endpoint, host)
         try:
-            self.pull = transport.open_socket(
-                self._ctx, zmq.PULL, experience, "Bind", hwm=config.queue_chunks
-            )
-            self.pub = transport.open_socket(self._ctx, zmq.PUB, params, "Bind")
+            # The PULL queues transport.RECEIVE_HWM chunks per actor (what waits beyond that
+            # waits in the actors' own send queues); a frozen actor's parameter queue at the
+            # PUB holds at most PUB_HWM publications (a slow actor skips to the newest).
+            self.pull = transport.open_socket(self._ctx, zmq.PULL, experience, "Bind")
+            self.pub = transport.open_socket(self._ctx, zmq.PUB, params, "Bind", hwm=PUB_HWM)
         except Exception:
             self.close()
             raise
@@ -247,10 +264,10 @@ class LearnerSockets:
             self.pub.send_multipart([STORED_TOPIC, table.tobytes()])
             self._told = now
 
-    def actors_gone(self, grace: float = transport.DEFAULT_HEARTBEAT.timeout) -> bool:
+    def actors_gone(self, grace: float = transport.PEER_TIMEOUT_S) -> bool:
         """True once actors have connected and every connection has been closed for `grace`
-        seconds (they exited, were killed, or stopped answering heartbeats); a reconnecting
-        actor comes back within that."""
+        seconds (they exited or were killed: their kernels close the connections); a
+        reconnecting actor comes back within that."""
         self._watch.poll()
         w = self._watch
         return w.opened > 0 and w.open == 0 and time.monotonic() - w.last_closed >= grace
@@ -281,6 +298,7 @@ class ActorEndpoints:
     queue_chunks: int = 32
     episodes_ahead: int = 1
     stop: Any = None
+    keepalive: float = transport.KEEPALIVE_S
 
     def open(self, actor_id: int = 0) -> "ActorLink":
         return ActorLink(self, actor_id)
@@ -312,6 +330,7 @@ class ActorLink:
         self._newest: Optional[tuple] = None
         self._give_up = give_up_s
         self._ahead = ends.episodes_ahead
+        self.keepalive = float(ends.keepalive)
         self.stored_episode = -1  # the last of this actor's episodes the learner stored
 
     def should_stop(self) -> bool:
@@ -330,6 +349,14 @@ class ActorLink:
                 return False
 
         return self._until(sent, "took no experience")
+
+    def try_send(self, frames: list) -> bool:
+        """Queues one message if the queue has room now (a keepalive); never waits."""
+        try:
+            self._push.send_multipart(frames, flags=zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
 
     def wait_for_learner(self, finished: int) -> bool:
         """Waits until at most ``episodes_ahead`` of this actor's ``finished`` episodes
@@ -454,11 +481,28 @@ def run_actor(
 
     Gin must already be loaded. Returns the environment steps taken.
     """
-    from memoire.experiments import replay_routing, runner
+    from memoire.experiments import replay_routing
 
     environment = environment_from_gin()
     agent = replay_routing.create_agent_fn()(None, environment, summary_writer=None)
-    stream = ChunkStream(actor_row_spec(agent), link.send, chunk_rows=chunk_size, uuid=link.uuid)
+    stream = ChunkStream(
+        actor_row_spec(agent),
+        link.send,
+        chunk_rows=chunk_size,
+        uuid=link.uuid,
+        keepalive=link.keepalive,
+        try_send=link.try_send,
+    )
+    try:
+        return _act(agent, environment, link, stream, chunk_size, seed, max_steps)
+    finally:
+        stream.close()
+
+
+def _act(agent, environment, link, stream, chunk_size, seed, max_steps) -> int:
+    """run_actor's loop (the stream's keepalive thread runs meanwhile)."""
+    from memoire.experiments import runner
+
     memory = _StreamingMemory(stream)
     agent._replay = memory  # the actor trains nothing; its memory only streams
     agent.eval_mode = False
@@ -561,6 +605,7 @@ def _learner_class():
             seed=None,
             samples_per_insert: float = 0.0,
             rate_error_buffer: float = 0.0,
+            peer_timeout: float = transport.PEER_TIMEOUT_S,
             **kwargs,
         ):
             super().__init__(base_dir, create_agent_fn, seed=seed, **kwargs)
@@ -580,8 +625,11 @@ def _learner_class():
                 )
             # Built after the checkpoint (if any) was restored: it stores into that buffer.
             spec = actor_row_spec(agent)
-            ingest = agent._replay.chunk_ingest(np.zeros(spec[0][2], spec[0][1]), np.int32(0))
+            ingest = agent._replay.chunk_ingest(
+                np.zeros(spec[0][2], spec[0][1]), np.int32(0), peer_timeout=peer_timeout
+            )
             self._receiver = ExperienceReceiver(ingest, sockets.pull)
+            self.row_offsets: collections.Counter = collections.Counter()
             self._sockets = sockets
             self._publish_period = publish_period
             self._actors_alive = actors_alive
@@ -655,9 +703,7 @@ def _learner_class():
                 if not stored and not trained:
                     if not self._actors_alive():
                         raise RuntimeError(
-                            "all actors have exited or disconnected (killed, "
-                            "or silent past the heartbeat timeout); see their "
-                            "output"
+                            "all actors have exited or disconnected (killed); see their output"
                         )
                     if time.time() - idle_since > 600:
                         raise TimeoutError("no experience from any actor for 600 s")
@@ -672,6 +718,8 @@ def _learner_class():
                     if info is None:
                         continue
                     ret, length, terminated = info
+                    # rows stored minus the steps the actor took: one value for whole episodes
+                    self.row_offsets[int(rows) - int(length)] += 1
                     self._episodes.record(
                         iteration=self._iteration,
                         phase="train",
@@ -710,6 +758,7 @@ def run(facts: dict, config: DistributedConfig) -> int:
         config.queue_chunks,
         config.episodes_ahead,
         stop,
+        config.keepalive,
     )
     actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
     procs = [
@@ -766,6 +815,7 @@ def run_learner(
         seed=facts["seed"],
         samples_per_insert=config.samples_per_insert,
         rate_error_buffer=config.rate_error_buffer,
+        peer_timeout=config.peer_timeout,
     )
     try:
         runner.write_operative_config(facts["dir"])
@@ -778,6 +828,13 @@ def run_learner(
             sockets.endpoints["params"],
         )
         learner.run_experiment()
+        # What the actors' experience cost: stored, dropped by reason (peer_lost: actors
+        # killed or frozen mid-episode), keepalives.
+        log.info(
+            "experience ingest: %s; stored rows minus actor steps per episode: %s",
+            learner._receiver.ingest.counters(),
+            dict(learner.row_offsets),
+        )
         runner.write_operative_config(facts["dir"])
     finally:
         learner.close()
@@ -832,6 +889,13 @@ def build_actor_parser():
         "--queue_chunks", type=int, default=32, help="chunks queued before this actor's sends wait"
     )
     parser.add_argument(
+        "--keepalive",
+        type=float,
+        default=transport.KEEPALIVE_S,
+        help="seconds with an open episode and nothing sent before a keepalive goes out "
+        "(shorter than the learner's peer_timeout)",
+    )
+    parser.add_argument(
         "--episodes_ahead",
         type=int,
         default=1,
@@ -860,6 +924,8 @@ def actor_cli(argv=None) -> int:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.episodes_ahead < 0:
         parser.error(f"--episodes_ahead must be >= 0, got {args.episodes_ahead}")
+    if not (0 < args.keepalive < float("inf")):
+        parser.error(f"--keepalive must be finite seconds > 0, got {args.keepalive}")
     cli.check_files(args.gin_files, "--gin_files")
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
@@ -868,6 +934,12 @@ def actor_cli(argv=None) -> int:
         args.actor_id,
         facts,
         config,
-        ActorEndpoints(args.experience, args.params, args.queue_chunks, args.episodes_ahead),
+        ActorEndpoints(
+            args.experience,
+            args.params,
+            args.queue_chunks,
+            args.episodes_ahead,
+            keepalive=args.keepalive,
+        ),
     )
     return 0

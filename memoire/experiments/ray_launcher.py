@@ -36,6 +36,7 @@ import copy
 import logging
 import math
 import os
+import tempfile
 import threading
 import time
 from typing import Any
@@ -125,8 +126,19 @@ def connect(address: str, cpus_needed: float = 0.0) -> bool:
             _node_ip_address="127.0.0.1",
             num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)),
         )
+    kwargs.update(_off_the_checkout())
     ray.init(**kwargs)
     return True
+
+
+def _off_the_checkout() -> dict:
+    """Ray puts the driver's working directory on its workers' sys.path unless the job's
+    runtime_env has a working_dir. Started from a source checkout (a ``memoire/`` folder here),
+    workers would import the checkout's memoire/, which holds no built extension when memoire
+    is installed: an empty working_dir keeps it off their path."""
+    if not os.path.isdir(os.path.join(os.getcwd(), "memoire")):
+        return {}
+    return {"runtime_env": {"working_dir": tempfile.mkdtemp(prefix="memoire-ray-job-")}}
 
 
 def actor_name(run_dir: str, actor_id: int) -> str:

@@ -5,8 +5,9 @@ and the seed's client counters (:class:`ClientCounters`, COUNTER messages).
 
 The chunk ingest is given, built over whatever store it fills (today
 ``_core.ChunkIngest(memory, ...)``); the service only needs its methods ``ingest(frames)``,
-``receive(address, timeout_ms)``, ``reap()``, ``counters()`` and its limits
-``stream_timeout``, ``max_streams``, ``max_stream_bytes``, ``max_open_bytes``.
+``receive(address, timeout_ms)``, ``reap()``, ``listen()``, ``counters()`` and its limits
+``stream_timeout``, ``peer_timeout``, ``max_streams``, ``max_stream_bytes``,
+``max_open_bytes``.
 
 Threads and ownership: the ingest is the only writer of the memory's episodes and is fed from
 the PULL worker thread (:meth:`CentralService.take`, or :meth:`CentralService.receive` in C++
@@ -17,7 +18,6 @@ workers. Neither the ingest nor the memory is owned: the caller builds them and 
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -111,8 +111,13 @@ class CentralService:
         return frames
 
     def reap(self) -> None:
-        """Drops streams of silent actors (cheap: rate-limited by the ingest)."""
+        """Drops streams with no chunk for stream_timeout (cheap: rate-limited by the ingest)
+        and, while the limiter lets inserts in (the worker reads its socket), those of actors
+        silent past peer_timeout of listening (``listen``). While it holds inserts back, the
+        worker does not read, and a live actor's silence is not counted."""
         self.ingest.reap()
+        if self.limiter is None or self.limiter.can_insert(1):
+            self._taken(0, 0, self.ingest.listen())
 
     def _taken(self, episodes: int, rows: int, rejected) -> None:
         """Stored episodes wake wait_rows_in; rejections (counted by the ingest, by reason)
@@ -208,26 +213,19 @@ class CentralService:
 
 
 class PeerStreams:
-    """Drops the open streams of actors whose connections to a PULL socket closed: a killed
-    actor's at once (its kernel closes the connection), a vanished machine's once ZeroMQ's
-    heartbeats time out (:class:`memoire.transport.Heartbeat`). ZeroMQ does not say which
-    connection carried which actor's chunks, so each close waits `grace` seconds (time for
-    live actors to send their next chunk) and then drops the one open stream that has been
-    silent the longest since before the close, if any (``rejected["peer_lost"]``). A live
-    actor silent mid-episode for all of `grace` while another actor's connection closes can
-    lose that episode the same way; actors send a chunk every ``chunk_size`` steps, far more
-    often than `grace` (the heartbeat timeout).
+    """The connections of the PULL socket, counted (``peer_connects``, ``peer_disconnects`` in
+    `stats`) through ZeroMQ's socket monitor. Which actors are alive is not decided here: the
+    chunk ingest tracks each actor by the uuid in its chunks and keepalives and drops exactly
+    the open episode of one it has not heard from for ``peer_timeout`` seconds
+    (``rejected["peer_lost"]``, see ``_core.ChunkIngest``): a connection does not say which
+    actor it carried, and a frozen actor's connection never closes.
 
-    Counts ``peer_connects`` and ``peer_disconnects`` in `stats`. Owned by the PULL worker's
-    thread: :meth:`poll` from its loop, :meth:`close` when it ends.
+    Owned by the PULL worker's thread: :meth:`poll` from its loop, :meth:`close` when it ends.
     """
 
-    def __init__(self, sock, ingest: Any, stats: Stats, grace: float):
+    def __init__(self, sock, stats: Stats):
         self._watch = ConnectionWatch(sock)
-        self._ingest = ingest
         self._stats = stats
-        self._grace = float(grace)
-        self._closes: "collections.deque[float]" = collections.deque()
 
     def poll(self) -> None:
         opened = self._watch.opened
@@ -236,16 +234,6 @@ class PeerStreams:
             self._stats.count("peer_connects", self._watch.opened - opened)
         if closed:
             self._stats.count("peer_disconnects", len(closed))
-            self._closes.extend(closed)
-        now = time.monotonic()
-        while self._closes and now - self._closes[0] >= self._grace:
-            silent_for = now - self._closes.popleft()
-            if self._ingest.drop_silent(silent_for, 1):
-                log.warning(
-                    "dropped the open episode of an actor whose connection closed "
-                    "(silent for %.1f s)",
-                    silent_for,
-                )
 
     def close(self) -> None:
         self._watch.close()

@@ -41,7 +41,7 @@ from memoire.server.workers import (
     decode,
     rep_answer,
 )
-from memoire.transport import DEFAULT_HEARTBEAT, LOOPBACK, CurveKeys, Heartbeat, native_libzmq
+from memoire.transport import LOOPBACK, PEER_TIMEOUT_S, CurveKeys, native_libzmq
 
 __all__ = ["ReplayMemoryServer"]
 
@@ -127,7 +127,8 @@ class ReplayMemoryServer:
         server binds; peers without an authorized key get nothing in and nothing out.
       max_message_bytes: the largest message accepted.
       seed: seeds the server's generators (memory sampling and cache draws).
-      stream_timeout: seconds after which an unfinished episode of a silent actor is dropped.
+      stream_timeout: seconds after which an unfinished episode with no new chunk is dropped
+        (an actor alive, keepalives and all, but stuck mid-episode).
       max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
         the least recently fed (central mode).
       max_stream_bytes: bytes one unfinished episode may hold (its chunks' frames plus
@@ -158,11 +159,12 @@ class ReplayMemoryServer:
         deferred; the server serves other peers meanwhile). Its counters are in
         :meth:`stats` (``rate_limiter``). ValueError when its
         ``min_size_to_sample`` exceeds `max_step`.
-      heartbeat: ZeroMQ heartbeats on every socket's connections
-        (:class:`memoire.transport.Heartbeat`, default 1 s interval, 5 s timeout; None: off).
-        An actor whose PULL connection closes (killed, or silent past the heartbeat timeout)
-        has its open episode dropped after ``heartbeat.timeout`` more seconds
-        (``rejected["peer_lost"]``; ``peer_connects``/``peer_disconnects`` in :meth:`stats`).
+      peer_timeout: seconds of listening after which an actor not heard from (no chunk, no
+        keepalive: killed, frozen, its machine lost) has its open episode dropped, and only
+        its (``rejected["peer_lost"]``; ``peer_connects``/``peer_disconnects`` in
+        :meth:`stats`). Actors send a keepalive every
+        :data:`memoire.transport.KEEPALIVE_S` seconds they have nothing to send. No socket
+        runs ZeroMQ heartbeats (see :class:`memoire.transport.Heartbeat`).
       compress_states: store :attr:`rem`'s states LZ4-compressed (ReplayMemory's
         ``compress_states``: less memory per transition on compressible frames such as
         Atari screens, slower sampling; every batch, stream, cache and checkpoint is bit for
@@ -203,7 +205,7 @@ class ReplayMemoryServer:
         checkpoint_dir: Optional[str] = None,
         checkpoint_every: Optional[float] = None,
         rate_limiter: Optional[RateLimiter] = None,
-        heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
+        peer_timeout: float = PEER_TIMEOUT_S,
         compress_states: bool = False,
     ):
         if int(n_caches) < 1:
@@ -236,7 +238,6 @@ class ReplayMemoryServer:
             keys=keys,
             bind_host=bind_host,
             max_message_bytes=max_message_bytes,
-            heartbeat=heartbeat,
         )
         self._caches = CacheService(
             self._schema,
@@ -257,6 +258,7 @@ class ReplayMemoryServer:
             float(stream_timeout),
             int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
             int(open_bytes if max_open_bytes is None else max_open_bytes),
+            float(peer_timeout),
         )
         self._central = CentralService(
             ingest, self._rem, self._stats, self._workers.closing, rate_limiter
@@ -321,6 +323,11 @@ class ReplayMemoryServer:
         "stream_timeout",
         float,
         "Seconds after which an unfinished episode of a silent actor is dropped (> 0).",
+    )
+    peer_timeout = _ingest_limit(
+        "peer_timeout",
+        float,
+        "Seconds of listening after which an actor not heard from loses its open episode (> 0).",
     )
     max_stream_bytes = _ingest_limit(
         "max_stream_bytes", int, "Bytes one unfinished episode may hold (>= 1)."
@@ -548,18 +555,21 @@ class ReplayMemoryServer:
         libzmq attached, caches and chunks go from libzmq into the cache ring and the chunk
         ingest without the GIL (the service of the kind last seen holds the socket)."""
         sock = self._workers.open(zmq.PULL, endpoint, mode, "pull")
-        peers = self._peer_streams(sock)
+        peers = PeerStreams(sock, self._stats)
 
         def idle():
             self._central.reap()
-            if peers is not None:
-                peers.poll()
+            peers.poll()
 
         try:
             if native_libzmq():
                 self._workers.native_loop(
                     sock,
-                    {Msg.CACHE: self._caches.receive, Msg.CHUNK: self._central.receive},
+                    {
+                        Msg.CACHE: self._caches.receive,
+                        Msg.CHUNK: self._central.receive,
+                        Msg.KEEPALIVE: self._central.receive,
+                    },
                     self._handle_pull,
                     "pull worker",
                     idle=idle,
@@ -567,16 +577,7 @@ class ReplayMemoryServer:
             else:
                 self._workers.loop([sock], self._handle_pull, "pull worker", idle=idle)
         finally:
-            if peers is not None:
-                peers.close()
-
-    def _peer_streams(self, sock: zmq.Socket) -> Optional[PeerStreams]:
-        """Drops the open episodes of actors whose connections close (None without
-        heartbeats: then only stream_timeout drops them)."""
-        heartbeat = self._workers.heartbeat
-        if heartbeat is None:
-            return None
-        return PeerStreams(sock, self._central.ingest, self._stats, heartbeat.timeout)
+            peers.close()
 
     def stream_worker_main(
         self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None

@@ -30,11 +30,9 @@ from memoire import _core, codec
 from memoire.codec import ProtocolError
 from memoire.protocol import Msg
 from memoire.transport import (
-    DEFAULT_HEARTBEAT,
     LOOPBACK,
     Authenticator,
     CurveKeys,
-    Heartbeat,
     is_bind,
     last_endpoint,
     log_dropped,
@@ -179,10 +177,8 @@ class Workers:
         keys: Optional[CurveKeys] = None,
         bind_host: str = LOOPBACK,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        heartbeat: Optional[Heartbeat] = DEFAULT_HEARTBEAT,
     ):
         self.stats = stats
-        self.heartbeat = heartbeat
         self.keys = keys
         self.bind_host = bind_host
         self.max_message_bytes = int(max_message_bytes)
@@ -210,7 +206,6 @@ class Workers:
             keys=self.keys if (is_bind(mode) and server_side) else None,
             bind_host=self.bind_host,
             max_bytes=self.max_message_bytes,
-            heartbeat=self.heartbeat,
         )
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
@@ -483,7 +478,6 @@ class Publisher:
             "Bind",
             keys=workers.keys,
             bind_host=workers.bind_host,
-            heartbeat=workers.heartbeat,
         )
         self.endpoint = last_endpoint(self._sock)
 
