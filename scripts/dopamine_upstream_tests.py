@@ -86,7 +86,14 @@ for (module, name), cls in swaps.items():
 print("memoire's classes in Dopamine's modules:", sorted(n for _, n in swaps))
 """,
     "agents": """
+import sys
+import unittest.mock
+
 from absl import flags
+
+# dopamine.utils.test_utils imports the `mock` backport (not a Dopamine dependency); the
+# standard library's unittest.mock is the same API.
+sys.modules.setdefault("mock", unittest.mock)
 
 flags.FLAGS.mark_as_parsed()
 
