@@ -15,6 +15,7 @@ import pytest
 from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, train_command
 
+from memoire.commands import sweep as sweep_command
 from memoire.experiments import sweep as sw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -264,7 +265,7 @@ def test_a_sweep_through_ray_leaves_the_local_launchers_records(
 def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
-    code = sw.main(
+    code = sweep_command.main(
         [
             "run",
             str(tmp_path / "s.gin"),
