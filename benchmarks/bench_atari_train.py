@@ -55,7 +55,7 @@ def run(who: str, base: str, args) -> tuple[list[float], float]:
         cmd = [
             sys.executable,
             "-m",
-            "memoire.experiments.train",
+            "memoire.commands.train",
             "--base_dir",
             base,
             "--gin_files",

@@ -20,31 +20,22 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from _tiny_run import train_command  # noqa: E402  the tests' command, with this benchmark's budgets
 from bench_train_throughput import steps_per_second  # noqa: E402  one definition of the rate
 
 
 def run(base, launcher, actors, iterations, training_steps, address):
-    cmd = [
-        sys.executable,
-        "-m",
-        "memoire.experiments.train",
-        "--base_dir",
+    cmd = train_command(
         base,
-        "--gin_files",
-        os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
-        "--launcher",
-        launcher,
-        "--gin_bindings",
         f"DistributedConfig.num_actors = {actors}",
-        "--gin_bindings",
         f"Runner.num_iterations = {iterations}",
-        "--gin_bindings",
         f"Runner.training_steps = {training_steps}",
-        "--gin_bindings",
         "Runner.evaluation_steps = 50",
-    ]
-    if launcher == "ray":
-        cmd += ["--ray_address", address]
+        tiny=False,
+        launcher=launcher,
+        ray_address=address if launcher == "ray" else None,
+    )
     os.makedirs(base)
     with open(os.path.join(base, "out.txt"), "w") as out:
         subprocess.run(

@@ -54,7 +54,7 @@ def run(
     iterations,
     replay,
     python=sys.executable,
-    module="memoire.experiments.train",
+    module="memoire.commands.train",
     root=ROOT,
     pythonpath=ROOT,
 ):
@@ -95,7 +95,7 @@ def against_baseline(baseline: str, iterations: int, repeats: int) -> None:
     """Alternates the distributed run between this tree and the checkout ``baseline``."""
     python = os.path.join(baseline, ".venv", "bin", "python")
     module = (
-        "memoire.experiments.train"
+        "memoire.commands.train"
         if os.path.isdir(os.path.join(baseline, "memoire", "experiments"))
         else "memoire.train"
     )

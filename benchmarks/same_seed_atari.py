@@ -38,7 +38,7 @@ def train(base, replay, args):
     cmd = [
         sys.executable,
         "-m",
-        "memoire.experiments.train",
+        "memoire.commands.train",
         "--gin_files",
         os.path.join(ROOT, "configs", "atari", "dqn.gin"),
         "--base_dir",

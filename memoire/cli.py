@@ -441,18 +441,18 @@ def check_files(paths: Sequence[str], flag: str) -> None:
             raise UsageError(f"{flag} {path!r}: {why}")
 
 
-# subcommand -> (module, one-line help). Modules are imported only when used, so `memoire serve`
-# does not pay for TensorFlow.
+# subcommand -> (module in memoire/commands/, one-line help); each module's ``main(argv)`` runs
+# it. Modules are imported only when used, so `memoire serve` does not pay for TensorFlow.
 COMMANDS = {
     "train": (
-        "memoire.experiments.train",
+        "memoire.commands.train",
         "train a Dopamine agent from gin files (local or distributed)",
     ),
-    "sweep": ("memoire.experiments.sweep", "list or run the settings of a hyperparameter sweep"),
-    "actor": ("memoire.experiments.distributed", "run one actor that joins a learner by endpoint"),
-    "plot": ("memoire.experiments.plot", "draw learning curves of a base_dir to a PNG"),
+    "sweep": ("memoire.commands.sweep", "list or run the settings of a hyperparameter sweep"),
+    "actor": ("memoire.commands.actor", "run one actor that joins a learner by endpoint"),
+    "plot": ("memoire.commands.plot", "draw learning curves of a base_dir to a PNG"),
     "serve": ("memoire.commands.serve", "run a standalone replay memory server"),
-    "bench": ("memoire.bench", "run the benchmark suite and print a table of ratios"),
+    "bench": ("memoire.commands.bench", "run the benchmark suite and print a table of ratios"),
 }
 
 
@@ -507,8 +507,7 @@ def main(argv=None) -> int:
             f"{', '.join([*COMMANDS, 'version'])} (see memoire --help)",
         )
     module = importlib.import_module(COMMANDS[command][0])
-    entry = module.actor_cli if command == "actor" else module.main
-    return int(entry(rest) or 0)
+    return int(module.main(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -284,9 +284,7 @@ def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
 
 
 def _entry_points():
-    from memoire import bench
-    from memoire.commands import serve
-    from memoire.experiments import distributed, plot, sweep, train
+    from memoire.commands import actor, bench, plot, serve, sweep, train
 
     eps = [
         ("memoire train", train.main),
@@ -294,7 +292,7 @@ def _entry_points():
         ("memoire serve", serve.main),
         ("memoire sweep", sweep.main),
         ("memoire bench", bench.main),
-        ("memoire actor", distributed.actor_cli),
+        ("memoire actor", actor.main),
     ]
     return eps
 
@@ -371,7 +369,7 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
 def test_jax_agents_entry_point_is_memoire_train(tmp_path):
     # Dopamine's JAX entry point under memoire is memoire train: same parser, same help.
     jax = _run(["-m", "memoire.dopamine_compat.jax_agents", "--help"], tmp_path)
-    train = _run(["-m", "memoire.experiments.train", "--help"], tmp_path)
+    train = _run(["-m", "memoire.commands.train", "--help"], tmp_path)
     assert jax.returncode == train.returncode == 0, (jax.stderr[-2000:], train.stderr[-2000:])
     assert jax.stdout.startswith("usage: memoire train") and "--gin_files" in jax.stdout
     assert jax.stdout == train.stdout

@@ -9,10 +9,9 @@ import time
 
 import numpy as np
 import pytest
+from _tiny_run import DIST_GIN, TINY, train_command
 
 from memoire.experiments import distributed as dist
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _link_pair(**config):
@@ -207,25 +206,7 @@ def test_config_rejects_bad_values():
 @pytest.mark.dopamine
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "memoire.experiments.train",
-        "--base_dir",
-        base,
-        "--gin_files",
-        os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin"),
-    ]
-    for b in (
-        "Runner.num_iterations = 1",
-        "Runner.training_steps = 300",
-        "Runner.evaluation_steps = 50",
-        "JaxDQNAgent.min_replay_history = 50",
-        "ClassicControlDQNNetwork.hidden_units = 32",
-        "DistributedConfig.publish_period = 20",
-        "DistributedConfig.chunk_size = 8",
-    ):
-        cmd += ["--gin_bindings", b]
+    cmd = train_command(base)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]
     said = out.stdout + out.stderr
@@ -251,28 +232,9 @@ def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
     import re
 
     base = str(tmp_path)
-    gin = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
-    small = [
-        "Runner.num_iterations = 1",
-        "Runner.training_steps = 200",
-        "Runner.evaluation_steps = 20",
-        "JaxDQNAgent.min_replay_history = 50",
-        "ClassicControlDQNNetwork.hidden_units = 16",
-        "DistributedConfig.publish_period = 20",
-    ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "memoire.experiments.train",
-        "--base_dir",
-        base,
-        "--gin_files",
-        gin,
-        "--gin_bindings",
-        "DistributedConfig.spawn_actors = False",
-    ]
-    for b in small:
-        cmd += ["--gin_bindings", b]
+    cmd = train_command(
+        base, "Runner.training_steps = 200", "DistributedConfig.spawn_actors = False"
+    )
     learner = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=base
     )
@@ -293,27 +255,11 @@ def test_learner_trains_from_actors_started_by_endpoint(tmp_path):
             )
         assert endpoints, "".join(lines[-30:])
         for k in range(2):
-            acmd = [
-                sys.executable,
-                "-m",
-                "memoire.cli",
-                "actor",
-                "--gin_files",
-                gin,
-                "--experience",
-                endpoints.group(1).rstrip(","),
-                "--params",
-                endpoints.group(2),
-                "--actor_id",
-                str(k),
-                "--seed",
-                str(k),
-                "--max_steps",
-                "2000",
-                "--chunk_size",
-                "16",
-            ]
-            for b in small:
+            acmd = [sys.executable, "-m", "memoire.cli", "actor", "--gin_files", DIST_GIN]
+            acmd += ["--experience", endpoints.group(1).rstrip(","), "--params", endpoints.group(2)]
+            acmd += ["--actor_id", str(k), "--seed", str(k), "--max_steps", "2000"]
+            acmd += ["--chunk_size", "16"]
+            for b in TINY + ("Runner.training_steps = 200",):
                 acmd += ["--gin_bindings", b]
             actors.append(
                 subprocess.Popen(

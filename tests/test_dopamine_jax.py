@@ -436,3 +436,92 @@ def test_saving_a_step_again_replaces_it(tmp_path):
     back = filled(0)
     back.load(str(tmp_path), 3)
     assert back.add_count == filled(25).add_count
+
+
+@pytest.mark.parametrize("start", [0, 5, 40], ids=["zero", "below_capacity", "past_capacity"])
+@pytest.mark.parametrize("prio", [False, True], ids=["uniform", "prioritized"])
+def test_add_count_assigned_as_dopamine_reads_it(start, prio):
+    """Dopamine's add_count is a plain attribute (its agent tests set 0 to keep an agent from
+    training): assigned while nothing is stored it is the next key, and evictions follow the
+    count as in Dopamine (past max_capacity each add evicts the oldest). Keys, elements,
+    samples and tree leaves stay equal to Dopamine's buffer given the same assignment."""
+    cap = 37
+    rng = np.random.default_rng(start)
+    d = make_dopamine(2, 3, 0.9, cap, prio)
+    m = make_memoire(2, 3, 0.9, cap, prio)
+    steps = list(stream(rng, 120))
+    for b in (d, m):
+        b.add(steps[0], **({"priority": 1.0} if prio else {}))  # a partial trajectory only
+        assert b.add_count == 0
+        b.add_count = start
+        assert b.add_count == start
+    for t, step in enumerate(steps[1:]):
+        kw = {"priority": float(rng.random() * 2)} if prio else {}
+        d.add(step, **kw)
+        m.add(step, **kw)
+        assert d.add_count == m.add_count
+        if t % 10 == 9:
+            assert_same_contents(d, m)
+            if len(d._memory):
+                bd, md = d.sample(size=5, with_sample_metadata=True)
+                bm, mm = m.sample(size=5, with_sample_metadata=True)
+                np.testing.assert_array_equal(md.keys, mm.keys)
+                assert_same_batch(bd, bm)
+    assert_same_contents(d, m)
+    if prio:
+        leaves = np.arange(64, dtype=np.int32)
+        np.testing.assert_array_equal(
+            m._sampling_distribution._sum_tree.get(leaves),
+            d._sampling_distribution._sum_tree.get(leaves),
+        )
+    if start > cap:  # each add evicted the oldest element, the one just added (Dopamine's rule)
+        assert len(m) == len(d._memory) == 0
+    else:  # stored elements keep their keys: another count would give two elements one key
+        with pytest.raises(ValueError, match="add_count can change only while none is"):
+            m.add_count = 0
+    before = m.keys()
+    m.add_count = m.add_count  # its own value: a no-op, as in Dopamine
+    np.testing.assert_array_equal(m.keys(), before)
+    m.clear()
+    d.clear()
+    for b in (d, m):
+        b.add_count = 3
+    for step in steps[:9]:
+        kw = {"priority": 1.0} if prio else {}
+        d.add(step, **kw)
+        m.add(step, **kw)
+    assert_same_contents(d, m)
+    for bad in (-1, 2**40, 1.5, True):
+        with pytest.raises(ValueError, match="add_count: expected an integer"):
+            make_memoire(1, 1, 0.9, 10, prio).add_count = bad
+
+
+def test_sum_tree_get_reads_dopamines_leaves_by_sampler_index():
+    """``_sampling_distribution._sum_tree.get`` (what Dopamine's Rainbow tests read) returns
+    the leaves Dopamine's tree holds at the same indices: ints and arrays, after evictions
+    (which move the last index's leaf) and updates; 0 past the stored elements."""
+    cap = 11
+    rng = np.random.default_rng(4)
+    d = make_dopamine(1, 1, 0.9, cap, True, exponent=1.0)
+    m = make_memoire(1, 1, 0.9, cap, True, exponent=1.0)
+    md, mm = d._sampling_distribution._sum_tree, m._sampling_distribution._sum_tree
+    for t, step in enumerate(stream(rng, 60)):
+        p = float(rng.integers(1, 9))
+        d.add(step, priority=p)
+        m.add(step, priority=p)
+        if t % 7 == 6 and len(d._memory):
+            keys = np.array(list(d._memory.keys())[:3])
+            d.update(keys, priorities=np.array([0.5, 3.0, 7.0]))
+            m.update(keys, priorities=np.array([0.5, 3.0, 7.0]))
+        every = np.arange(16, dtype=np.int32)
+        np.testing.assert_array_equal(mm.get(every), md.get(every))
+        assert mm.get(3) == md.get(3) and isinstance(mm.get(3), float)
+        np.testing.assert_array_equal(
+            mm.get(every[2:5].reshape(3, 1)), md.get(every[2:5]).reshape(3, 1)
+        )
+    assert mm.root == md.root
+    for bad in (-1, 16):
+        with pytest.raises(IndexError, match="outside"):
+            mm.get(bad)
+    with pytest.raises(IndexError, match="integers"):
+        mm.get(np.array([0.5]))

@@ -311,3 +311,63 @@ def test_jax_buffer_remote_matches_local():
         rb.close()
     finally:
         srv.close()
+
+
+def test_remote_buffers_answer_priorities_as_the_served_buffer_does():
+    """A tracker's probe reads priorities through a proxy (one ``priorities`` call): those of
+    the served TF and JAX prioritized buffers, None for uniform ones, so TensorBoard shows
+    priorities for remote runs too."""
+    from dopamine.jax.replay_memory import elements
+
+    from memoire.dopamine_compat import jax_replay_buffer as jrb
+    from memoire.experiments.trackers import ReplayProbe
+
+    def jax_buffer(prioritized):
+        dist = (
+            jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=50)
+            if prioritized
+            else jrb.UniformSamplingDistribution(seed=0)
+        )
+        return jrb.ReplayBuffer(
+            jrb.TransitionAccumulator(1, 1, 0.9), dist, batch_size=4, max_capacity=50
+        )
+
+    def probe(memory):
+        return ReplayProbe(type("Agent", (), {"_replay": memory})()).priorities()
+
+    srv, ep = _server()
+    proxies = []
+    try:
+        for prioritized in (False, True):
+            served = _make(prioritized)
+            buffer_server.serve_buffer(srv, served, f"tf{prioritized}")
+            rb = remote.RemoteOutOfGraphReplayBuffer(ep["rep"], f"tf{prioritized}", timeout=10)
+            proxies.append(rb)
+            for obs, a, r, t, p in _episodes(0)[0]:
+                rb.add(obs, a, r, t, **({"priority": p} if prioritized else {}))
+            if prioritized:
+                rb.set_priority(np.array([3, 5], np.int32), np.array([7.0, 0.25]))
+                got = probe(rb)
+                np.testing.assert_array_equal(got, served.stored_priorities())
+                assert got.shape == (min(int(served.add_count), 200),) and got[5] == 0.25
+            else:
+                assert probe(rb) is None
+
+            served = jax_buffer(prioritized)
+            buffer_server.serve_buffer(srv, served, f"jax{prioritized}")
+            rb = remote.RemoteReplayBuffer(ep["rep"], f"jax{prioritized}", timeout=10)
+            proxies.append(rb)
+            for k in range(12):
+                t = elements.TransitionElement(np.full((2,), k, np.uint8), 0, 1.0, k == 11)
+                rb.add(t, **({"priority": float(k % 3 + 1)} if prioritized else {}))
+            if prioritized:
+                rb.update(np.array([2, 4]), priorities=np.array([9.0, 0.5]))
+                got = probe(rb)
+                np.testing.assert_array_equal(got, served.priorities(served.keys()))
+                assert len(got) == len(served) and got[2] == 9.0 and got[4] == 0.5
+            else:
+                assert probe(rb) is None
+    finally:
+        for rb in proxies:
+            rb.close()
+        srv.close()

@@ -1,5 +1,7 @@
-"""The layers of memoire/: no import cycles, and the library never imports the experiment
-tooling (memoire.experiments) or the benchmark suite (memoire.bench).
+"""The layers of memoire/: no import cycles, the library never imports the experiment
+tooling (memoire.experiments) or the benchmark suite (memoire.bench), and the commands
+(memoire.commands, one module per ``memoire <command>``) are the top layer: nothing imports
+them but memoire.cli, by name at run time (importlib, not an import statement).
 
 The import graph is read from the source with ``ast`` (nothing is imported): one node per
 module under memoire/ (a package is its ``__init__.py``), one edge per import of another of
@@ -186,6 +188,17 @@ def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
     )
 
 
+def command_importers(graph: Dict[str, Set[str]]) -> List[str]:
+    """``module -> memoire.commands...`` edges from outside memoire.commands, as text."""
+    return sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if not in_layer(m, "memoire.commands")
+        for t in targets
+        if in_layer(t, "memoire.commands")
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # memoire/ itself.
 
@@ -207,6 +220,18 @@ def test_the_library_imports_neither_experiments_nor_benchmarks():
     assert "memoire.experiments.trackers" in graph["memoire.experiments.runner"]
     bad = layer_violations(graph)
     assert not bad, "the library imports an upper layer: " + "; ".join(bad)
+
+
+def test_every_command_is_a_module_of_memoire_commands_that_nothing_imports():
+    from memoire import cli
+
+    graph = _memoire_graph()
+    modules = [module for module, _ in cli.COMMANDS.values()]
+    assert sorted(modules) == sorted(m for m in graph if m.startswith("memoire.commands.")), (
+        "memoire/commands/ holds exactly the modules of cli.COMMANDS"
+    )
+    bad = command_importers(graph)
+    assert not bad, "memoire.commands is the top layer, yet: " + "; ".join(bad)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,10 +264,13 @@ def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
             "experiments/__init__.py": "",
             "experiments/train.py": "import memoire.memory\nfrom memoire.dopamine_compat import buf\n",
             "bench/__init__.py": "",
-            "bench/systems.py": "",
+            "bench/systems.py": "from memoire.commands import plot\n",
+            "commands/__init__.py": "",
+            "commands/plot.py": "import memoire.memory\n",
         },
     )
     graph = import_graph(module_files(pkg))
+    assert command_importers(graph) == ["memoire.bench.systems -> memoire.commands.plot"]
     assert graph["memoire"] == {"memoire.memory"}
     assert graph["memoire.memory"] == {"memoire._core"}  # the extension, not the package
     assert graph["memoire.server"] == {"memoire.experiments.train", "memoire.memory"}

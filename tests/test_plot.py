@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from memoire.commands import plot as plot_command
 from memoire.experiments import plot, trackers
 
 
@@ -40,7 +41,7 @@ def test_plot_writes_png_with_one_line_per_setting(tmp_path):
     assert os.path.getsize(out) > 5000
     # --raw draws the runs' own curves too: another picture, written where --out says.
     raw_out = str(tmp_path / "raw.png")
-    assert plot.main([base, "--bin", "500", "--raw", "--out", raw_out]) == 0
+    assert plot_command.main([base, "--bin", "500", "--raw", "--out", raw_out]) == 0
     with open(raw_out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(out, "rb") as f1, open(raw_out, "rb") as f2:
@@ -164,14 +165,14 @@ def test_eval_points_align_on_iterations_not_on_drifting_steps(tmp_path):
 
 @pytest.mark.dopamine
 def test_plot_main_errors_without_runs(tmp_path, capsys):
-    assert plot.main([str(tmp_path)]) == 2
+    assert plot_command.main([str(tmp_path)]) == 2
     assert "no setting_" in capsys.readouterr().err
 
 
 @pytest.mark.dopamine
 def test_plot_main_refuses_bad_reps(tmp_path, capsys):
     _fake_run(str(tmp_path), 0, 0, 1.0)
-    assert plot.main([str(tmp_path), "--reps", "0"]) == 2
+    assert plot_command.main([str(tmp_path), "--reps", "0"]) == 2
     assert "reps must be >= 1" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "learning_curves.png")
 

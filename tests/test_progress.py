@@ -57,6 +57,7 @@ def test_bench_counts_every_stage_and_prints_only_its_report(monkeypatch, capsys
     stages are log lines (no terminal here), and stdout holds the report alone."""
     from memoire import bench
     from memoire.bench import ingest
+    from memoire.commands import bench as bench_command
 
     for name in ("sample_workload", "add_workload", "checkpoint_workload"):
         monkeypatch.setattr(bench, name, lambda *a, **k: [])
@@ -73,7 +74,7 @@ def test_bench_counts_every_stage_and_prints_only_its_report(monkeypatch, capsys
 
     monkeypatch.setattr(bench, "Progress", Counted)
     with caplog.at_level(logging.INFO, logger="memoire.bench"):
-        assert bench.main(["--quick"] if quick else []) == 0
+        assert bench_command.main(["--quick"] if quick else []) == 0
     ((done, total),) = totals
     assert done == total == (8 if quick else 10)
     stages = [r.getMessage() for r in caplog.records if r.name == "memoire.bench"]

@@ -9,13 +9,13 @@ import csv
 import math
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 import zmq
+from _tiny_run import train_command
 
 from memoire import ReplayMemoryServer
 from memoire.experience import ChunkStream
@@ -374,30 +374,14 @@ def test_a_remote_sample_that_waits_too_long_gets_a_timeout_naming_the_limiter()
 def test_a_distributed_learner_keeps_its_replay_ratio(tmp_path):
     """DistributedConfig.samples_per_insert: the learner trains as its rate limiter allows and
     the run completes."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base = str(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "memoire.experiments.train",
-        "--base_dir",
+    cmd = train_command(
         base,
-        "--gin_files",
-        os.path.join(root, "configs", "dqn_cartpole_jax_distributed.gin"),
-    ]
-    for b in (
-        "Runner.num_iterations = 1",
         "Runner.training_steps = 400",
-        "Runner.evaluation_steps = 20",
-        "JaxDQNAgent.min_replay_history = 50",
-        "ClassicControlDQNNetwork.hidden_units = 16",
         "DistributedConfig.num_actors = 1",
-        "DistributedConfig.publish_period = 20",
-        "DistributedConfig.chunk_size = 8",
         "DistributedConfig.samples_per_insert = 64.0",
         "DistributedConfig.rate_error_buffer = 1280.0",
-    ):
-        cmd += ["--gin_bindings", b]
+    )
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=base)
     assert out.returncode == 0, out.stderr[-3000:]
     run = os.path.join(base, "setting_0", "run_0")

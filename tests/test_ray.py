@@ -13,21 +13,12 @@ import types
 
 import pytest
 from _subprocess_env import subprocess_env
+from _tiny_run import DIST_GIN, train_command
 
+from memoire.commands import sweep as sweep_command
 from memoire.experiments import sweep as sw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIST_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_distributed.gin")
-# test_distributed's tiny run, two iterations.
-TINY = (
-    "Runner.num_iterations = 2",
-    "Runner.training_steps = 300",
-    "Runner.evaluation_steps = 50",
-    "JaxDQNAgent.min_replay_history = 50",
-    "ClassicControlDQNNetwork.hidden_units = 32",
-    "DistributedConfig.publish_period = 20",
-    "DistributedConfig.chunk_size = 8",
-)
 
 
 @pytest.fixture(scope="module")
@@ -100,24 +91,16 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
 
     base = str(tmp_path)
     run = os.path.join(base, "setting_0", "run_0")
-    cmd = [
-        sys.executable,
-        "-m",
-        "memoire.experiments.train",
-        "--base_dir",
-        base,
-        "--gin_files",
-        DIST_GIN,
-        "--launcher",
-        "ray",
-        "--ray_address",
-        cluster,
-    ]
     # Iterations long enough (2,000 steps) that the first actors cannot finish iteration 0
     # before the test kills them, and the learner cannot finish iteration 1 before its kill,
     # however slow the machine is between the test's steps.
-    for b in TINY + ("Runner.training_steps = 2000",):
-        cmd += ["--gin_bindings", b]
+    cmd = train_command(
+        base,
+        "Runner.num_iterations = 2",
+        "Runner.training_steps = 2000",
+        launcher="ray",
+        ray_address=cluster,
+    )
 
     # 1. Both actors are placed and stream; then both processes are killed, so the run can
     # only go on if Ray restarts them and they rejoin the learner.
@@ -282,7 +265,7 @@ def test_a_sweep_through_ray_leaves_the_local_launchers_records(
 def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     (tmp_path / "s.gin").write_text("A.x = [1, 2]\n")
-    code = sw.main(
+    code = sweep_command.main(
         [
             "run",
             str(tmp_path / "s.gin"),

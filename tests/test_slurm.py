@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from memoire.commands import sweep as sweep_command
 from memoire.experiments import slurm
 from memoire.experiments import sweep as sw
 
@@ -42,7 +43,7 @@ def test_script_names_the_array_resources_and_each_index_run(tmp_path, capsys):
     path = _sweep(tmp_path)
     base = str(tmp_path / "runs")
     assert (
-        sw.main(
+        sweep_command.main(
             [
                 "slurm",
                 path,
@@ -94,7 +95,7 @@ def test_script_names_the_array_resources_and_each_index_run(tmp_path, capsys):
         sys.executable,
         "-P",
         "-m",
-        "memoire.experiments.train",
+        "memoire.commands.train",
         "--sweep",
         path,
         "--base_dir",
@@ -118,7 +119,10 @@ def test_each_task_runs_its_index_into_the_local_launchers_run_dir(tmp_path, cap
     path = _sweep(tmp_path)
     base = str(tmp_path / "runs")
     assert (
-        sw.main(["slurm", path, "--base_dir", base, "--indices", "0-9", "--python", str(fake)]) == 0
+        sweep_command.main(
+            ["slurm", path, "--base_dir", base, "--indices", "0-9", "--python", str(fake)]
+        )
+        == 0
     )
     script = capsys.readouterr().out.strip()
     out = subprocess.run(
@@ -131,7 +135,7 @@ def test_each_task_runs_its_index_into_the_local_launchers_run_dir(tmp_path, cap
     assert out.returncode == 0, out.stderr
     log = os.path.join(sw.run_dir(base, index % 3, index // 3), "train.log")
     assert open(log).read() == (
-        f"-P -m memoire.experiments.train --sweep {path} --base_dir {base} --index {index}\n"
+        f"-P -m memoire.commands.train --sweep {path} --base_dir {base} --index {index}\n"
     )
 
 
@@ -144,7 +148,9 @@ def test_submit_runs_sbatch_and_prints_the_job_id(tmp_path, capsys, monkeypatch)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     base = str(tmp_path / "runs")
     assert (
-        sw.main(["slurm", _sweep(tmp_path), "--base_dir", base, "--indices", "0-1", "--submit"])
+        sweep_command.main(
+            ["slurm", _sweep(tmp_path), "--base_dir", base, "--indices", "0-1", "--submit"]
+        )
         == 0
     )
     assert capsys.readouterr().out.split() == [os.path.join(base, "sweep.sbatch"), "4242"]
@@ -163,11 +169,14 @@ def test_mistakes_are_one_line_and_write_nothing(tmp_path, capsys, monkeypatch):
         (["0-1", "--cpus", "0"], "expected cpus >= 1"),
         (["3-1"], "empty or negative"),
     ):
-        assert sw.main(["slurm", path, "--base_dir", str(base), "--indices", *tail]) == 2
+        assert sweep_command.main(["slurm", path, "--base_dir", str(base), "--indices", *tail]) == 2
         err = capsys.readouterr().err
         assert err.startswith("memoire sweep: error: ") and message in err, err
         assert err.count("\n") == 1
         assert not base.exists()
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no sbatch
-    assert sw.main(["slurm", path, "--base_dir", str(base), "--indices", "0", "--submit"]) == 2
+    assert (
+        sweep_command.main(["slurm", path, "--base_dir", str(base), "--indices", "0", "--submit"])
+        == 2
+    )
     assert "sbatch is not on PATH" in capsys.readouterr().err

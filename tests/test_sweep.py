@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from memoire.commands import sweep as sweep_command
 from memoire.experiments import sweep as sw
 
 SPEC = """
@@ -113,7 +114,7 @@ def test_records(tmp_path):
 def test_list_command_prints_table(tmp_path, capsys):
     f = tmp_path / "s.gin"
     f.write_text("A.x = [1, 2]\nB.y = ['a', 'b', 'c']\n")
-    assert sw.main(["list", str(f), "--runs", "2"]) == 0
+    assert sweep_command.main(["list", str(f), "--runs", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("# 6 setting(s) x 2 run(s)")
     rows = [line.split(None, 4) for line in out[2:]]
@@ -155,7 +156,7 @@ def test_run_indices_runs_each_index_and_logs_the_outcome(tmp_path, monkeypatch,
 def test_cli_errors_are_clean(tmp_path, capsys):
     f = tmp_path / "s.gin"
     f.write_text("A.x = 3\n")
-    assert sw.main(["list", str(f)]) == 2
+    assert sweep_command.main(["list", str(f)]) == 2
     assert "non-empty list" in capsys.readouterr().err
 
 

@@ -31,7 +31,7 @@ def _cmd(base_dir, iterations):
     cmd = [
         sys.executable,
         "-m",
-        "memoire.experiments.train",
+        "memoire.commands.train",
         "--gin_files",
         LOCAL_GIN,
         "--base_dir",
@@ -285,7 +285,7 @@ def test_tf_agent_runs_on_memoire_buffer_and_stores_truncations(tmp_path):
         [
             sys.executable,
             "-m",
-            "memoire.experiments.train",
+            "memoire.commands.train",
             "--gin_files",
             str(gin_file),
             "--base_dir",

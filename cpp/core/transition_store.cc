@@ -170,7 +170,10 @@ void TransitionStore::Emit(int i, int j, int first, bool terminal, double priori
   ++add_count_;
 
   if (add_count_ > c) {  // evict the oldest key: swap it with the last dense index
-    const int64_t oldest = add_count_ - 1 - c;
+    // Dopamine evicts by count (add_count > max_capacity), not by size: after add_count was
+    // set (or a checkpoint restored) the store may hold fewer than c keys here. The stored keys
+    // are always [add_count_ - size_, add_count_), so the oldest is the first of them.
+    const int64_t oldest = add_count_ - size_;
     const int64_t idx = DenseIndexOf(oldest);
     const int64_t last = size_ - 1;
     if (opt_.prioritized) {

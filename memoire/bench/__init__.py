@@ -30,7 +30,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from memoire import cli
 from memoire.bench import report, systems
 from memoire.bench.harness import Measurement, compare
 from memoire.bench.systems import SAMPLERS, Config, Unavailable
@@ -264,41 +263,10 @@ def _loadavg() -> str:
         return "unknown"
 
 
-def build_parser() -> cli.ArgumentParser:
-    """The parser of ``memoire bench``."""
-    parser = cli.ArgumentParser(prog="memoire bench", description=__doc__)
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="small capacities and fewer workloads, 3 repetitions (about 3 min)",
-    )
-    parser.add_argument(
-        "--large",
-        action="store_true",
-        help="fill the 84x84 capacity-1,000,000 buffers completely (about 7 GB "
-        "per system) instead of with 100,000 transitions",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="alternating repetitions per workload; medians are reported "
-        "(default: 3 with --quick, else 5)",
-    )
-    parser.add_argument(
-        "--out", default=None, help="write the report (markdown) here, and scaling.png next to it"
-    )
-    return parser
-
-
-@cli.entry_point("memoire bench")
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.repeats is not None and args.repeats < 1:
-        parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.out is not None:
-        cli.check_output_dir(os.path.dirname(os.path.abspath(args.out)), "--out")
+def run_suite(args) -> str:
+    """Runs the suite as ``memoire bench`` was asked (``args``: its parsed flags ``quick``,
+    ``large``, ``repeats``, ``out``), announcing each stage (:class:`memoire.progress.Progress`);
+    returns the report's markdown text."""
     _load_optional_adapters()
     repeats = args.repeats or (3 if args.quick else 5)
     atari_cap = 20_000 if args.quick else 100_000
@@ -311,16 +279,11 @@ def main(argv=None) -> int:
     n_steps = (1,) if args.quick else (1, 3)
     stages = len(n_steps) + (6 if args.quick else 7) + (ingest is not None)
     with Progress(stages, "memoire bench", log, unit="stage") as progress:
-        text = _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, progress.stage)
-    cli.emit(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    return 0
+        return _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, progress.stage)
 
 
 def _run(args, repeats, atari_cap, vec_cap, n_steps, ingest, load_start, stage) -> str:
-    """The workloads of :func:`main`, each announced by ``stage(name)``; the report's text."""
+    """The workloads of :func:`run_suite`, each announced by ``stage(name)``; the report's text."""
     results: List[Measurement] = []
     atari = dict(obs_shape=(84, 84), obs_dtype=np.uint8, stack=4)
     vec = dict(obs_shape=(4,), obs_dtype=np.float32, stack=1)

@@ -54,6 +54,7 @@ _CIRCULAR_METHODS = (
     "set_priority",
     "get_priority",
     "max_recorded_priority",
+    "priorities",
     "save",
     "load",
     "checkpoint",
@@ -213,7 +214,13 @@ class _CircularService(_HostedBuffer):
         if len(columns) > self._reward_column:  # else the core names what is missing
             self._check_rewards("add_batch", rewards=columns[self._reward_column])
         self._check_finite("add_batch", priorities=priorities)
-        b._core.add_batch(columns, np.ascontiguousarray(ends, dtype=np.uint8), priorities)
+        if len(columns) < 4:
+            raise ValueError(
+                "add_batch: expected the columns observation, action, reward, terminal and the "
+                f"extras, got {len(columns)} column(s)"
+            )
+        # `ends` holds terminals already (the proxy's episode ends): the same rows either way.
+        b.add_batch(*columns, priorities=priorities, episode_ends=ends)
 
     def sample_transition_batch(self, batch_size, indices):
         if batch_size is not None:
@@ -221,7 +228,7 @@ class _CircularService(_HostedBuffer):
         if indices is not None:
             self._check_batch(np.size(indices), "sample_transition_batch")
         batch = self._b.sample_transition_batch(batch_size, indices)
-        if getattr(self._b, "_prefetch_depth", 0):
+        if self._b.prefetch_depth:
             # A prefetched batch views a slot of the buffer's feed, which the reply cache would
             # hold (one per caller) and so stall the feed: reply with a copy.
             batch = [np.array(a) for a in batch]
@@ -234,9 +241,9 @@ class _CircularService(_HostedBuffer):
     def state(self) -> dict:
         b = self._b
         return {
-            "add_count": int(b._core.add_count),
+            "add_count": int(b.add_count),
             "episode_end_indices": np.asarray(sorted(b.episode_end_indices), np.int64),
-            "next_is_episode_start": bool(b._next_experience_is_episode_start),
+            "next_is_episode_start": bool(b.next_experience_is_episode_start),
         }
 
     def is_valid_transitions(self, indices):
@@ -251,6 +258,11 @@ class _CircularService(_HostedBuffer):
 
     def max_recorded_priority(self) -> float:
         return float(self._b.sum_tree.max_recorded_priority)
+
+    def priorities(self):
+        """float64[n], the stored slots' priorities (None for a uniform buffer): what a
+        tracker shows for a remote run."""
+        return self._b.stored_priorities()
 
     def save(self, checkpoint_dir, iteration_number):
         self._b.save(_checkpoint_dir(self._root, checkpoint_dir, True), iteration_number)
@@ -268,7 +280,7 @@ class _JaxService(_HostedBuffer):
     """The hosted face of a JAX ``ReplayBuffer``."""
 
     def describe(self) -> dict:
-        return {"batch_size": int(self._b._batch_size), "prioritized": bool(self._b._prioritized)}
+        return {"batch_size": int(self._b.batch_size), "prioritized": bool(self._b.prioritized)}
 
     def add_many(self, observations, actions, rewards, terminals, episode_ends, priorities):
         from dopamine.jax.replay_memory import elements
@@ -325,6 +337,11 @@ class _JaxService(_HostedBuffer):
 
     def max_recorded_priority(self) -> float:
         return float(self._b.max_recorded_priority)
+
+    def priorities(self):
+        """float64[len], the stored keys' leaf values, oldest first (None for a uniform
+        buffer): what a tracker shows for a remote run."""
+        return self._b.stored_priorities()
 
     def save(self, checkpoint_dir, iteration_number):
         self._b.save(_checkpoint_dir(self._root, checkpoint_dir, True), iteration_number)
@@ -404,6 +421,7 @@ def serve_buffer(
                 "update",
                 "state",
                 "max_recorded_priority",
+                "priorities",
                 "save",
                 "load",
                 "checkpoint",
@@ -473,7 +491,7 @@ class BufferCheckpoints(Checkpoints):
     def _read(self, path: str) -> None:
         try:
             self.buffer.load(path, 0)  # under self.lock (load_newest)
-            _end_episode(self.buffer)
+            self.buffer.end_episode()
         finally:
             _forget_checkpoint_manager(self.buffer, path)
 
@@ -484,25 +502,9 @@ class BufferCheckpoints(Checkpoints):
 def _forget_checkpoint_manager(buffer, folder: str) -> None:
     """Drops the orbax manager a JAX buffer keeps per checkpoint folder (one per save here,
     each folder renamed or removed after)."""
-    managers = getattr(buffer, "__dict__", {}).get("_checkpoint_managers", {})
-    manager = managers.pop(folder, None)
-    if manager is not None and hasattr(manager, "close"):
-        manager.close()
-
-
-def _end_episode(buffer) -> None:
-    """Ends the restored buffer's episode in progress as a truncation (see
-    :class:`BufferCheckpoints`)."""
-    if isinstance(buffer, _crb.OutOfGraphReplayBuffer):
-        count = int(buffer.add_count)
-        ends = buffer.episode_end_indices
-        last = (count - 1) % buffer._replay_capacity
-        if count and last not in ends:
-            # Dopamine's mark of an episode end without a terminal: no n-step return crosses it.
-            buffer.episode_end_indices = ends | {last}
-        buffer._next_experience_is_episode_start = True  # the next add pads a new stack
-    else:
-        buffer._clear_window()  # the JAX accumulator's partial trajectory
+    forget = getattr(buffer, "forget_checkpoint_folder", None)
+    if forget is not None:
+        forget(folder)
 
 
 # ---- building and starting -----------------------------------------------------------------

@@ -8,7 +8,12 @@ Layout (Dopamine's ``OutOfGraphReplayBuffer.save``): one gzip file per attribute
 - ``add_count``: ``np.save`` of a 0-d int64 array; ``invalid_range``: ``np.save`` of the array;
 - ``episode_end_indices``: a pickled ``set`` of slot numbers;
 - ``sum_tree`` (prioritized only): a pickled ``dopamine.tf.replay_memory.sum_tree.SumTree``
-  (``nodes``: float64 levels of 1, 2, ..., P values; ``max_recorded_priority``).
+  (``nodes``: float64 levels of 1, 2, ..., P values; ``max_recorded_priority``);
+- then every other public attribute of the buffer (a name in its ``__dict__`` not starting with
+  ``_``, in assignment order), as Dopamine's ``_return_checkpointable_elements`` walks
+  ``__dict__``: what a subclass or a caller sets is saved too, ``np.save`` for a numpy array, a
+  pickle otherwise; ``load`` restores the attributes the loading buffer has (the same names), an
+  array from a .npy file when its current value is an array, else from a pickle.
 
 Writing: the files go to temporary names in the same directory and are renamed only once all
 are complete, so an interrupted save leaves the earlier checkpoints whole. The SumTree pickle
@@ -23,8 +28,13 @@ budget that the capacity implies and read by an unpickler that only knows ``set`
 and scalars, and Dopamine's SumTree (as plain data). numpy dtypes and arrays in a pickle are
 kept as inert records and rebuilt only as plain numeric dtypes with exactly their bytes (numpy's
 own ``dtype.__setstate__`` would trust a crafted field offset or subarray). ``add_count`` must
-lie in [0, 2**62] (the native core's bound). Every file is read and checked before the buffer
-changes; any problem raises :class:`CheckpointError` naming the file and changes nothing. A
+lie in [0, 2**62] (the native core's bound). An added attribute's file is read only because the
+loading buffer has that attribute (the folder's other files are never opened), and only as plain
+data: a .npy file of a plain numeric dtype (any shape), or a pickle of None, bools, numbers,
+strings, bytes, lists, tuples, dicts, sets and numpy scalars and arrays of plain dtypes (an
+object of another class is refused: ``save`` warns when it writes one); either inflates to at
+most the buffer's storage size (64 MiB when that is smaller). Every file is read and checked
+before the buffer changes; any problem raises :class:`CheckpointError` naming the file and changes nothing. A
 local file is opened by :func:`open_regular` (non-blocking, not following a symlink, fstat-ed):
 a FIFO, device, folder or symlink at a checkpoint file name is refused at once.
 """
@@ -47,19 +57,55 @@ from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX, invalid_range
 _SLICE_BYTES = 1 << 20  # save and load pass a store column through slices of this size
 _READ_BYTES = 4 << 20  # load decompresses this much per call (fewer calls: faster)
 _COMPRESSLEVEL = 6  # zlib's default: Dopamine's level 9 costs much time for little space
+_ADDED_MIN_BUDGET = 64 << 20  # bytes an added attribute's file may always inflate to
 
 
 def generate_filename(checkpoint_dir, name, suffix):
     return os.path.join(checkpoint_dir, "{}_ckpt.{}.gz".format(name, suffix))
 
 
+# Dopamine's own checkpointed attributes; memoire serves them from the native object (properties,
+# or the sum tree view), so they are written by name rather than from ``__dict__``.
+_OWN_ATTRIBUTES = ("add_count", "invalid_range", "episode_end_indices", "sum_tree")
+
+
 def attribute_names(buffer):
-    """Dopamine's checkpointable attributes of ``buffer``, in Dopamine's order."""
+    """Dopamine's checkpointable attributes of ``buffer``, in Dopamine's order: the store
+    columns, add_count, invalid_range, episode_end_indices, sum_tree (prioritized only), then
+    :func:`added_attribute_names`."""
     names = [STORE_FILENAME_PREFIX + e.name for e in buffer.get_storage_signature()]
     names += ["add_count", "invalid_range", "episode_end_indices"]
     if buffer._PRIORITIZED:  # pylint: disable=protected-access
         names.append("sum_tree")
+    return names + added_attribute_names(buffer)
+
+
+def added_attribute_names(buffer):
+    """The public attributes of ``buffer`` beyond Dopamine's own: names in its ``__dict__`` that
+    do not start with ``_``, in assignment order (what a subclass or a caller set).
+
+    Raises:
+      ValueError: such a name is not a Python identifier (it would name a file elsewhere).
+    """
+    names = []
+    for name in list(vars(buffer)):
+        if name.startswith("_") or name in _OWN_ATTRIBUTES:
+            continue
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ValueError(
+                "{} attribute {!r}: expected an identifier to name its checkpoint file".format(
+                    type(buffer).__name__, name
+                )
+            )
+        names.append(name)
     return names
+
+
+def added_attribute_budget(buffer):
+    """Bytes an added attribute's file may inflate to: the buffer's storage size, at least
+    64 MiB (an attribute larger than the ring it describes is not one this buffer wrote)."""
+    stored = sum(column.nbytes for column in buffer._store.values())  # pylint: disable=protected-access
+    return max(stored, _ADDED_MIN_BUDGET)
 
 
 # ---- file systems: local (atomic rename) or tf.io.gfile for remote URLs --------------------
@@ -189,8 +235,31 @@ def _write_payload(gz, buffer, name):
         core = buffer._core  # pylint: disable=protected-access
         leaves = core.get_priorities(np.arange(core.padded_leaves, dtype=np.int64))
         _write_sum_tree_pickle(gz, leaves, core.max_recorded_priority)
-    else:
+    elif name in _OWN_ATTRIBUTES:
         gz.write(_payload(buffer, name))
+    else:
+        _write_added(gz, buffer, name)
+
+
+def _write_added(gz, buffer, name):
+    """Writes an added public attribute as Dopamine does: ``np.save`` for an array, else a
+    pickle (warning when memoire's load would refuse the pickle: not plain data)."""
+    value = vars(buffer)[name]
+    if isinstance(value, np.ndarray):
+        np.save(gz, value, allow_pickle=False)
+        return
+    data = pickle.dumps(value)
+    try:
+        plain_data(safe_unpickle(data), name)
+    except Exception as e:  # pylint: disable=broad-except (only a warning: Dopamine loads it)
+        logging.warning(
+            "%s.%s is saved, but memoire's load will refuse it (%s): keep plain data "
+            "(numbers, strings, lists, dicts, numpy arrays) in a buffer's public attributes",
+            type(buffer).__name__,
+            name,
+            e,
+        )
+    gz.write(data)
 
 
 def _write_npy(f, array):
@@ -448,6 +517,55 @@ def safe_unpickle(data):
     return _SafeUnpickler(io.BytesIO(data)).load()
 
 
+_PLAIN_ATOMS = (type(None), bool, int, float, complex, str, bytes, np.generic)
+_MAX_NESTING = 100  # containers within containers a plain-data pickle may hold
+_IN_PROGRESS = object()
+
+
+def plain_data(value, what):
+    """``value`` (from :func:`safe_unpickle`) with its inert numpy records made into arrays and
+    dtypes, when it is plain data: None, bools, numbers, strings, bytes, numpy scalars, and
+    lists, tuples, dicts, sets and frozensets of them, nested at most _MAX_NESTING deep.
+
+    Raises:
+      CheckpointError: anything else (an object of another class, a SumTree, a type, a container
+        holding itself); ``what`` starts the message.
+    """
+    done = {}  # id -> resolved, so shared sub-objects are walked once
+
+    def walk(v, depth):
+        if isinstance(v, _PLAIN_ATOMS) and not isinstance(v, np.object_):
+            return v
+        if depth > _MAX_NESTING:
+            raise CheckpointError("{}: nested deeper than {}".format(what, _MAX_NESTING))
+        key = id(v)
+        if key in done:
+            if done[key] is _IN_PROGRESS:
+                raise CheckpointError("{}: a container holds itself".format(what))
+            return done[key]
+        done[key] = _IN_PROGRESS
+        kind = type(v)
+        if kind is _PickledArray:
+            out = _resolve_array(v, what)
+        elif kind is _PickledDType:
+            out = _resolve_dtype(v)
+        elif kind in (list, tuple):
+            out = kind(walk(x, depth + 1) for x in v)
+        elif kind in (set, frozenset):
+            out = kind(walk(x, depth + 1) for x in v)  # unhashable items: TypeError
+        elif kind is dict:
+            out = {walk(k, depth + 1): walk(x, depth + 1) for k, x in v.items()}
+        else:
+            raise CheckpointError(
+                "{}: expected plain data (numbers, strings, lists, dicts, sets, numpy arrays), "
+                "got {}".format(what, "a type" if isinstance(v, type) else kind.__name__)
+            )
+        done[key] = out
+        return out
+
+    return walk(value, 0)
+
+
 def _read_limited(f, budget, filename):
     """All the (inflated) bytes of ``f``; CheckpointError when there are more than ``budget``,
     having inflated at most budget + 1 of them (a gzip bomb stops there)."""
@@ -460,9 +578,10 @@ def _read_limited(f, budget, filename):
     return data
 
 
-def _read_npy_header(f, filename, shape, dtype=None):
-    """Reads and checks one .npy header: a plain numeric dtype, exactly ``shape``, and ``dtype``
-    if given. Returns (shape, fortran_order, dtype)."""
+def _read_npy_header(f, filename, shape, dtype=None, budget=None):
+    """Reads and checks one .npy header: a plain numeric dtype, exactly ``shape`` (any shape
+    for None, then at most ``budget`` data bytes), and ``dtype`` if given. Returns (shape,
+    fortran_order, dtype)."""
     version = np.lib.format.read_magic(f)
     try:
         if version == (1, 0):
@@ -475,7 +594,16 @@ def _read_npy_header(f, filename, shape, dtype=None):
         raise CheckpointError("{}: bad .npy header ({})".format(filename, e)) from None
     got_shape, fortran, got_dtype = header
     _check_plain_dtype(got_dtype, filename)
-    if tuple(got_shape) != tuple(shape):
+    if shape is None:
+        nbytes = got_dtype.itemsize
+        for d in got_shape:
+            nbytes *= d
+        if nbytes > budget:
+            raise CheckpointError(
+                "{}: an array of {} bytes, more than a checkpoint of this buffer can hold "
+                "({})".format(filename, nbytes, budget)
+            )
+    elif tuple(got_shape) != tuple(shape):
         raise CheckpointError(
             "{}: expected shape {}, got {}".format(filename, tuple(shape), tuple(got_shape))
         )
@@ -502,10 +630,10 @@ def _read_exactly(f, view, filename, filled_before=0, total=None):
         filled += n
 
 
-def _read_npy(f, filename, shape, dtype=None):
-    """Reads one .npy stream; checks its header before reading data, and that the data is
-    complete."""
-    got_shape, fortran, got_dtype = _read_npy_header(f, filename, shape, dtype)
+def _read_npy(f, filename, shape, dtype=None, budget=None):
+    """Reads one .npy stream; checks its header before reading data (shape None: any shape of
+    at most ``budget`` bytes), and that the data is complete."""
+    got_shape, fortran, got_dtype = _read_npy_header(f, filename, shape, dtype, budget)
     array = np.empty(got_shape[::-1] if fortran else got_shape, dtype=got_dtype)
     if array.nbytes:
         _read_exactly(f, memoryview(array.reshape(-1).view(np.uint8)), filename)
@@ -665,8 +793,21 @@ def load(buffer, checkpoint_dir, suffix):
             ),
         )
 
+    added = {}
+    budget = added_attribute_budget(buffer)
+    for name in added_attribute_names(buffer):
+        filename = generate_filename(checkpoint_dir, name, suffix)
+        if isinstance(vars(buffer)[name], np.ndarray):  # Dopamine's rule: the current value's type
+            reader = lambda f, fn=filename: _read_npy(f, fn, None, budget=budget)  # noqa: E731
+        else:
+            reader = lambda f, fn=filename: plain_data(  # noqa: E731
+                safe_unpickle(_read_limited(f, budget, fn)), fn
+            )
+        added[name] = _read_file(fs, filename, reader)
+
     # Everything was read and checked: commit in one native call (which checks once more).
     core.restore_from(staging, add_count, ends, leaves, max_recorded)
+    vars(buffer).update(added)
 
 
 def buffer_invalid_range(buffer, add_count):

@@ -296,6 +296,39 @@ class OutOfGraphReplayBuffer(object):
     def _next_experience_is_episode_start(self, value):
         self._core.next_is_episode_start = bool(value)
 
+    @property
+    def next_experience_is_episode_start(self):
+        """bool: whether the next add starts an episode (and so first writes stack_size - 1
+        zero padding slots). Read-only; :meth:`end_episode` sets it."""
+        return self._core.next_is_episode_start
+
+    @property
+    def replay_capacity(self):
+        """int, slots kept (padding slots included): the constructor's ``replay_capacity``."""
+        return self._replay_capacity
+
+    @property
+    def prefetch_depth(self):
+        """int, batches the prefetching feed draws ahead (0: sampling on the caller's thread)."""
+        return self._prefetch_depth
+
+    def end_episode(self):
+        """Ends the episode in progress as a truncation: the last slot written becomes an
+        episode end (Dopamine's mark: no n-step return or stack validity crosses it) unless it
+        is one already, and the next add starts a new episode (padding first). A no-op on an
+        empty buffer except for the latter. A server calls it on the buffer it restored from a
+        checkpoint, whose actor's episode did not survive."""
+        count = self._core.add_count
+        last = (count - 1) % self._replay_capacity
+        if count and last not in self._core.episode_ends():
+            self.episode_end_indices = self.episode_end_indices | {last}
+        self._core.next_is_episode_start = True
+
+    def stored_priorities(self):
+        """None: a uniform buffer has no priorities (the prioritized buffer returns its
+        slots'). One name for what a tracker reads on every memoire face, local or remote."""
+        return None
+
     def seed(self, seed):
         """Reseeds this buffer's sampling generator (and drops batches the feed drew ahead, so
         a single-threaded feed's draws after seed(s) are a function of s and the contents)."""

@@ -51,7 +51,7 @@ Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positional
 ``Runner``, and gin never overrides a positional argument, so a binding
 ``Runner.create_agent_fn = ...`` would be silently ignored by ``dopamine.discrete_domains.train``.
 Run this module instead, with Dopamine's gin files unchanged (the agent is chosen by the usual
-``create_agent.agent_name``); it is ``memoire train`` (:mod:`memoire.experiments.train`) under
+``create_agent.agent_name``); it is ``memoire train`` (:mod:`memoire.commands.train`) under
 Dopamine's module name, same flags, same run layout::
 
     python -m memoire.dopamine_compat.jax_agents --base_dir=/tmp/run \\
@@ -70,7 +70,7 @@ if __name__ == "__main__":
     # whose gin names this copy must not register a second time.
     import sys
 
-    from memoire.experiments import train
+    from memoire.commands import train
 
     sys.exit(train.main())
 

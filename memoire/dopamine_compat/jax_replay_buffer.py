@@ -39,7 +39,9 @@ Deliberate differences (Dopamine fails where memoire does not):
 Agents reach into ``buffer._sampling_distribution._sum_tree.max_recorded_priority`` after an
 ``isinstance(..., samplers.PrioritizedSamplingDistribution)`` check. The sampling distribution
 classes here subclass Dopamine's, so that check passes, and ``_sum_tree`` is a small view whose
-``max_recorded_priority`` is the buffer's. Prefer the public ``ReplayBuffer.max_recorded_priority``.
+``max_recorded_priority`` is the buffer's and whose ``get(indices)`` reads the leaves at
+Dopamine's sampler indices (as Dopamine's agent tests do). Prefer the public
+``ReplayBuffer.max_recorded_priority`` and ``ReplayBuffer.priorities(keys)``.
 
 Checkpoints: ``save``/``load`` use Dopamine's orbax ``CheckpointManager`` and msgpack
 ``CheckpointHandler`` with the same state dict layout, so either buffer loads the other's files.
@@ -141,8 +143,16 @@ def _accumulator_settings(acc) -> tuple[int, int, float, bool]:
 
 
 class _SumTreeView:
-    """What agents read at ``_sampling_distribution._sum_tree``: ``max_recorded_priority``
-    (read and write), ``root`` and ``get(index)`` over the buffer's C++ tree."""
+    """What Dopamine's agents and tests read at ``_sampling_distribution._sum_tree``:
+    ``max_recorded_priority`` (read and write), ``root`` and ``get(index)`` over the buffer's
+    C++ tree.
+
+    Leaf ``i`` is Dopamine's: the leaf value (``priority ** priority_exponent``) of the key
+    the sampler holds at index ``i`` (``to_state_dict()['sampling_distribution']
+    ['key_by_index'][i]``), 0.0 for an index past the stored elements. Unlike Dopamine's
+    ``SumTree.get`` (which reads inner nodes for negative indices), an index outside
+    ``[0, leaves)`` raises IndexError.
+    """
 
     def __init__(self, dist: "PrioritizedSamplingDistribution"):
         self._dist = dist
@@ -154,9 +164,23 @@ class _SumTreeView:
         return 0.0 if store is None else store.tree_root
 
     def get(self, index):
-        raise NotImplementedError(
-            "memoire's sum tree is addressed by key: use ReplayBuffer.priorities(keys)"
-        )
+        """The leaf values at sampler indices ``index``: a float for an int, ``float64[n]``
+        for an int array (numpy's fancy indexing of Dopamine's leaves)."""
+        indices = np.asarray(index)
+        if indices.dtype.kind not in "iu":
+            raise IndexError(f"sum tree index: expected integers, got {indices.dtype}")
+        flat = indices.astype(np.int64).reshape(-1)
+        store = self._dist._store()
+        leaves = _tree_leaves(self._dist._max_capacity, self._dist._max_capacity)
+        bad = flat[(flat < 0) | (flat >= leaves)]
+        if bad.size:
+            raise IndexError(f"sum tree index {int(bad[0])} is outside [0, {leaves})")
+        values = np.zeros(flat.shape, np.float64)
+        size = 0 if store is None else store.size
+        live = flat < size
+        if live.any():
+            values[live] = store.priorities(store.keys_at(flat[live]))
+        return float(values[0]) if indices.ndim == 0 else values.reshape(indices.shape)
 
 
 class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution):
@@ -364,7 +388,12 @@ class ReplayBuffer(checkpointers.Checkpointable):
         ``compress=True``). Memory never holds stacks.
 
     Attributes:
-      add_count: int, elements added so far (the next element's key).
+      add_count: int, elements added so far (the next element's key), what agents compare with
+        ``min_replay_history``. Settable as Dopamine's plain attribute is, while the buffer holds
+        no element (the next element then gets that key; agents' tests set 0 to keep an agent
+        from training) or to its current value; with elements stored memoire's keys are
+        consecutive ending at ``add_count - 1``, so another value raises ValueError (in
+        Dopamine it would give two elements one key, or keep evicting below capacity).
 
     Raises:
       ValueError: ``checkpoint_duration < 1`` or ``max_capacity < 1``.
@@ -427,6 +456,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         self._action_dtype = None
         self._sample_count = 0
         self._feed = None  # a memoire.feed.Feed serving sample(), see start_feed
+        self._first_key = 0  # add_count assigned before the store exists (the first key)
 
     @classmethod
     def from_dopamine(cls, buffer, *, fix_terminal_duplicates: bool = False) -> "ReplayBuffer":
@@ -456,11 +486,72 @@ class ReplayBuffer(checkpointers.Checkpointable):
 
     @property
     def add_count(self) -> int:
-        return 0 if self._store is None else self._store.add_count
+        return self._first_key if self._store is None else self._store.add_count
 
     @add_count.setter
     def add_count(self, value: int) -> None:
-        raise AttributeError("add_count is maintained by add/clear/load")
+        """Sets the next element's key (see the class docstring: only while no element is
+        stored, or to the current value).
+
+        Raises:
+          ValueError: not an integer in [0, 2**31], or elements are stored and ``value`` differs
+            from add_count.
+        """
+        if (
+            isinstance(value, (bool, np.bool_))
+            or not isinstance(value, (int, np.integer))
+            or not 0 <= value <= _core.TransitionStore.MAX_ADD_COUNT
+        ):
+            raise ValueError(f"add_count: expected an integer in [0, 2**31], got {value!r}")
+        value = int(value)
+        if value == self.add_count:
+            return
+        if len(self):
+            raise ValueError(
+                f"add_count: {len(self)} elements are stored under keys {self.add_count - len(self)}"
+                f"..{self.add_count - 1}; add_count can change only while none is (call clear() "
+                f"first), or elements would share keys"
+            )
+        self.stop_feed()
+        if self._store is None:
+            self._first_key = value
+        else:
+            self._set_next_key(self._store, value)
+
+    def _set_next_key(self, store, key: int) -> None:
+        """Makes ``key`` the next element's key of ``store``, which holds no element (its
+        partial trajectory is kept)."""
+        frames, actions, rewards, terms, ends = store.export_window()
+        k = len(rewards)
+        no_stack = np.zeros((0, *self._obs_shape, self._stack_size), self._obs_dtype)
+        store.import_state(
+            key,
+            no_stack,
+            np.zeros((0, *self._action_shape), self._action_dtype),
+            np.zeros(0, np.float64),
+            no_stack,
+            np.zeros(0, np.bool_),
+            np.zeros(0, np.bool_),
+            np.zeros(0, np.int64),
+            np.zeros(store.num_nodes, np.float64) if self._prioritized else None,
+            np.ascontiguousarray(frames).view(self._obs_dtype).reshape((k, *self._obs_shape)),
+            np.ascontiguousarray(actions)
+            .view(self._action_dtype)
+            .reshape((k, *self._action_shape)),
+            np.asarray(rewards, np.float64).reshape(k),
+            np.asarray(terms, np.bool_).reshape(k),
+            np.asarray(ends, np.bool_).reshape(k),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        """int, the default ``sample`` size."""
+        return self._batch_size
+
+    @property
+    def prioritized(self) -> bool:
+        """bool, whether sampling follows priorities (a PrioritizedSamplingDistribution)."""
+        return self._prioritized
 
     @property
     def max_recorded_priority(self):
@@ -482,6 +573,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
 
     def _build_store(self, obs: np.ndarray, action: np.ndarray) -> None:
         self._commit_store(self._make_store(obs, action), obs, action)
+        if self._first_key:
+            self._set_next_key(self._store, self._first_key)
+            self._first_key = 0
 
     def _commit_store(self, store, obs: np.ndarray, action: np.ndarray) -> None:
         self._store = store
@@ -827,6 +921,14 @@ class ReplayBuffer(checkpointers.Checkpointable):
             raise KeyError(int(keys[0]) if keys.size else None)
         return self._store.priorities(keys)  # KeyError(key) for a key not stored
 
+    def stored_priorities(self) -> Optional[np.ndarray]:
+        """``float64[len(self)]``: the leaf values of the stored keys, oldest first; None for a
+        uniform buffer. One name for what a tracker reads on every memoire face, local or
+        remote."""
+        if not self._prioritized:
+            return None
+        return self.priorities(self.keys()) if len(self) else np.zeros(0)
+
     def update(self, keys, **kwargs: Any) -> None:
         """Forwards to the sampling distribution (``priorities=`` for a prioritized buffer)."""
         self._sampling_distribution.update(keys, **kwargs)
@@ -841,9 +943,25 @@ class ReplayBuffer(checkpointers.Checkpointable):
         if self._store is not None:
             self._store.clear_trajectory()
 
+    def end_episode(self) -> None:
+        """Ends the episode in progress: the accumulator's partial trajectory (steps that
+        yielded no element yet) is dropped, so the next add starts a new episode. Stored
+        elements stay. A server calls it on the buffer it restored from a checkpoint, whose
+        actor's episode did not survive."""
+        self._clear_window()
+
+    def forget_checkpoint_folder(self, checkpoint_dir: str) -> None:
+        """Closes and drops the orbax manager this buffer keeps for ``checkpoint_dir`` (one per
+        folder ``save``/``load`` used; a no-op for another), before the folder is renamed or
+        removed."""
+        manager = self.__dict__.get("_checkpoint_managers", {}).pop(checkpoint_dir, None)
+        if manager is not None and hasattr(manager, "close"):
+            manager.close()
+
     def clear(self) -> None:
         """Forgets every element and the partial trajectory; add_count restarts at 0."""
         self._store_clear()
+        self._first_key = 0
 
     # ---- checkpoints ----
 
@@ -1023,7 +1141,8 @@ class ReplayBuffer(checkpointers.Checkpointable):
             if len(key_by_index):
                 raise ValueError("replay buffer state dict: sampler keys without elements")
             self._sampling_distribution.from_state_dict(dist_state)
-            self._store_clear()
+            self.clear()
+            self.add_count = add_count  # Dopamine's counter, kept with nothing stored
             return
         store, obs_tmpl = self._store, None
         if store is None:  # built here, kept only if the import succeeds
@@ -1064,6 +1183,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         )
         if obs_tmpl is not None:
             self._commit_store(store, obs_tmpl, action_tmpl)
+        self._first_key = 0
         self._sampling_distribution.from_state_dict(dist_state)
 
     def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:

@@ -216,6 +216,12 @@ class OutOfGraphPrioritizedReplayBuffer(circular_replay_buffer.OutOfGraphReplayB
         except IndexError as e:
             raise _leaf_index_error(e) from None
 
+    def stored_priorities(self):
+        """float64[n]: the priorities of slots 0 .. n - 1, n = min(add_count, replay_capacity)
+        (padding slots hold 0), in one native call."""
+        n = min(self._core.add_count, self._replay_capacity)
+        return self._core.get_priorities(np.arange(n, dtype=np.int64))
+
     def get_transition_elements(self, batch_size=None):
         """The parent's elements plus ReplayElement('sampling_probabilities', (batch_size,), float32)."""
         parent = super().get_transition_elements(batch_size)

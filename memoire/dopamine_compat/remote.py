@@ -190,6 +190,13 @@ class _RemoteBuffer:
         self.flush()
         return self._remote.call("checkpoint")
 
+    def stored_priorities(self) -> Optional[np.ndarray]:
+        """Sends pending adds, then returns the served buffer's ``stored_priorities()`` (one
+        ``priorities`` call): float64, one per stored transition, or None for a uniform
+        buffer. What a tracker shows for a remote run."""
+        self.flush()
+        return self._remote.call("priorities")
+
     def close(self) -> None:
         """Stops prefetching, sends pending adds, then closes the connection."""
         self.stop_prefetch()

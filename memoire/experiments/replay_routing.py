@@ -11,10 +11,9 @@
   whose ``wrapped_memory`` gin fills: :func:`tf_replay_bindings` binds it to memoire's
   out-of-graph buffer with the agent's settings, unless a gin file bound one itself.
 
-Kept apart from :mod:`memoire.experiments.train` because ``python -m
-memoire.experiments.train`` runs that file as ``__main__`` (and spawned actors as
-``__mp_main__``) besides importing it, and a gin configurable must be registered once per
-process.
+Kept apart from the modules a ``python -m`` entry runs as ``__main__`` (and spawned actors
+as ``__mp_main__``) besides importing them, because a gin configurable must be registered
+once per process.
 """
 
 from __future__ import annotations

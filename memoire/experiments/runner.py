@@ -5,7 +5,7 @@ Dopamine's ``Runner`` / ``TrainRunner`` with memoire's trackers (:class:`Trackin
 :mod:`memoire.experiments.trackers`; the replay figures also as TensorBoard scalars through
 Dopamine's collector dispatcher), built by the one runner factory :func:`create_runner`;
 the environment the runner would build (:func:`environment_fn`), how an episode ended, seeds,
-gin loading and the operative config. The command line is :mod:`memoire.experiments.train`.
+gin loading and the operative config. The command line is :mod:`memoire.commands.train`, which runs :mod:`memoire.experiments.train`.
 """
 
 from __future__ import annotations

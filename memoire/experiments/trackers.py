@@ -317,20 +317,21 @@ class ReplayProbe:
         """The priorities of the stored transitions (float, one per transition), or None for a
         memory without them (uniform sampling, or a kind this probe does not know).
 
-        Reads Dopamine's JAX ``ReplayBuffer`` (its sampling distribution's sum tree) and
-        memoire's (``priorities`` of its keys), Dopamine's TF prioritized buffer (the sum tree's
-        leaves) and memoire's (``get_priority``, one native call). Values are what the trees
-        hold (for the JAX buffers, priorities raised to the priority exponent).
+        Every memoire face, local or remote (TF and JAX), answers ``stored_priorities()`` (a
+        remote one in one call to its server). Dopamine's own buffers are read directly: the
+        JAX ``ReplayBuffer``'s sampling distribution's sum tree, the TF prioritized buffer's
+        sum tree leaves. Values are what the trees hold (for the JAX buffers, priorities raised
+        to the priority exponent).
         """
         m = self._memory
+        stored = getattr(m, "stored_priorities", None)
+        if callable(stored):
+            values = stored()
+            return None if values is None else np.asarray(values, np.float64)
         dist = getattr(m, "_sampling_distribution", None)
-        if dist is not None:  # a JAX ReplayBuffer
-            if not hasattr(dist, "_sum_tree"):
-                return None
-            if hasattr(m, "priorities") and hasattr(m, "keys"):  # memoire's: by key
-                return np.asarray(m.priorities(m.keys()), np.float64) if len(m) else np.zeros(0)
-            tree = dist._sum_tree
-            if not hasattr(tree, "get"):  # a remote buffer's stand-in: priorities stay remote
+        if dist is not None:  # Dopamine's JAX ReplayBuffer
+            tree = getattr(dist, "_sum_tree", None)
+            if tree is None:
                 return None
             return np.asarray(tree.get(np.arange(dist.size)), np.float64)
         tree = getattr(m, "sum_tree", None)
@@ -338,9 +339,7 @@ class ReplayProbe:
         if tree is None or capacity is None:
             return None
         n = min(self.add_count, int(capacity))
-        if hasattr(m, "_core"):  # memoire's prioritized buffer: one native call
-            return np.asarray(m.get_priority(np.arange(n, dtype=np.int32)), np.float64)
-        nodes = getattr(tree, "nodes", None)  # Dopamine's: leaves are the last level
+        nodes = getattr(tree, "nodes", None)  # Dopamine's TF buffer: leaves are the last level
         return None if nodes is None else np.asarray(nodes[-1][:n], np.float64)
 
     @property

@@ -1,6 +1,6 @@
-"""Train a Dopamine agent from gin files: ``memoire train``.
+"""Train a Dopamine agent from gin files: what ``memoire train`` runs.
 
-``python -m memoire.experiments.train`` is the same.
+The command's arguments are parsed by :mod:`memoire.commands.train`, then :func:`launch` runs.
 
 Accepts Dopamine's flags, so Dopamine's own gin files work unchanged::
 
@@ -49,8 +49,6 @@ Ray cluster (see :mod:`memoire.experiments.ray_launcher`).
 from __future__ import annotations
 
 import logging
-import sys
-from typing import Sequence
 
 import gin
 
@@ -64,71 +62,6 @@ from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line.
-
-
-def parse_args(argv: Sequence[str] | None):
-    return build_parser().parse_args(argv)
-
-
-def build_parser() -> cli.ArgumentParser:
-    """The parser of ``memoire train``."""
-    p = cli.ArgumentParser(prog="memoire train", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--base_dir",
-        required=True,
-        help="experiment directory; runs go to setting_<s>/run_<k>/ under it",
-    )
-    p.add_argument(
-        "--gin_files",
-        action="append",
-        default=[],
-        help="gin file (repeatable), as in Dopamine; Dopamine's stock files work",
-    )
-    p.add_argument(
-        "--gin_bindings",
-        action="append",
-        default=[],
-        help="gin binding (repeatable), as in Dopamine; wins over the files",
-    )
-    p.add_argument(
-        "--index",
-        type=int,
-        default=0,
-        help="sweep index N: setting N mod S, run N div S (seed = run)",
-    )
-    p.add_argument("--sweep", default=None, help="sweep gin file (see memoire.experiments.sweep)")
-    p.add_argument(
-        "--replay",
-        choices=replay_routing.REPLAY_BACKENDS,
-        default=None,
-        help="whose replay buffer the agent uses (default: gin's "
-        "replay_backend.name, else memoire)",
-    )
-    p.add_argument("--verbose", action="store_true", help="keep Dopamine's INFO logging")
-    _add_launcher_flags(p)
-    return p
-
-
-def _add_launcher_flags(p: cli.ArgumentParser) -> None:
-    """``--launcher`` and ``--ray_address``: shorthands for their gin bindings."""
-    p.add_argument(
-        "--launcher",
-        choices=("local", "ray"),
-        default=None,
-        help="who starts a distributed run's learner and actors (default: gin's "
-        "DistributedConfig.launcher, else local); ray: Ray actors "
-        "(pip install memoire[ray])",
-    )
-    p.add_argument(
-        "--ray_address",
-        default=None,
-        help="Ray cluster to join ('auto', 'HOST:PORT'; gin: RayConfig.address); "
-        "none: a local Ray cluster for this command",
-    )
 
 
 def _launcher_bindings(args) -> list[str]:
@@ -232,10 +165,14 @@ def run_local(facts: dict) -> int:
     return 0
 
 
-@cli.entry_point("memoire train")
-def main(argv: Sequence[str] | None = None) -> int:
-    """``memoire train``. Returns the process exit code."""
-    args = parse_args(argv)
+def launch(args) -> int:
+    """Runs ``memoire train`` as parsed into ``args`` (see :mod:`memoire.commands.train`):
+    prepares the run (:func:`prepare`), then a local run, or a distributed one (the learner
+    and its actors, spawned or on Ray). Returns the process exit code.
+
+    Raises:
+      cli.UsageError: as :func:`prepare`.
+    """
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.INFO if args.verbose else absl_logging.WARNING)
@@ -258,11 +195,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config.num_actors > 0:
         return distributed.run(facts, config)
     return run_local(facts)
-
-
-if __name__ == "__main__":
-    # `python -m` runs this file as __main__: run the importable module's main, whose loggers
-    # are named memoire.experiments.* (this copy's would be __main__).
-    from memoire.experiments import train
-
-    sys.exit(train.main())
