@@ -185,7 +185,7 @@ def test_distributed_learner_survives_actors_killed_and_frozen(tmp_path):
         f"DistributedConfig.peer_timeout = {PEER_TIMEOUT}",
         "DistributedConfig.episodes_ahead = 1000",  # actors run on: mostly mid-episode
     ]
-    cmd = [sys.executable, "-m", "memoire.experiments.train", "--base_dir", base]
+    cmd = [sys.executable, "-m", "memoire.cli", "train", "--base_dir", base]
     cmd += ["--gin_files", gin, "--gin_bindings", "DistributedConfig.spawn_actors = False"]
     for b in small:
         cmd += ["--gin_bindings", b]
