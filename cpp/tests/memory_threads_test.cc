@@ -180,7 +180,7 @@ TEST(RwLockAWaitingWriterBarsNewReaders) {
   });
   // Once the writer waits, a new reader is refused (before that, readers may still join).
   bool refused = false;
-  for (int64_t k = 0; k < 100000000 && !refused; ++k) {
+  for (int64_t k = 0; k < 10000000 && !refused; ++k) {
     if (lock.try_lock_shared()) {
       lock.unlock_shared();
       std::this_thread::yield();
