@@ -7,7 +7,8 @@
 // used in another process than the one that started it abandons that thread's state and
 // starts its own.
 //
-// Thread safety: one owner thread at a time calls Start / Wait (ReplayMemory holds its lock).
+// Thread safety: one owner thread at a time calls Start / Wait (ReplayMemory: the Sample holding
+// its helper_mu_).
 #pragma once
 
 #include <functional>

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <shared_mutex>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -95,7 +96,7 @@ Status ReplayMemory::Make(const Schema& schema, int64_t max_step,
 // ---------------------------------------------------------------- settings
 
 ReplayMemory::Options ReplayMemory::options() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return opt_;
 }
 
@@ -140,7 +141,7 @@ Status ReplayMemory::ValidateOptions(const Options& o) const {
 
 Status ReplayMemory::SetOptions(const Options& o) {
   MEMOIRE_RETURN_IF_ERROR(ValidateOptions(o));
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   const bool rederive = o.frame_stack != opt_.frame_stack || o.multi_step != opt_.multi_step;
   opt_ = o;
   if (rederive) RebuildTreeLocked();
@@ -151,7 +152,7 @@ Status ReplayMemory::SetOptions(const Options& o) {
 }
 
 void ReplayMemory::Seed(uint64_t seed) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   rng_.Seed(seed);
 }
 
@@ -197,7 +198,7 @@ void ReplayMemory::RebuildTreeLocked() {
 }
 
 Status ReplayMemory::NewEpisode() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   if (open_) {
     for (int64_t p = open_start_; p < tail_; ++p) {
       set_pos(p % max_step_, -1);
@@ -239,7 +240,7 @@ Status ReplayMemory::AddEntries(int64_t n, const void* const* fields, const floa
   if (states_)
     blobs = CompressedRows::Encode(static_cast<const uint8_t*>(fields[kState]), n,
                                    row_bytes(kState));
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   MEMOIRE_RETURN_IF_ERROR(CheckCanAddLocked(n));
   // Room for all n first (oldest episodes go; CheckCanAddLocked ensured the open one fits),
   // then each field is copied in at most two runs: up to the ring's end, then from slot 0.
@@ -279,7 +280,7 @@ Status ReplayMemory::CheckFinite(int64_t n, const void* const* fields,
                    " (row ", k, ")");
   bool allow;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::shared_lock<RwLock> l(mu_);
     allow = opt_.allow_nonfinite;
   }
   if (allow) return Status::OK();
@@ -302,7 +303,7 @@ Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool upda
   if (!(multiplier >= 0) || !Finite(multiplier))
     return Error(Code::kInvalidArgument,
                  "episodic_weight_multiplier: expected a finite value >= 0, got ", multiplier);
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   if (!open_)
     return Error(Code::kFailedPrecondition,
                  "close_episode: no open episode (new_episode() was not called, or the episode "
@@ -377,31 +378,31 @@ Status ReplayMemory::CloseEpisode(float multiplier, bool update_value, bool upda
 // ---------------------------------------------------------------- counts
 
 int64_t ReplayMemory::num_episode() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return static_cast<int64_t>(episodes_.size());
 }
 int64_t ReplayMemory::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return tail_ - head_locked();
 }
 int64_t ReplayMemory::num_sampleable() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return sampleable_;
 }
 double ReplayMemory::total_weight() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return tree_.Total();
 }
 bool ReplayMemory::episode_open() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return open_;
 }
 int64_t ReplayMemory::open_length() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return open_ ? tail_ - open_start_ : 0;
 }
 uint64_t ReplayMemory::total_added() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return total_added_;
 }
 
@@ -429,13 +430,19 @@ Status ReplayMemory::DrawLocked(int64_t n, const SampleOut& out, int64_t* slots)
 
 Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
-  std::lock_guard<std::mutex> l(mu_);
+  // Shared: every writer is excluded until the copy is done (no batch is torn, settings hold
+  // still), while other Samples copy their batches alongside. Only the draw is one at a time.
+  std::shared_lock<RwLock> l(mu_);
   if (out.frame_stack_now) *out.frame_stack_now = opt_.frame_stack;
   if (out.frame_stack != 0 && out.frame_stack != opt_.frame_stack)
     return Error(Code::kFailedPrecondition, "sample: outputs sized for frame_stack=", out.frame_stack,
                  " but frame_stack is now ", opt_.frame_stack);
   std::vector<int64_t> slots(n);
-  MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, out, slots.data()));
+  {
+    std::lock_guard<std::mutex> d(draw_mu_);
+    MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, out, slots.data()));
+    if (out.on_draw) out.on_draw();
+  }
   if (out.num_sampleable) *out.num_sampleable = sampleable_;
   if (out.total_weight) *out.total_weight = tree_.Total();
   const int fs = opt_.frame_stack;
@@ -486,14 +493,17 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   };
   // Copying scattered multi-kilobyte rows is bound by memory latency, not bandwidth: a second
   // thread copying the other half of a large batch nearly doubles throughput. It is the
-  // memory's parked helper (waking it costs microseconds); small batches stay on this thread.
+  // memory's parked helper (waking it costs microseconds); small batches stay on this thread,
+  // and so does every batch while another Sample has the helper (concurrent Samples already
+  // keep several threads copying).
   size_t batch_bytes = 0;
   for (int f = 0; f < kNumFields; ++f)
     batch_bytes += ((out.prev[f] != nullptr) + (out.next[f] != nullptr)) * row_bytes(f);
   batch_bytes *= static_cast<size_t>(n) * fs;
   Status status, helper_status;
   int64_t split = n;
-  if (batch_bytes >= kParallelGatherBytes && n >= 2 &&
+  std::unique_lock<std::mutex> helper(helper_mu_, std::defer_lock);
+  if (batch_bytes >= kParallelGatherBytes && n >= 2 && helper.try_lock() &&
       helper_.Start([&] { gather(n / 2, n, &helper_status); }))
     split = n / 2;  // else no thread to be had: copy everything here
   gather(0, split, &status);
@@ -507,7 +517,7 @@ Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* w
     if (!(weights[k] >= 0) || !Finite(weights[k]))
       return Error(Code::kInvalidArgument, "weights: expected finite values >= 0, got ",
                    weights[k], " at ", k);
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   int64_t count = 0;
   for (int64_t k = 0; k < n; ++k) {
     const int64_t id = ids[k];
@@ -525,7 +535,7 @@ Status ReplayMemory::UpdateWeights(int64_t n, const int64_t* ids, const float* w
 }
 
 size_t ReplayMemory::memory_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return cols_.allocated_bytes() +
          static_cast<size_t>(max_step_) * (sizeof(float) + 3 * sizeof(int64_t) + 1) +
          static_cast<size_t>(2 * max_step_) * sizeof(double) +
@@ -533,13 +543,13 @@ size_t ReplayMemory::memory_bytes() const {
 }
 
 size_t ReplayMemory::stored_state_bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   if (states_) return states_->stored_bytes();
   return static_cast<size_t>(tail_ - head_locked()) * row_bytes(kState);
 }
 
 std::string ReplayMemory::Info() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   std::ostringstream os;
   os << "ReplayMemory(uuid=" << std::hex << uuid_ << std::dec << ", max_step=" << max_step_
      << ")\n";

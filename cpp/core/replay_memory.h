@@ -28,19 +28,34 @@
 // Compressed states (Make's compress_states): the state field `s` is kept out of the columns
 // and stored LZ4-compressed, one heap block per entry (core/compressed_rows.h), so its memory
 // is what the stored states compress to. Adds encode before taking the lock; every read
-// (Sample, SampleDistinct, SaveTo) decodes under the lock, bit for bit. Checkpoints hold raw
-// rows either way (the file format does not change): a compressed memory loads a checkpoint of
-// an uncompressed one and the other way round.
+// (Sample, SampleDistinct, SaveTo) decodes under the lock, bit for bit, straight into its own
+// output (decoding keeps no shared scratch). Checkpoints hold raw rows either way (the file
+// format does not change): a compressed memory loads a checkpoint of an uncompressed one and
+// the other way round.
 //
-// Thread safety: thread-safe. Every public method takes the memory's own lock, so one thread
-// may add while others sample; the copies run under that lock (and, from Python, without the
-// GIL). Sample copies a batch of more than 512 KiB with one extra thread, parked between
-// batches (the scattered-row copies are latency-bound, so two threads nearly double
-// throughput).
+// Thread safety: thread-safe. The memory's lock is a writer-preferring reader-writer lock
+// (core/rw_lock.h):
+// - Shared (run concurrently with each other): Sample, SampleDistinct, CheckFinite, options()
+//   and the counts (num_episode, size, num_sampleable, total_weight, episode_open, open_length,
+//   total_added, memory_bytes, stored_state_bytes, Info). Several threads' Samples copy their
+//   batches at the same time (from Python: without the GIL).
+// - Exclusive (alone): every writer (NewEpisode, AddEntry/AddEntries, CloseEpisode and its
+//   evictions, UpdateWeights, SetOptions, Seed, LoadFrom) and SaveTo (it reads the generator).
+//   A writer never overlaps a copy, so no batch is torn and a batch's settings (frame_stack,
+//   multi_step) hold for its whole copy. A waiting writer bars new readers: continuous
+//   sampling does not starve inserts.
+// - The draw (the generator's steps and the sum-tree walk of Sample and SampleDistinct) is one
+//   at a time, under a small draw lock inside the shared section: draws keep one order, so the
+//   k-th Sample or SampleDistinct to draw gets the generator's k-th draw, bit for bit as when
+//   the calls come one by one (SampleOut::on_draw tells a caller its place in that order).
+// Sample copies a batch of more than 512 KiB with one extra thread, parked between batches
+// (the scattered-row copies are latency-bound, so two threads nearly double throughput); while
+// one Sample has it, the others copy on their own thread.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +67,7 @@
 #include "core/protocol.h"
 #include "core/reserved.h"
 #include "core/rng.h"
+#include "core/rw_lock.h"
 #include "core/schema.h"
 #include "core/status.h"
 #include "core/sum_tree.h"
@@ -144,6 +160,10 @@ class ReplayMemory {
     // writing no output but `frame_stack_now` (if not null), the setting it found.
     int frame_stack = 0;
     int* frame_stack_now = nullptr;
+    // Called (when set) once the entries are drawn, under the memory's draw lock, before the
+    // copy: successive calls come in the order of the generator's draws, while the copies may
+    // finish in any order. It must be quick and must not call into the memory.
+    std::function<void()> on_draw;
   };
   // Draws n entries with probability proportional to weight (stratified over n equal slices
   // of the total, with replacement). kFailedPrecondition when nothing is sampleable.
@@ -186,7 +206,8 @@ class ReplayMemory {
   size_t row_bytes(int f) const { return schema_.field(f).bytes(); }
   bool Sampleable(int64_t slot) const;  // by metadata and options, ignoring weight
   // Draws n slots (stratified, by weight) into slots[n] and writes out's weight, prob, done
-  // and id of each (the outputs that are not null). The caller holds mu_.
+  // and id of each (the outputs that are not null). The caller holds mu_ (shared at least)
+  // and draw_mu_.
   Status DrawLocked(int64_t n, const SampleOut& out, int64_t* slots);
   void EvictOldestLocked();
   void RebuildTreeLocked();
@@ -206,8 +227,12 @@ class ReplayMemory {
   int64_t reward_elems_ = 1;
   uint64_t uuid_ = 0;
 
-  mutable std::mutex mu_;
-  HelperThread helper_;  // copies half of a large batch in Sample; used under mu_
+  // Writers hold mu_ exclusively; Sample/SampleDistinct and the counts hold it shared (see the
+  // top of this file). Members "guarded by mu_" are written only under the exclusive lock.
+  mutable RwLock mu_;
+  std::mutex draw_mu_;  // the draw (rng_ and its order), inside a shared or exclusive mu_
+  std::mutex helper_mu_;  // held (try-locked) by the one Sample using helper_
+  HelperThread helper_;  // copies half of a large batch in Sample; used under helper_mu_
   Options opt_;                 // guarded by mu_
   Columns cols_;                // guarded by mu_; without the states when states_ is set
   std::unique_ptr<CompressedRows> states_;  // compress_states: the states, else null
@@ -219,7 +244,7 @@ class ReplayMemory {
   ReservedArray<int64_t> ep_len_;    // per slot: episode length (0 while open)
   ReservedArray<uint8_t> ep_term_;   // per slot: episode terminated (vs truncated)
   SumTree tree_;
-  Rng rng_;
+  Rng rng_;  // guarded by mu_ exclusive, or shared with draw_mu_
   struct Episode { int64_t start, length; };
   std::deque<Episode> episodes_;  // closed episodes, oldest first
   bool open_ = false;

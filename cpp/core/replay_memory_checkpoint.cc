@@ -263,7 +263,7 @@ uint64_t ReplayMemory::CheckpointChecksum(const void* data, size_t n, int sectio
 }
 
 Status ReplayMemory::SaveTo(int fd) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   Header h;
   std::memset(&h, 0, sizeof h);
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -544,7 +544,7 @@ Status ReplayMemory::LoadFrom(int fd) {
   s->tail_ = h.tail;
   s->total_added_ = static_cast<uint64_t>(h.tail);  // entries ever added, less discarded ones
   s->RebuildTreeLocked();
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   AdoptLocked(*s);
   return Status::OK();
 }

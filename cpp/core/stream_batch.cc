@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 
 #include "core/gather.h"
 #include "core/replay_memory.h"
@@ -27,7 +29,8 @@ Status StreamLayout::Check() const {
 
 Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
-  std::lock_guard<std::mutex> l(mu_);
+  // Shared, as in Sample: writers wait for the copy; only the draw is one at a time.
+  std::shared_lock<RwLock> l(mu_);
   const int fs = opt_.frame_stack;
   const int ms = opt_.multi_step;
   const int shift = ms < fs ? ms : fs;
@@ -49,7 +52,10 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
   meta.done = out->done.data();
   meta.id = out->id.data();
   std::vector<int64_t> slots(n);
-  MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, meta, slots.data()));
+  {
+    std::lock_guard<std::mutex> d(draw_mu_);
+    MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, meta, slots.data()));
+  }
   // The window's slots, then each distinct one once (sorted: the gather reads the ring in
   // order).
   std::vector<int64_t> win(static_cast<size_t>(n) * w);

@@ -86,8 +86,12 @@ Status StreamSampler::GiveBack(const int64_t* slots, int64_t k) {
 
 void StreamSampler::PopReady(std::vector<Outcome>* out) {
   std::lock_guard<std::mutex> l(mu_);
-  while (!ready_.empty()) {
-    out->push_back(std::move(ready_.front()));
+  // Batches are numbered here, in draw order, so seq counts successful draws without gaps
+  // (a draw whose copy failed is a failed outcome, as one that found nothing to draw).
+  while (!ready_.empty() && ready_.front().finished) {
+    Outcome& o = ready_.front();
+    if (o.error.empty()) o.seq = next_seq_++;
+    out->push_back(std::move(o));
     ready_.pop_front();
   }
 }
@@ -128,30 +132,39 @@ void StreamSampler::Run() {
         continue;
       }
     }
+    // The outcome takes its place in ready_ at the draw (in the memory's draw order) and is
+    // filled in once the copy is done: copies of several threads overlap, notices keep the
+    // draw order (PopReady hands out only finished outcomes from the front).
+    Outcome* placed = nullptr;
+    if (s.ok()) {  // else the limiter refused a batch its band can never allow
+      opt_.layout.PartsAt(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes,
+                          parts.data());
+      ReplayMemory::SampleOut out;
+      opt_.layout.Point(parts.data(), &out);
+      out.frame_stack = opt_.frame_stack;
+      out.on_draw = [&] {
+        std::lock_guard<std::mutex> l(mu_);
+        ready_.emplace_back();
+        placed = &ready_.back();  // stays valid: PopReady never pops an unfinished outcome
+      };
+      s = opt_.memory->Sample(n, out);
+    }
     {
-      std::lock_guard<std::mutex> d(draw_mu_);
-      if (s.ok()) {  // else the limiter refused a batch its band can never allow
-        opt_.layout.PartsAt(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes,
-                            parts.data());
-        ReplayMemory::SampleOut out;
-        opt_.layout.Point(parts.data(), &out);
-        out.frame_stack = opt_.frame_stack;
-        s = opt_.memory->Sample(n, out);
-      }
       std::lock_guard<std::mutex> l(mu_);
-      Outcome o;
-      o.slot = slot;
-      if (s.ok()) {
-        o.seq = next_seq_++;
-      } else {
-        o.error = s.message();
+      if (placed == nullptr) {  // no draw (it failed, or was refused): queued now
+        ready_.emplace_back();
+        placed = &ready_.back();
+      }
+      placed->slot = slot;
+      if (!s.ok()) {
+        placed->error = s.message();
         // Nothing to sample yet, most likely: the stream's threads wait a while.
         paused_until_ = std::max(paused_until_, Clock::now() +
                                  std::chrono::milliseconds(opt_.error_pause_ms));
       }
+      placed->finished = true;
       held_[slot] = 1;
       ++num_held_;
-      ready_.push_back(std::move(o));
     }
     if (s.ok()) {
       drawn_.fetch_add(1);

@@ -5,13 +5,14 @@
 // outcomes as notices (PopReady) and hands back the slots the learner returns (GiveBack).
 // Nothing here takes the GIL or touches a socket.
 //
-// Order: the stream's draws are serialized (draw_mu_), and each outcome is numbered and queued
-// under that lock, so batch seq k is the stream's k-th successful draw from the memory, and
-// the outcomes leave in draw order whatever the number of threads. The memory's own lock
-// serializes the copy of every draw anyway (ReplayMemory::Sample; its parked helper splits a
-// large batch over two threads), so the threads overlap the rest: waiting for a slot, the
-// limiter, the notice. When the stream is the memory's only sampler, its batch seq k is the
-// k-th batch get_batch would draw with the same seed and contents, for any number of threads.
+// Order: each draw takes its place in the outcome queue at the moment the memory draws it,
+// under the memory's draw lock (ReplayMemory::SampleOut::on_draw), and batches are numbered
+// as they leave the queue's front, finished, so batch seq k is the stream's k-th successful
+// draw from the memory and the outcomes leave in draw order whatever the number of threads.
+// The copies themselves overlap: Sample holds the memory's lock shared (writers wait; other
+// samplers copy alongside), so N threads copy N batches at once. When the stream is the
+// memory's only sampler, its batch seq k is the k-th batch get_batch would draw with the same
+// seed and contents, for any number of threads.
 //
 // Slots: every slot is free (the server's) at start; a drawn slot is the learner's (held)
 // until GiveBack; the slot freed last is written first (its lines are likelier in cache).
@@ -68,6 +69,7 @@ class StreamSampler {
     int64_t seq = -1;  // the batch's number (-1 for a failed draw)
     int64_t slot = -1;
     std::string error;
+    bool finished = false;  // queued at the draw, finished after the copy (internal)
   };
 
   // kInvalidArgument on bad options; starts the threads.
@@ -107,9 +109,8 @@ class StreamSampler {
   int64_t num_held_ = 0;
   int64_t given_back_ = 0;
   Clock::time_point paused_until_{};
-  std::deque<Outcome> ready_;
-  std::mutex draw_mu_;  // the stream's draws, in order; numbers them
-  int64_t next_seq_ = 0;  // draw_mu_
+  std::deque<Outcome> ready_;  // in draw order; the finished front ones are sent
+  int64_t next_seq_ = 0;
   std::atomic<int64_t> drawn_{0};
   std::atomic<int64_t> last_seen_ns_{0};
   std::vector<std::thread> threads_;

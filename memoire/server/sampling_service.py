@@ -73,9 +73,9 @@ DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
 def default_stream_threads() -> int:
-    """Sampler threads per shared-memory stream by default: 2, one draws while the other
-    queues its notice and waits for a slot (more than 2 only wait their turn at the memory,
-    whose lock serializes the copies; docs/STREAM.md). One core: 1."""
+    """Sampler threads per shared-memory stream by default: 2, so that two batches are copied
+    at once (the memory copies concurrent samples side by side; only their draws take turns;
+    docs/STREAM.md). More threads help where more cores are free (`threads=`). One core: 1."""
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
