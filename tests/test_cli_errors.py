@@ -359,8 +359,9 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
         # the buffer server's --buffer, --name, --arg, --checkpoint_root, --seed, --tensorboard,
         # the memory's --checkpoint_dir, --checkpoint_every, every parser's --log-level,
         # --stream, the rate limiter's --samples_per_insert, --min_size_to_sample and
-        # --rate_error_buffer, and --compress_states
-        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 46
+        # --rate_error_buffer, --compress_states, the stream's --stream_threads, and liveness's
+        # --peer_timeout and --max_message_bytes
+        assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 49
     # Every command takes --log-level (memoire.cli.ArgumentParser).
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
 

@@ -22,6 +22,11 @@ NEEDS_EXTRAS = {
     "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
     "memoire.dopamine_compat.tf_configurables",  # dopamine
     "memoire.bench.dopamine",  # dopamine
+    # the commands of the experiment tools (memoire.experiments): gin, dopamine, plot
+    "memoire.commands.train",
+    "memoire.commands.sweep",
+    "memoire.commands.plot",
+    "memoire.commands.actor",
 }
 NEEDS_EXTRAS_PACKAGES = ("memoire.experiments",)  # `memoire train/sweep/plot`: gin, dopamine, plot
 EXTRAS = ("gin", "matplotlib", "dopamine", "tensorflow", "jax", "flax", "gym", "gymnasium")

@@ -1217,6 +1217,9 @@ class ReplayBuffer(checkpointers.Checkpointable):
             # so the stale one (another run's transitions) would stay. Replace it.
             manager.delete(iteration_number)
         manager.save(iteration_number, args=orbax.args.Composite(replay=ReplayCheckpointArgs(self)))
+        # orbax saves asynchronously: the checkpoint is whole when save returns (Dopamine's
+        # runner writes its completion sentinel next, and a resumed run may load it at once).
+        manager.wait_until_finished()
 
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
