@@ -100,16 +100,27 @@ class Feed:
       depth: int >= 1, batches drawn ahead (ring slots).
       threads: int in [1, depth], sampler threads.
       seed: int >= 0 seeding the JAX-face draws (thread t uses seed + t); default 0.
-      device: None for host numpy batches; ``"jax"`` for JAX's default device, or a
-        ``jax.Device``: batches arrive as JAX arrays, transferred one step ahead.
+      device: None for host numpy batches; ``"jax"`` (JAX's default device, uncommitted) or a
+        ``jax.Device`` (committed to it): JAX arrays; ``"cuda"``, ``"cuda:N"``, ``"cpu"`` or a
+        ``torch.device``: PyTorch tensors. On a CUDA or CPU device the batches come from a
+        ring of ``device_slots`` device slots a native copy thread fills (the device path,
+        zero-copy through DLPack); on another JAX platform by ``jax.device_put`` one step ahead.
       with_sample_metadata: JAX face: yield ``(batch, metadata)`` as ``sample`` does.
-      stack_on_device: JAX face with a device: copy each distinct frame once and stack on the
-        device (same batches, fewer bytes moved; see the module docstring).
+      stack_on_device: JAX face with a JAX device: copy each distinct frame once and stack on
+        the device (same batches, fewer bytes moved; see the module docstring).
+      device_slots: int >= 1, device slots of the device path (default 3: one the learner's
+        step reads, one ready, one being copied).
+      dlpack: hand out memoire's DLPack arrays (``_core.DeviceArray``: ``__dlpack__``,
+        ``__dlpack_device__``) instead of the framework's, for any DLPack consumer
+        (``cupy.from_dlpack``, ``np.from_dlpack`` on ``device="cpu"``).
 
     Raises:
       TypeError: ``buffer`` is not one of the supported buffers.
-      ValueError: a bad batch_size, depth, threads or seed; ``stack_on_device`` without a
-        device or for another buffer than the JAX face.
+      ValueError: a bad batch_size, depth, threads, seed, device or device_slots;
+        ``stack_on_device`` without a JAX device or for another buffer than the JAX face.
+      ImportError: the device's framework (JAX, PyTorch) is not installed.
+      RuntimeError: a CUDA device, but no usable CUDA runtime (the message names what was
+        found: ``memoire._cuda.runtime``).
     """
 
     def __init__(
@@ -123,6 +134,8 @@ class Feed:
         device: Any = None,
         with_sample_metadata: bool = False,
         stack_on_device: bool = False,
+        device_slots: int = 3,
+        dlpack: bool = False,
     ) -> None:
         self._buffer = buffer
         self._kind = _kind_of(buffer)
@@ -141,7 +154,7 @@ class Feed:
             or batch_size < 1
         ):
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
-        for name, value in (("depth", depth), ("threads", threads)):
+        for name, value in (("depth", depth), ("threads", threads), ("device_slots", device_slots)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if threads > depth:
@@ -158,18 +171,22 @@ class Feed:
         self._threads = int(threads)
         self._seed = int(seed)
         self._with_metadata = bool(with_sample_metadata)
-        # The device to copy to (None: host batches), and what device_put is given: None for
-        # "jax" (JAX's default device, uncommitted, as the agents' numpy batches become: a
-        # committed array would make jitted steps compile a second variant).
-        if device is not None and self._kind in ("memory", "stream"):
+        # Where batches go: None (host), the device path (a ring of device slots, DLPack), or
+        # jax.device_put one step ahead (a JAX platform other than CUDA and CPU).
+        self._target = _target_of(device, bool(dlpack))
+        self._device = self._target.jax_device if self._target.put else None
+        self._put_to = self._target.put_to
+        self._device_slots = int(device_slots)
+        if self._target.cuda:
+            _cuda_runtime()  # a missing or unusable CUDA runtime fails here, with what was found
+        if stack_on_device and (self._kind != "jax" or self._target.framework != "jax"):
             raise ValueError(
-                "device: a ReplayMemory or stream feed hands out host batches (device=None)"
-            )
-        self._device, self._put_to = _jax_device(device)
-        if stack_on_device and (self._kind != "jax" or self._device is None):
-            raise ValueError(
-                "stack_on_device: expected a JAX ReplayBuffer feed with a device "
+                "stack_on_device: expected a JAX ReplayBuffer feed with a JAX device "
                 f"(got a {self._kind} feed, device={device!r})"
+            )
+        if self._target.put and self._kind in ("memory", "stream"):
+            raise ValueError(
+                f"device: a ReplayMemory or stream feed goes to CUDA or CPU devices, got {device!r}"
             )
         self._stack_on_device = bool(stack_on_device)
         self._last_transfer_bytes = 0
@@ -223,11 +240,36 @@ class Feed:
                 templates = list(self._buffer._create_batch_arrays(n))
             else:  # the native feed sizes a ReplayMemory or stream batch from its layout
                 templates = []
-            self._holder.append(
-                _core.Feed(source, templates, n, self._depth, self._threads, self._seed, granule)
-            )
+            host = _core.Feed(source, templates, n, self._depth, self._threads, self._seed, granule)
+            self._holder.append(host)
+            if self._target.ring:
+                self._holder.append(self._device_feed(host, len(templates)))
             self._source = source
-        return self._holder[0]
+        return self._holder[-1]
+
+    def _device_feed(self, host, parts: int):
+        """The ring of device slots over the host ring ``host`` (``parts`` template arrays):
+        metadata (keys, probabilities, ids, counts) stays on the host, the rest travels."""
+        trim = None
+        if self._kind == "jax":
+            to_device = [False, False] + [True] * (parts - 2)
+            if self._stack_on_device:  # frames travel up to the padded count counts[1]
+                to_device[4] = False
+                trim = [2, 4, 1]
+        elif self._kind == "tf":
+            to_device = [True] * parts
+            to_device[7] = False  # indices: for set_priority on the host
+        else:  # ReplayMemory's 18 parts (id last, for update_weights), a stream's 2 more
+            to_device = [True] * 17 + [False] * (1 if self._kind == "memory" else 3)
+        t = self._target
+        return _core.DeviceFeed(
+            host,
+            _cuda_runtime() if t.cuda else None,
+            t.device_id,
+            self._device_slots,
+            to_device,
+            trim,
+        )
 
     def _take_host(self):
         """The next batch as host arrays (views of a ring slot), in the buffer's layout."""
@@ -252,6 +294,12 @@ class Feed:
                 parts = native.take()
         except (KeyError, IndexError, RuntimeError, ValueError) as e:
             raise self._sample_error(e) from None
+        if self._target.ring:
+            self._last_transfer_bytes = sum(
+                p.nbytes for p in parts if isinstance(p, _core.DeviceArray)
+            )
+            convert = self._target.convert
+            parts = tuple(p if not isinstance(p, _core.DeviceArray) else convert(p) for p in parts)
         if self._kind in ("memory", "stream"):
             from memoire.memory import Batch
 
@@ -269,7 +317,10 @@ class Feed:
         if self._stack_on_device:
             # The distinct frames that travel (up to the padded count) and the rest as is.
             frames, index, counts = parts[2:5]
-            batch = _Distinct(frames[: int(counts[1])], index, *parts[5:])
+            if self._target.ring:  # already trimmed to the padded count, on the device
+                batch = _stack_distinct(_Distinct(frames, index, *parts[5:]))
+            else:
+                batch = _Distinct(frames[: int(counts[1])], index, *parts[5:])
             parts = parts[:2]
         else:
             batch = elements.ReplayElement(*parts[2:])
@@ -297,8 +348,9 @@ class Feed:
         return self
 
     def __next__(self):
-        """The next batch (host arrays, or JAX arrays with ``device``); blocks until ready."""
-        if self._device is None:
+        """The next batch (host arrays, or the device framework's arrays with ``device``);
+        blocks until ready."""
+        if self._device is None:  # host batches, or the device path (a ring of device slots)
             return self._take_host()
         import jax
 
@@ -359,6 +411,12 @@ class Feed:
     @property
     def depth(self) -> int:
         return self._depth
+
+    @property
+    def device_slots(self) -> int:
+        """Device slots of the device path (0 without one): with ``depth``, the bound on
+        batches drawn before a priority update (``depth + device_slots``)."""
+        return self._device_slots if self._target.ring else 0
 
     @property
     def threads(self) -> int:
@@ -447,20 +505,141 @@ def _kind_of(buffer) -> str:
     )
 
 
-def _jax_device(device):
-    """(the target jax.Device or None, the device argument for jax.device_put)."""
+class _Target(NamedTuple):
+    """Where a feed's batches go. ``ring``: the device path (device slots, DLPack; ``cuda``
+    on a CUDA device ``device_id``, else the host stand-in); ``put``: jax.device_put one step
+    ahead to ``jax_device`` (``put_to`` is device_put's argument: None keeps it uncommitted);
+    ``convert`` turns a ``_core.DeviceArray`` into the framework's array."""
+
+    framework: Optional[str]  # None (host batches), "jax", "torch", "dlpack"
+    ring: bool = False
+    cuda: bool = False
+    device_id: int = 0
+    put: bool = False
+    jax_device: Any = None
+    put_to: Any = None
+    convert: Any = None
+
+
+def _target_of(device, dlpack: bool) -> _Target:
+    """The _Target of ``Feed(device=..., dlpack=...)``; ValueError on a device it cannot feed."""
+    expected = "None, 'jax', a jax.Device, 'cuda', 'cuda:N', 'cpu' or a torch.device"
     if device is None:
-        return None, None
+        if dlpack:
+            raise ValueError("dlpack: expected a device (host batches are numpy arrays)")
+        return _Target(None)
+    is_torch = type(device).__module__ == "torch" and type(device).__name__ == "device"
+    if is_torch or (
+        isinstance(device, str)
+        and (device in ("cuda", "cpu") or (device.startswith("cuda:") and device[5:].isdigit()))
+    ):
+        kind, _, index = str(device).partition(":")
+        if dlpack:
+            convert = _identity
+        else:
+            try:
+                import torch
+            except ImportError:
+                raise ImportError(
+                    f"device={device!r} hands out PyTorch tensors, and PyTorch is not installed "
+                    "(dlpack=True hands out DLPack arrays for any consumer)"
+                ) from None
+            convert = torch.from_dlpack
+        if kind == "cpu":
+            return _Target("dlpack" if dlpack else "torch", ring=True, convert=convert)
+        if not index and not dlpack:
+            import torch
+
+            index = str(torch.cuda.current_device())
+        return _Target(
+            "dlpack" if dlpack else "torch",
+            ring=True,
+            cuda=True,
+            device_id=int(index or 0),
+            convert=convert,
+        )
     try:
         import jax
     except ImportError:
-        raise ImportError(
-            f"device={device!r} needs JAX (pip install jax); device=None hands out host batches"
-        ) from None
-    if isinstance(device, str):
-        if device != "jax":
-            raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
-        return jax.devices()[0], None
-    if isinstance(device, jax.Device):
-        return device, device
-    raise ValueError(f"device: expected None, 'jax' or a jax.Device, got {device!r}")
+        if device == "jax":
+            raise ImportError(
+                f"device={device!r} needs JAX (pip install jax); device=None hands out host batches"
+            ) from None
+        raise ValueError(f"device: expected {expected}, got {device!r}") from None
+    if isinstance(device, str) and device == "jax":
+        target, put_to = jax.devices()[0], None
+    elif isinstance(device, jax.Device):
+        target, put_to = device, device
+    else:
+        raise ValueError(f"device: expected {expected}, got {device!r}")
+    platform = target.platform
+    if platform not in ("cpu", "gpu", "cuda"):  # TPU, ROCm: JAX's own transfer
+        if dlpack:
+            raise ValueError(f"dlpack: the device path feeds CUDA and CPU devices, not {platform}")
+        return _Target("jax", put=True, jax_device=target, put_to=put_to)
+    convert = _identity if dlpack else _jax_convert(target, committed=put_to is not None)
+    return _Target(
+        "dlpack" if dlpack else "jax",
+        ring=True,
+        cuda=platform != "cpu",
+        device_id=getattr(target, "local_hardware_id", None) or 0,
+        jax_device=target,
+        convert=convert,
+    )
+
+
+def _identity(x):
+    return x
+
+
+def _jax_convert(device, committed: bool):
+    """A function taking a ``_core.DeviceArray`` to a ``jax.Array`` on ``device``, zero-copy,
+    committed to it or not (``device="jax"``: uncommitted, as ``device_put(x)`` makes it).
+
+    ``jax.dlpack.from_dlpack`` ends in ``jnp.asarray``, which dispatches an operation per
+    array (hundreds of microseconds on a loaded host): the learner's thread would pay that
+    for each array of each batch. So the import is done as ``from_dlpack`` does it internally,
+    once the stream is known, through jaxlib's ``dlpack_managed_tensor_to_buffer``; where that
+    private function is missing or its signature changed, the public ``from_dlpack``."""
+    import jax
+
+    try:
+        from jax._src.array import ArrayImpl
+        from jax._src.lib import xla_client
+
+        to_buffer = xla_client._xla.dlpack_managed_tensor_to_buffer
+    except (ImportError, AttributeError):
+        to_buffer = ArrayImpl = None
+    try:  # the stream JAX wants the producer to order its copy before (None on CPU)
+        stream = device.get_stream_for_external_ready_events()
+    except Exception:  # noqa: BLE001 - UNIMPLEMENTED on CPU, per jax.dlpack
+        stream = None
+    fast = [to_buffer is not None]
+
+    def public(a):
+        if committed:
+            return jax.dlpack.from_dlpack(a, device=device)
+        return jax.dlpack.from_dlpack(a)
+
+    def convert(a):
+        if not fast[0]:
+            return public(a)
+        try:
+            x = to_buffer(a.__dlpack__(stream=stream), device, stream)
+        except TypeError:  # another jaxlib: the public path from now on
+            fast[0] = False
+            return public(a)
+        if committed:
+            return x
+        try:
+            return ArrayImpl(x.aval, x.sharding, x._arrays, committed=False)
+        except Exception:  # noqa: BLE001 - another jaxlib: keep it committed
+            return x
+
+    return convert
+
+
+def _cuda_runtime():
+    from memoire import _cuda
+
+    return _cuda.runtime()

@@ -23,13 +23,13 @@ Status Prefetcher::Make(const Options& o, Fill fill, std::unique_ptr<Prefetcher>
   for (size_t b : o.part_bytes) bytes += RoundUp(b);
   if (bytes == 0) bytes = kAlign;
   std::unique_ptr<Prefetcher> p(new Prefetcher(o, std::move(fill)));
+  p->block_bytes_ = bytes;
   for (int s = 0; s < o.depth; ++s) {
     void* block = std::aligned_alloc(kAlign, bytes);
     if (block == nullptr)
       return Error(Code::kResourceExhausted, "prefetch ring: cannot allocate ", o.depth, " x ",
                    bytes, " bytes");
     p->blocks_.emplace_back(static_cast<uint8_t*>(block), std::free);
-    // A CUDA build would page-lock the block here (cudaHostRegister), once per slot.
     std::vector<uint8_t*> parts;
     size_t off = 0;
     for (size_t b : o.part_bytes) {
