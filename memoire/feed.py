@@ -4,8 +4,8 @@
 from ``buffer`` into a ring of ``depth`` reusable, 64-byte aligned host buffers
 (``cpp/core/prefetch.h``). The learner's ``next(feed)`` takes the next ready batch: when one is
 ready that is a hand-over of a few microseconds (no sampling, no copy, no allocation on the
-learner's thread). With ``device`` set, each batch is ``jax.device_put`` one step ahead, straight
-from the ring, so the copy to the accelerator overlaps the learner's step.
+learner's thread). With ``device`` set, batches arrive already on the device (the device path,
+below).
 
 Sources:
 
@@ -29,19 +29,30 @@ Sources:
   its own feed): the same ``Batch``, received from the server and stacked into the ring on
   arrival. A shared-memory stream needs no feed: the server's slots are its ring.
 
+The device path (``device`` on a CUDA or CPU device; docs/FEED.md): one native copy thread
+copies each host batch from the page-locked ring into one of ``device_slots`` device slots with
+cudaMemcpyAsync on memoire's own stream (``cpp/core/device_ring.h``), and ``next`` hands out the
+framework's arrays viewing the slot, zero-copy through DLPack: JAX arrays for ``"jax"`` or a
+``jax.Device``, torch tensors for ``"cuda"``, ``"cuda:N"``, ``"cpu"`` or a ``torch.device``,
+memoire's DLPack producers with ``dlpack=True``. The consumer's stream waits for the copy's
+event (never its thread); the slot goes back when the framework frees the arrays (the DLPack
+deleter), and the next copy into it waits for the consumer's stream to pass that point.
+libcudart is loaded at run time (``memoire._cuda``); a CUDA device without a usable one raises
+RuntimeError naming what was found. On a CPU device a host stand-in (memcpy into host "device"
+slots, DLPack kDLCPU) runs the same ring. Metadata (keys, probabilities; a ReplayMemory batch's
+``id``; the TF face's ``indices``) stays on the host. On other JAX platforms (TPU, ROCm) each
+batch is ``jax.device_put`` one step ahead instead.
+
 Prioritized replay: each batch is drawn and gathered under the store's lock, so a priority
 update lands between two batches. Batches already in the ring were drawn before it: after an
-``update``, at most ``depth`` batches (``depth + 1`` with ``device``, the batch in transfer)
-come from the priorities before it. Every later batch sees it.
+``update``, at most ``depth`` batches (``depth + device_slots`` on the device path, ``depth +
+1`` with ``jax.device_put``) come from the priorities before it. Every later batch sees it.
 
 Lifetime of a batch: host batches are numpy views of a ring slot; the slot goes back to the
 samplers when every array of the batch is dropped (holding on to ``depth`` batches stalls the
-feed: ``next`` then raises RuntimeError after a short wait). With ``device``, ``jax.device_put``
-reads straight from the slot (no host copy) and the slot is released once that transfer is
-complete (``next`` blocks on it before handing the batch out; the transfer had the learner's
-previous step to finish). Copy-on-transfer on a CPU device: there JAX would alias the slot
-(and release it only at a garbage collection), so the feed copies the batch instead; that copy
-is the transfer. Metadata (keys, probabilities) stays on the host, viewing the slot.
+feed: ``next`` then raises RuntimeError after a short wait). Device batches hold their device
+slot the same way (``device_slots`` of them held: RuntimeError). With ``jax.device_put`` the
+put reads straight from the slot and the slot is released once that transfer is complete.
 
 Errors: a failed draw raises on the ``next`` that receives it, with the exception the buffer's
 synchronous ``sample`` raises (ValueError("No samples in replay buffer!") for an empty JAX
@@ -63,11 +74,7 @@ on JAX's CPU device there is no bus to save and XLA's gather is slower than the 
 
 DLPack: host batches are 64-byte aligned numpy views of a slot, so ``np.from_dlpack`` and
 ``jax.dlpack.from_dlpack`` (on JAX's CPU device) take them without a copy; such an array keeps
-the slot, like any view. PyTorch is not installed here, so no torch path is shipped
-(``torch.from_dlpack`` on a host batch is the expected route, untested).
-
-Page-locked memory: without CUDA the ring is ordinary host memory; ``cpp/core/prefetch.cc``
-marks where a CUDA build would register it (cudaHostRegister).
+the slot, like any view.
 """
 
 from __future__ import annotations
@@ -382,14 +389,7 @@ class Feed:
 
         host, meta = taken if (self._kind == "jax" and self._with_metadata) else (taken, None)
         self._last_transfer_bytes = sum(a.nbytes for a in jax.tree_util.tree_leaves(host))
-        if self._device.platform == "cpu":
-            # JAX's CPU client would alias the ring slot and let go of it only at a garbage
-            # collection: copy instead (on a CPU device that copy is the transfer), and the
-            # slot is free at once (no host batch kept).
-            put = jax.device_put(jax.tree_util.tree_map(np.array, host), self._put_to)
-            host = None
-        else:
-            put = jax.device_put(host, self._put_to)
+        put = jax.device_put(host, self._put_to)  # a TPU or ROCm device: never CPU or CUDA
         if self._stack_on_device:
             put = _stack_distinct(put)  # dispatched, runs on the device after the copy
         return host, put, meta
