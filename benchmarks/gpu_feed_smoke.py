@@ -103,7 +103,10 @@ def jax_equal(batch, n):
             for a, b in zip(h, d):
                 assert isinstance(b, jax.Array) and b.devices() == {dev}, type(b)
                 np.testing.assert_array_equal(np.asarray(b), a)
-        return f"{dev}, {feed.last_transfer_bytes} bytes per batch"
+        pinned = feed._holder[-1].pinned
+        if dev.platform != "cpu":
+            assert pinned == 3, f"{pinned} of 3 host slots page-locked"
+        return f"{dev}, {feed.last_transfer_bytes} bytes per batch, {pinned} host slots pinned"
 
 
 @check("JAX: async device sums over 300 batches equal the host's (no slot reused early)")

@@ -228,9 +228,9 @@ class PyDeviceFeed {
   }
 
   ~PyDeviceFeed() {
-    if (ring_) {
-      py::gil_scoped_release release;
-      ring_->Close();
+    try {
+      Close();  // the host feed first: a stream's receive must stop before its ring joins
+    } catch (...) {  // a destructor does not throw; the ring's own destructor joins regardless
     }
   }
 
@@ -289,6 +289,7 @@ class PyDeviceFeed {
   }
 
   int slots() const { return ring_->slots(); }
+  int pinned() const { return ring_->pinned(); }
   int held() const { return ring_->held(); }
   int64_t copied() const { return ring_->copied(); }
   int64_t taken() const { return ring_->taken(); }
@@ -373,6 +374,8 @@ take() returns the next batch: DeviceArray per device part, numpy views per host
            "stay valid.")
       .def_property_readonly("slots", &PyDeviceFeed::slots)
       .def_property_readonly("held", &PyDeviceFeed::held, "slots held by batches in use")
+      .def_property_readonly("pinned", &PyDeviceFeed::pinned,
+                             "host ring slots page-locked (CUDA; 0 for the host stand-in)")
       .def_property_readonly("copied", &PyDeviceFeed::copied, "batches copied so far")
       .def_property_readonly("taken", &PyDeviceFeed::taken, "batches handed out so far")
       .def_property_readonly("last_copy_bytes", &PyDeviceFeed::last_copy_bytes,

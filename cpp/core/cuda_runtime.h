@@ -54,6 +54,7 @@ class CudaRuntime {
   int (*EventQuery)(void* event) = nullptr;
   int (*StreamWaitEvent)(void* stream, void* event, unsigned int flags) = nullptr;
   int (*SetDevice)(int device) = nullptr;
+  int (*GetDevice)(int* device) = nullptr;
   int (*GetDeviceCount)(int* count) = nullptr;
   int (*RuntimeGetVersion)(int* version) = nullptr;
   const char* (*GetErrorString)(int err) = nullptr;

@@ -45,7 +45,9 @@ class HostCopyEngine : public CopyEngine {
     return Status::OK();
   }
   void Free(void* ptr) override { std::free(ptr); }
-  Status PinHost(void*, size_t) override { return Status::OK(); }
+  Status PinHost(void*, size_t) override {
+    return Error(Code::kFailedPrecondition, "the host stand-in page-locks nothing");
+  }
   void UnpinHost(void*) override {}
   Status BindThread() override { return Status::OK(); }
   Status BeforeWrite(int) override { return Status::OK(); }
@@ -57,6 +59,21 @@ class HostCopyEngine : public CopyEngine {
   Status WaitCopied(int) override { return Status::OK(); }
   Status ConsumerWait(int, int64_t) override { return Status::OK(); }
   void Released(int, int64_t) override {}
+};
+
+// Makes `device` current on the calling thread (the learner's) and restores its device after:
+// the feed must not move a framework's thread to another GPU.
+struct DeviceScope {
+  const CudaRuntime& rt;
+  int previous = -1;
+  Status status;
+  DeviceScope(const CudaRuntime& r, int device) : rt(r) {
+    if (rt.GetDevice(&previous) != 0) previous = -1;
+    if (previous != device) status = rt.Check(rt.SetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() {
+    if (previous >= 0) rt.SetDevice(previous);
+  }
 };
 
 class CudaCopyEngine : public CopyEngine {
@@ -71,7 +88,8 @@ class CudaCopyEngine : public CopyEngine {
   int dl_device_type() const override { return 2; }  // kDLCUDA
   int device_id() const override { return device_; }
   Status Prepare(int slots) override {
-    MEMOIRE_RETURN_IF_ERROR(rt_->Check(rt_->SetDevice(device_), "cudaSetDevice"));
+    DeviceScope scope(*rt_, device_);
+    MEMOIRE_RETURN_IF_ERROR(scope.status);
     MEMOIRE_RETURN_IF_ERROR(rt_->Check(
         rt_->StreamCreateWithFlags(&stream_, CudaRuntime::kStreamNonBlocking),
         "cudaStreamCreateWithFlags"));
@@ -89,7 +107,8 @@ class CudaCopyEngine : public CopyEngine {
     return Status::OK();
   }
   Status Alloc(size_t bytes, void** ptr) override {
-    MEMOIRE_RETURN_IF_ERROR(rt_->Check(rt_->SetDevice(device_), "cudaSetDevice"));
+    DeviceScope scope(*rt_, device_);
+    MEMOIRE_RETURN_IF_ERROR(scope.status);
     return rt_->Check(rt_->Malloc(ptr, bytes == 0 ? kAlign : bytes), "cudaMalloc");
   }
   void Free(void* ptr) override { rt_->Free(ptr); }
@@ -200,10 +219,10 @@ Status DeviceRing::Make(const Options& o, std::shared_ptr<HostBatches> host,
     r->status_.emplace_back();
     r->free_.push_back(s);
   }
-  for (int s = 0; s < r->host_->slots(); ++s) {
-    MEMOIRE_RETURN_IF_ERROR(r->engine_->PinHost(r->host_->block(s), block));
-    r->pinned_.push_back(r->host_->block(s));
-  }
+  // Page-locked, the copies are asynchronous DMA; a block that cannot be locked (a limit on
+  // locked memory) is still copied correctly, staged by the driver, so it is not an error.
+  for (int s = 0; s < r->host_->slots(); ++s)
+    if (r->engine_->PinHost(r->host_->block(s), block).ok()) r->pinned_.push_back(r->host_->block(s));
   r->thread_ = std::thread(&DeviceRing::Run, r.get());
   *out = std::move(r);
   return Status::OK();

@@ -140,6 +140,7 @@ class DeviceRing {
   int dl_device_type() const { return engine_->dl_device_type(); }
   int device_id() const { return engine_->device_id(); }
   int slots() const { return opt_.slots; }
+  int pinned() const { return static_cast<int>(pinned_.size()); }  // host slots page-locked
   int held() const;
   int64_t copied() const;  // batches copied so far
   int64_t taken() const;   // slots handed out by Take so far

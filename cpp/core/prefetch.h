@@ -71,8 +71,8 @@ class Prefetcher {
   Status Take(int* slot);
   // The parts of `slot` (valid while the Prefetcher lives).
   uint8_t* const* parts(int slot) const { return slot_parts_[slot].data(); }
-  // The block holding every part of `slot` (parts in order, each at a 64-byte aligned offset),
-  // and its size in bytes: what a device ring page-locks.
+  // The block holding every part of `slot` (parts in order, each at a 64-byte aligned offset;
+  // the block page-aligned, whole pages), and its size in bytes: what a device ring page-locks.
   uint8_t* block(int slot) const { return blocks_[slot].get(); }
   size_t block_bytes() const { return block_bytes_; }
   const std::vector<size_t>& part_bytes() const { return opt_.part_bytes; }
