@@ -614,7 +614,9 @@ def _jax_convert(device, committed: bool):
         stream = device.get_stream_for_external_ready_events()
     except Exception:  # noqa: BLE001 - UNIMPLEMENTED on CPU, per jax.dlpack
         stream = None
-    fast = [to_buffer is not None]
+    # None: not tried yet; True: the private path works here; False: the public one.
+    fast = [None if to_buffer is not None else False]
+    wrap = [not committed]
 
     def public(a):
         if committed:
@@ -622,19 +624,22 @@ def _jax_convert(device, committed: bool):
         return jax.dlpack.from_dlpack(a)
 
     def convert(a):
-        if not fast[0]:
+        if fast[0] is False:
             return public(a)
         try:
             x = to_buffer(a.__dlpack__(stream=stream), device, stream)
-        except TypeError:  # another jaxlib: the public path from now on
-            fast[0] = False
+        except Exception:  # noqa: BLE001 - once it worked, a failure is the caller's
+            if fast[0]:
+                raise
+            fast[0] = False  # another jaxlib: the public path from now on
             return public(a)
-        if committed:
-            return x
-        try:
-            return ArrayImpl(x.aval, x.sharding, x._arrays, committed=False)
-        except Exception:  # noqa: BLE001 - another jaxlib: keep it committed
-            return x
+        fast[0] = True
+        if wrap[0]:
+            try:
+                return ArrayImpl(x.aval, x.sharding, x._arrays, committed=False)
+            except Exception:  # noqa: BLE001 - another jaxlib: keep it committed
+                wrap[0] = False
+        return x
 
     return convert
 
