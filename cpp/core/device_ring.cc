@@ -292,7 +292,13 @@ void DeviceRing::Run() {
         s = Error(Code::kInternal, "device copy failed: ", e.what());
       }
     }
+    // The slot is published once its copy is complete (the copy thread waits, not the
+    // learner): a consumer that names no stream, or a stream its work does not run on, still
+    // reads a whole batch. The consumer's stream also waits on the copy's event (DLPack), which
+    // then costs nothing. And the host slot is refilled only once the copy has read it.
+    if (s.ok()) s = engine_->WaitCopied(slot);
     const bool copied = s.ok();
+    host_->Release(host_slot);
     {
       std::lock_guard<std::mutex> lock(mu_);
       status_[slot] = std::move(s);
@@ -304,9 +310,6 @@ void DeviceRing::Run() {
       }
     }
     ready_cv_.notify_one();
-    // The host slot is refilled only once the copy has read it.
-    if (copied) engine_->WaitCopied(slot);
-    host_->Release(host_slot);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

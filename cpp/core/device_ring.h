@@ -5,8 +5,8 @@
 // feeds `slots` device slots. The copy thread loops: wait for a free device slot, take the next
 // host batch, order the copy after the consumer's last use of the device slot (the release
 // event), copy each part on the engine's own stream (parts marked host-side -- metadata such as
-// keys -- go to the slot's host mirror instead), record the copy's event, publish the slot as
-// ready, wait for the copy on its own thread, give the host slot back. No lock is held while
+// keys -- go to the slot's host mirror instead), record the copy's event, wait for it on its
+// own thread, give the host slot back and publish the device slot as ready. No lock is held while
 // copying and nothing here touches Python.
 // A device slot cycles free -> filling -> ready -> taken -> free: Take hands the oldest ready one
 // out (with the Status of its draw: a failed draw travels as the slot's Status, not copied);
