@@ -286,7 +286,7 @@ def measure(ways, rounds: int, seconds: float):
     for _ in range(rounds):
         for name, fn in ways.items():
             rates[name].append(fn(seconds))
-            print(f"    {name:<34} {rates[name][-1]:9.1f} steps/s", flush=True)
+            print(f"    {name:<38} {rates[name][-1]:9.1f} steps/s", flush=True)
     ratios = {name: [r / f for r, f in zip(rs, rates["fixed"])] for name, rs in rates.items()}
     return ratios, rates
 
@@ -362,7 +362,7 @@ def report(title, ratios, rates):
     print(f"  {title}: median ratio to fixed (steps/s)")
     for name in ratios:
         print(
-            f"    {name:<34} {statistics.median(ratios[name]):6.3f}x"
+            f"    {name:<38} {statistics.median(ratios[name]):6.3f}x"
             f"  ({statistics.median(rates[name]):9.1f} steps/s)"
         )
 
@@ -398,11 +398,16 @@ def main(argv=None):
     t0 = time.perf_counter()
     rem = make_memory(args.fill)
     print(f"  filled {args.fill} entries in {time.perf_counter() - t0:.1f} s", flush=True)
+    face = None
+    if not args.no_jax and not args.no_face:
+        t0 = time.perf_counter()
+        face = jax_face_buffer(min(args.fill, 20000), args.batch[0])
+        if face is None:
+            print("  (JAX face rows skipped: memoire.dopamine_compat does not import here)")
+        else:
+            print(f"  JAX face filled in {time.perf_counter() - t0:.1f} s", flush=True)
     for batch in args.batch:
         if not args.no_jax:
-            face = None if args.no_face else jax_face_buffer(min(args.fill, 20000), batch)
-            if face is None and not args.no_face:
-                print("  (JAX face rows skipped: memoire.dopamine_compat does not import here)")
             ways, feeds = jax_ways(args, batch, rem, face)
             print(f"JAX, B={batch}", flush=True)
             try:
