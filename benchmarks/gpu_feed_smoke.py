@@ -233,8 +233,7 @@ def errors(batch, n):
         raise AssertionError("a CUDA feed without a runtime")
     count = _cuda.runtime().device_count
     try:
-        f = Feed(make_memory(2000, 1), batch, device=f"cuda:{count}", dlpack=True)
-        next(f)
+        Feed(make_memory(2000, 1), batch, device=f"cuda:{count}", dlpack=True)
     except ValueError as e:
         assert "device" in str(e), str(e)
         return str(e)

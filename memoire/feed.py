@@ -185,7 +185,10 @@ class Feed:
         self._put_to = self._target.put_to
         self._device_slots = int(device_slots)
         if self._target.cuda:
-            _cuda_runtime()  # a missing or unusable CUDA runtime fails here, with what was found
+            # A missing or unusable CUDA runtime fails here, with what was found.
+            count = _cuda_runtime().device_count
+            if not 0 <= self._target.device_id < count:
+                raise ValueError(f"device: expected a CUDA device in [0, {count}), got {device!r}")
         if stack_on_device and (self._kind != "jax" or self._target.framework != "jax"):
             raise ValueError(
                 "stack_on_device: expected a JAX ReplayBuffer feed with a JAX device "
