@@ -50,8 +50,8 @@ EOF
 
 # pyzmq (for memoire.stream; the feed itself does not need it) from the carried wheels.
 if ls build/device-wheels/*.whl >/dev/null 2>&1; then
-  step wheels 120 $PY -m pip install --no-index --no-deps --target "$OUT/pydeps" build/device-wheels/*.whl
-  export PYTHONPATH="$OUT/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+  step wheels 120 $PY -m pip install --no-index --no-deps --target build/device-pydeps build/device-wheels/*.whl
+  export PYTHONPATH="$(pwd)/build/device-pydeps${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # The extension into build/dev (and memoire/), with the C++ tests.
