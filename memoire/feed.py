@@ -205,6 +205,8 @@ class Feed:
         self._finalizer = weakref.finalize(self, _close_native, self._holder)
         self._pending = None  # (host batch, device batch) in transfer
         self._pending_error: Optional[Exception] = None  # the draw after the pending one failed
+        # JAX on CUDA: each batch's device slot is imported once and split on the device.
+        self._split = _JaxSplit(self._target.convert) if self._target.split else None
         self._closed = False
 
     # ---- the native ring ----
@@ -288,9 +290,12 @@ class Feed:
         native = self._native()
         if native is None:  # a JAX buffer before its first add, as sample() raises
             raise ValueError("No samples in replay buffer!")
+        split = self._split
+        if split is not None:
+            split.drain(self._device_slots - 1)  # a slot free for the copy thread
         try:
             try:
-                parts = native.take()
+                parts = native.take(True) if split is not None else native.take()
             except RuntimeError as e:
                 if hasattr(e, "frame_stack"):
                     # The ReplayMemory's frame_stack changed: size a new ring for it.
@@ -301,10 +306,15 @@ class Feed:
                 # Every slot is referenced. A device copy may hold its source batch in a
                 # reference cycle (JAX defers that release): collect once, then give up.
                 gc.collect()
-                parts = native.take()
+                parts = native.take(True) if split is not None else native.take()
         except (KeyError, IndexError, RuntimeError, ValueError) as e:
             raise self._sample_error(e) from None
-        if self._target.ring:
+        if split is not None:
+            self._last_transfer_bytes = sum(
+                p.nbytes for p in parts[1] if isinstance(p, _core.DeviceArray)
+            )
+            parts = split(*parts)
+        elif self._target.ring:
             self._last_transfer_bytes = sum(
                 p.nbytes for p in parts if isinstance(p, _core.DeviceArray)
             )
@@ -431,6 +441,8 @@ class Feed:
         self._closed = True
         self._pending = None
         self._pending_error = None
+        if self._split is not None:
+            self._split.drain(0)
         self._finalizer()
 
     def __enter__(self) -> "Feed":
@@ -484,6 +496,97 @@ def _stack_distinct(d: _Distinct):
     )
 
 
+# The JAX platforms whose device-path batches are split on the device from one import of the
+# slot (_JaxSplit). On the CPU each part is imported zero-copy instead (an import there costs
+# microseconds and a split would copy); tests add "cpu" to run the split path.
+_SPLIT_PLATFORMS = ("gpu", "cuda")
+
+
+class _JaxSplit:
+    """JAX batches from a device slot with one import and one dispatch per batch.
+
+    ``__call__(block, parts)`` takes what ``DeviceFeed.take(block=True)`` returns: ``block``
+    (``DeviceArray uint8[slot bytes]``, the slot's whole device block) and the batch's parts.
+    It imports the block once (``convert``) and cuts every device part out of it with one
+    jitted function (slice, bitcast, reshape: on the device, asynchronous): new device arrays,
+    so the batch the learner holds no longer holds the slot. The imported block stays
+    referenced until the split's outputs are ready (``drain``), then goes back to the ring. A
+    64-bit integer part becomes 32-bit with x64 off (its low word: ``jax.device_put``'s
+    conversion); a float64 part then is imported on its own and converted to float32 by the
+    same function. Host parts (metadata)
+    are copied out of the slot's host mirror. One consumer thread, like the feed.
+    """
+
+    def __init__(self, convert) -> None:
+        self._convert = convert
+        self._fns: dict = {}  # layout -> the jitted split
+        self._blocks: list = []  # (imported block, one output of its split), oldest first
+
+    def drain(self, keep: int) -> None:
+        """Lets go of the blocks whose split is done, and waits for the oldest ones until at
+        most ``keep`` blocks are referenced (each holds a device slot)."""
+        blocks = self._blocks
+        while blocks and (len(blocks) > keep or blocks[0][1].is_ready()):
+            blocks.pop(0)[1].block_until_ready()
+
+    def __call__(self, block, parts):
+        import jax
+
+        base = block.pointer
+        layout = []
+        alone = []
+        for i, p in enumerate(parts):
+            if not isinstance(p, _core.DeviceArray):
+                continue
+            dtype = p.dtype
+            if jax.dtypes.canonicalize_dtype(dtype) != dtype and dtype.kind not in "iu":
+                alone.append(i)  # float64 with x64 off (an integer's low word is exact)
+            else:
+                layout.append((i, p.pointer - base, tuple(p.shape), dtype.str))
+        layout = tuple(layout)
+        key = (layout, len(alone))
+        fn = self._fns.get(key)
+        if fn is None:
+            fn = self._fns[key] = _split_fn(layout)
+        imported = [self._convert(block)] + [self._convert(parts[i]) for i in alone]
+        pieces = fn(*imported)
+        # Host parts (metadata: B values) are copied, so that no array of the batch holds the slot
+        out = [p.copy() if isinstance(p, np.ndarray) else p for p in parts]
+        for i, x in zip([i for i, *_ in layout] + alone, pieces):
+            out[i] = x
+        if pieces:
+            self._blocks.append((imported, pieces[0]))
+        return tuple(out)
+
+
+def _split_fn(layout):
+    """A jitted function taking ``uint8[n]`` (and arrays JAX converts on entry) to the arrays
+    ``layout`` names: (part index, byte offset, shape, dtype str) each, bools being the bytes
+    != 0, 64-bit integers 32-bit when JAX is (x64 off); then a new array per extra argument (``* 1``: a copy, not the argument forwarded)."""
+    import jax
+    from jax import lax
+
+    def split(raw, *converted):
+        pieces = []
+        for _, offset, shape, dtype in layout:
+            dt = np.dtype(dtype)
+            n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            seg = lax.slice(raw, (offset,), (offset + n,))
+            if dt == np.bool_:
+                x = seg != 0
+            elif dt.itemsize == 1:
+                x = lax.bitcast_convert_type(seg, dt)
+            elif jax.dtypes.canonicalize_dtype(dt) != dt:  # int64 with x64 off: the low word
+                words = lax.bitcast_convert_type(seg.reshape(-1, 4), np.uint32)
+                x = lax.bitcast_convert_type(words.reshape(-1, 2)[:, 0], dt.kind + "4")
+            else:
+                x = lax.bitcast_convert_type(seg.reshape(-1, dt.itemsize), dt)
+            pieces.append(x.reshape(shape))
+        return (*pieces, *(a * 1 for a in converted))
+
+    return jax.jit(split)
+
+
 def _kind_of(buffer) -> str:
     if isinstance(buffer, _core.ReplayMemory):
         return "memory"
@@ -522,6 +625,7 @@ class _Target(NamedTuple):
     jax_device: Any = None
     put_to: Any = None
     convert: Any = None
+    split: bool = False  # JAX: one import per batch, split on the device (_JaxSplit)
 
 
 def _target_of(device, dlpack: bool) -> _Target:
@@ -588,6 +692,7 @@ def _target_of(device, dlpack: bool) -> _Target:
         device_id=getattr(target, "local_hardware_id", None) or 0,
         jax_device=target,
         convert=convert,
+        split=not dlpack and platform in _SPLIT_PLATFORMS,
     )
 
 
@@ -630,7 +735,10 @@ def _jax_convert(device, committed: bool):
         if fast[0] is False:
             return public(a)
         try:
-            x = to_buffer(a.__dlpack__(stream=stream), device, stream)
+            # -1: no ordering asked of the producer. A slot is handed out once its copy is
+            # complete, and JAX frees an imported buffer once its computations are done, so
+            # JAX's DLPack deleter (on one of its own threads) need not call into CUDA.
+            x = to_buffer(a.__dlpack__(stream=None if stream is None else -1), device, stream)
         except Exception:  # noqa: BLE001 - once it worked, a failure is the caller's
             if fast[0]:
                 raise

@@ -173,6 +173,81 @@ def test_tf_face_batches_through_the_ring_equal_the_host_feed():
                 np.testing.assert_array_equal(got, a)
 
 
+# ---- JAX on CUDA: one import per batch, split on the device (run here on JAX's CPU) ----
+
+
+@pytest.fixture
+def split_on_cpu(monkeypatch):
+    """Feeds made in the test take the split path (_JaxSplit) on JAX's CPU device too."""
+    jax = pytest.importorskip("jax")
+    import memoire.feed as feed_module
+
+    monkeypatch.setattr(feed_module, "_SPLIT_PLATFORMS", ("gpu", "cuda", "cpu"))
+    return jax
+
+
+def test_split_replay_memory_batches_equal_get_batch_and_hold_no_slot(split_on_cpu):
+    jax = split_on_cpu
+    sync, fed = _memory(7), _memory(7)
+    kept = []
+    with Feed(fed, 6, depth=2, device="jax", device_slots=2) as feed:
+        assert feed._split is not None
+        for _ in range(20):
+            want, got = sync.get_batch(6), next(feed)
+            kept.append((want, got))  # held batches do not hold device slots
+            # The slots of blocks whose split may still run, at most: 20 batches held do not
+            # stall the feed (the per-part path raises "held" at the third).
+            assert _held(feed) <= 2
+            assert isinstance(got.id, np.ndarray)  # ids stay on the host
+        assert feed.last_transfer_bytes > 0
+    for want, got in kept:  # still equal after close
+        for w, g in zip(want.prev + want.next, got.prev + got.next):
+            assert (w is None) == (g is None)
+            if w is not None:
+                assert isinstance(g, jax.Array)
+                np.testing.assert_array_equal(np.asarray(g), w)
+        for name in ("weight", "done", "id"):
+            np.testing.assert_array_equal(np.asarray(getattr(got, name)), getattr(want, name))
+        # float64 arrives as JAX holds it (float32 with x64 off, as device_put gives it)
+        prob = np.asarray(got.prob)
+        assert prob.dtype == jax.dtypes.canonicalize_dtype(np.float64)
+        np.testing.assert_allclose(prob, want.prob, rtol=1e-6)
+
+
+@dopamine
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_split_jax_face_batches_equal_the_host_feed(split_on_cpu, prioritized):
+    jax = split_on_cpu
+    buf = _jax_buffer(prioritized=prioritized)
+    with (
+        Feed(buf, seed=9, with_sample_metadata=True) as host,
+        Feed(buf, seed=9, device="jax", with_sample_metadata=True, device_slots=1) as dev,
+    ):
+        for _ in range(12):
+            (h, hm), (d, dm) = next(host), next(dev)
+            for name in FIELDS:
+                a = getattr(d, name)
+                assert isinstance(a, jax.Array) and not a.committed
+                np.testing.assert_array_equal(np.asarray(a), getattr(h, name))
+            np.testing.assert_array_equal(dm.keys, hm.keys)
+        assert dev._split is not None and _held(dev) <= 1
+        native = dev._holder[-1]
+    assert native.held == 0  # close waits for the splits and lets go of the blocks
+
+
+@dopamine
+def test_split_stack_on_device_equals_host_stacks(split_on_cpu):
+    buf = _jax_buffer(80)
+    with (
+        Feed(buf, seed=2) as host,
+        Feed(buf, seed=2, device="jax", stack_on_device=True) as dev,
+    ):
+        for _ in range(10):
+            h, d = next(host), next(dev)
+            for name in FIELDS:
+                np.testing.assert_array_equal(np.asarray(getattr(d, name)), getattr(h, name))
+
+
 # ---- ownership ----
 
 

@@ -169,7 +169,10 @@ def test_serve_writes_counters_that_read_back(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "INFO memoire.commands.serve: inserts/s" in err and "INFO memoire.commands.serve: stopped" in err
+    assert (
+        "INFO memoire.commands.serve: inserts/s" in err
+        and "INFO memoire.commands.serve: stopped" in err
+    )
     back = tb.read_scalars(str(logdir))
     for tag in (
         "replay/size",

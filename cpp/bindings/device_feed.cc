@@ -236,7 +236,7 @@ class PyDeviceFeed {
 
   // The next batch: a DeviceArray per device part, a numpy view of the host mirror per host
   // part, None per part the layout leaves out; or the draw's error.
-  py::tuple Take() {
+  py::object Take(bool block) {
     if (!ring_ || closed_) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
     std::shared_ptr<DeviceRing> ring = ring_;
     int slot = -1;
@@ -276,7 +276,12 @@ class PyDeviceFeed {
         out[i] = py::array(dtypes_[i], shape, ring->host_part(slot, static_cast<int>(i)), keep);
       }
     }
-    return out;
+    if (!block) return std::move(out);
+    // The whole device block of the slot, uint8[block bytes]: one import for the batch, which
+    // the consumer splits into its parts on the device (DeviceArray.pointer gives the offsets).
+    py::object whole = py::cast(DeviceArray(lease, ring->device_block(slot), py::dtype("uint8"),
+                                            {static_cast<py::ssize_t>(ring->block_bytes())}));
+    return py::make_tuple(whole, out);
   }
 
   void Close() {
@@ -366,9 +371,12 @@ take() returns the next batch: DeviceArray per device part, numpy views per host
                     std::optional<std::vector<bool>>, std::optional<std::vector<int64_t>>>(),
            py::arg("feed"), py::arg("runtime") = py::none(), py::arg("device") = 0,
            py::arg("slots") = 3, py::arg("to_device") = py::none(), py::arg("trim") = py::none())
-      .def("take", &PyDeviceFeed::Take,
+      .def("take", &PyDeviceFeed::Take, py::arg("block") = false,
            "The next batch (tuple); blocks without the GIL until a slot is ready. Raises the "
-           "draw's error, or RuntimeError when closed or when every slot is held.")
+           "draw's error, or RuntimeError when closed or when every slot is held. block=True: "
+           "(DeviceArray uint8[slot bytes] viewing the slot's whole device block, the tuple), "
+           "for a consumer that imports the block once and splits it on the device (each "
+           "device part's offset is its pointer minus the block's).")
       .def("close", &PyDeviceFeed::Close,
            "Closes the host feed, then joins the copy thread (idempotent). Arrays handed out "
            "stay valid.")

@@ -103,7 +103,7 @@ class CudaCopyEngine : public CopyEngine {
           rt_->EventCreateWithFlags(&b, CudaRuntime::kEventDisableTiming), "cudaEventCreate"));
       released_.push_back(b);
     }
-    release_recorded_.assign(slots, false);
+    release_recorded_.assign(slots, 0);
     return Status::OK();
   }
   Status Alloc(size_t bytes, void** ptr) override {
@@ -121,7 +121,7 @@ class CudaCopyEngine : public CopyEngine {
   Status BeforeWrite(int slot) override {
     // Guarded by the ring: Released wrote it before the slot was freed, under its mutex.
     if (!release_recorded_[slot]) return Status::OK();
-    release_recorded_[slot] = false;
+    release_recorded_[slot] = 0;
     return rt_->Check(rt_->StreamWaitEvent(stream_, released_[slot], 0), "cudaStreamWaitEvent");
   }
   Status Copy(void* dst, const void* src, size_t bytes) override {
@@ -152,7 +152,9 @@ class CudaCopyEngine : public CopyEngine {
   const int device_;
   void* stream_ = nullptr;
   std::vector<void*> copied_, released_;
-  std::vector<bool> release_recorded_;
+  // Not vector<bool>: Released (a deleter's thread, under the ring's mutex) and BeforeWrite (the
+  // copy thread) write different slots' flags concurrently, and bits share a word.
+  std::vector<uint8_t> release_recorded_;
 };
 
 }  // namespace

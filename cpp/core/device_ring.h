@@ -133,6 +133,8 @@ class DeviceRing {
 
   // Where part `part` of `slot` is: on the device, or in the host mirror (to_device false).
   uint8_t* device_part(int slot, int part) const { return device_[slot] + offsets_[part]; }
+  uint8_t* device_block(int slot) const { return device_[slot]; }  // block_bytes() long
+  size_t block_bytes() const { return host_->block_bytes(); }
   uint8_t* host_part(int slot, int part) const { return mirror_[slot].get() + offsets_[part]; }
   bool on_device(int part) const { return opt_.to_device[part]; }
   size_t copied_bytes(int slot, int part) const;  // what the last copy moved of the part
