@@ -9,13 +9,16 @@ they import. Run by benchmarks/device_gpu_feed.sh before the benchmark:
 Checks: the CUDA runtime loads (or, without one, names what it found); device batches equal the
 host feed's for the same seed (twin memories); sums computed asynchronously on the device from
 300 batches equal the host's (a slot reused before the learner's work on it ran would differ);
-slots return when the arrays are dropped; holding every slot raises; close with arrays alive;
-the same through PyTorch and CuPy; error paths.
+the same through PyTorch and CuPy; error paths; then (last: they close a feed with arrays
+alive) JAX batches held hold no slot (one import per batch, split on the device), PyTorch
+tensors hold theirs (holding every slot raises, dropping feeds again), and either stays valid
+after close.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import os
 import sys
@@ -30,6 +33,7 @@ from memoire import _core, _cuda  # noqa: E402
 from memoire.feed import Feed  # noqa: E402
 
 RESULTS = []
+faulthandler.enable(all_threads=True)  # a crash prints every thread's Python stack
 
 
 def check(name):
@@ -139,9 +143,43 @@ def jax_async(batch, n):
     assert bad == 0, f"{bad} of 300 batches differ"
 
 
-@check("JAX: slots return when arrays are dropped; holding every slot raises")
+@check("JAX: held batches hold no device slot; close with batches alive keeps them valid")
 def jax_slots(batch, n):
-    feed = Feed(make_memory(n, 7), batch, depth=2, device=jax_target(), device_slots=2)
+    import jax
+
+    import memoire.feed as feed_module
+
+    platforms = feed_module._SPLIT_PLATFORMS
+    feed_module._SPLIT_PLATFORMS = (*platforms, "cpu")  # the GPU's path on a CPU stand-in too
+    try:
+        feed = Feed(make_memory(n, 7), batch, depth=2, device=jax_target(), device_slots=2)
+    finally:
+        feed_module._SPLIT_PLATFORMS = platforms
+    assert feed._split is not None
+    with Feed(make_memory(n, 7), batch, depth=2) as host:
+        try:
+            kept = []
+            for _ in range(6):  # more batches than slots, all held
+                kept.append(fields(next(feed)))
+                held = feed._holder[-1].held
+                assert held <= 2, held
+            want = [[x.copy() for x in fields(next(host))] for _ in range(6)]
+        finally:
+            feed.close()
+    jax.block_until_ready(kept)
+    for k, w in zip(kept, want):  # still valid after close
+        for x, y in zip(k, w):
+            np.testing.assert_array_equal(np.asarray(x), y)
+
+
+@check("PyTorch: holding every slot raises; dropping feeds again; close with tensors alive")
+def torch_slots(batch, n):
+    try:
+        import torch
+    except ImportError:
+        raise _Skip("torch does not import") from None
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    feed = Feed(make_memory(n, 7), batch, depth=2, device=device, device_slots=2)
     try:
         a = next(feed)
         b = next(feed)
@@ -155,11 +193,14 @@ def jax_slots(batch, n):
         gc.collect()
         assert feed._holder[-1].held == 0, feed._holder[-1].held
         kept = fields(next(feed))
-        want = [np.asarray(x).copy() for x in kept]
+        want = [x.cpu().numpy().copy() for x in kept]
     finally:
         feed.close()
     for x, w in zip(kept, want):  # still valid after close
-        np.testing.assert_array_equal(np.asarray(x), w)
+        np.testing.assert_array_equal(x.cpu().numpy(), w)
+    del kept
+    gc.collect()
+    return device
 
 
 @check("PyTorch: device batches equal host batches; async sums over 300 batches")
@@ -246,7 +287,8 @@ def main(argv=None):
     ap.add_argument("--fill", type=int, default=3000)
     args = ap.parse_args(argv)
     runtime_loads()
-    for fn in (jax_equal, jax_async, jax_slots, torch_checks, cupy_checks, errors):
+    # The checks that end a feed with arrays alive last: a crash there hides nothing else.
+    for fn in (jax_equal, jax_async, torch_checks, cupy_checks, errors, jax_slots, torch_slots):
         fn(args.batch, args.fill)
     failed = sum(r == "FAIL" for _, r in RESULTS)
     print(

@@ -79,6 +79,7 @@ the slot, like any view.
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import weakref
@@ -292,7 +293,9 @@ class Feed:
             raise ValueError("No samples in replay buffer!")
         split = self._split
         if split is not None:
-            split.drain(self._device_slots - 1)  # a slot free for the copy thread
+            # Once this batch is taken, one slot stays free for the copy thread to fill the
+            # next one while the learner's step runs: copy and step overlap.
+            split.drain(max(0, self._device_slots - 2))
         try:
             try:
                 parts = native.take(True) if split is not None else native.take()
@@ -530,8 +533,6 @@ class _JaxSplit:
             blocks.pop(0)[1].block_until_ready()
 
     def __call__(self, block, parts):
-        import jax
-
         base = block.pointer
         layout = []
         alone = []
@@ -539,7 +540,7 @@ class _JaxSplit:
             if not isinstance(p, _core.DeviceArray):
                 continue
             dtype = p.dtype
-            if jax.dtypes.canonicalize_dtype(dtype) != dtype and dtype.kind not in "iu":
+            if _jax_dtype(dtype) != dtype and dtype.kind not in "iu":
                 alone.append(i)  # float64 with x64 off (an integer's low word is exact)
             else:
                 layout.append((i, p.pointer - base, tuple(p.shape), dtype.str))
@@ -559,6 +560,17 @@ class _JaxSplit:
         return tuple(out)
 
 
+@functools.lru_cache(maxsize=None)
+def _jax_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype JAX holds ``dtype`` as (float64 -> float32 etc. with x64 off)."""
+    import jax
+
+    try:
+        return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    except AttributeError:  # another JAX: ask an array
+        return np.dtype(jax.numpy.zeros(0, dtype).dtype)
+
+
 def _split_fn(layout):
     """A jitted function taking ``uint8[n]`` (and arrays JAX converts on entry) to the arrays
     ``layout`` names: (part index, byte offset, shape, dtype str) each, bools being the bytes
@@ -576,7 +588,7 @@ def _split_fn(layout):
                 x = seg != 0
             elif dt.itemsize == 1:
                 x = lax.bitcast_convert_type(seg, dt)
-            elif jax.dtypes.canonicalize_dtype(dt) != dt:  # int64 with x64 off: the low word
+            elif _jax_dtype(dt) != dt:  # int64 with x64 off: the low word
                 words = lax.bitcast_convert_type(seg.reshape(-1, 4), np.uint32)
                 x = lax.bitcast_convert_type(words.reshape(-1, 2)[:, 0], dt.kind + "4")
             else:
