@@ -712,6 +712,12 @@ def _identity(x):
     return x
 
 
+# Switches for a device check (benchmarks/gpu_feed_probe.py): jaxlib's private DLPack import
+# (else jax.dlpack.from_dlpack), and the uncommitted re-wrap of device="jax" arrays.
+_JAX_PRIVATE_IMPORT = True
+_JAX_UNCOMMITTED_WRAP = True
+
+
 def _jax_convert(device, committed: bool):
     """A function taking a ``_core.DeviceArray`` to a ``jax.Array`` on ``device``, zero-copy,
     committed to it or not (``device="jax"``: uncommitted, as ``device_put(x)`` makes it).
@@ -735,8 +741,8 @@ def _jax_convert(device, committed: bool):
     except Exception:  # noqa: BLE001 - UNIMPLEMENTED on CPU, per jax.dlpack
         stream = None
     # None: not tried yet; True: the private path works here; False: the public one.
-    fast = [None if to_buffer is not None else False]
-    wrap = [not committed]
+    fast = [None if to_buffer is not None and _JAX_PRIVATE_IMPORT else False]
+    wrap = [not committed and _JAX_UNCOMMITTED_WRAP]
 
     def public(a):
         if committed:
