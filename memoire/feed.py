@@ -513,10 +513,10 @@ class _JaxSplit:
     It imports the block once (``convert``) and cuts every device part out of it with one
     jitted function (slice, bitcast, reshape: on the device, asynchronous): new device arrays,
     so the batch the learner holds no longer holds the slot. The imported block stays
-    referenced until the split's outputs are ready (``drain``), then goes back to the ring. A
-    64-bit integer part becomes 32-bit with x64 off (its low word: ``jax.device_put``'s
-    conversion); a float64 part then is imported on its own and converted to float32 by the
-    same function. Host parts (metadata)
+    referenced until the split's outputs are ready (``drain``), then goes back to the ring.
+    Every array is in a dtype JAX holds (``_split_fn``: with x64 off, 64-bit parts become
+    32-bit on the device), so a jitted step never converts an argument on entry (which, for
+    a float64 array, waited for the device on the learner's thread). Host parts (metadata)
     are copied out of the slot's host mirror. One consumer thread, like the feed.
     """
 
@@ -534,29 +534,22 @@ class _JaxSplit:
 
     def __call__(self, block, parts):
         base = block.pointer
-        layout = []
-        alone = []
-        for i, p in enumerate(parts):
-            if not isinstance(p, _core.DeviceArray):
-                continue
-            dtype = p.dtype
-            if _jax_dtype(dtype) != dtype and dtype.kind not in "iu":
-                alone.append(i)  # float64 with x64 off (an integer's low word is exact)
-            else:
-                layout.append((i, p.pointer - base, tuple(p.shape), dtype.str))
-        layout = tuple(layout)
-        key = (layout, len(alone))
-        fn = self._fns.get(key)
+        layout = tuple(
+            (i, p.pointer - base, tuple(p.shape), p.dtype.str)
+            for i, p in enumerate(parts)
+            if isinstance(p, _core.DeviceArray)
+        )
+        fn = self._fns.get(layout)
         if fn is None:
-            fn = self._fns[key] = _split_fn(layout)
-        imported = [self._convert(block)] + [self._convert(parts[i]) for i in alone]
-        pieces = fn(*imported)
+            fn = self._fns[layout] = _split_fn(layout)
+        raw = self._convert(block)
+        pieces = fn(raw)
         # Host parts (metadata: B values) are copied, so that no array of the batch holds the slot
         out = [p.copy() if isinstance(p, np.ndarray) else p for p in parts]
-        for i, x in zip([i for i, *_ in layout] + alone, pieces):
+        for (i, *_), x in zip(layout, pieces):
             out[i] = x
         if pieces:
-            self._blocks.append((imported, pieces[0]))
+            self._blocks.append((raw, pieces[0]))
         return tuple(out)
 
 
@@ -571,14 +564,43 @@ def _jax_dtype(dtype: np.dtype) -> np.dtype:
         return np.dtype(jax.numpy.zeros(0, dtype).dtype)
 
 
+def _f64_bits_to_f32(lo, hi):
+    """float32 values of float64 bit patterns given as uint32 words (``lo``, ``hi``), in 32-bit
+    arithmetic (JAX with x64 off holds no float64): rounded to nearest even as numpy's
+    ``astype(float32)``; beyond float32's range +-inf; NaN a quiet NaN; below its normal range
+    (|x| < 1.18e-38) +-0, as XLA's GPU kernels flush float32 subnormals."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    u = np.uint32
+    sign = hi & u(0x80000000)
+    e = ((hi >> u(20)) & u(0x7FF)).astype(np.int32)  # float64's biased exponent
+    mant = ((hi & u(0xFFFFF)) << u(3)) | (lo >> u(29))  # its top 23 mantissa bits
+    rest = lo & u(0x1FFFFFFF)  # the 29 bits rounded off
+    half = u(0x10000000)
+    up = (rest > half) | ((rest == half) & ((mant & u(1)) == u(1)))
+    e32 = e - (1023 - 127)
+    # A carry out of the mantissa moves to the exponent (and to inf from the largest float32).
+    normal = ((jnp.clip(e32, 1, 254).astype(u) << u(23)) | mant) + up.astype(u)
+    nan = ((hi & u(0xFFFFF)) | lo) != u(0)
+    special = jnp.where(nan, u(0x7FC00000), u(0x7F800000))
+    bits = jnp.where(
+        e == 0x7FF,
+        special,
+        jnp.where(e32 >= 255, u(0x7F800000), jnp.where(e32 <= 0, u(0), normal)),
+    )
+    return lax.bitcast_convert_type(bits | sign, np.float32)
+
+
 def _split_fn(layout):
-    """A jitted function taking ``uint8[n]`` (and arrays JAX converts on entry) to the arrays
-    ``layout`` names: (part index, byte offset, shape, dtype str) each, bools being the bytes
-    != 0, 64-bit integers 32-bit when JAX is (x64 off); then a new array per extra argument (``* 1``: a copy, not the argument forwarded)."""
+    """A jitted function taking ``uint8[n]`` to the arrays ``layout`` names: (part index, byte
+    offset, shape, dtype str) each; bools are the bytes != 0; with x64 off (JAX holds no
+    64-bit values) a 64-bit integer part is its low word (``jax.device_put``'s conversion) and
+    a float64 part float32 (``_f64_bits_to_f32``)."""
     import jax
     from jax import lax
 
-    def split(raw, *converted):
+    def split(raw):
         pieces = []
         for _, offset, shape, dtype in layout:
             dt = np.dtype(dtype)
@@ -588,13 +610,16 @@ def _split_fn(layout):
                 x = seg != 0
             elif dt.itemsize == 1:
                 x = lax.bitcast_convert_type(seg, dt)
-            elif _jax_dtype(dt) != dt:  # int64 with x64 off: the low word
-                words = lax.bitcast_convert_type(seg.reshape(-1, 4), np.uint32)
-                x = lax.bitcast_convert_type(words.reshape(-1, 2)[:, 0], dt.kind + "4")
+            elif _jax_dtype(dt) != dt:  # 64-bit with x64 off
+                words = lax.bitcast_convert_type(seg.reshape(-1, 4), np.uint32).reshape(-1, 2)
+                if dt.kind == "f":
+                    x = _f64_bits_to_f32(words[:, 0], words[:, 1])
+                else:
+                    x = lax.bitcast_convert_type(words[:, 0], dt.kind + "4")
             else:
                 x = lax.bitcast_convert_type(seg.reshape(-1, dt.itemsize), dt)
             pieces.append(x.reshape(shape))
-        return (*pieces, *(a * 1 for a in converted))
+        return tuple(pieces)
 
     return jax.jit(split)
 
@@ -715,7 +740,11 @@ def _identity(x):
 # Switches for a device check (benchmarks/gpu_feed_probe.py): jaxlib's private DLPack import
 # (else jax.dlpack.from_dlpack), and the uncommitted re-wrap of device="jax" arrays.
 _JAX_PRIVATE_IMPORT = True
-_JAX_UNCOMMITTED_WRAP = True
+# The platforms where device="jax" arrays are re-wrapped as uncommitted (a private ArrayImpl
+# constructor). Not on GPUs: there (JAX 0.11.2, CUDA 13, two device runs) the re-wrapped
+# arrays crashed the interpreter at a later garbage collection; without the re-wrap, and with
+# jax.dlpack.from_dlpack, the same checks passed. GPU batches are committed to their device.
+_JAX_UNCOMMITTED_WRAP = ("cpu",)
 
 
 def _jax_convert(device, committed: bool):
@@ -742,7 +771,7 @@ def _jax_convert(device, committed: bool):
         stream = None
     # None: not tried yet; True: the private path works here; False: the public one.
     fast = [None if to_buffer is not None and _JAX_PRIVATE_IMPORT else False]
-    wrap = [not committed and _JAX_UNCOMMITTED_WRAP]
+    wrap = [not committed and device.platform in _JAX_UNCOMMITTED_WRAP]
 
     def public(a):
         if committed:

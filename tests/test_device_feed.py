@@ -215,6 +215,40 @@ def test_split_replay_memory_batches_equal_get_batch_and_hold_no_slot(split_on_c
         np.testing.assert_allclose(prob, want.prob, rtol=1e-6)
 
 
+def test_split_turns_64_bit_parts_into_what_jax_holds():
+    jax = pytest.importorskip("jax")
+    from memoire.feed import _jax_dtype, _split_fn
+
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 on: 64-bit parts stay 64-bit")
+    rng = np.random.default_rng(0)
+    f32 = rng.standard_normal(200).astype(np.float32)
+    ulp = np.spacing(f32).astype(np.float64)
+    values = np.concatenate(
+        [
+            rng.standard_normal(300) * 10.0 ** rng.integers(-37, 38, 300),
+            f32.astype(np.float64) + ulp / 2,  # ties: to even
+            f32.astype(np.float64) + ulp / 2 * (1 + 2**-20),  # just above a tie
+            f32.astype(np.float64) - ulp / 2 * (1 + 2**-20),
+            [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, 3.5e38, -1e300, 3.4028235e38, 1e-300],
+            [np.finfo(np.float32).max * (1 + 2**-25), 1.2e-38, -(2.0**-126)],
+        ]
+    )
+    ints = np.array([0, 1, -1, 2**31 - 1, -(2**31), 2**40 + 5, -(2**40) - 7], np.int64)
+    raw = np.concatenate([values.view(np.uint8), ints.view(np.uint8)])
+    layout = ((0, 0, (len(values),), "<f8"), (1, values.nbytes, (len(ints),), "<i8"))
+    got_f, got_i = _split_fn(layout)(raw)
+    assert got_f.dtype == _jax_dtype(np.dtype(np.float64)) == np.float32
+    with np.errstate(over="ignore"):
+        want = values.astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(got_f), want)
+    np.testing.assert_array_equal(np.signbit(np.asarray(got_f)), np.signbit(want))
+    assert np.isnan(
+        np.asarray(_split_fn(((0, 0, (1,), "<f8"),))(np.array([np.nan]).view(np.uint8))[0])
+    )
+    np.testing.assert_array_equal(np.asarray(got_i), ints.astype(np.int32))  # the low word
+
+
 @dopamine
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_split_jax_face_batches_equal_the_host_feed(split_on_cpu, prioritized):
