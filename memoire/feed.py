@@ -37,6 +37,9 @@ framework's arrays viewing the slot, zero-copy through DLPack: JAX arrays for ``
 memoire's DLPack producers with ``dlpack=True``. The consumer's stream waits for the copy's
 event (never its thread); the slot goes back when the framework frees the arrays (the DLPack
 deleter), and the next copy into it waits for the consumer's stream to pass that point.
+JAX on a GPU imports the slot once per batch and cuts the parts out of it with one jitted
+function (``_JaxSplit``): its batches are new device arrays in JAX's dtypes (32-bit with x64
+off), and the slot goes back once that split has run.
 libcudart is loaded at run time (``memoire._cuda``); a CUDA device without a usable one raises
 RuntimeError naming what was found. On a CPU device a host stand-in (memcpy into host "device"
 slots, DLPack kDLCPU) runs the same ring. Metadata (keys, probabilities; a ReplayMemory batch's
@@ -51,7 +54,8 @@ update lands between two batches. Batches already in the ring were drawn before 
 Lifetime of a batch: host batches are numpy views of a ring slot; the slot goes back to the
 samplers when every array of the batch is dropped (holding on to ``depth`` batches stalls the
 feed: ``next`` then raises RuntimeError after a short wait). Device batches hold their device
-slot the same way (``device_slots`` of them held: RuntimeError). With ``jax.device_put`` the
+slot the same way (``device_slots`` of them held: RuntimeError), except JAX's on a GPU (split
+out of the slot, they hold none). With ``jax.device_put`` the
 put reads straight from the slot and the slot is released once that transfer is complete.
 
 Errors: a failed draw raises on the ``next`` that receives it, with the exception the buffer's
