@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the core with AddressSanitizer + UndefinedBehaviorSanitizer and runs the C++ unit tests;
 # then builds the Python extension the same way and runs tests/test_memory*.py, the codec and
-# server tests, the chunk ingest into every store, sampling streams, the rate limiter and the checkpoint-loading fuzz
+# server tests, the feed's device path (host stand-in), the chunk ingest into every store, sampling streams, the rate limiter and the checkpoint-loading fuzz
 # (tests/test_checkpoint_fuzz.py) against it (libasan preloaded into the interpreter, leak detection off: CPython's arenas look like leaks).
 # Usage: scripts/sanitize.sh            (C++ tests, then Python tests)
 #        SANITIZE_PYTHON=0 scripts/sanitize.sh   (C++ tests only)
@@ -47,4 +47,5 @@ PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/t
   tests/test_codec_fuzz.py tests/test_server.py tests/test_checkpoint_fuzz.py \
   tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
   tests/test_sampling_stream.py tests/test_rate_limiter.py tests/test_compression.py \
+  tests/test_device_feed.py \
   -k "not test_a_distributed_learner_keeps_its_replay_ratio" "$@"

@@ -40,7 +40,7 @@ def test_stub_members_match_module():
         runtime = getattr(_core, cls.name)
         names = set()
         for node in cls.body:
-            if isinstance(node, ast.FunctionDef) and node.name != "__init__":
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("__"):
                 names.add(node.name)
             elif isinstance(node, ast.AnnAssign):
                 names.add(node.target.id)

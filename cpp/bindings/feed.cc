@@ -11,6 +11,7 @@
 
 #include "bindings/batch_views.h"
 #include "bindings/common.h"
+#include "bindings/device_feed.h"
 #include "bindings/stream.h"
 #include "core/circular_buffer.h"
 #include "core/prefetch.h"
@@ -142,6 +143,9 @@ class PyFeed {
   }
 
   int depth() const { return ring_->depth(); }
+  // For a device ring (bindings/device_feed.cc): the host ring and its parts.
+  const std::shared_ptr<Prefetcher>& ring() const { return ring_; }
+  const std::vector<Part>& parts() const { return parts_; }
   int threads() const { return ring_->threads(); }
   int64_t taken() const { return ring_->taken(); }
   int64_t filled() const { return ring_->filled(); }
@@ -261,6 +265,18 @@ class PyFeed {
 };
 
 }  // namespace
+
+FeedRing FeedRingOf(const py::object& feed) {
+  const PyFeed& f = feed.cast<const PyFeed&>();
+  if (!f.ring()) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
+  FeedRing out{f.ring(), {}, {}, {}};
+  for (const Part& p : f.parts()) {
+    out.dtypes.push_back(p.dtype);
+    out.shapes.push_back(p.shape);
+    out.none.push_back(p.none);
+  }
+  return out;
+}
 
 void BindFeed(py::module_& m) {
   py::class_<PyFeed>(m, "Feed", R"doc(

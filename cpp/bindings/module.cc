@@ -14,6 +14,7 @@ void BindProtocol(py::module_& m);
 void BindCacheRing(py::module_& m);
 void BindChunkIngest(py::module_& m);
 void BindFeed(py::module_& m);
+void BindDeviceFeed(py::module_& m);
 void BindRateLimiter(py::module_& m);
 void BindStream(py::module_& m);
 }  // namespace memoire
@@ -30,6 +31,7 @@ PYBIND11_MODULE(_core, m) {
   memoire::BindCacheRing(m);
   memoire::BindChunkIngest(m);
   memoire::BindFeed(m);
+  memoire::BindDeviceFeed(m);
   memoire::BindRateLimiter(m);
   memoire::BindStream(m);
 }

@@ -10,6 +10,9 @@ namespace memoire {
 namespace {
 constexpr size_t kAlign = 64;
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+// Blocks are whole pages: a device ring page-locks each one (cudaHostRegister refuses a page
+// already registered, which two blocks sharing a page would be).
+constexpr size_t kPage = 4096;
 }  // namespace
 
 Status Prefetcher::Make(const Options& o, Fill fill, std::unique_ptr<Prefetcher>* out) {
@@ -22,14 +25,15 @@ Status Prefetcher::Make(const Options& o, Fill fill, std::unique_ptr<Prefetcher>
   size_t bytes = 0;
   for (size_t b : o.part_bytes) bytes += RoundUp(b);
   if (bytes == 0) bytes = kAlign;
+  bytes = (bytes + kPage - 1) / kPage * kPage;
   std::unique_ptr<Prefetcher> p(new Prefetcher(o, std::move(fill)));
+  p->block_bytes_ = bytes;
   for (int s = 0; s < o.depth; ++s) {
-    void* block = std::aligned_alloc(kAlign, bytes);
+    void* block = std::aligned_alloc(kPage, bytes);
     if (block == nullptr)
       return Error(Code::kResourceExhausted, "prefetch ring: cannot allocate ", o.depth, " x ",
                    bytes, " bytes");
     p->blocks_.emplace_back(static_cast<uint8_t*>(block), std::free);
-    // A CUDA build would page-lock the block here (cudaHostRegister), once per slot.
     std::vector<uint8_t*> parts;
     size_t off = 0;
     for (size_t b : o.part_bytes) {

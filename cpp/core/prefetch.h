@@ -18,9 +18,9 @@
 // (ready, or filling under the source's lock), so at most `depth` batches taken after batch k
 // were drawn before the change, whatever the number of threads.
 //
-// Page-locking: on a CUDA build the slot buffers are where cudaHostRegister would pin the ring
-// (once, at construction, unregistered in the destructor); this build has no CUDA, so they are
-// ordinary aligned host memory and the JAX / PyTorch copy runs from pageable memory.
+// Page-locking: each slot's parts are one block (block(slot), block_bytes()), so a device ring
+// (core/device_ring.h) page-locks the ring with one cudaHostRegister per slot and copies it
+// from there; without one the ring is ordinary aligned host memory.
 //
 // Shutdown: Close() (and the destructor) stops the samplers, wakes every waiter and joins the
 // threads; a Fill in progress completes first. After Close, Take returns kFailedPrecondition.
@@ -71,6 +71,11 @@ class Prefetcher {
   Status Take(int* slot);
   // The parts of `slot` (valid while the Prefetcher lives).
   uint8_t* const* parts(int slot) const { return slot_parts_[slot].data(); }
+  // The block holding every part of `slot` (parts in order, each at a 64-byte aligned offset;
+  // the block page-aligned, whole pages), and its size in bytes: what a device ring page-locks.
+  uint8_t* block(int slot) const { return blocks_[slot].get(); }
+  size_t block_bytes() const { return block_bytes_; }
+  const std::vector<size_t>& part_bytes() const { return opt_.part_bytes; }
   // Gives a taken slot back to the samplers. Ignores a slot that is not taken.
   void Release(int slot);
   // Stops and joins the sampler threads (idempotent).
@@ -90,6 +95,7 @@ class Prefetcher {
   const Fill fill_;
   std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> blocks_;  // one per slot
   std::vector<std::vector<uint8_t*>> slot_parts_;
+  size_t block_bytes_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable free_cv_;   // a slot became free, or closing

@@ -38,7 +38,9 @@ Dopamine's) > 0 makes the agent train from a prefetching feed
 batches ahead, and with ``prefetch_to_device`` (default True) each batch is copied to JAX's
 default device one step ahead. The distribution is the same, the random stream is not (the
 feed draws with the core's generator, seeded from the agent's seed), and a priority update
-reaches the batches at most ``prefetch_depth + 1`` steps later. ``prefetch_threads`` sets the
+reaches the batches at most ``prefetch_depth`` steps later (``prefetch_depth + 3`` with
+``prefetch_to_device`` on a CUDA or CPU device: the feed's 3 device slots; ``+ 1`` on another
+JAX platform). ``prefetch_threads`` sets the
 sampler threads; ``prefetch_stack_on_device = True`` (with ``prefetch_to_device``) copies each
 distinct frame once and assembles the stacks on the device (the same batches, about 5/8 of the
 frame bytes for Atari stacks of 4; for accelerators, slower on a CPU device).

@@ -867,9 +867,10 @@ class ReplayBuffer(checkpointers.Checkpointable):
         Native threads draw ``depth`` batches ahead (:class:`memoire.feed.Feed`, which see):
         the same distribution as ``sample()``, but drawn with the core's generator (``seed``),
         so batches are no longer Dopamine's stream; after a priority ``update`` at most
-        ``depth`` (``depth + 1`` with ``device``) batches come from the old priorities. With
-        ``device`` (``"jax"`` or a ``jax.Device``) the batch arrays arrive as JAX arrays, copied
-        one step ahead (metadata stays numpy); with ``stack_on_device`` too, each distinct
+        ``depth`` batches come from the old priorities (with ``device``: ``depth +
+        feed.device_slots``, 3 device slots by default, on a CUDA or CPU device; ``depth + 1``
+        on another JAX platform). With ``device`` (``"jax"`` or a ``jax.Device``) the batch
+        arrays arrive as JAX arrays, copied ahead by a native thread (metadata stays numpy); with ``stack_on_device`` too, each distinct
         frame is copied once and the stacks are assembled on the device (same batches, fewer
         bytes). Returns the feed; :meth:`stop_feed` ends it.
         """

@@ -1,0 +1,306 @@
+"""A quick check of the feed's device path on this machine's accelerator (or its CPU stand-in).
+
+Each check prints PASS/FAIL/SKIP with its reason and the script goes on after a failure; the exit
+status is the number of failures. Needs memoire, numpy and JAX; PyTorch and CuPy checks run where
+they import. Run by benchmarks/device_gpu_feed.sh before the benchmark:
+
+    python benchmarks/gpu_feed_smoke.py [--batch 32]
+
+Checks: the CUDA runtime loads (or, without one, names what it found); device batches equal the
+host feed's for the same seed (twin memories); sums computed asynchronously on the device from
+300 batches equal the host's (a slot reused before the learner's work on it ran would differ);
+the same through PyTorch and CuPy; error paths; then (last: they close a feed with arrays
+alive) JAX batches held hold no slot (one import per batch, split on the device), PyTorch
+tensors hold theirs (holding every slot raises, dropping feeds again), and either stays valid
+after close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import os
+import sys
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu_feed import fields, make_memory  # noqa: E402
+
+from memoire import _core, _cuda  # noqa: E402
+from memoire.feed import Feed  # noqa: E402
+
+RESULTS = []
+faulthandler.enable(all_threads=True)  # a crash prints every thread's Python stack
+
+
+def check(name):
+    def wrap(fn):
+        def run(*a):
+            try:
+                note = fn(*a)
+            except _Skip as e:
+                RESULTS.append((name, "SKIP"))
+                print(f"SKIP {name}: {e}", flush=True)
+                return
+            except Exception:  # noqa: BLE001 - report and go on
+                RESULTS.append((name, "FAIL"))
+                print(f"FAIL {name}\n{traceback.format_exc()}", flush=True)
+                return
+            RESULTS.append((name, "PASS"))
+            print(f"PASS {name}{': ' + note if note else ''}", flush=True)
+            # What the check left to the garbage collector goes now: a crash there names it.
+            print(f"  (collecting after: {name})", flush=True)
+            gc.collect()
+
+        return run
+
+    return wrap
+
+
+class _Skip(Exception):
+    pass
+
+
+def host_sum(b, wrap=True):
+    """3 * sum(state) + sum(next_state) of a host batch (modulo 2**32 with wrap)."""
+    if wrap:
+        u = np.uint32
+        return int(b.prev[0].sum(dtype=u) * u(3) + b.next[0].sum(dtype=u))
+    return int(b.prev[0].astype(np.int64).sum() * 3 + b.next[0].astype(np.int64).sum())
+
+
+def cuda_ok():
+    try:
+        rt = _cuda.runtime()
+    except RuntimeError:
+        return False
+    return rt is not None
+
+
+@check("CUDA runtime loads (or names what it found)")
+def runtime_loads():
+    try:
+        rt = _cuda.runtime()
+    except RuntimeError as e:
+        assert "\n" not in str(e) and str(e).startswith("CUDA runtime"), str(e)
+        return f"no usable runtime here: {e}"
+    return f"{rt.path}, version {rt.version}, {rt.device_count} device(s)"
+
+
+def jax_target():
+    import jax
+
+    return jax.devices()[0]
+
+
+@check("JAX: device batches equal host batches for the same seed")
+def jax_equal(batch, n):
+    import jax
+
+    dev = jax_target()
+    with (
+        Feed(make_memory(n, 5), batch, depth=3, seed=0) as host,
+        Feed(make_memory(n, 5), batch, depth=3, device=dev) as feed,
+    ):
+        for _ in range(20):
+            h, d = fields(next(host)), fields(next(feed))
+            for a, b in zip(h, d):
+                assert isinstance(b, jax.Array) and b.devices() == {dev}, type(b)
+                np.testing.assert_array_equal(np.asarray(b), a)
+        pinned = feed._holder[-1].pinned
+        if dev.platform != "cpu":
+            assert pinned == 3, f"{pinned} of 3 host slots page-locked"
+        return f"{dev}, {feed.last_transfer_bytes} bytes per batch, {pinned} host slots pinned"
+
+
+@check("JAX: async device sums over 300 batches equal the host's (no slot reused early)")
+def jax_async(batch, n):
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def total(s, s2):
+        # Enough work per batch that the GPU runs behind the learner's thread.
+        x = s.astype(jnp.float32)
+        for _ in range(4):
+            x = jnp.tanh(x * 1.0001)
+        u = jnp.uint32  # sums wrap modulo 2**32 on both sides
+        return jnp.sum(s.astype(u), dtype=u) * u(3) + jnp.sum(s2.astype(u), dtype=u), jnp.sum(x)
+
+    sums = []
+    with Feed(make_memory(n, 6), batch, depth=3, device=jax_target()) as feed:
+        for _ in range(300):
+            b = next(feed)
+            sums.append(total(b.prev[0], b.next[0])[0])
+            del b
+    got = np.array([int(s) for s in sums])
+    want = []
+    with Feed(make_memory(n, 6), batch, depth=3) as host:
+        for _ in range(300):
+            b = next(host)
+            want.append(host_sum(b))
+    bad = int((got != np.array(want)).sum())
+    assert bad == 0, f"{bad} of 300 batches differ"
+
+
+@check("JAX: held batches hold no device slot; close with batches alive keeps them valid")
+def jax_slots(batch, n):
+    import jax
+
+    import memoire.feed as feed_module
+
+    platforms = feed_module._SPLIT_PLATFORMS
+    feed_module._SPLIT_PLATFORMS = (*platforms, "cpu")  # the GPU's path on a CPU stand-in too
+    try:
+        feed = Feed(make_memory(n, 7), batch, depth=2, device=jax_target(), device_slots=2)
+    finally:
+        feed_module._SPLIT_PLATFORMS = platforms
+    assert feed._split is not None
+    with Feed(make_memory(n, 7), batch, depth=2) as host:
+        try:
+            kept = []
+            for _ in range(6):  # more batches than slots, all held
+                kept.append(fields(next(feed)))
+                held = feed._holder[-1].held
+                assert held <= 2, held
+            want = [[x.copy() for x in fields(next(host))] for _ in range(6)]
+        finally:
+            feed.close()
+    jax.block_until_ready(kept)
+    for k, w in zip(kept, want):  # still valid after close
+        for x, y in zip(k, w):
+            np.testing.assert_array_equal(np.asarray(x), y)
+
+
+@check("PyTorch: holding every slot raises; dropping feeds again; close with tensors alive")
+def torch_slots(batch, n):
+    try:
+        import torch
+    except ImportError:
+        raise _Skip("torch does not import") from None
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    feed = Feed(make_memory(n, 7), batch, depth=2, device=device, device_slots=2)
+    try:
+        a = next(feed)
+        b = next(feed)
+        try:
+            next(feed)
+        except RuntimeError as e:
+            assert "held" in str(e), str(e)
+        else:
+            raise AssertionError("a third batch with 2 slots held")
+        del a, b
+        gc.collect()
+        assert feed._holder[-1].held == 0, feed._holder[-1].held
+        kept = fields(next(feed))
+        want = [x.cpu().numpy().copy() for x in kept]
+    finally:
+        feed.close()
+    for x, w in zip(kept, want):  # still valid after close
+        np.testing.assert_array_equal(x.cpu().numpy(), w)
+    del kept
+    gc.collect()
+    return device
+
+
+@check("PyTorch: device batches equal host batches; async sums over 300 batches")
+def torch_checks(batch, n):
+    try:
+        import torch
+    except ImportError:
+        raise _Skip("torch does not import") from None
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with (
+        Feed(make_memory(n, 5), batch, depth=3) as host,
+        Feed(make_memory(n, 5), batch, depth=3, device=device) as feed,
+    ):
+        for _ in range(20):
+            h, d = fields(next(host)), fields(next(feed))
+            for a, b in zip(h, d):
+                assert isinstance(b, torch.Tensor) and b.device.type == device, b
+                np.testing.assert_array_equal(b.cpu().numpy(), a)
+    sums = []
+    with Feed(make_memory(n, 6), batch, depth=3, device=device) as feed:
+        for _ in range(300):
+            b = next(feed)
+            x = b.prev[0].float()
+            for _ in range(4):
+                x = torch.tanh(x * 1.0001)
+            sums.append(b.prev[0].long().sum() * 3 + b.next[0].long().sum() + 0 * x.sum().long())
+            del b, x
+    got = [int(s) for s in sums]
+    with Feed(make_memory(n, 6), batch, depth=3) as host:
+        want = []
+        for _ in range(300):
+            b = next(host)
+            want.append(host_sum(b, wrap=False))
+    bad = sum(g != w for g, w in zip(got, want))
+    assert bad == 0, f"{bad} of 300 batches differ"
+    return device
+
+
+@check("CuPy: DLPack arrays (dlpack=True) equal host batches")
+def cupy_checks(batch, n):
+    if not cuda_ok():
+        raise _Skip("no CUDA runtime")
+    try:
+        import cupy
+    except ImportError:
+        raise _Skip("cupy does not import") from None
+    with (
+        Feed(make_memory(n, 5), batch, depth=3) as host,
+        Feed(make_memory(n, 5), batch, depth=3, device="cuda:0", dlpack=True) as feed,
+    ):
+        for _ in range(10):
+            h, d = fields(next(host)), fields(next(feed))
+            for a, b in zip(h, d):
+                assert b.__dlpack_device__() == (2, 0)
+                np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(b)), a)
+
+
+@check("error paths: a device out of range, a bad runtime path")
+def errors(batch, n):
+    try:
+        _core.CudaRuntime(["/nonexistent/libcudart.so.99"])
+    except RuntimeError as e:
+        assert "/nonexistent/libcudart.so.99" in str(e)
+    else:
+        raise AssertionError("a missing library loaded")
+    if not cuda_ok():
+        try:
+            Feed(make_memory(2000, 1), batch, device="cuda:0", dlpack=True)
+        except RuntimeError as e:
+            return f"no runtime: {e}"
+        raise AssertionError("a CUDA feed without a runtime")
+    count = _cuda.runtime().device_count
+    try:
+        Feed(make_memory(2000, 1), batch, device=f"cuda:{count}", dlpack=True)
+    except ValueError as e:
+        assert "device" in str(e), str(e)
+        return str(e)
+    raise AssertionError("a device out of range was accepted")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--fill", type=int, default=3000)
+    args = ap.parse_args(argv)
+    runtime_loads()
+    # The checks that end a feed with arrays alive last: a crash there hides nothing else.
+    for fn in (jax_equal, jax_async, torch_checks, cupy_checks, errors, jax_slots, torch_slots):
+        fn(args.batch, args.fill)
+    failed = sum(r == "FAIL" for _, r in RESULTS)
+    print(
+        f"smoke: {len(RESULTS)} checks, {failed} failed, "
+        f"{sum(r == 'SKIP' for _, r in RESULTS)} skipped",
+        flush=True,
+    )
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+// _core.DeviceFeed, _core.DeviceArray, _core.CudaRuntime: a ring of device slots filled from a
+// _core.Feed's host ring by a native copy thread (core/device_ring.h), handed to Python as
+// DLPack producers (`__dlpack__`, `__dlpack_device__`): JAX, PyTorch, CuPy and numpy take them
+// zero-copy. A slot goes back to the copy thread when the last array of its batch is freed
+// (the DLPack deleter, from whatever thread the consumer frees it on).
+#include <Python.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings/common.h"
+#include "bindings/device_feed.h"
+#include "core/cuda_runtime.h"
+#include "core/device_ring.h"
+
+namespace memoire {
+
+namespace {
+
+// DLPack's ABI (dlpack.h, v1.0; the unversioned struct is v0.8's), declared here: no header
+// dependency.
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor* self);
+};
+struct DLPackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr const char* kLegacyName = "dltensor";
+constexpr const char* kVersionedName = "dltensor_versioned";
+
+// A taken device slot; the slot goes back to the ring when the last holder (a DeviceArray, a
+// DLPack tensor a framework imported, a host view of the slot's metadata) lets go.
+struct Lease {
+  std::shared_ptr<DeviceRing> ring;
+  int slot;
+  // The consumer's stream (DLPack's integer) its last __dlpack__ named: the next copy into the
+  // slot waits for the work queued there before the release. -1: none named.
+  std::atomic<int64_t> stream{-1};
+  Lease(std::shared_ptr<DeviceRing> r, int s) : ring(std::move(r)), slot(s) {}
+  ~Lease() { ring->Release(slot, stream.load()); }
+};
+
+// What a DLPack tensor owns: the lease and its shape/strides arrays.
+struct Export {
+  std::shared_ptr<Lease> lease;
+  std::vector<int64_t> shape, strides;
+  DLManagedTensor legacy{};
+  DLManagedTensorVersioned versioned{};
+};
+
+void DeleteLegacy(DLManagedTensor* self) { delete static_cast<Export*>(self->manager_ctx); }
+void DeleteVersioned(DLManagedTensorVersioned* self) {
+  delete static_cast<Export*>(self->manager_ctx);
+}
+
+// An unconsumed capsule owns its tensor; a consumer renames it ("used_dltensor") and then owns it.
+void CapsuleDestructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kLegacyName)) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacyName));
+    if (t->deleter != nullptr) t->deleter(t);
+  } else if (PyCapsule_IsValid(capsule, kVersionedName)) {
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersionedName));
+    if (t->deleter != nullptr) t->deleter(t);
+  }
+}
+
+DLDataType DLTypeOf(const py::dtype& dt) {
+  const char kind = dt.kind();
+  DLDataType t{0, static_cast<uint8_t>(dt.itemsize() * 8), 1};
+  switch (kind) {
+    case 'i': t.code = 0; break;  // kDLInt
+    case 'u': t.code = 1; break;  // kDLUInt
+    case 'f': t.code = 2; break;  // kDLFloat
+    case 'b': t.code = 6; break;  // kDLBool
+    default:
+      ThrowInvalid(std::string("DLPack: unsupported dtype kind '") + kind + "'");
+  }
+  return t;
+}
+
+// One part of a taken batch in a device slot, as a DLPack producer.
+class DeviceArray {
+ public:
+  DeviceArray(std::shared_ptr<Lease> lease, uint8_t* data, py::dtype dtype,
+              std::vector<py::ssize_t> shape)
+      : lease_(std::move(lease)), data_(data), dtype_(std::move(dtype)), shape_(std::move(shape)) {}
+
+  py::object DLPack(const py::object& stream, const py::object& max_version,
+                    const py::object& dl_device, const py::object& copy) {
+    const DeviceRing& ring = *lease_->ring;
+    if (!dl_device.is_none()) {
+      auto d = dl_device.cast<std::pair<int, int>>();
+      if (d.first != ring.dl_device_type() || d.second != ring.device_id())
+        throw py::buffer_error("DLPack: the batch is on device (" +
+                               std::to_string(ring.dl_device_type()) + ", " +
+                               std::to_string(ring.device_id()) + "); no cross-device export");
+    }
+    if (!copy.is_none() && copy.cast<bool>())
+      throw py::buffer_error("DLPack: copy=True is not supported (the export is zero-copy)");
+    if (ring.dl_device_type() == 2) {
+      // CUDA: None means the legacy default stream (1); -1 asks for no ordering.
+      const int64_t s = stream.is_none() ? 1 : stream.cast<int64_t>();
+      ThrowIfError(lease_->ring->ConsumerWait(lease_->slot, s));
+      if (s != -1) lease_->stream.store(s);
+    }
+    auto* e = new Export{lease_, {}, {}, {}, {}};
+    int64_t stride = 1;
+    e->shape.assign(shape_.begin(), shape_.end());
+    e->strides.assign(shape_.size(), 1);
+    for (size_t i = shape_.size(); i-- > 0;) {
+      e->strides[i] = stride;
+      stride *= shape_[i];
+    }
+    DLTensor t{data_,
+               {ring.dl_device_type(), ring.device_id()},
+               static_cast<int32_t>(shape_.size()),
+               DLTypeOf(dtype_),
+               e->shape.data(),
+               e->strides.data(),
+               0};
+    const bool versioned =
+        !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
+    PyObject* capsule;
+    if (versioned) {
+      e->versioned = {{1, 0}, e, &DeleteVersioned, 0, t};
+      capsule = PyCapsule_New(&e->versioned, kVersionedName, &CapsuleDestructor);
+    } else {
+      e->legacy = {t, e, &DeleteLegacy};
+      capsule = PyCapsule_New(&e->legacy, kLegacyName, &CapsuleDestructor);
+    }
+    if (capsule == nullptr) {
+      delete e;
+      throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::object>(capsule);
+  }
+
+  py::tuple DLPackDevice() const {
+    return py::make_tuple(lease_->ring->dl_device_type(), lease_->ring->device_id());
+  }
+  py::tuple shape() const { return py::cast(shape_); }
+  const py::dtype& dtype() const { return dtype_; }
+  int64_t nbytes() const {
+    int64_t n = dtype_.itemsize();
+    for (py::ssize_t d : shape_) n *= d;
+    return n;
+  }
+  uintptr_t pointer() const { return reinterpret_cast<uintptr_t>(data_); }
+  int slot() const { return lease_->slot; }
+
+ private:
+  std::shared_ptr<Lease> lease_;
+  uint8_t* data_;
+  py::dtype dtype_;
+  std::vector<py::ssize_t> shape_;
+};
+
+class PyDeviceFeed {
+ public:
+  PyDeviceFeed(const py::object& feed, const py::object& runtime, int device, int slots,
+               std::optional<std::vector<bool>> to_device, std::optional<std::vector<int64_t>> trim)
+      : feed_(feed) {
+    FeedRing host = FeedRingOf(feed);
+    dtypes_ = host.dtypes;
+    shapes_ = host.shapes;
+    none_ = host.none;
+    DeviceRing::Options o;
+    o.slots = slots;
+    if (to_device) o.to_device = *to_device;
+    if (trim) {
+      // (part, count part, count index): the part's first dimension is the count.
+      if (trim->size() != 3) ThrowInvalid("trim: expected (part, count part, count index)");
+      const int64_t part = (*trim)[0];
+      if (part < 0 || part >= static_cast<int64_t>(shapes_.size()) || shapes_[part].empty())
+        ThrowInvalid("trim: expected an array part, got " + std::to_string(part));
+      size_t unit = static_cast<size_t>(dtypes_[part].itemsize());
+      for (size_t i = 1; i < shapes_[part].size(); ++i) unit *= shapes_[part][i];
+      o.trim_part = static_cast<int>(part);
+      o.trim_count_part = static_cast<int>((*trim)[1]);
+      o.trim_count_index = static_cast<int>((*trim)[2]);
+      o.trim_unit = unit;
+    }
+    std::unique_ptr<CopyEngine> engine;
+    if (runtime.is_none()) {
+      if (device != 0) ThrowInvalid("device: the host stand-in has device 0 only");
+      engine = MakeHostCopyEngine();
+    } else {
+      ThrowIfError(MakeCudaCopyEngine(runtime.cast<std::shared_ptr<CudaRuntime>>(), device,
+                                      &engine));
+    }
+    CallReleased([&] {
+      return DeviceRing::Make(o, PrefetcherBatches(host.ring), std::move(engine), &ring_);
+    });
+  }
+
+  ~PyDeviceFeed() {
+    try {
+      Close();  // the host feed first: a stream's receive must stop before its ring joins
+    } catch (...) {  // a destructor does not throw; the ring's own destructor joins regardless
+    }
+  }
+
+  // The next batch: a DeviceArray per device part, a numpy view of the host mirror per host
+  // part, None per part the layout leaves out; or the draw's error.
+  py::object Take(bool block) {
+    if (!ring_ || closed_) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
+    std::shared_ptr<DeviceRing> ring = ring_;
+    int slot = -1;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = ring->Take(&slot);
+    }
+    if (slot < 0) ThrowIfError(s);
+    auto lease = std::make_shared<Lease>(ring, slot);
+    if (!s.ok()) {
+      lease.reset();  // the slot goes back before the error is raised
+      ThrowIfError(s);
+    }
+    py::tuple out(dtypes_.size());
+    py::object keep;  // one capsule for every host view of this batch
+    for (size_t i = 0; i < dtypes_.size(); ++i) {
+      if (none_[i]) {
+        out[i] = py::none();
+        continue;
+      }
+      std::vector<py::ssize_t> shape = shapes_[i];
+      if (ring->on_device(static_cast<int>(i))) {
+        if (!shape.empty()) {  // a trimmed part: its first dimension is what was copied
+          size_t row = static_cast<size_t>(dtypes_[i].itemsize());
+          for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+          if (row > 0) shape[0] = static_cast<py::ssize_t>(ring->copied_bytes(slot, i) / row);
+        }
+        out[i] = py::cast(DeviceArray(lease, ring->device_part(slot, static_cast<int>(i)),
+                                      dtypes_[i], shape));
+      } else {
+        if (!keep) {
+          keep = py::capsule(new std::shared_ptr<Lease>(lease), [](void* p) {
+            delete static_cast<std::shared_ptr<Lease>*>(p);
+          });
+        }
+        out[i] = py::array(dtypes_[i], shape, ring->host_part(slot, static_cast<int>(i)), keep);
+      }
+    }
+    if (!block) return std::move(out);
+    // The whole device block of the slot, uint8[block bytes]: one import for the batch, which
+    // the consumer splits into its parts on the device (DeviceArray.pointer gives the offsets).
+    py::object whole = py::cast(DeviceArray(lease, ring->device_block(slot), py::dtype("uint8"),
+                                            {static_cast<py::ssize_t>(ring->block_bytes())}));
+    return py::make_tuple(whole, out);
+  }
+
+  void Close() {
+    if (!ring_ || closed_) return;
+    closed_ = true;
+    feed_.attr("close")();  // stops the samplers (and a stream's receive) first
+    std::shared_ptr<DeviceRing> ring = ring_;
+    py::gil_scoped_release release;
+    ring->Close();
+  }
+
+  int slots() const { return ring_->slots(); }
+  int pinned() const { return ring_->pinned(); }
+  int held() const { return ring_->held(); }
+  int64_t copied() const { return ring_->copied(); }
+  int64_t taken() const { return ring_->taken(); }
+  int64_t last_copy_bytes() const { return ring_->last_copy_bytes(); }
+  py::tuple dlpack_device() const {
+    return py::make_tuple(ring_->dl_device_type(), ring_->device_id());
+  }
+
+ private:
+  py::object feed_;  // the host _core.Feed: its samplers fill the ring copied from
+  std::vector<py::dtype> dtypes_;
+  std::vector<std::vector<py::ssize_t>> shapes_;
+  std::vector<bool> none_;
+  std::shared_ptr<DeviceRing> ring_;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+void BindDeviceFeed(py::module_& m) {
+  py::class_<CudaRuntime, std::shared_ptr<CudaRuntime>>(m, "CudaRuntime", R"doc(
+The CUDA runtime library, loaded at run time (private: use memoire._cuda.runtime()).
+
+CudaRuntime(paths): the first of `paths` (file names for the default loader path, or absolute
+paths) already loaded in the process, else the first that loads, with the functions memoire
+needs, version >= 11.0 and a device. RuntimeError, one line naming what was found, otherwise.
+)doc")
+      .def(py::init([](const std::vector<std::string>& paths) {
+             std::shared_ptr<CudaRuntime> rt;
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = CudaRuntime::Load(paths, &rt);
+             }
+             ThrowIfError(s);
+             return rt;
+           }),
+           py::arg("paths"))
+      .def_property_readonly("path", &CudaRuntime::path, "the library loaded")
+      .def_property_readonly("version", &CudaRuntime::version, "e.g. 12040 for CUDA 12.4")
+      .def_property_readonly("device_count", &CudaRuntime::device_count);
+
+  py::class_<DeviceArray>(m, "DeviceArray", R"doc(
+One array of a device batch (private: memoire.feed.Feed hands out the framework's arrays).
+
+A DLPack producer: `__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)`
+returns a capsule viewing the device slot (zero-copy); on CUDA the consumer's `stream` is
+ordered after the slot's copy (cudaStreamWaitEvent; never blocks). `__dlpack_device__()`:
+(1, 0) for the host stand-in, (2, n) for CUDA device n. The slot is held until this object
+and every tensor imported from it are freed.
+)doc")
+      .def("__dlpack__", &DeviceArray::DLPack, py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &DeviceArray::DLPackDevice)
+      .def_property_readonly("shape", &DeviceArray::shape)
+      .def_property_readonly("dtype", &DeviceArray::dtype)
+      .def_property_readonly("nbytes", &DeviceArray::nbytes)
+      .def_property_readonly("pointer", &DeviceArray::pointer, "the data's address (int)")
+      .def_property_readonly("slot", &DeviceArray::slot, "the device slot it views");
+
+  py::class_<PyDeviceFeed>(m, "DeviceFeed", R"doc(
+A ring of device slots filled from a Feed's host ring (private: use memoire.feed.Feed(device=)).
+
+DeviceFeed(feed, runtime=None, device=0, slots=3, to_device=None, trim=None): a native copy
+thread copies each host batch of `feed` (a _core.Feed) into one of `slots` device slots: with
+`runtime` (a CudaRuntime) by cudaMemcpyAsync on its own stream into device `device`'s memory,
+the host ring page-locked; with None by memcpy into host memory (the stand-in, DLPack kDLCPU).
+`to_device[i]` False keeps part i on the host (copied into the slot's host mirror).
+`trim=(part, count_part, index)` copies only count_part[index] rows of `part`.
+take() returns the next batch: DeviceArray per device part, numpy views per host part.
+)doc")
+      .def(py::init<const py::object&, const py::object&, int, int,
+                    std::optional<std::vector<bool>>, std::optional<std::vector<int64_t>>>(),
+           py::arg("feed"), py::arg("runtime") = py::none(), py::arg("device") = 0,
+           py::arg("slots") = 3, py::arg("to_device") = py::none(), py::arg("trim") = py::none())
+      .def("take", &PyDeviceFeed::Take, py::arg("block") = false,
+           "The next batch (tuple); blocks without the GIL until a slot is ready. Raises the "
+           "draw's error, or RuntimeError when closed or when every slot is held. block=True: "
+           "(DeviceArray uint8[slot bytes] viewing the slot's whole device block, the tuple), "
+           "for a consumer that imports the block once and splits it on the device (each "
+           "device part's offset is its pointer minus the block's).")
+      .def("close", &PyDeviceFeed::Close,
+           "Closes the host feed, then joins the copy thread (idempotent). Arrays handed out "
+           "stay valid.")
+      .def_property_readonly("slots", &PyDeviceFeed::slots)
+      .def_property_readonly("held", &PyDeviceFeed::held, "slots held by batches in use")
+      .def_property_readonly("pinned", &PyDeviceFeed::pinned,
+                             "host ring slots page-locked (CUDA; 0 for the host stand-in)")
+      .def_property_readonly("copied", &PyDeviceFeed::copied, "batches copied so far")
+      .def_property_readonly("taken", &PyDeviceFeed::taken, "batches handed out so far")
+      .def_property_readonly("last_copy_bytes", &PyDeviceFeed::last_copy_bytes,
+                             "bytes the last copy moved to the device")
+      .def_property_readonly("dlpack_device", &PyDeviceFeed::dlpack_device);
+}
+
+}  // namespace memoire
