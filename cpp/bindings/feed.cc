@@ -145,7 +145,7 @@ class PyFeed {
   int depth() const { return ring_->depth(); }
   // For a device ring (bindings/device_feed.cc): the host ring and its parts.
   const std::shared_ptr<Prefetcher>& ring() const { return ring_; }
-  const std::vector<Part>& parts() const { return parts_; }
+  const std::vector<BatchPart>& parts() const { return layout_.parts; }
   int threads() const { return ring_->threads(); }
   int64_t taken() const { return ring_->taken(); }
   int64_t filled() const { return ring_->filled(); }
@@ -270,9 +270,9 @@ FeedRing FeedRingOf(const py::object& feed) {
   const PyFeed& f = feed.cast<const PyFeed&>();
   if (!f.ring()) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
   FeedRing out{f.ring(), {}, {}, {}};
-  for (const Part& p : f.parts()) {
-    out.dtypes.push_back(p.dtype);
-    out.shapes.push_back(p.shape);
+  for (const BatchPart& p : f.parts()) {
+    out.dtypes.push_back(ToNumpy(p.dtype));
+    out.shapes.emplace_back(p.shape.begin(), p.shape.end());
     out.none.push_back(p.none);
   }
   return out;
