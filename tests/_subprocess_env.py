@@ -18,6 +18,11 @@ def subprocess_env(*paths: str, **variables: str) -> dict:
     current PYTHONPATH, and PYTHONSAFEPATH=1: a child never puts its working directory (or a
     script's folder) first on sys.path, so it never imports a checkout by accident."""
     env = dict(os.environ, PYTHONSAFEPATH="1", **variables)
+    # Importing the test modules (TensorFlow among them) sets TF_CPP_MIN_LOG_LEVEL=1 in pytest's
+    # own process; a child inheriting it would take it for the user's choice and show
+    # TensorFlow's C++ errors (memoire's commands keep them out by default: memoire.cli).
+    if "TF_CPP_MIN_LOG_LEVEL" not in variables:
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p]
     )
