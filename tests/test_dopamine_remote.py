@@ -317,7 +317,7 @@ def test_remote_buffers_answer_priorities_as_the_served_buffer_does():
     """A tracker's probe reads priorities through a proxy (one ``priorities`` call): those of
     the served TF and JAX prioritized buffers, None for uniform ones, so TensorBoard shows
     priorities for remote runs too."""
-    from dopamine.jax.replay_memory import elements
+    elements = pytest.importorskip("dopamine.jax.replay_memory.elements")
 
     from memoire.dopamine_compat import jax_replay_buffer as jrb
     from memoire.experiments.trackers import ReplayProbe
