@@ -13,6 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _feed_buffers import dopamine, jax_buffer
 from _subprocess_env import subprocess_env
 
 from memoire import ReplayMemory, _core, _cuda
@@ -24,24 +25,12 @@ try:
 except ImportError:
     crb = jrb = None
 
-dopamine = pytest.mark.skipif(jrb is None, reason="needs dopamine-rl")
 FIELDS = ("state", "action", "reward", "next_state", "is_terminal", "episode_end")
 
 
-def _jax_buffer(n=60, *, stack=4, prioritized=False, batch_size=8):
-    """A stack-4 JAX-face buffer (episodes of 17 steps) whose observation i is all i % 251."""
-    acc = jrb.TransitionAccumulator(stack_size=stack, update_horizon=1, gamma=0.99)
-    dist = (
-        jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=200)
-        if prioritized
-        else jrb.UniformSamplingDistribution(seed=0)
-    )
-    buf = jrb.ReplayBuffer(acc, dist, batch_size=batch_size, max_capacity=200)
-    kw = {"priority": 1.0} if prioritized else {}
-    for i in range(n):
-        obs = np.full((5, 3), i % 251, np.uint8)
-        buf.add(jrb.TransitionElement(obs, i % 3, float(i), False, i % 17 == 16), **kw)
-    return buf
+def _jax_buffer(n=60, **kw):
+    """A stack-4 buffer of (5, 3) observations in episodes of 17 steps (tests/_feed_buffers)."""
+    return jax_buffer(n, stack=4, obs_shape=(5, 3), batch_size=8, capacity=200, episode=17, **kw)
 
 
 def _held(feed):

@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _feed_buffers import dopamine, jax_buffer
 from _subprocess_env import subprocess_env
 
 from memoire import ReplayMemory
@@ -27,37 +28,7 @@ except ImportError:
     stats = crb = jrb = None
 
 
-def dopamine(test):
-    """Marks a test that needs the Dopamine faces (deselected in the core-only run)."""
-    return pytest.mark.dopamine(
-        pytest.mark.skipif(jrb is None, reason="needs dopamine-rl and scipy")(test)
-    )
-
-
 P_MIN = 1e-3  # chi-square p-value below which two samples are called different
-
-
-def _jax_buffer(
-    n_elements=20, *, prioritized=False, obs_shape=(4, 4), batch_size=32, capacity=1000
-):
-    """A stack-1 JAX-face buffer holding keys 0..n_elements-1 (observation i is all i)."""
-    acc = jrb.TransitionAccumulator(stack_size=1, update_horizon=1, gamma=0.99)
-    dist = (
-        jrb.PrioritizedSamplingDistribution(seed=0, max_capacity=capacity)
-        if prioritized
-        else jrb.UniformSamplingDistribution(seed=0)
-    )
-    buf = jrb.ReplayBuffer(acc, dist, batch_size=batch_size, max_capacity=capacity)
-    kw = {"priority": 1.0} if prioritized else {}
-    for i in range(n_elements + 1):  # the last step's element appears with the next step
-        buf.add(
-            jrb.TransitionElement(
-                np.full(obs_shape, i % 251, np.uint8), i % 3, float(i), False, False
-            ),
-            **kw,
-        )
-    assert len(buf) == n_elements
-    return buf
 
 
 def _counts(keys, n):
@@ -75,7 +46,7 @@ def _same_distribution(a, b):
 
 @dopamine
 def test_uniform_jax_feed_matches_inline_distribution():
-    buf = _jax_buffer(20)
+    buf = jax_buffer(20)
     inline = [buf.sample(with_sample_metadata=True)[1].keys for _ in range(400)]
     with Feed(buf, depth=4, threads=2, seed=1, with_sample_metadata=True) as feed:
         fed = []
@@ -93,7 +64,7 @@ def test_uniform_jax_feed_matches_inline_distribution():
 
 @dopamine
 def test_prioritized_jax_feed_draws_in_proportion_to_priorities():
-    buf = _jax_buffer(16, prioritized=True)
+    buf = jax_buffer(16, prioritized=True)
     priorities = np.arange(1, 17, dtype=np.float64)
     buf.update(np.arange(16), priorities=priorities)
     inline = [buf.sample(with_sample_metadata=True)[1].keys for _ in range(300)]
@@ -132,7 +103,7 @@ def test_tf_face_feed_matches_inline_distribution():
 @dopamine
 def test_single_thread_feed_is_deterministic_and_device_batches_match_host():
     jax = pytest.importorskip("jax")
-    buf = _jax_buffer(50)
+    buf = jax_buffer(50)
     with Feed(buf, threads=1, seed=11) as host, Feed(buf, threads=1, seed=11, device="jax") as dev:
         for _ in range(20):
             h, d = next(host), next(dev)
@@ -147,7 +118,7 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
     running in another thread, every element is still the one its key names."""
     import threading
 
-    buf = _jax_buffer(50, capacity=300)
+    buf = jax_buffer(50, capacity=300)
 
     def adder():
         for i in range(51, 3000):
@@ -177,7 +148,7 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
 @dopamine
 def test_priority_updates_reach_batches_within_depth():
     depth = 3
-    buf = _jax_buffer(30, prioritized=True)
+    buf = jax_buffer(30, prioritized=True)
     with Feed(buf, depth=depth, seed=2, with_sample_metadata=True) as feed:
         for _ in range(5):
             next(feed)
@@ -194,7 +165,7 @@ def test_priority_updates_reach_batches_within_depth():
 def test_priority_updates_reach_device_batches_within_depth_plus_device_slots():
     pytest.importorskip("jax")
     depth = 2
-    buf = _jax_buffer(30, prioritized=True)
+    buf = jax_buffer(30, prioritized=True)
     with Feed(buf, depth=depth, seed=2, device="jax", with_sample_metadata=True) as feed:
         next(feed)
         bound = depth + feed.device_slots
@@ -265,7 +236,7 @@ def test_tf_face_feed_raises_dopamines_error():
     ],
 )
 def test_bad_settings_raise_value_error(kwargs, match):
-    buf = _jax_buffer(4)
+    buf = jax_buffer(4)
     with pytest.raises(ValueError, match=match):
         Feed(buf, **kwargs)
 
@@ -280,7 +251,7 @@ def test_unknown_buffer_raises_type_error():
 
 @dopamine
 def test_batches_stay_valid_after_close_and_take_after_close_raises():
-    buf = _jax_buffer(10)
+    buf = jax_buffer(10)
     feed = Feed(buf, depth=2, seed=0)
     held = [next(feed), next(feed)]
     copies = [np.array(b.state) for b in held]
@@ -294,7 +265,7 @@ def test_batches_stay_valid_after_close_and_take_after_close_raises():
 
 @dopamine
 def test_holding_every_slot_raises_instead_of_hanging():
-    buf = _jax_buffer(10)
+    buf = jax_buffer(10)
     with Feed(buf, depth=2) as feed:
         held = [next(feed), next(feed)]
         with pytest.raises(RuntimeError, match="held"):
@@ -339,7 +310,7 @@ def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean(tmp_p
 
 @dopamine
 def test_many_thousand_batches_do_not_grow_memory():
-    buf = _jax_buffer(200, obs_shape=(16, 16))
+    buf = jax_buffer(200, obs_shape=(16, 16))
     with Feed(buf, depth=4, threads=2, with_sample_metadata=True) as feed:
         for _ in range(2000):
             next(feed)
