@@ -1,10 +1,11 @@
 #include "core/device_ring.h"
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <utility>
+
+#include "core/slot_wait.h"
 
 namespace memoire {
 
@@ -322,23 +323,8 @@ void DeviceRing::Run() {
 
 Status DeviceRing::Take(int* slot) {
   std::unique_lock<std::mutex> lock(mu_);
-  std::chrono::steady_clock::time_point until{};
-  bool timing = false;
-  for (;;) {
-    if (closing_ || !ready_.empty() || host_closed_) break;
-    if (held_ < opt_.slots) {
-      timing = false;
-      ready_cv_.wait(lock);
-      continue;
-    }
-    if (!timing) {
-      until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.held_wait_ms);
-      timing = true;
-    }
-    if (ready_cv_.wait_until(lock, until) == std::cv_status::timeout && held_ == opt_.slots &&
-        ready_.empty() && !closing_)
-      break;
-  }
+  WaitForSlot(lock, ready_cv_, held_, opt_.slots, opt_.held_wait_ms,
+              [this] { return closing_ || !ready_.empty() || host_closed_; });
   if (closing_ || (ready_.empty() && host_closed_))
     return Error(Code::kFailedPrecondition, "the feed is closed");
   if (ready_.empty())

@@ -1,9 +1,10 @@
 #include "core/prefetch.h"
 
-#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <utility>
+
+#include "core/slot_wait.h"
 
 namespace memoire {
 
@@ -86,24 +87,8 @@ void Prefetcher::Run(int thread) {
 
 Status Prefetcher::Take(int* slot) {
   std::unique_lock<std::mutex> lock(mu_);
-  // The deadline starts when the consumer is seen holding every slot, and resets once it is not.
-  std::chrono::steady_clock::time_point until{};
-  bool timing = false;
-  for (;;) {
-    if (closing_ || !ready_.empty()) break;
-    if (held_ < opt_.depth) {
-      timing = false;
-      ready_cv_.wait(lock);
-      continue;
-    }
-    if (!timing) {
-      until = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.held_wait_ms);
-      timing = true;
-    }
-    if (ready_cv_.wait_until(lock, until) == std::cv_status::timeout && held_ == opt_.depth &&
-        ready_.empty() && !closing_)
-      break;
-  }
+  WaitForSlot(lock, ready_cv_, held_, opt_.depth, opt_.held_wait_ms,
+              [this] { return closing_ || !ready_.empty(); });
   if (closing_) return Error(Code::kFailedPrecondition, "the feed is closed");
   if (ready_.empty())
     return Error(Code::kFailedPrecondition, "every one of the feed's ", opt_.depth,
