@@ -84,7 +84,6 @@ def main() -> None:
         max_message_bytes=16 * 84 * 84 * 2,
     ) as srv:
         ep = srv.start()
-        ingest = srv._central.ingest
 
         def sampler():
             while not stop.is_set():
@@ -135,7 +134,7 @@ def main() -> None:
                     time.sleep(0.3 * args.peer_timeout)
                     os.kill(actors[k].pid, signal.SIGCONT)
                     events["freeze"] += 1
-                records, _ = ingest.take_committed()
+                records, _ = srv.take_stored_episodes()
                 for _, _, rows, _ in records:
                     committed_rows[rows] = committed_rows.get(rows, 0) + 1
                 if time.monotonic() >= next_rss:

@@ -81,7 +81,6 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
         *TEMPLATES, 100_000, None, rate_limiter=limiter, peer_timeout=PEER_TIMEOUT
     ) as srv:
         ep = srv.start()
-        ingest = srv._central.ingest
         stop = threading.Event()
 
         def sampler():
@@ -111,9 +110,9 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
                 # Killed mid-episode once the server has its episode open (under a hold, a
                 # new incarnation may not have one yet: then it is frozen instead).
                 if rng.random() < 0.5 and _until(
-                    lambda: a.uuid in {u for u, _, _ in ingest.open_streams()}, 3.0
+                    lambda: a.uuid in {u for u, _, _ in srv.open_episodes()}, 3.0
                 ):
-                    open_ep = {u: e for u, e, _ in ingest.open_streams()}.get(a.uuid)
+                    open_ep = {u: e for u, e, _ in srv.open_episodes()}.get(a.uuid)
                     a.proc.kill()
                     a.proc.wait(30)
                     if open_ep is not None:
@@ -129,11 +128,11 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
             # or dropped; the live ones go on storing.
             stored_before = srv.stats().get("episodes_in", 0)
             assert _until(lambda: srv.stats().get("episodes_in", 0) > stored_before + 6, 60)
-            assert _until(lambda: not set(killed) & {u for u, _, _ in ingest.open_streams()})
+            assert _until(lambda: not set(killed) & {u for u, _, _ in srv.open_episodes()})
             stop.set()
             s = srv.stats()
             records = list(caplog.records)
-            committed, lost_records = ingest.take_committed()
+            committed, lost_records = srv.take_stored_episodes()
         finally:
             stop.set()
             for a in actors:

@@ -113,7 +113,12 @@ def test_every_block_says_how_it_is_tested():
         assert b.mode in MODES, f"README.md line {b.line}: unknown mode {b.mode!r}"
         if b.mode == "skip":
             assert b.options.get("reason"), f"README.md line {b.line}: skip needs reason="
-        assert b.flags <= {"tiny", "stock"} and set(b.options) <= {"needs", "imports", "xfail", "reason"}
+        assert b.flags <= {"tiny", "stock"} and set(b.options) <= {
+            "needs",
+            "imports",
+            "xfail",
+            "reason",
+        }
 
 
 def test_readme_names_the_entry_points_and_the_atari_configs():

@@ -363,6 +363,19 @@ class ReplayMemoryServer:
         closes). Returns whether it was reached."""
         return self._central.wait_rows_in(count, timeout)
 
+    def open_episodes(self) -> list:
+        """Episodes actors are streaming in (central mode), not stored yet: ``[(actor uuid,
+        episode number, rows received so far)]``, unordered. An actor that dies or goes silent
+        for ``peer_timeout`` seconds loses its open episode (counted as ``peer_lost``)."""
+        return self._central.ingest.open_streams()
+
+    def take_stored_episodes(self) -> tuple:
+        """The episodes stored from actors (central mode) since the last call, oldest first:
+        ``([(actor uuid, episode number, rows, info)], dropped)``; ``info`` is the episode's
+        ``(return, length, terminated)`` when its actor sent them, else None. At most 4,096 are
+        kept between calls; ``dropped`` counts the older ones lost to that bound."""
+        return self._central.ingest.take_committed()
+
     def stats(self) -> dict:
         """A snapshot of the counters: caches, chunks, episodes and steps ingested (central),
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
