@@ -14,8 +14,15 @@ D=${SLURM_LOCAL_DIR:-${TMPDIR:-/tmp}/memoire-slurm}
 
 installed() { command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; }
 
-free_port() {  # a port nothing listens on now (the kernel picks it)
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+free_port() {  # a port in the kernel's ephemeral range that nothing listens on now
+  local lo hi port
+  read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range
+  for _ in $(seq 100); do
+    port=$(( lo + RANDOM % (hi - lo) ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
+  echo "no free port found" >&2
+  return 1
 }
 
 running() {  # process $1 exists and is not a zombie (a daemon's parent here may not reap it)

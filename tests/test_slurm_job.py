@@ -18,10 +18,10 @@ import sys
 import time
 
 import pytest
+from _subprocess_env import subprocess_env
+from _tiny_run import DIST_GIN, train_command
 
 from memoire.experiments import slurm_launcher
-from tests._subprocess_env import subprocess_env
-from tests._tiny_run import DIST_GIN, train_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLURM_LOCAL = os.path.join(ROOT, "scripts", "slurm_local.sh")
@@ -172,7 +172,7 @@ def slurm_cluster(tmp_path_factory):
 
 
 def _slurm_env(conf):
-    return subprocess_env(os.path.join(ROOT, "tests"), SLURM_CONF=conf)
+    return subprocess_env(SLURM_CONF=conf)
 
 
 def _job_state(conf, job):
@@ -227,6 +227,19 @@ def _iterations_done(run):
     )
 
 
+def _train_actors(run, iteration=None):
+    """The actors (as episodes.csv numbers them) of the stored training episodes."""
+    path = os.path.join(run, "episodes.csv")
+    if not os.path.exists(path):
+        return set()
+    rows = list(csv.DictReader(open(path)))
+    return {
+        r["actor"]
+        for r in rows
+        if r["phase"] == "train" and (iteration is None or int(r["iteration"]) == iteration)
+    }
+
+
 @pytest.mark.dopamine
 @pytest.mark.slow
 def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cluster, tmp_path):
@@ -236,13 +249,16 @@ def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cl
     # Far more iterations than the job runs before it is cancelled.
     job = _submit(conf, base, "Runner.num_iterations = 1000")
     _wait_for(lambda: _iterations_done(run), JOB_END_S, "the first checkpoint")
+    # Both actor tasks found the learner and streamed to it.
+    _wait_for(lambda: _train_actors(run) == {"0", "1"}, JOB_END_S, "episodes of both actors")
     subprocess.run(["scancel", job], env=_slurm_env(conf), check=True, timeout=30)
     state, _ = _wait_job_end(conf, job)
     assert state == "CANCELLED"
     said = open(os.path.join(run, "slurm", f"{job}.out")).read()
     # Every task took SIGTERM the clean way (its `finally` blocks ran), none was killed.
     assert said.count("stopped by SIGTERM") == 3, said[-3000:]
-    assert "task 0 (learner) stopped by SIGTERM" in said
+    for task in ("task 0 (learner)", "task 1 (actor 0)", "task 2 (actor 1)"):
+        assert f"{task} stopped by SIGTERM" in said, said[-3000:]
     assert "learner with 2 SLURM actor task(s) (experience tcp://127.0.0.1:" in said
     done = _iterations_done(run)
 
@@ -255,6 +271,4 @@ def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cl
     assert (state, code) == ("COMPLETED", "0:0"), said2[-3000:]
     assert f"resuming {run} at iteration {last + 1}" in said2
     assert _iterations_done(run)[-1] == last + 1
-    rows = list(csv.DictReader(open(os.path.join(run, "episodes.csv"))))
-    resumed = [r for r in rows if r["phase"] == "train" and int(r["iteration"]) == last + 1]
-    assert {r["actor"] for r in resumed} == {"0", "1"}  # both actor tasks streamed to it
+    assert _train_actors(run, last + 1) <= {"0", "1"} and _train_actors(run, last + 1)
