@@ -274,6 +274,9 @@ class Terminated(BaseException):
 
 
 def _on_sigterm(signum, frame):
+    # Once: a second SIGTERM must not cut the cleanup short (SLURM's SIGKILL comes KillWait
+    # seconds after the first).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 
