@@ -135,11 +135,15 @@ def test_actors_take_only_the_endpoints_of_their_own_job(tmp_path, monkeypatch):
 def test_learner_binds_loopback_on_a_one_node_job(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
     assert slurm_launcher.learner_host() == "127.0.0.1"
-    # Several nodes: the address the learner's node name resolves to.
+    # Several nodes: the address the learner's node name resolves to (a name that is an
+    # address resolves to itself, with no lookup), never a loopback one.
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURMD_NODENAME", "10.1.2.3")
+    assert slurm_launcher.learner_host() == "10.1.2.3"
     monkeypatch.setenv("SLURMD_NODENAME", "localhost")
-    assert slurm_launcher.learner_host() == "127.0.0.1"
-    assert slurm_launcher.learner_host("10.1.2.3") == "10.1.2.3"
+    with pytest.raises(ValueError, match="SlurmConfig.learner_host"):
+        slurm_launcher.learner_host()
+    assert slurm_launcher.learner_host("10.9.8.7") == "10.9.8.7"  # named: taken as it is
 
 
 # ---------------------------------------------------------------------------------------------

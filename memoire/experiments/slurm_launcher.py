@@ -217,13 +217,26 @@ def submit_run(args, facts: dict, config: distributed.DistributedConfig) -> int:
 
 
 def learner_host(configured: str = "auto") -> str:
-    """The address the learner binds on (see :class:`SlurmConfig`)."""
+    """The address the learner binds on (see :class:`SlurmConfig`).
+
+    Raises:
+      ValueError: when the job has several nodes and the learner's node name resolves to a
+        loopback address (Debian's ``127.0.1.1 hostname`` line): actors on other nodes could
+        not reach it; ``SlurmConfig.learner_host`` must name the interface.
+    """
     if configured != "auto":
         return configured
     if os.environ.get("SLURM_JOB_NUM_NODES", "1") == "1":
         return "127.0.0.1"  # every task is on this node: nothing leaves it
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    return socket.gethostbyname(node)
+    address = socket.gethostbyname(node)
+    if address.startswith("127."):
+        raise ValueError(
+            f"this job has several nodes but the learner's node {node!r} resolves to "
+            f"{address}, which actors on other nodes cannot reach: bind "
+            "SlurmConfig.learner_host to this node's cluster address"
+        )
+    return address
 
 
 def write_endpoints(run_dir: str, endpoints: dict) -> str:
