@@ -17,8 +17,9 @@ job id; ``SlurmConfig.submit = False`` only writes it). The job is one ``srun`` 
 closes its trackers, tells the actors to stop and exits 143; actors exit too. The run folder
 then holds the checkpoint of the last iteration the learner finished, and re-submitting the job
 (``sbatch RUN_DIR/slurm/train.sbatch``, or the same ``memoire train`` command) resumes from it,
-as a killed local run does (``scontrol requeue`` too). What an interrupted iteration had done is
-lost. An actor task that dies is not restarted: the learner goes on with the others and fails
+as a killed local run does (a job ``scontrol requeue`` restarts keeps its id; the endpoints
+file tells its runs apart by ``SLURM_RESTART_COUNT``; requeueing itself is untested). What an
+interrupted iteration had done is lost. An actor task that dies is not restarted: the learner goes on with the others and fails
 once all are gone (see ``DistributedConfig.peer_timeout``).
 
 Every node needs memoire installed at the same path as the submitting Python (or
