@@ -266,6 +266,11 @@ class LearnerSockets:
             self.pub.send_multipart([STORED_TOPIC, table.tobytes()])
             self._told = now
 
+    def actors_seen(self) -> int:
+        """Actor connections opened so far (0: no actor has connected yet)."""
+        self._watch.poll()
+        return self._watch.opened
+
     def actors_gone(self, grace: float = transport.PEER_TIMEOUT_S) -> bool:
         """True once actors have connected and every connection has been closed for `grace`
         seconds (they exited or were killed: their kernels close the connections); a
@@ -273,11 +278,6 @@ class LearnerSockets:
         self._watch.poll()
         w = self._watch
         return w.opened > 0 and w.open == 0 and time.monotonic() - w.last_closed >= grace
-
-    def actors_seen(self) -> int:
-        """Actor connections opened so far (0: no actor has connected yet)."""
-        self._watch.poll()
-        return self._watch.opened
 
     def stop_actors(self) -> None:
         """Tells actors started by endpoint to finish."""
