@@ -19,7 +19,9 @@ then holds the checkpoint of the last iteration the learner finished, and re-sub
 (``sbatch RUN_DIR/slurm/train.sbatch``, or the same ``memoire train`` command) resumes from it,
 as a killed local run does (a job ``scontrol requeue`` restarts keeps its id; the endpoints
 file tells its runs apart by ``SLURM_RESTART_COUNT``; requeueing itself is untested). What an
-interrupted iteration had done is lost. An actor task that dies is not restarted: the learner goes on with the others and fails
+interrupted iteration had done is lost. A node that fails ends the whole job (SLURM's default;
+``--no-kill`` in ``SlurmConfig.options`` changes it, untested); submitting again resumes. An
+actor task that dies on its own is not restarted: the learner goes on with the others and fails
 once all are gone (see ``DistributedConfig.peer_timeout``).
 
 Every node needs memoire installed at the same path as the submitting Python (or
