@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from memoire import cli
-from memoire.experiments import replay_routing, train
+from memoire.experiments import distributed, replay_routing, train
 
 
 def parse_args(argv: Sequence[str] | None):
@@ -67,11 +67,12 @@ def _add_launcher_flags(p: cli.ArgumentParser) -> None:
     """``--launcher`` and ``--ray_address``: shorthands for their gin bindings."""
     p.add_argument(
         "--launcher",
-        choices=("local", "ray"),
+        choices=distributed.LAUNCHERS,
         default=None,
         help="who starts a distributed run's learner and actors (default: gin's "
         "DistributedConfig.launcher, else local); ray: Ray actors "
-        "(pip install memoire[ray])",
+        "(pip install memoire[ray]); slurm: the tasks of one SLURM job, submitted "
+        "with sbatch (the script is written to the run's slurm/ folder)",
     )
     p.add_argument(
         "--ray_address",

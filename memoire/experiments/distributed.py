@@ -65,6 +65,7 @@ STORED_TOPIC = b"stored"  # uint64 pairs (actor uuid, last episode stored)
 MAX_ACTORS = 4096  # actors the learner tells about their stored episodes
 PUB_HWM = 16  # publications queued per actor at the learner (parameters, tables, stop)
 _VERSION = struct.Struct("<q")  # parameter version, before the payload
+LAUNCHERS = ("local", "ray", "slurm")  # who starts a distributed run's learner and actors
 
 
 @gin.configurable(module="memoire.distributed")
@@ -87,9 +88,10 @@ class DistributedConfig:
       spawn_actors: False starts no actor here: actors on this or other machines join with
         ``memoire actor --experience ... --params ...`` (transport 'zmq'; bind the endpoints to
         an interface they can reach, e.g. 'tcp://0.0.0.0:5555').
-      launcher: 'local' (actor processes spawned here) or 'ray' (the learner and the actors
+      launcher: 'local' (actor processes spawned here), 'ray' (the learner and the actors
         are Ray actors on a Ray cluster, see :mod:`memoire.experiments.ray_launcher`; needs
-        ``pip install memoire[ray]``).
+        ``pip install memoire[ray]``) or 'slurm' (the learner and the actors are the tasks of
+        one SLURM job, see :mod:`memoire.experiments.slurm_launcher`).
       samples_per_insert: the replay ratio the learner keeps with memoire's rate limiter
         (:func:`memoire.rate_limiter.SampleToInsertRatio`): transitions sampled per
         transition stored (a gradient update samples one batch; DQN's batch 32 every 4 steps
@@ -165,8 +167,8 @@ class DistributedConfig:
         self.param_endpoint = param_endpoint
         self.actor_threads = int(actor_threads)
         self.spawn_actors = bool(spawn_actors)
-        if launcher not in ("local", "ray"):
-            raise ValueError(f"launcher must be 'local' or 'ray', got {launcher!r}")
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
         self.launcher = launcher
         if not self.spawn_actors and transport != "zmq":
             raise ValueError(
@@ -263,6 +265,11 @@ class LearnerSockets:
             table = np.array(list(self._stored.items()), np.uint64)
             self.pub.send_multipart([STORED_TOPIC, table.tobytes()])
             self._told = now
+
+    def actors_seen(self) -> int:
+        """Actor connections opened so far (0: no actor has connected yet)."""
+        self._watch.poll()
+        return self._watch.opened
 
     def actors_gone(self, grace: float = transport.PEER_TIMEOUT_S) -> bool:
         """True once actors have connected and every connection has been closed for `grace`

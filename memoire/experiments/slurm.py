@@ -26,7 +26,7 @@ from typing import Sequence
 
 INDEX = "$SLURM_ARRAY_TASK_ID"  # the task id; stands for the index in a train command
 SCRIPT_NAME = "sweep.sbatch"
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # sbatch's forms: M, M:S, H:M:S, D-H[:M[:S]]
+TIME_FORMAT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # sbatch's: M, M:S, H:M:S, D-H[:M[:S]]
 
 
 def array_spec(indices: Sequence[int]) -> str:
@@ -47,6 +47,21 @@ def array_spec(indices: Sequence[int]) -> str:
         if v is not None:
             start = prev = v
     return ",".join(parts)
+
+
+def check_option(option: str) -> None:
+    """Checks one extra ``#SBATCH`` option.
+
+    Raises:
+      ValueError: when it does not start with ``--`` or holds a line break.
+    """
+    if (
+        not isinstance(option, str)
+        or not option.startswith("--")
+        or "\n" in option
+        or "\r" in option
+    ):
+        raise ValueError(f"an sbatch option must look like --name=value, got {option!r}")
 
 
 def sbatch_script(
@@ -88,11 +103,10 @@ def sbatch_script(
             f"expected cpus >= 1, gpus >= 0, max_parallel >= 1, got cpus={cpus}, "
             f"gpus={gpus}, max_parallel={max_parallel}"
         )
-    if time is not None and not _TIME.match(time):
+    if time is not None and not TIME_FORMAT.match(time):
         raise ValueError(f"--time must look like 30, 4:00:00 or 1-12:00:00, got {time!r}")
     for o in options:
-        if not o.startswith("--") or "\n" in o or "\r" in o:
-            raise ValueError(f"an sbatch option must look like --name=value, got {o!r}")
+        check_option(o)
     array = array_spec(indices) + (f"%{max_parallel}" if max_parallel else "")
     lines = [
         "#!/bin/bash",

@@ -43,7 +43,9 @@ sweep setting's bindings, ``--gin_bindings``, then the seed of the agent (only i
 it). If ``memoire.distributed.DistributedConfig.num_actors`` is bound above 0, the launch runs
 a learner and that many actor processes (see :mod:`memoire.experiments.distributed`) instead;
 with ``--launcher ray`` (gin: ``DistributedConfig.launcher = 'ray'``) they are Ray actors on a
-Ray cluster (see :mod:`memoire.experiments.ray_launcher`).
+Ray cluster (see :mod:`memoire.experiments.ray_launcher`); with ``--launcher slurm`` the command
+writes and submits a SLURM job whose tasks are the learner and the actors (see
+:mod:`memoire.experiments.slurm_launcher`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from memoire.experiments import (
     distributed,  # registers DistributedConfig before gin is read
     ray_launcher,  # registers RayConfig (Ray itself: only when used)
     replay_routing,
+    slurm_launcher,  # registers SlurmConfig
 )
 from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
@@ -74,8 +77,15 @@ def _launcher_bindings(args) -> list[str]:
 
 
 def _check_launcher() -> None:
-    """A Ray launch needs actors and Ray itself (checked before anything is written)."""
+    """A Ray launch needs actors and Ray itself, a SLURM launch actors and a valid
+    SlurmConfig (checked before anything is written)."""
     config = distributed.DistributedConfig()
+    if config.launcher == "slurm":
+        if config.num_actors < 1:
+            raise ValueError(
+                "DistributedConfig.launcher = 'slurm' needs DistributedConfig.num_actors >= 1"
+            )
+        slurm_launcher.SlurmConfig()
     if config.launcher == "ray":
         if config.num_actors < 1:
             raise ValueError(
@@ -85,10 +95,11 @@ def _check_launcher() -> None:
         ray_launcher.import_ray()
 
 
-def prepare(args) -> dict:
+def prepare(args, write: bool = True) -> dict:
     """Resolves sweep, setting, run, seed and directory, loads gin, checks the agent and the
-    directory, then writes ``setting.json``. Returns those facts as a dict (keys: sweep,
-    setting, run, seed, dir, gin_files, bindings).
+    directory, then writes ``setting.json`` (unless ``write`` is False: a SLURM job's actor
+    tasks only read). Returns those facts as a dict (keys: sweep, setting, run, seed, dir,
+    gin_files, bindings).
 
     Raises:
       cli.UsageError: a missing or unparsable file, a bad binding, an unknown agent or replay
@@ -129,17 +140,18 @@ def prepare(args) -> dict:
         _check_launcher()
     except ValueError as e:
         raise cli.UsageError(e) from None
-    sweep_lib.write_setting_record(
-        directory,
-        index=args.index,
-        setting=setting,
-        run=run,
-        seed=seed,
-        bindings=setting_bindings,
-        gin_files=gin_files,
-        sweep_file=args.sweep,
-        extra_bindings=extra,
-    )
+    if write:
+        sweep_lib.write_setting_record(
+            directory,
+            index=args.index,
+            setting=setting,
+            run=run,
+            seed=seed,
+            bindings=setting_bindings,
+            gin_files=gin_files,
+            sweep_file=args.sweep,
+            extra_bindings=extra,
+        )
     return dict(
         sweep=sweep,
         setting=setting,
@@ -176,7 +188,11 @@ def launch(args) -> int:
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.INFO if args.verbose else absl_logging.WARNING)
-    facts = prepare(args)
+    slurm_task = slurm_launcher.in_task()
+    facts = prepare(args, write=not slurm_task or slurm_launcher.task_rank() == 0)
+    config = distributed.DistributedConfig()
+    if config.launcher == "slurm" and not slurm_task:
+        return slurm_launcher.submit_run(args, facts, config)
     runner_lib.seed_everything(facts["seed"])
     import tensorflow as tf
 
@@ -189,7 +205,8 @@ def launch(args) -> int:
         facts["seed"],
         facts["dir"],
     )
-    config = distributed.DistributedConfig()
+    if config.launcher == "slurm":
+        return slurm_launcher.run_task(facts, config)
     if config.num_actors > 0 and config.launcher == "ray":
         return ray_launcher.run(facts, config)
     if config.num_actors > 0:
