@@ -71,6 +71,8 @@ def start_cluster(nodes, actors):
     # Ray turns a loopback address given to ray.init into the machine's IP unless this is a
     # cluster of one machine: keep every driver (the runs' too: they inherit it) on loopback.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # read when Ray was imported
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no report to ray.io from the head
     loopback = dict(node_ip_address="127.0.0.1")
     cluster = Cluster(
         initialize_head=True,
