@@ -332,7 +332,7 @@ class ConnectionWatch:
         self._mon = sock.get_monitor_socket(
             zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _REFUSED
         )
-        self.refused = 0  # handshakes refused: a peer without the socket's CURVE keys
+        self.refused = 0  # handshakes that failed: a peer without the CURVE keys, or not ZMTP
         self.open = 0
         self.opened = 0  # connections ever made
         self.closed = 0  # connections ever closed
@@ -358,7 +358,8 @@ class ConnectionWatch:
                 self.refused += 1
                 if self.refused <= 10 or self.refused % 1000 == 0:  # a flood: not every one
                     log.warning(
-                        "refused a connection without the expected CURVE keys (%d so far)",
+                        "refused a connection whose handshake failed: no or wrong CURVE "
+                        "keys, or not a ZeroMQ peer (%d so far)",
                         self.refused,
                     )
             elif event == zmq.EVENT_DISCONNECTED:
