@@ -17,26 +17,28 @@ parameters keep flowing over memoire's ZeroMQ sockets (:mod:`memoire.experiments
 - ``num_actors`` **actors** as Ray actors (``RayConfig.actor_cpus`` each), spread across the
   cluster's nodes other than the learner's while those have room (``RayConfig.actors_apart``:
   Ray's ``SPREAD`` and a label selector on the node id), named ``memoire-actor-<k>:<run dir>``
-  in the ``memoire`` namespace. Experience and parameters travel between nodes over
-  memoire's sockets, not through Ray. Each one's loop runs from its constructor, so when its process dies Ray
-  restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
+  in the ``memoire`` namespace. Experience and parameters travel between nodes over memoire's
+  sockets, not through Ray. Each one's loop runs from its constructor, so when its process dies
+  Ray restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
   stream (a fresh uuid with the same actor number; the dead process's unfinished episode is
-  never stored, and the learner's ingest drops it after its stream timeout; finished ones
-  were stored). A node lost (its raylet and every process on it) is the same for its
-  actors: Ray restarts them on the nodes left.
+  never stored, and the learner's ingest drops it after its stream timeout; finished ones were
+  stored). A node lost (its raylet and every process on it) is the same for its actors: Ray
+  restarts them on the nodes left.
 
 This command is Ray's driver: it waits for the learner, then stops the actors. A learner that
-dies (its process, or its node) ends the command with exit status 1; running the same command again resumes from the last
-complete checkpoint in the run directory, as a local run does. The run directory must be on a
-file system the learner's node sees (shared storage on a multi-node cluster).
+dies (its process, or its node) ends the command with exit status 1; running the same command
+again resumes from the last complete checkpoint in the run directory, as a local run does. The
+run directory must be on a file system the learner's node sees (shared storage on a multi-node
+cluster).
 
 ``memoire sweep run --launcher ray`` runs each index as a Ray task (``--cpus``/``--gpus`` each),
 which runs ``memoire train`` for that index exactly as the local launcher does (same command,
 same ``train.log``, same records; run again, an index resumes from its checkpoints).
 
-``ray.init(address=RayConfig.address)``: '' starts a local Ray cluster for the command (and stops
-it at the end); 'auto' or 'HOST:PORT' joins a running cluster (``ray start --head`` on one node,
-``ray start --address HOST:PORT`` on the others). Ray is optional: ``pip install memoire[ray]``.
+``ray.init(address=RayConfig.address)``: '' starts a local Ray cluster for the command (and
+stops it at the end); 'auto' or 'HOST:PORT' joins a running cluster (``ray start --head`` on one
+node, ``ray start --address HOST:PORT`` on the others). Ray is optional: ``pip install
+memoire[ray]``.
 """
 
 from __future__ import annotations
