@@ -70,22 +70,51 @@ def last_endpoint(sock: zmq.Socket) -> str:
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
 
 
+def beyond_loopback(where: str) -> bool:
+    """Whether binding `where` (a host, or an endpoint such as ``tcp://0.0.0.0:5555``) may be
+    reached from other machines: True for every TCP host but loopback (``127.x.x.x``,
+    ``localhost``, ``::1``), wildcards (``*``, ``0.0.0.0``, ``::``) and names included; False for
+    loopback and for ``ipc://`` and ``inproc://`` endpoints (this machine only). The one place
+    memoire decides whether what it binds needs CURVE keys."""
+    where = str(where)
+    if where.startswith(("ipc://", "inproc://")):
+        return False
+    if where.startswith("tcp://"):
+        where = where[len("tcp://") :].rsplit(":", 1)[0]
+    host = where.strip("[]").lower()
+    return not (host.startswith("127.") or host in ("localhost", "::1"))
+
+
 @dataclasses.dataclass
 class CurveKeys:
-    """CURVE authentication and encryption settings (keys in ZeroMQ certificate files, as
-    written by :func:`generate_keys` or ``zmq.auth.create_certificates``).
+    """CURVE authentication and encryption settings: keys in ZeroMQ certificate files (as
+    written by :func:`generate_keys` or ``zmq.auth.create_certificates``), or in memory (Z85
+    bytes, as :func:`run_keys` makes them: never on disk).
 
     Server side: ``secret_file`` (the server's keypair) and ``authorized_dir`` (a folder of
     the public certificates of clients allowed in; None lets any client that knows the
     server's public key in, still encrypted).
     Client side: ``secret_file`` (the client's keypair) and ``server_public_file``.
+    In memory: ``public``/``secret`` (this side's keypair), ``server_public`` (client side)
+    and ``authorized`` (server side: the public keys of the clients allowed in).
     """
 
-    secret_file: str
+    secret_file: Optional[str] = None
     server_public_file: Optional[str] = None
     authorized_dir: Optional[str] = None
+    public: Optional[bytes] = None
+    secret: Optional[bytes] = None
+    server_public: Optional[bytes] = None
+    authorized: Optional[tuple] = None
+
+    def __repr__(self) -> str:  # never print a secret key (logs, Ray's error messages)
+        return f"CurveKeys(secret_file={self.secret_file!r}, public={self.public!r}, ...)"
 
     def _own(self):
+        if self.secret is not None:
+            return self.public, self.secret
+        if not self.secret_file:
+            raise ValueError("CURVE: expected a secret_file or an in-memory keypair")
         public, secret = zmq.auth.load_certificate(self.secret_file)
         if secret is None:
             raise ValueError(
@@ -100,10 +129,13 @@ class CurveKeys:
         sock.curve_server = True
 
     def apply_client(self, sock: zmq.Socket) -> None:
-        if not self.server_public_file:
+        if self.server_public is not None:
+            server_public = self.server_public
+        elif self.server_public_file:
+            server_public, _ = zmq.auth.load_certificate(self.server_public_file)
+        else:
             raise ValueError("CURVE: a client needs server_public_file")
         public, secret = self._own()
-        server_public, _ = zmq.auth.load_certificate(self.server_public_file)
         sock.curve_secretkey = secret
         sock.curve_publickey = public
         sock.curve_serverkey = server_public
@@ -115,13 +147,39 @@ def generate_keys(folder: str, name: str):
     return zmq.auth.create_certificates(folder, name)
 
 
+def run_keys() -> tuple:
+    """Fresh CURVE keys for one run, in memory: ``(server side, client side)``
+    :class:`CurveKeys`. The server lets in only the client keypair made here, which every
+    client of the run shares; whoever holds the client side can connect."""
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    server = CurveKeys(public=server_public, secret=server_secret, authorized=(client_public,))
+    client = CurveKeys(public=client_public, secret=client_secret, server_public=server_public)
+    return server, client
+
+
+class _AuthorizedKeys:
+    """ZeroMQ's ZAP credentials provider for public keys held in memory."""
+
+    def __init__(self, keys):
+        self._keys = frozenset(bytes(k) for k in keys)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return bytes(key) in self._keys
+
+
 class Authenticator:
     """ZeroMQ's ZAP handler for one context: only clients whose public key is in
-    ``keys.authorized_dir`` get through CURVE sockets of that context."""
+    ``keys.authorized_dir`` (or ``keys.authorized``, in memory) get through CURVE sockets of
+    that context."""
 
     def __init__(self, ctx: zmq.Context, keys: CurveKeys):
         self._auth = ThreadAuthenticator(ctx)
         self._auth.start()
+        if keys.authorized is not None:
+            provider = _AuthorizedKeys(keys.authorized)
+            self._auth.configure_curve_callback(domain="*", credentials_provider=provider)
+            return
         location = keys.authorized_dir if keys.authorized_dir else zmq.auth.CURVE_ALLOW_ANY
         self._auth.configure_curve(domain="*", location=location)
 
@@ -249,12 +307,21 @@ def open_socket(
     return sock
 
 
+# A CURVE socket's monitor events for a peer it refused: a plain (NULL) or otherwise
+# mismatched handshake, a client key the authenticator did not let in.
+_REFUSED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
 class ConnectionWatch:
     """The connections of one socket, seen through ZeroMQ's socket monitor: how many are open,
     and when each closed (a peer that closed its socket, or a killed process: its kernel closes
     them). ZeroMQ does not say which peer a message came from, so this counts connections, not
     peers by name (a frozen peer's connection stays open: the chunk ingest's liveness notices
-    it by its actor's silence).
+    it by its actor's silence). :attr:`refused` counts handshakes a CURVE socket refused.
 
     Owned by the socket's thread: call :meth:`poll` from it (non-blocking) and :meth:`close`
     before the socket is closed.
@@ -263,8 +330,9 @@ class ConnectionWatch:
     def __init__(self, sock: zmq.Socket):
         self._sock = sock
         self._mon = sock.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+            zmq.EVENT_ACCEPTED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | _REFUSED
         )
+        self.refused = 0  # handshakes that failed: a peer without the CURVE keys, or not ZMTP
         self.open = 0
         self.opened = 0  # connections ever made
         self.closed = 0  # connections ever closed
@@ -286,6 +354,14 @@ class ConnectionWatch:
             if event in (zmq.EVENT_ACCEPTED, zmq.EVENT_CONNECTED):
                 self.open += 1
                 self.opened += 1
+            elif event & _REFUSED:
+                self.refused += 1
+                if self.refused <= 10 or self.refused % 1000 == 0:  # a flood: not every one
+                    log.warning(
+                        "refused a connection whose handshake failed: no or wrong CURVE "
+                        "keys, or not a ZeroMQ peer (%d so far)",
+                        self.refused,
+                    )
             elif event == zmq.EVENT_DISCONNECTED:
                 self.open = max(0, self.open - 1)
                 self.closed += 1

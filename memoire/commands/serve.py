@@ -570,10 +570,41 @@ def _tensorboard_writer(cfg: dict):
         raise cli.UsageError(f"--tensorboard: {e}") from None
 
 
+def keys_warning(cfg: dict) -> Optional[str]:
+    """The warning of a server that binds beyond loopback (an endpoint's host, or
+    ``--bind_host`` for a ``*`` host; see :func:`memoire.transport.beyond_loopback`) without
+    ``--curve_secret``; None when it has keys or stays on this machine."""
+    from memoire import transport
+
+    if cfg["curve_secret"]:
+        return None
+    names = ("rep",) if cfg["buffer"] is not None else ("pub", "rep", "pull", "stream")
+    beyond = []
+    for name in names:
+        if cfg[name] is None:
+            continue
+        try:
+            where = transport.bind_address(str(cfg[name]), str(cfg["bind_host"]))
+        except ValueError:
+            continue  # a malformed endpoint: refused when bound, with its own message
+        if transport.beyond_loopback(where):
+            beyond.append(where)
+    if not beyond:
+        return None
+    return (
+        f"memoire serve: bound beyond loopback ({', '.join(beyond)}) without CURVE keys: "
+        "what travels is in clear and anyone who reaches these ports can connect; add keys "
+        "with --curve_secret FILE (and --curve_authorized DIR)"
+    )
+
+
 @cli.entry_point("memoire serve")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg = _config(build_parser().parse_args(argv))
     _check_tensorboard(cfg)
+    warning = keys_warning(cfg)
+    if warning:
+        log.warning("%s", warning)
     if cfg["buffer"] is not None:
         return _serve_buffer(cfg)
     try:

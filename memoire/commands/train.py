@@ -64,7 +64,8 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def _add_launcher_flags(p: cli.ArgumentParser) -> None:
-    """``--launcher`` and ``--ray_address``: shorthands for their gin bindings."""
+    """``--launcher``, ``--ray_address`` and ``--insecure``: shorthands for their gin
+    bindings."""
     p.add_argument(
         "--launcher",
         choices=distributed.LAUNCHERS,
@@ -79,6 +80,12 @@ def _add_launcher_flags(p: cli.ArgumentParser) -> None:
         default=None,
         help="Ray cluster to join ('auto', 'HOST:PORT'; gin: RayConfig.address); "
         "none: a local Ray cluster for this command",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="Ray launcher: no CURVE keys for a learner bound beyond loopback (experience "
+        "and parameters in clear between nodes; gin: RayConfig.curve = 'off')",
     )
 
 

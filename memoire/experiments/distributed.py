@@ -216,11 +216,22 @@ def params_from_bytes(template: Any, payload: bytes) -> Any:
 class LearnerSockets:
     """The learner's sockets: PULL for actors' experience chunks, PUB for parameters and the
     stop notice. Both bound here; :attr:`endpoints` says where (``experience``, ``params``).
-    Owned by the learner's thread; :meth:`close` unbinds and removes an ``ipc://`` folder."""
+    Owned by the learner's thread; :meth:`close` unbinds and removes an ``ipc://`` folder.
 
-    def __init__(self, config: DistributedConfig, host: str = "127.0.0.1"):
+    ``keys``: server-side :class:`memoire.transport.CurveKeys` (from
+    :func:`memoire.transport.run_keys`): both sockets then take only actors holding the
+    run's client keys, encrypted; :attr:`refused` counts the connections they refused."""
+
+    def __init__(
+        self,
+        config: DistributedConfig,
+        host: str = "127.0.0.1",
+        keys: Optional[transport.CurveKeys] = None,
+    ):
         self._ctx = zmq.Context()
         self._folder = None
+        self._auth = transport.Authenticator(self._ctx, keys) if keys is not None else None
+        self.encrypted = keys is not None
         if config.transport == "multiprocessing":
             self._folder = tempfile.mkdtemp(prefix="memoire-ipc-")
             experience = f"ipc://{self._folder}/experience"
@@ -232,8 +243,11 @@ class LearnerSockets:
             # The PULL queues transport.RECEIVE_HWM chunks per actor (what waits beyond that
             # waits in the actors' own send queues); a frozen actor's parameter queue at the
             # PUB holds at most PUB_HWM publications (a slow actor skips to the newest).
-            self.pull = transport.open_socket(self._ctx, zmq.PULL, experience, "Bind")
-            self.pub = transport.open_socket(self._ctx, zmq.PUB, params, "Bind", hwm=PUB_HWM)
+            self.pull = transport.open_socket(self._ctx, zmq.PULL, experience, "Bind", keys=keys)
+            self.pub = transport.open_socket(
+                self._ctx, zmq.PUB, params, "Bind", hwm=PUB_HWM, keys=keys
+            )
+            self._pub_watch = transport.ConnectionWatch(self.pub)
         except Exception:
             self.close()
             raise
@@ -255,6 +269,7 @@ class LearnerSockets:
         :meth:`memoire.experience.ExperienceReceiver.poll` returned). The whole table goes out
         when something was stored and at least every 0.5 s, so an actor that joined late or
         missed a message catches up."""
+        self.watch()
         for uuid, episode, _, _ in stored:
             uuid = int(uuid)
             self._stored[uuid] = max(int(episode), self._stored.pop(uuid, -1))
@@ -279,17 +294,32 @@ class LearnerSockets:
         w = self._watch
         return w.opened > 0 and w.open == 0 and time.monotonic() - w.last_closed >= grace
 
+    def watch(self) -> None:
+        """Reads both sockets' connection events (the learner's loop does, in
+        :meth:`acknowledge`): counts and logs the connections refused for their keys."""
+        self._watch.poll()
+        self._pub_watch.poll()
+
+    @property
+    def refused(self) -> int:
+        """Connections both sockets refused (no or wrong CURVE keys), as of the last
+        :meth:`watch` (read from any thread)."""
+        return self._watch.refused + self._pub_watch.refused
+
     def stop_actors(self) -> None:
         """Tells actors started by endpoint to finish."""
         self.pub.send_multipart([STOP_TOPIC, b""])
 
     def close(self) -> None:
-        if getattr(self, "_watch", None) is not None:
-            self._watch.close()
+        for name in ("_watch", "_pub_watch"):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
         for name in ("pull", "pub"):
             sock = getattr(self, name, None)
             if sock is not None:
                 sock.close(0)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.term()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
@@ -306,6 +336,7 @@ class ActorEndpoints:
     episodes_ahead: int = 1
     stop: Any = None
     keepalive: float = transport.KEEPALIVE_S
+    keys: Optional[transport.CurveKeys] = None  # client side, when the learner uses CURVE
 
     def open(self, actor_id: int = 0) -> "ActorLink":
         return ActorLink(self, actor_id)
@@ -325,10 +356,11 @@ class ActorLink:
         # actors started with the same id
         self.uuid = (int.from_bytes(os.urandom(4), "little") << 32) | (int(actor_id) & 0xFFFFFFFF)
         self._ctx = zmq.Context()
+        keys = dict(keys=ends.keys, server_side=False)
         self._push = transport.open_socket(
-            self._ctx, zmq.PUSH, ends.experience, "Conn", hwm=ends.queue_chunks
+            self._ctx, zmq.PUSH, ends.experience, "Conn", hwm=ends.queue_chunks, **keys
         )
-        self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn")
+        self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn", **keys)
         self._sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STOP_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STORED_TOPIC)
@@ -838,9 +870,10 @@ def run_learner(
         # What the actors' experience cost: stored, dropped by reason (peer_lost: actors
         # killed or frozen mid-episode), keepalives.
         log.info(
-            "experience ingest: %s; stored rows minus actor steps per episode: %s",
+            "experience ingest: %s; stored rows minus actor steps per episode: %s%s",
             learner._receiver.ingest.counters(),
             dict(learner.row_offsets),
+            f"; CURVE: {sockets.refused} connection(s) refused" if sockets.encrypted else "",
         )
         runner.write_operative_config(facts["dir"])
     finally:

@@ -5,29 +5,40 @@ parameters keep flowing over memoire's ZeroMQ sockets (:mod:`memoire.experiments
 
 ``memoire train --launcher ray`` (gin: ``DistributedConfig.launcher = 'ray'``) runs:
 
-- the **learner** as one Ray actor (``RayConfig.learner_cpus``/``learner_gpus``). It binds its
-  PULL and PUB sockets on TCP, on its node's IP address (loopback when Ray runs a local cluster
-  for this command) with OS-chosen ports, and hands the endpoints back to this driver;
+- the **learner** as one Ray actor on a node that has what it asks for
+  (``RayConfig.learner_cpus``/``learner_gpus``/``learner_resources``, e.g. a custom resource
+  ``learner`` given to one node by ``ray start --resources '{"learner": 1}'``). It binds its
+  PULL and PUB sockets on TCP, on its node's IP address as Ray knows it (loopback when Ray runs
+  a local cluster for this command) with OS-chosen ports, and hands the endpoints back to this
+  driver. Bound beyond loopback, both sockets use CURVE keys made for the run
+  (``RayConfig.curve``; ``memoire train --insecure`` turns them off): the driver makes them in
+  memory and hands them to the learner and the actors as Ray arguments, never to a file;
+  a peer without them is refused (counted in the learner's last log line);
 - ``num_actors`` **actors** as Ray actors (``RayConfig.actor_cpus`` each), spread across the
-  cluster's nodes (Ray's ``SPREAD`` scheduling), named ``memoire-actor-<k>:<run dir>`` in the
-  ``memoire`` namespace. Each one's loop runs from its constructor, so when its process dies Ray
-  restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
+  cluster's nodes other than the learner's while those have room (``RayConfig.actors_apart``:
+  Ray's ``SPREAD`` and a label selector on the node id), named ``memoire-actor-<k>:<run dir>``
+  in the ``memoire`` namespace. Experience and parameters travel between nodes over memoire's
+  sockets, not through Ray. Each one's loop runs from its constructor, so when its process dies
+  Ray restarts it (up to ``RayConfig.actor_restarts`` times) and it rejoins the learner as a new
   stream (a fresh uuid with the same actor number; the dead process's unfinished episode is
-  never stored, and the learner's ingest drops it after its stream timeout; finished ones
-  were stored).
+  never stored, and the learner's ingest drops it after its stream timeout; finished ones were
+  stored). A node lost (its raylet and every process on it) is the same for its actors: Ray
+  restarts them on the nodes left.
 
 This command is Ray's driver: it waits for the learner, then stops the actors. A learner that
-dies ends the command with an error; running the same command again resumes from the last
-complete checkpoint in the run directory, as a local run does. The run directory must be on a
-file system the learner's node sees (shared storage on a multi-node cluster).
+dies (its process, or its node) ends the command with exit status 1; running the same command
+again resumes from the last complete checkpoint in the run directory, as a local run does. The
+run directory must be on a file system the learner's node sees (shared storage on a multi-node
+cluster).
 
 ``memoire sweep run --launcher ray`` runs each index as a Ray task (``--cpus``/``--gpus`` each),
 which runs ``memoire train`` for that index exactly as the local launcher does (same command,
 same ``train.log``, same records; run again, an index resumes from its checkpoints).
 
-``ray.init(address=RayConfig.address)``: '' starts a local Ray cluster for the command (and stops
-it at the end); 'auto' or 'HOST:PORT' joins a running cluster (``ray start --head`` on one node,
-``ray start --address HOST:PORT`` on the others). Ray is optional: ``pip install memoire[ray]``.
+``ray.init(address=RayConfig.address)``: '' starts a local Ray cluster for the command (and
+stops it at the end); 'auto' or 'HOST:PORT' joins a running cluster (``ray start --head`` on one
+node, ``ray start --address HOST:PORT`` on the others). Ray is optional: ``pip install
+memoire[ray]``.
 """
 
 from __future__ import annotations
@@ -39,17 +50,38 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 import gin
 
-from memoire import cli
+from memoire import cli, transport
 from memoire.experiments import distributed
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "memoire"
 INSTALL_HINT = "the Ray launcher needs Ray: pip install memoire[ray]"
+CURVE_SETTINGS = ("auto", "on", "off")
+NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
+
+
+def use_curve(setting: str, host: str) -> bool:
+    """Whether a learner binding on ``host`` uses CURVE keys under ``RayConfig.curve``
+    ``setting``: 'auto' when ``host`` is beyond loopback, 'on' always, 'off' never."""
+    if setting not in CURVE_SETTINGS:
+        raise ValueError(f"curve must be one of {CURVE_SETTINGS}, got {setting!r}")
+    return setting == "on" or (setting == "auto" and transport.beyond_loopback(host))
+
+
+def insecure_warning(setting: str, endpoint: str) -> Optional[str]:
+    """The one warning of a run whose learner binds ``endpoint`` beyond loopback without keys
+    (``--insecure``); None when there is nothing to say."""
+    if setting != "off" or not transport.beyond_loopback(endpoint):
+        return None
+    return (
+        f"--insecure: the learner's sockets ({endpoint}) take experience and send parameters "
+        "in clear, and anyone who reaches them can connect"
+    )
 
 
 @gin.configurable(module="memoire.ray")
@@ -65,9 +97,20 @@ class RayConfig:
         (-1: without limit).
       learner_host: the address the learner binds on; 'auto' is loopback on a local cluster,
         else the learner's node IP address as Ray knows it.
+      learner_resources: custom Ray resources the learner asks for, e.g. ``{'learner': 1}``
+        for the node started with ``ray start --resources '{"learner": 1}'`` (with
+        ``learner_gpus``, the node with GPUs).
+      actors_apart: put actors on nodes other than the learner's while the cluster has such
+        nodes with room (Ray's label selector on the node id, within Ray's ``SPREAD``); when
+        none can take an actor (its node was lost, the others are full) it goes on any node,
+        the learner's included. False: ``SPREAD`` alone.
+      curve: CURVE keys for the learner's sockets: 'auto' when they bind beyond loopback
+        (:func:`memoire.transport.beyond_loopback`), 'on' always, 'off' never (``memoire train
+        --insecure``). The keys are made for the run in memory and handed to the learner and
+        actors through Ray; they are never written to the run directory.
 
     Raises:
-      ValueError: on negative resources or restarts below -1.
+      ValueError: on negative resources, restarts below -1 or an unknown ``curve``.
     """
 
     def __init__(
@@ -78,6 +121,9 @@ class RayConfig:
         actor_cpus: float = 1.0,
         actor_restarts: int = 3,
         learner_host: str = "auto",
+        learner_resources: Optional[dict] = None,
+        actors_apart: bool = True,
+        curve: str = "auto",
     ):
         for name, v in (
             ("learner_cpus", learner_cpus),
@@ -88,6 +134,17 @@ class RayConfig:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if actor_restarts < -1:
             raise ValueError(f"actor_restarts must be >= -1, got {actor_restarts}")
+        resources = dict(learner_resources or {})
+        for name, v in resources.items():
+            if not isinstance(name, str) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(
+                    f"learner_resources: expected {{name: amount >= 0}}, got {name!r}: {v!r}"
+                )
+        if curve not in CURVE_SETTINGS:
+            raise ValueError(f"curve must be one of {CURVE_SETTINGS}, got {curve!r}")
+        self.learner_resources = {k: float(v) for k, v in resources.items()}
+        self.actors_apart = bool(actors_apart)
+        self.curve = curve
         self.address = address or ""
         self.learner_cpus = float(learner_cpus)
         self.learner_gpus = float(learner_gpus)
@@ -175,7 +232,14 @@ def _prepare_process(facts: dict) -> None:
 class LearnerProcess:
     """The learner in a Ray actor: binds its sockets when built; :meth:`run` trains."""
 
-    def __init__(self, facts: dict, config: distributed.DistributedConfig, host: str):
+    def __init__(
+        self,
+        facts: dict,
+        config: distributed.DistributedConfig,
+        host: str,
+        keys: Optional[transport.CurveKeys] = None,
+        curve: str = "auto",
+    ):
         if host == "auto":
             import ray
 
@@ -183,7 +247,8 @@ class LearnerProcess:
         _prepare_process(facts)
         self._facts = facts
         self._config = config
-        self._sockets = distributed.LearnerSockets(config, host=host)
+        keys = keys if use_curve(curve, host) else None
+        self._sockets = distributed.LearnerSockets(config, host=host, keys=keys)
         self._host = host
         self._actors_gone = threading.Event()
 
@@ -202,6 +267,20 @@ class LearnerProcess:
                     endpoint = f"tcp://{host}:{endpoint[len(anywhere) :]}"
             out[key] = endpoint
         return out
+
+    def encrypted(self) -> bool:
+        """Whether the sockets use the run's CURVE keys."""
+        return self._sockets.encrypted
+
+    def refused(self) -> int:
+        """Connections the sockets refused (no or wrong CURVE keys)."""
+        return self._sockets.refused
+
+    def node(self) -> str:
+        """The id of the Ray node this process runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def actors_gone(self) -> None:
         """Told by the driver when every actor has ended for good: the learner stops waiting."""
@@ -269,6 +348,12 @@ class ActorProcess:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        """The id of the Ray node this process runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def join(self) -> int:
         """Waits until the actor's loop ends (the learner's stop notice, or it gave up)."""
         while self._thread.is_alive():
@@ -278,6 +363,18 @@ class ActorProcess:
 
 # ---------------------------------------------------------------------------------------------
 # memoire train --launcher ray
+
+
+def actor_placement(ray_config: RayConfig, learner_node: str) -> dict:
+    """Ray options that place actors: ``SPREAD`` over the cluster's nodes, and with
+    ``actors_apart`` away from the learner's node (``learner_node``, a Ray node id) as long as
+    another node can take them: a node lost later does not strand its actors, Ray restarts
+    them wherever there is room."""
+    options: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
+    if ray_config.actors_apart:
+        options["label_selector"] = {NODE_ID_LABEL: f"!{learner_node}"}
+        options["fallback_strategy"] = [{"label_selector": {}}]  # any node
+    return options
 
 
 def run(facts: dict, config: distributed.DistributedConfig) -> int:
@@ -303,40 +400,48 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
     host = ray_config.learner_host
     if host == "auto" and started_here:
         host = "127.0.0.1"
+    server_keys, client_keys = transport.run_keys() if ray_config.curve != "off" else (None, None)
     learner_cls = ray.remote(LearnerProcess).options(
         name=learner_name(facts["dir"]),
         num_cpus=ray_config.learner_cpus,
         num_gpus=ray_config.learner_gpus,
+        resources=ray_config.learner_resources,
         max_restarts=0,
-        max_concurrency=2,
-    )  # run() and actors_gone() at once
+        max_concurrency=4,  # run() with actors_gone(), node(), refused()
+    )
     actor_cls = ray.remote(ActorProcess)
-    learner = learner_cls.remote(facts, config, host)
+    learner = learner_cls.remote(facts, config, host, server_keys, ray_config.curve)
     actors: list = []
     try:
         ends = dict(
             ray.get(learner.endpoints.remote()),
             queue_chunks=config.queue_chunks,
             episodes_ahead=config.episodes_ahead,
+            keys=client_keys if ray.get(learner.encrypted.remote()) else None,
         )
+        warning = insecure_warning(ray_config.curve, ends["experience"])
+        if warning:
+            log.warning("%s", warning)
+        placement = actor_placement(ray_config, ray.get(learner.node.remote()))
         actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
         for i in range(config.num_actors):
             actors.append(
                 actor_cls.options(
-                    # max_concurrency: chunks_sent() and pid() answer while join() waits
+                    # max_concurrency: chunks_sent(), pid() and node() answer while join() waits
                     name=actor_name(facts["dir"], i),
                     max_concurrency=4,
                     num_cpus=ray_config.actor_cpus,
                     max_restarts=ray_config.actor_restarts,
                     max_task_retries=-1,
-                    scheduling_strategy="SPREAD",
+                    **placement,
                 ).remote(i, actor_facts, config.as_dict(), ends)
             )
         log.info(
-            "ray: learner and %d actor(s) started (experience %s, parameters %s)",
+            "ray: learner and %d actor(s) started (experience %s, parameters %s, %s)",
             len(actors),
             ends["experience"],
             ends["params"],
+            "CURVE keys of the run" if ends["keys"] is not None else "no CURVE",
         )
         done = learner.run.remote(f"{len(actors)} Ray actor(s)")
         joins = [a.join.remote() for a in actors]

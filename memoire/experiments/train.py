@@ -73,6 +73,8 @@ def _launcher_bindings(args) -> list[str]:
         out.append(f"DistributedConfig.launcher = '{args.launcher}'")
     if getattr(args, "ray_address", None) is not None:
         out.append(f"RayConfig.address = {args.ray_address!r}")
+    if getattr(args, "insecure", False):
+        out.append("RayConfig.curve = 'off'")
     return out
 
 
