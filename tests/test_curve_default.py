@@ -3,7 +3,7 @@ run's keys (a plain or wrongly keyed peer is refused and counted, the run's acto
 through), the Ray launcher's choice and `--insecure`, and `memoire serve`'s warning.
 
 Tests bind loopback only: what a bind beyond loopback decides is checked on the decision
-(:func:`memoire.transport.beyond_loopback`, :func:`ray_launcher.use_curve`, a config's warning),
+(:func:`memoire.transport.beyond_loopback`, :func:`distributed.use_curve`, a config's warning),
 and the keys themselves on loopback sockets forced to use them."""
 
 import logging
@@ -139,14 +139,14 @@ def test_run_keys_are_fresh_in_memory_and_never_printed():
     ],
 )
 def test_the_ray_launcher_uses_keys_beyond_loopback(setting, host, used):
-    assert ray_launcher.use_curve(setting, host) is used
+    assert distributed.use_curve(setting, host) is used
 
 
 def test_insecure_says_so_only_when_something_travels_in_clear():
-    warning = ray_launcher.insecure_warning("off", "tcp://10.1.2.3:4000")
+    warning = distributed.insecure_warning("off", "tcp://10.1.2.3:4000")
     assert warning.startswith("--insecure: ") and "tcp://10.1.2.3:4000" in warning
-    assert ray_launcher.insecure_warning("off", "tcp://127.0.0.1:4000") is None
-    assert ray_launcher.insecure_warning("auto", "tcp://10.1.2.3:4000") is None
+    assert distributed.insecure_warning("off", "tcp://127.0.0.1:4000") is None
+    assert distributed.insecure_warning("auto", "tcp://10.1.2.3:4000") is None
 
 
 def test_insecure_flag_and_bad_settings():

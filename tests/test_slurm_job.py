@@ -9,6 +9,7 @@ so.
 """
 
 import csv
+import json
 import os
 import re
 import shlex
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import gin
 import pytest
 from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, train_command
@@ -113,7 +115,7 @@ def test_actors_take_only_the_endpoints_of_their_own_job(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     path = slurm_launcher.write_endpoints(str(tmp_path), ends)
     assert path == str(tmp_path / "slurm" / "endpoints.json")
-    assert slurm_launcher.read_endpoints(str(tmp_path), timeout=5) == ends
+    assert slurm_launcher.read_endpoints(str(tmp_path), timeout=5) == dict(ends, encrypted=False)
     # The next job in the same run folder (submitted again to resume) waits for its learner.
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     with pytest.raises(TimeoutError, match=r"learner of job 42 .*endpoints.json after 0.3 s"):
@@ -128,8 +130,8 @@ def test_actors_take_only_the_endpoints_of_their_own_job(tmp_path, monkeypatch):
     open(path, "w").write(path_text)
     with pytest.raises(TimeoutError):
         slurm_launcher.read_endpoints(str(tmp_path), timeout=0.1, poll=0.05)
-    slurm_launcher.write_endpoints(str(tmp_path), ends)
-    assert slurm_launcher.read_endpoints(str(tmp_path), timeout=5) == ends
+    slurm_launcher.write_endpoints(str(tmp_path), dict(ends, encrypted=True))
+    assert slurm_launcher.read_endpoints(str(tmp_path), timeout=5) == dict(ends, encrypted=True)
 
 
 def test_learner_binds_loopback_on_a_one_node_job(monkeypatch):
@@ -144,6 +146,53 @@ def test_learner_binds_loopback_on_a_one_node_job(monkeypatch):
     with pytest.raises(ValueError, match="SlurmConfig.learner_host"):
         slurm_launcher.learner_host()
     assert slurm_launcher.learner_host("10.9.8.7") == "10.9.8.7"  # named: taken as it is
+
+
+@pytest.mark.dopamine
+@pytest.mark.parametrize("insecure", [False, True])
+def test_submission_hands_the_runs_keys_to_the_job_environment_only(
+    tmp_path, capsys, monkeypatch, insecure
+):
+    """The submitting command makes the run's CURVE keys and gives them to sbatch in the
+    environment it exports to the job: nothing in the run folder holds them, and the tasks
+    read back working keys (the learner's authorizes exactly the actors' public key)."""
+    from memoire.commands import train as train_command_module
+    from memoire.experiments import slurm
+
+    seen = {}
+
+    def submit(path, env=None):
+        seen["env"] = env
+        return "77"
+
+    monkeypatch.setattr(slurm, "submit", submit)
+    base = tmp_path / "runs"
+    argv = ["--base_dir", str(base), "--gin_files", DIST_GIN, "--launcher", "slurm"]
+    argv += ["--insecure"] if insecure else []
+    try:
+        assert train_command_module.main(argv) == 0
+    finally:
+        gin.clear_config()  # --insecure bound RayConfig.curve too: no leak into other tests
+    assert capsys.readouterr().out.splitlines()[-1] == "JOB 77"
+    if insecure:
+        assert seen["env"] is None or slurm_launcher.KEYS_ENV not in seen["env"]
+        return
+    text = seen["env"][slurm_launcher.KEYS_ENV]
+    monkeypatch.setenv(slurm_launcher.KEYS_ENV, text)
+    server, client = slurm_launcher.run_keys_from_env()
+    assert server.authorized == (client.public,) and client.server_public == server.public
+    assert len({server.public, server.secret, client.public, client.secret}) == 4
+    for secret in (server.secret, client.secret):
+        for folder, _, files in os.walk(base):
+            for name in files:
+                assert secret not in open(os.path.join(folder, name), "rb").read(), name
+    # A job script submitted again by hand has no keys: its learner says what to do.
+    monkeypatch.delenv(slurm_launcher.KEYS_ENV)
+    with pytest.raises(ValueError, match="--insecure"):
+        slurm_launcher.run_keys_from_env()
+    monkeypatch.setenv(slurm_launcher.KEYS_ENV, "{not json")
+    with pytest.raises(ValueError, match="malformed"):
+        slurm_launcher.run_keys_from_env()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,10 +300,13 @@ def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cl
     base = str(tmp_path)
     run = os.path.join(base, "setting_0", "run_0")
     # Far more iterations than the job runs before it is cancelled.
-    job = _submit(conf, base, "Runner.num_iterations = 1000")
+    # With keys although on loopback: the tasks get them through the job's environment.
+    keys_on = "SlurmConfig.curve = 'on'"
+    job = _submit(conf, base, "Runner.num_iterations = 1000", keys_on)
     _wait_for(lambda: _iterations_done(run), JOB_END_S, "the first checkpoint")
-    # Both actor tasks found the learner and streamed to it.
+    # Both actor tasks found the learner and streamed to it, through its CURVE keys.
     _wait_for(lambda: _train_actors(run) == {"0", "1"}, JOB_END_S, "episodes of both actors")
+    assert json.load(open(os.path.join(run, "slurm", "endpoints.json")))["encrypted"] is True
     subprocess.run(["scancel", job], env=_slurm_env(conf), check=True, timeout=30)
     state, _ = _wait_job_end(conf, job)
     assert state == "CANCELLED"
@@ -268,7 +320,7 @@ def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cl
 
     # The same command, submitted again (with an end in reach), resumes from the checkpoint.
     last = done[-1]
-    job2 = _submit(conf, base, f"Runner.num_iterations = {last + 2}")
+    job2 = _submit(conf, base, f"Runner.num_iterations = {last + 2}", keys_on)
     assert job2 != job
     state, code = _wait_job_end(conf, job2)
     said2 = open(os.path.join(run, "slurm", f"{job2}.out")).read()

@@ -84,8 +84,9 @@ def _add_launcher_flags(p: cli.ArgumentParser) -> None:
     p.add_argument(
         "--insecure",
         action="store_true",
-        help="Ray launcher: no CURVE keys for a learner bound beyond loopback (experience "
-        "and parameters in clear between nodes; gin: RayConfig.curve = 'off')",
+        help="Ray and SLURM launchers: no CURVE keys for a learner bound beyond loopback "
+        "(experience and parameters in clear between nodes; gin: RayConfig.curve = 'off', "
+        "SlurmConfig.curve = 'off')",
     )
 
 

@@ -59,6 +59,28 @@ from memoire.gin_query import query
 
 log = logging.getLogger(__name__)
 
+CURVE_SETTINGS = ("auto", "on", "off")  # RayConfig.curve, SlurmConfig.curve
+
+
+def use_curve(setting: str, host: str) -> bool:
+    """Whether a learner binding on ``host`` uses CURVE keys under a launcher's ``curve``
+    ``setting``: 'auto' when ``host`` is beyond loopback, 'on' always, 'off' never."""
+    if setting not in CURVE_SETTINGS:
+        raise ValueError(f"curve must be one of {CURVE_SETTINGS}, got {setting!r}")
+    return setting == "on" or (setting == "auto" and transport.beyond_loopback(host))
+
+
+def insecure_warning(setting: str, endpoint: str) -> Optional[str]:
+    """The one warning of a run whose learner binds ``endpoint`` beyond loopback without keys
+    (``--insecure``); None when there is nothing to say."""
+    if setting != "off" or not transport.beyond_loopback(endpoint):
+        return None
+    return (
+        f"--insecure: the learner's sockets ({endpoint}) take experience and send parameters "
+        "in clear, and anyone who reaches them can connect"
+    )
+
+
 PARAMS_TOPIC = b"params"
 STOP_TOPIC = b"stop"
 STORED_TOPIC = b"stored"  # uint64 pairs (actor uuid, last episode stored)

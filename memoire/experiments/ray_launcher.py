@@ -61,27 +61,7 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "memoire"
 INSTALL_HINT = "the Ray launcher needs Ray: pip install memoire[ray]"
-CURVE_SETTINGS = ("auto", "on", "off")
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
-
-
-def use_curve(setting: str, host: str) -> bool:
-    """Whether a learner binding on ``host`` uses CURVE keys under ``RayConfig.curve``
-    ``setting``: 'auto' when ``host`` is beyond loopback, 'on' always, 'off' never."""
-    if setting not in CURVE_SETTINGS:
-        raise ValueError(f"curve must be one of {CURVE_SETTINGS}, got {setting!r}")
-    return setting == "on" or (setting == "auto" and transport.beyond_loopback(host))
-
-
-def insecure_warning(setting: str, endpoint: str) -> Optional[str]:
-    """The one warning of a run whose learner binds ``endpoint`` beyond loopback without keys
-    (``--insecure``); None when there is nothing to say."""
-    if setting != "off" or not transport.beyond_loopback(endpoint):
-        return None
-    return (
-        f"--insecure: the learner's sockets ({endpoint}) take experience and send parameters "
-        "in clear, and anyone who reaches them can connect"
-    )
 
 
 @gin.configurable(module="memoire.ray")
@@ -140,8 +120,8 @@ class RayConfig:
                 raise ValueError(
                     f"learner_resources: expected {{name: amount >= 0}}, got {name!r}: {v!r}"
                 )
-        if curve not in CURVE_SETTINGS:
-            raise ValueError(f"curve must be one of {CURVE_SETTINGS}, got {curve!r}")
+        if curve not in distributed.CURVE_SETTINGS:
+            raise ValueError(f"curve must be one of {distributed.CURVE_SETTINGS}, got {curve!r}")
         self.learner_resources = {k: float(v) for k, v in resources.items()}
         self.actors_apart = bool(actors_apart)
         self.curve = curve
@@ -247,7 +227,7 @@ class LearnerProcess:
         _prepare_process(facts)
         self._facts = facts
         self._config = config
-        keys = keys if use_curve(curve, host) else None
+        keys = keys if distributed.use_curve(curve, host) else None
         self._sockets = distributed.LearnerSockets(config, host=host, keys=keys)
         self._host = host
         self._actors_gone = threading.Event()
@@ -419,7 +399,7 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
             episodes_ahead=config.episodes_ahead,
             keys=client_keys if ray.get(learner.encrypted.remote()) else None,
         )
-        warning = insecure_warning(ray_config.curve, ends["experience"])
+        warning = distributed.insecure_warning(ray_config.curve, ends["experience"])
         if warning:
             log.warning("%s", warning)
         placement = actor_placement(ray_config, ray.get(learner.node.remote()))

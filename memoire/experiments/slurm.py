@@ -22,7 +22,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from typing import Sequence
+from typing import Optional, Sequence
 
 INDEX = "$SLURM_ARRAY_TASK_ID"  # the task id; stands for the index in a train command
 SCRIPT_NAME = "sweep.sbatch"
@@ -141,8 +141,9 @@ def sbatch_script(
     return "\n".join(lines)
 
 
-def submit(path: str) -> str:
-    """Runs ``sbatch --parsable path`` and returns the job id.
+def submit(path: str, env: Optional[dict] = None) -> str:
+    """Runs ``sbatch --parsable path`` (with environment ``env``, by default this process's:
+    sbatch hands it to the job) and returns the job id.
 
     Raises:
       RuntimeError: when sbatch is not installed or refuses the script (its message).
@@ -151,7 +152,9 @@ def submit(path: str) -> str:
         raise RuntimeError(
             f"sbatch is not on PATH (is this a SLURM login node?); the script is at {path}"
         )
-    out = subprocess.run(["sbatch", "--parsable", path], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["sbatch", "--parsable", path], capture_output=True, text=True, timeout=60, env=env
+    )
     if out.returncode != 0:
         raise RuntimeError(f"sbatch refused {path}: {out.stderr.strip() or out.stdout.strip()}")
     return out.stdout.strip().split(";")[0]

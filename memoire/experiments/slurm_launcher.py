@@ -26,8 +26,10 @@ once all are gone (see ``DistributedConfig.peer_timeout``).
 
 Every node needs memoire installed at the same path as the submitting Python (or
 ``SlurmConfig.python``), and ``RUN_DIR`` on storage every node of the job sees. Experience and
-parameters travel in clear: on one node over loopback, across nodes inside the cluster's
-network (no CURVE keys for SLURM runs yet).
+parameters are encrypted and authenticated with CURVE keys made for the run when the learner
+binds beyond loopback (a job of several nodes; ``SlurmConfig.curve``, ``--insecure`` turns them
+off): ``memoire train`` makes them at submission and they reach the tasks in the job's
+environment, never the run directory. On one node everything stays on loopback, in clear.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from typing import Sequence
 
 import gin
 
-from memoire import cli
+from memoire import cli, transport
 from memoire.experiments import distributed, slurm
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ SCRIPT_NAME = "train.sbatch"
 ENDPOINTS_NAME = "endpoints.json"
 TASK_ENV = "MEMOIRE_SLURM_TASK"  # set by the job script: this process is one of its tasks
 EXIT_TERMINATED = 128 + signal.SIGTERM  # a task stopped by scancel (the shell's convention)
+KEYS_ENV = "MEMOIRE_SLURM_RUN_KEYS"  # the run's CURVE keys, in the job's environment only
 ACTOR_START_S = 120.0  # an actor's start after it read the endpoints: imports, gin, environment
 
 
@@ -74,9 +77,16 @@ class SlurmConfig:
       endpoint_wait_s: seconds an actor task waits for the learner's endpoints (the learner
         first loads its checkpoint, replay memory included).
       python: the interpreter the tasks run ('' for the one writing the script).
+      curve: CURVE keys for the learner's sockets: 'auto' when they bind beyond loopback
+        (a job of several nodes), 'on' always, 'off' never (``memoire train --insecure``).
+        ``memoire train`` makes the keys when it submits the job and hands them to its tasks
+        in the job's environment (``sbatch`` exports it); they are never written to the run
+        directory, so a job script submitted again by hand (``sbatch train.sbatch``) runs only
+        without keys.
 
     Raises:
-      ValueError: on cpus_per_task below 1, a non-positive wait, a malformed time or option.
+      ValueError: on cpus_per_task below 1, a non-positive wait, a malformed time or option,
+        an unknown ``curve``.
     """
 
     def __init__(
@@ -89,6 +99,7 @@ class SlurmConfig:
         learner_host: str = "auto",
         endpoint_wait_s: float = 600.0,
         python: str = "",
+        curve: str = "auto",
     ):
         if int(cpus_per_task) < 1:
             raise ValueError(f"cpus_per_task must be >= 1, got {cpus_per_task}")
@@ -102,6 +113,8 @@ class SlurmConfig:
             slurm.check_option(o)
         if not learner_host:
             raise ValueError("learner_host must be 'auto' or an address, got ''")
+        if curve not in distributed.CURVE_SETTINGS:
+            raise ValueError(f"curve must be one of {distributed.CURVE_SETTINGS}, got {curve!r}")
         self.cpus_per_task = int(cpus_per_task)
         self.time = time
         self.partition = partition
@@ -110,6 +123,7 @@ class SlurmConfig:
         self.learner_host = learner_host
         self.endpoint_wait_s = float(endpoint_wait_s)
         self.python = python or sys.executable
+        self.curve = curve
 
 
 def in_task() -> bool:
@@ -206,8 +220,11 @@ def submit_run(args, facts: dict, config: distributed.DistributedConfig) -> int:
         f.write(text)
     cli.emit(path)
     if slurm_config.submit:
+        env = None
+        if slurm_config.curve != "off":
+            env = dict(os.environ, **{KEYS_ENV: _encode_keys(*transport.run_keys())})
         try:
-            job = slurm.submit(path)
+            job = slurm.submit(path, env=env)
         except RuntimeError as e:
             raise cli.UsageError(e) from None
         log.info("submitted job %s: learner and %d actor task(s)", job, config.num_actors)
@@ -217,6 +234,46 @@ def submit_run(args, facts: dict, config: distributed.DistributedConfig) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # The tasks.
+
+
+def _encode_keys(server: transport.CurveKeys, client: transport.CurveKeys) -> str:
+    """The run's keys (:func:`memoire.transport.run_keys`) as one environment value."""
+    return json.dumps(
+        {
+            "server_public": server.public.decode(),
+            "server_secret": server.secret.decode(),
+            "client_public": client.public.decode(),
+            "client_secret": client.secret.decode(),
+        }
+    )
+
+
+def run_keys_from_env() -> tuple:
+    """The run's ``(server side, client side)`` CURVE keys that ``memoire train`` put in the
+    job's environment.
+
+    Raises:
+      ValueError: when the environment has none (a job script submitted by hand) or they are
+        malformed, saying how to go on.
+    """
+    text = os.environ.get(KEYS_ENV)
+    if not text:
+        raise ValueError(
+            "this job's learner binds beyond loopback but its environment has no CURVE keys "
+            f"({KEYS_ENV}): submit it with `memoire train --launcher slurm ...`, which makes "
+            "them, or run without keys (--insecure, SlurmConfig.curve = 'off')"
+        )
+    try:
+        k = {name: v.encode() for name, v in json.loads(text).items()}
+        server = transport.CurveKeys(
+            public=k["server_public"], secret=k["server_secret"], authorized=(k["client_public"],)
+        )
+        client = transport.CurveKeys(
+            public=k["client_public"], secret=k["client_secret"], server_public=k["server_public"]
+        )
+    except (ValueError, KeyError, AttributeError, TypeError):
+        raise ValueError(f"{KEYS_ENV}: malformed CURVE keys in the job's environment") from None
+    return server, client
 
 
 def learner_host(configured: str = "auto") -> str:
@@ -259,7 +316,8 @@ def write_endpoints(run_dir: str, endpoints: dict) -> str:
 
 def read_endpoints(run_dir: str, timeout: float, poll: float = 0.2) -> dict:
     """Waits at most ``timeout`` seconds for the endpoints file to name this process's job and
-    returns ``{'experience': ..., 'params': ...}``. A file left by an earlier job (a job
+    returns ``{'experience': ..., 'params': ..., 'encrypted': whether the learner uses the
+    run's CURVE keys}``. A file left by an earlier job (a job
     submitted again resumes in the same folder) is ignored.
 
     Raises:
@@ -273,7 +331,11 @@ def read_endpoints(run_dir: str, timeout: float, poll: float = 0.2) -> dict:
             with open(path) as f:
                 record = json.load(f)
             if {k: record.get(k) for k in key} == key:
-                return {"experience": record["experience"], "params": record["params"]}
+                return {
+                    "experience": record["experience"],
+                    "params": record["params"],
+                    "encrypted": bool(record.get("encrypted", False)),
+                }
         except (OSError, ValueError, KeyError, AttributeError):
             pass  # not written yet, or an unreadable leftover: the learner replaces it
         if time.monotonic() >= deadline:
@@ -329,7 +391,12 @@ def run_task(facts: dict, config: distributed.DistributedConfig) -> int:
 
 
 def _run_learner(facts: dict, config, slurm_config: SlurmConfig) -> None:
-    sockets = distributed.LearnerSockets(config, host=learner_host(slurm_config.learner_host))
+    host = learner_host(slurm_config.learner_host)
+    keys = run_keys_from_env()[0] if distributed.use_curve(slurm_config.curve, host) else None
+    sockets = distributed.LearnerSockets(config, host=host, keys=keys)
+    warning = distributed.insecure_warning(slurm_config.curve, sockets.endpoints["experience"])
+    if warning:
+        log.warning("%s", warning)
     started = time.monotonic()
 
     def actors_alive() -> bool:
@@ -340,7 +407,7 @@ def _run_learner(facts: dict, config, slurm_config: SlurmConfig) -> None:
         return not sockets.actors_gone(config.peer_timeout)
 
     try:
-        path = write_endpoints(facts["dir"], sockets.endpoints)
+        path = write_endpoints(facts["dir"], dict(sockets.endpoints, encrypted=sockets.encrypted))
         log.info("learner endpoints in %s: %s", path, sockets.endpoints)
         distributed.run_learner(
             facts, config, sockets, f"{config.num_actors} SLURM actor task(s)", actors_alive
@@ -365,5 +432,6 @@ def _run_actor(actor_id: int, facts: dict, config, slurm_config: SlurmConfig) ->
             config.queue_chunks,
             config.episodes_ahead,
             keepalive=config.keepalive,
+            keys=run_keys_from_env()[1] if ends["encrypted"] else None,
         ),
     )

@@ -74,7 +74,7 @@ def _launcher_bindings(args) -> list[str]:
     if getattr(args, "ray_address", None) is not None:
         out.append(f"RayConfig.address = {args.ray_address!r}")
     if getattr(args, "insecure", False):
-        out.append("RayConfig.curve = 'off'")
+        out += ["RayConfig.curve = 'off'", "SlurmConfig.curve = 'off'"]
     return out
 
 
