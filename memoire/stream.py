@@ -59,7 +59,7 @@ from typing import Optional
 import numpy as np
 import zmq
 
-from memoire import _core, codec
+from memoire import _core, codec, transport
 from memoire.codec import Msg, ProtocolError
 from memoire.feed import Feed, _close_native
 from memoire.memory import Batch
@@ -82,14 +82,6 @@ def _close_stream(source, feed_holder: list, sock: zmq.Socket, ctx: zmq.Context)
         pass  # a full queue to a gone server: nothing to say goodbye to
     sock.close(0)
     ctx.term()
-
-
-def _on_this_host(endpoint: str) -> bool:
-    """Whether an endpoint is surely on this host (ipc://, or tcp:// to a loopback address)."""
-    if endpoint.startswith("ipc://"):
-        return True
-    host = endpoint[len("tcp://") :].rsplit(":", 1)[0] if endpoint.startswith("tcp://") else ""
-    return host in ("localhost", "[::1]") or host.startswith("127.")
 
 
 class SamplingStream:
@@ -158,7 +150,7 @@ class SamplingStream:
             max_bytes=max_bytes,
         )
         auto = shared_memory is None
-        shm = _on_this_host(endpoint) if auto else bool(shared_memory)
+        shm = not transport.beyond_loopback(endpoint) if auto else bool(shared_memory)
         try:
             while True:
                 layout = self._open(timeout, max_bytes, shm)
