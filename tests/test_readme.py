@@ -113,7 +113,12 @@ def test_every_block_says_how_it_is_tested():
         assert b.mode in MODES, f"README.md line {b.line}: unknown mode {b.mode!r}"
         if b.mode == "skip":
             assert b.options.get("reason"), f"README.md line {b.line}: skip needs reason="
-        assert b.flags <= {"tiny", "stock"} and set(b.options) <= {"needs", "imports", "xfail", "reason"}
+        assert b.flags <= {"tiny", "stock"} and set(b.options) <= {
+            "needs",
+            "imports",
+            "xfail",
+            "reason",
+        }
 
 
 def test_readme_names_the_entry_points_and_the_atari_configs():
@@ -149,12 +154,33 @@ def _commands(text):
 _TF_GPU_PROBE = re.compile(r"cuda_driver\.cc:\d+\] failed call to cuInit")
 
 
-def _with_tiny(command):
-    """``command`` with TINY bindings inserted before any trailing comment."""
+# A distributed configuration's actors (configs/atari/dqn_distributed.gin: 4, each importing
+# TensorFlow and JAX and compiling an Atari network) become one: what more actors do (episodes
+# interleaving in the learner) is tested in test_distributed and test_atari.
+ONE_ACTOR = "DistributedConfig.num_actors = 1"
+_ACTORS = re.compile(r"^\s*DistributedConfig\.num_actors\s*=\s*(\d+)", re.M)
+
+
+def _actors(command, cwd):
+    """The most actors a gin file of ``command`` (``--gin_files F``, relative to ``cwd``) binds
+    (a file the block writes itself, not there yet, is not read)."""
+    words = shlex.split(command, comments=True)
+    files = [
+        os.path.join(cwd, words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--gin_files"
+    ]
+    texts = [open(f).read() for f in files if os.path.exists(f)]
+    counts = [int(n) for text in texts for n in _ACTORS.findall(text)]
+    return max(counts, default=0)
+
+
+def _with_tiny(command, cwd):
+    """``command`` with TINY bindings (and ONE_ACTOR where its gin files bind more actors)
+    inserted before any trailing comment; ``cwd``: the folder it runs in."""
     if not TRAINING.match(command):
         return command
     code, sep, comment = command.partition("  #")
-    extra = " ".join(f"--gin_bindings {shlex.quote(b)}" for b in TINY)
+    bindings = TINY + ([ONE_ACTOR] if _actors(code, cwd) > 1 else [])
+    extra = " ".join(f"--gin_bindings {shlex.quote(b)}" for b in bindings)
     return f"{code.rstrip()} {extra}" + (f"  #{comment}" if sep else "")
 
 
@@ -244,7 +270,7 @@ def test_shell_block(block, tmp_path):
     commands = _commands(block.text)
     if "tiny" in block.flags:
         assert any(TRAINING.match(c) for c in commands), "tiny: no training command in block"
-        commands = [_with_tiny(c) for c in commands]
+        commands = [_with_tiny(c, work) for c in commands]
     out = _run_bash("\n".join(commands), work, env, timeout=900)
     log = out.stdout + out.stderr
     assert [
