@@ -2,10 +2,11 @@
 memoire server process (configs/*_remote.gin), then resume from the checkpoint against a
 fresh server that reloads the replay from it.
 
-Each case: server A (spawned, loopback, OS-chosen port) + one training iteration of 300 steps
+Each case: server A (spawned, loopback, OS-chosen port) + one training iteration of 150 steps
+(training from step 50)
 -> checkpoint 0 (the replay written by the server); server A stops; server B starts empty;
 a second run resumes at iteration 1, the agent's unbundle makes server B load checkpoint 0, and
-300 more steps follow. Every subprocess wait is bounded.
+150 more steps follow. Every subprocess wait is bounded.
 """
 
 import os
@@ -24,7 +25,7 @@ from memoire.dopamine_compat import remote  # noqa: E402
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 300
+STEPS = 150
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
 
 
@@ -134,7 +135,7 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
         f"Runner.training_steps = {STEPS}",
         "Runner.evaluation_steps = 20",
         "Runner.max_steps_per_episode = 200",
-        f"{prefix}.min_replay_history = 100",
+        f"{prefix}.min_replay_history = 50",
     ]
 
     first = _Server(kind, gin_file, tmp_path / "server_a.log", server_args)
