@@ -17,6 +17,7 @@ import sys
 import pytest
 from _chatter import check_quiet
 from _subprocess_env import subprocess_env
+from _two_at_a_time import TwoAtATime
 
 pytestmark = pytest.mark.dopamine
 
@@ -148,22 +149,46 @@ def _check_run(base, *, memory: str, actors: bool, game: str = "Pong") -> None:
     assert os.path.exists(plot.plot(str(base), phase="train", bin_steps=50))
 
 
-@pytest.mark.parametrize("name", sorted(JAX_CONFIGS))
-def test_stock_jax_config_trains_locally(tmp_path, name):
-    """Every stock JAX agent trains in one process on memoire's JAX buffer. DQN's run goes
-    through ``python -m memoire.dopamine_compat.jax_agents`` (the older entry point, which is
-    memoire train: same run layout and trackers) on Breakout, the others through ``memoire
-    train`` on the file's Pong."""
+def _train_locally(name: str, base) -> None:
+    """Trains stock JAX config ``name`` in one process under ``base``: DQN through ``python -m
+    memoire.dopamine_compat.jax_agents`` (the older entry point, which is memoire train: same
+    run layout and trackers) on Breakout, the others through ``memoire train`` on the file's
+    Pong."""
     rel, agent_class, prioritized = JAX_CONFIGS[name]
-    base = tmp_path / name
     bindings = _short(agent_class, prioritized)
     if name == "dqn":
         bindings.append("atari_lib.create_atari_environment.game_name = 'Breakout'")
         _train(os.path.join(STOCK, rel), base, bindings, entry=ENTRY_POINT)
-        _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout")
     else:
         _train(os.path.join(STOCK, rel), base, bindings)
-        _check_run(base, memory=JAX_MEMORY, actors=False)
+
+
+@pytest.fixture(scope="module")
+def local_runs(request, tmp_path_factory):
+    """The selected local runs, two at a time (each is one process); ``local_runs(name)``
+    waits for one and returns its base folder."""
+    root = tmp_path_factory.mktemp("local")
+    runs = TwoAtATime(
+        request,
+        "test_stock_jax_config_trains_locally",
+        "name",
+        lambda name: _train_locally(name, root / name),
+    )
+
+    def finished(name):
+        runs.result(name)
+        return root / name
+
+    yield finished
+    runs.close()
+
+
+@pytest.mark.parametrize("name", sorted(JAX_CONFIGS))
+def test_stock_jax_config_trains_locally(local_runs, name):
+    """Every stock JAX agent trains in one process on memoire's JAX buffer (DQN's run through
+    the jax_agents entry point, on Breakout: _train_locally)."""
+    base = local_runs(name)
+    _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout" if name == "dqn" else "Pong")
 
 
 # Every agent class of the stock files, in a distributed run. C51 is left out: its agent is

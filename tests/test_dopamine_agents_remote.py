@@ -6,7 +6,8 @@ Each case: server A (spawned, loopback, OS-chosen port) + one training iteration
 (training from step 50)
 -> checkpoint 0 (the replay written by the server); server A stops; server B starts empty;
 a second run resumes at iteration 1, the agent's unbundle makes server B load checkpoint 0, and
-150 more steps follow. Every subprocess wait is bounded.
+150 more steps follow. Every subprocess wait is bounded. The cases run two at a time
+(tests/_two_at_a_time.py).
 """
 
 import os
@@ -20,6 +21,7 @@ pytest.importorskip("gym")
 pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
 from _buffer_server import BufferServerProcess  # noqa: E402
+from _two_at_a_time import TwoAtATime  # noqa: E402
 
 from memoire.dopamine_compat import remote  # noqa: E402
 
@@ -128,8 +130,9 @@ def _add_count(kind, endpoint):
         proxy.close()
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
+def _train_checkpoint_and_resume(case, tmp_path):
+    """The case's two runs against servers A and B (above), with the test's checks."""
+    tmp_path.mkdir()
     module, gin_file, kind, server_args, prefix, endpoint_binding = CASES[case]
     common = [
         f"Runner.training_steps = {STEPS}",
@@ -175,6 +178,26 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     # Server B reloaded checkpoint 0, then one iteration added its own steps (without the
     # reload it would hold one iteration's worth, about `saved`).
     assert resumed >= saved + STEPS // 2
+
+
+@pytest.fixture(scope="module")
+def cases(request, tmp_path_factory):
+    """The selected cases, two at a time (each is a sequence of single-process training runs
+    and a light server); ``cases(case)`` waits for one, failing as it failed."""
+    root = tmp_path_factory.mktemp("cases")
+    runs = TwoAtATime(
+        request,
+        "test_agent_trains_on_server_checkpoints_and_resumes",
+        "case",
+        lambda case: _train_checkpoint_and_resume(case, root / case),
+    )
+    yield runs.result
+    runs.close()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_agent_trains_on_server_checkpoints_and_resumes(cases, case):
+    cases(case)
 
 
 def test_jax_agents_remote_wait_is_a_setting():
