@@ -1,41 +1,40 @@
-"""Independent training runs of one parametrized test, started two at a time.
+"""Independent single-process runs of a test module's tests, started two at a time.
 
 A training subprocess (TensorFlow/JAX imports, XLA compiles, a short run) keeps one core busy;
 run one after the other, they leave the second core of a 2-core CI machine idle. A
-module-scoped fixture makes a :class:`TwoAtATime` for the parameter values the session selected
-(``-k`` or a test id runs only those); each test then waits for its own run and checks it in
-its own thread, so every case still passes or fails on its own.
+module-scoped fixture makes a :class:`TwoAtATime` from the module's jobs, one per test (by the
+test's name, parameters included); it starts the jobs of the tests the session selected (``-k``
+or a test id runs only those), in the session's order, two at a time. Each test then waits for
+its own job and checks the result in its own thread, so every test still passes or fails on its
+own, with its own message.
 """
 
 from concurrent.futures import ThreadPoolExecutor
 
 
 class TwoAtATime:
-    """``work(value)`` for each ``param`` value of the selected items of test ``test_name``
-    (in this fixture's module), two at a time, in the session's order.
+    """Runs ``jobs[name]()`` for each selected test ``name`` of the fixture's module.
 
     Args:
       request: the module-scoped fixture's ``request``.
-      test_name: str, the test function's name.
-      param: str, the parametrize argument's name.
-      work: callable(value) -> result; it runs in a worker thread (no pytest fixtures there,
-        no matplotlib); what it raises is raised by :meth:`result`.
+      jobs: {test name (``request.node.name``, e.g. ``test_x[a]``): callable() -> result}; each
+        runs in a worker thread (no pytest fixtures there, no matplotlib); what it raises is
+        raised by :meth:`result`.
     """
 
-    def __init__(self, request, test_name, param, work):
-        values = [
-            item.callspec.params[param]
+    def __init__(self, request, jobs):
+        names = [
+            item.name
             for item in request.session.items
-            if getattr(item, "originalname", None) == test_name
-            and getattr(item, "module", None) is request.module
+            if getattr(item, "module", None) is request.module and item.name in jobs
         ]
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=test_name)
-        self._futures = {v: self._pool.submit(work, v) for v in dict.fromkeys(values)}
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="two_at_a_time")
+        self._futures = {name: self._pool.submit(jobs[name]) for name in dict.fromkeys(names)}
 
-    def result(self, value):
-        """What ``work(value)`` returned (waiting for it), or what it raised."""
-        return self._futures[value].result()
+    def result(self, name):
+        """What test ``name``'s job returned (waiting for it), or what it raised."""
+        return self._futures[name].result()
 
     def close(self):
-        """Starts no more runs and waits for the ones running."""
+        """Starts no more jobs and waits for the ones running."""
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -10,6 +10,7 @@ a second run resumes at iteration 1, the agent's unbundle makes server B load ch
 (tests/_two_at_a_time.py).
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -183,21 +184,23 @@ def _train_checkpoint_and_resume(case, tmp_path):
 @pytest.fixture(scope="module")
 def cases(request, tmp_path_factory):
     """The selected cases, two at a time (each is a sequence of single-process training runs
-    and a light server); ``cases(case)`` waits for one, failing as it failed."""
+    and a light server); ``cases(request)`` waits for the requesting test's case, failing as
+    it failed."""
     root = tmp_path_factory.mktemp("cases")
-    runs = TwoAtATime(
-        request,
-        "test_agent_trains_on_server_checkpoints_and_resumes",
-        "case",
-        lambda case: _train_checkpoint_and_resume(case, root / case),
-    )
-    yield runs.result
+    jobs = {
+        f"test_agent_trains_on_server_checkpoints_and_resumes[{case}]": functools.partial(
+            _train_checkpoint_and_resume, case, root / case
+        )
+        for case in CASES
+    }
+    runs = TwoAtATime(request, jobs)
+    yield lambda test_request: runs.result(test_request.node.name)
     runs.close()
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_agent_trains_on_server_checkpoints_and_resumes(cases, case):
-    cases(case)
+def test_agent_trains_on_server_checkpoints_and_resumes(cases, request, case):
+    cases(request)
 
 
 def test_jax_agents_remote_wait_is_a_setting():
