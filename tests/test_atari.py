@@ -99,7 +99,10 @@ def _env() -> dict:
     return env
 
 
-def _run(args: list[str], cwd, timeout: float = 240) -> subprocess.CompletedProcess:
+# A bound on each run, far above a quiet machine's 20-40 s: the single runs go two at a time
+# beside the distributed ones (up to four processes on two cores), and a loaded developer
+# machine is slower still.
+def _run(args: list[str], cwd, timeout: float = 480) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args],
         env=_env(),
