@@ -26,9 +26,10 @@ MODE:
 ``needs=`` lists repository files the block uses; while one is missing the block is skipped
 with that reason. ``xfail=`` marks a block known to fail, strictly (it must fail; once fixed,
 the marker must go). Shell and gin blocks run in a scratch directory where ``configs/`` is the
-repository's.
+repository's; shell blocks run two at a time (tests/_two_at_a_time.py).
 """
 
+import functools
 import os
 import re
 import shlex
@@ -36,6 +37,7 @@ import subprocess
 import sys
 
 import pytest
+from _two_at_a_time import TwoAtATime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -263,15 +265,36 @@ def test_python_block(block, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("block", _params("shell"))
-def test_shell_block(block, tmp_path):
+def _run_shell_block(block, tmp_path):
+    """Runs a shell block in a scratch folder under ``tmp_path`` (in a worker thread: see
+    shell_runs); returns the folder, the commands as run and bash's CompletedProcess."""
     _skip_unless_present(block)
     work, env = _scratch(tmp_path, block)
     commands = _commands(block.text)
     if "tiny" in block.flags:
         assert any(TRAINING.match(c) for c in commands), "tiny: no training command in block"
         commands = [_with_tiny(c, work) for c in commands]
-    out = _run_bash("\n".join(commands), work, env, timeout=900)
+    return work, commands, _run_bash("\n".join(commands), work, env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def shell_runs(request, tmp_path_factory):
+    """The selected shell blocks, two at a time (most of their commands are single training
+    processes); ``shell_runs(request)`` waits for the requesting test's block."""
+    root = tmp_path_factory.mktemp("shell")
+    jobs = {}
+    for b in BLOCKS:
+        if b.mode == "shell":
+            (root / b.id).mkdir()
+            jobs[f"test_shell_block[{b.id}]"] = functools.partial(_run_shell_block, b, root / b.id)
+    runs = TwoAtATime(request, jobs)
+    yield lambda test_request: runs.result(test_request.node.name)
+    runs.close()
+
+
+@pytest.mark.parametrize("block", _params("shell"))
+def test_shell_block(block, shell_runs, request):
+    work, commands, out = shell_runs(request)
     log = out.stdout + out.stderr
     assert [
         line for line in log.splitlines() if "ERROR" in line and not _TF_GPU_PROBE.search(line)
