@@ -11,7 +11,15 @@ cd "$(dirname "$0")/.."
 PY=$(command -v "${PYTHON:-python}")
 PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 
-cmake -S . -B build/asan -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=ON -DMEMOIRE_PYTHON=OFF \
+# One sanitized build for both: the core is compiled once, linked into the C++ tests and (unless
+# SANITIZE_PYTHON=0) into the extension.
+python_args=(-DMEMOIRE_PYTHON=OFF)
+if [ "${SANITIZE_PYTHON:-1}" != "0" ]; then
+  python_args=(-DMEMOIRE_PYTHON=ON
+    -Dpybind11_DIR="$($PY -c 'import pybind11; print(pybind11.get_cmake_dir())')"
+    -DPython_EXECUTABLE="$PY")
+fi
+cmake -S . -B build/asan -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=ON "${python_args[@]}" \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/asan
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
@@ -20,18 +28,13 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 
 if [ "${SANITIZE_PYTHON:-1}" = "0" ]; then exit 0; fi
 
-# The extension, sanitized, in its own build folder; tests import it from a private copy of the
-# package so the developer build in memoire/ is untouched.
-cmake -S . -B build/asan-py -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=OFF -DMEMOIRE_PYTHON=ON \
-  -DCMAKE_BUILD_TYPE=Debug \
-  -Dpybind11_DIR="$($PY -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
-  -DPython_EXECUTABLE="$(command -v $PY)" >/dev/null
-cmake --build build/asan-py
-PKG=build/asan-py/pkg
+# The tests import the sanitized extension from a private copy of the package so the developer
+# build in memoire/ is untouched.
+PKG=build/asan/pkg
 rm -rf "$PKG" && mkdir -p "$PKG"
 cp -r memoire "$PKG/memoire"
 rm -f "$PKG"/memoire/_core*.so
-cp build/asan-py/_core*.so "$PKG/memoire/"
+cp build/asan/_core*.so "$PKG/memoire/"
 LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
 LIBUBSAN=$(${CXX:-g++} -print-file-name=libubsan.so)
 # The tests run from a copy too, so that pytest's rootdir import finds the sanitized package.

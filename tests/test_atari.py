@@ -9,6 +9,7 @@ from step 100), so each run is seconds of play after the imports; learning is no
 
 import ast
 import csv
+import functools
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import pytest
 from _chatter import check_quiet
 from _subprocess_env import subprocess_env
+from _two_at_a_time import TwoAtATime
 
 pytestmark = pytest.mark.dopamine
 
@@ -69,6 +71,8 @@ TF_CONFIGS = {
     "tf_implicit_quantile": "tf/agents/implicit_quantile/configs/implicit_quantile.gin",
 }
 JAX_MEMORY = "memoire.dopamine_compat.jax_replay_buffer.ReplayBuffer"
+# The older entry point (it runs memoire train).
+ENTRY_POINT = ("-m", "memoire.dopamine_compat.jax_agents")
 
 TRAINING_STEPS = 200
 
@@ -95,7 +99,10 @@ def _env() -> dict:
     return env
 
 
-def _run(args: list[str], cwd, timeout: float = 240) -> subprocess.CompletedProcess:
+# A bound on each run, far above a quiet machine's 20-40 s: the single runs go two at a time
+# beside the distributed ones (up to four processes on two cores), and a loaded developer
+# machine is slower still.
+def _run(args: list[str], cwd, timeout: float = 480) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args],
         env=_env(),
@@ -146,20 +153,77 @@ def _check_run(base, *, memory: str, actors: bool, game: str = "Pong") -> None:
     assert os.path.exists(plot.plot(str(base), phase="train", bin_steps=50))
 
 
-@pytest.mark.parametrize("name", sorted(JAX_CONFIGS))
-def test_stock_jax_config_trains_locally(tmp_path, name):
+def _train_locally(name: str, base):
+    """Trains stock JAX config ``name`` in one process under ``base``: DQN through ``python -m
+    memoire.dopamine_compat.jax_agents`` (the older entry point, which is memoire train: same
+    run layout and trackers) on Breakout, the others through ``memoire train`` on the file's
+    Pong."""
     rel, agent_class, prioritized = JAX_CONFIGS[name]
-    base = tmp_path / name
-    _train(os.path.join(STOCK, rel), base, _short(agent_class, prioritized))
-    _check_run(base, memory=JAX_MEMORY, actors=False)
+    bindings = _short(agent_class, prioritized)
+    if name == "dqn":
+        bindings.append("atari_lib.create_atari_environment.game_name = 'Breakout'")
+        _train(os.path.join(STOCK, rel), base, bindings, entry=ENTRY_POINT)
+    else:
+        _train(os.path.join(STOCK, rel), base, bindings)
+    return base
+
+
+@pytest.fixture(scope="module")
+def single_runs(request, tmp_path_factory):
+    """The single-process runs of this module's tests (every one but the distributed runs),
+    two at a time; ``single_runs(request)`` waits for the requesting test's run and returns
+    what its job returns."""
+    root = tmp_path_factory.mktemp("single")
+
+    def folder(name):  # each run in a folder of its own, its working directory the parent
+        (root / name).mkdir()
+        return root / name / "run"
+
+    jobs = {
+        f"test_stock_jax_config_trains_locally[{n}]": functools.partial(
+            _train_locally, n, folder(f"local_{n}")
+        )
+        for n in JAX_CONFIGS
+    }
+    jobs["test_stock_file_runs_on_dopamines_buffer_for_comparison"] = functools.partial(
+        _train_on_dopamines_buffer, folder("dopamine_replay")
+    )
+    jobs["test_stock_tf_file_fails_in_one_line_naming_the_equivalent"] = functools.partial(
+        _stock_tf_file, folder("stock_tf")
+    )
+    jobs["test_tf_dqn_trains_through_configs_atari"] = functools.partial(
+        _train_tf_dqn, folder("tf_dqn")
+    )
+    for n in FEEDS:
+        jobs[f"test_tf_feed_configs_train_from_the_prefetching_feed[{n}]"] = functools.partial(
+            _train_feed, n, folder(n)
+        )
+    runs = TwoAtATime(request, jobs)
+    yield lambda test_request: runs.result(test_request.node.name)
+    runs.close()
 
 
 @pytest.mark.parametrize("name", sorted(JAX_CONFIGS))
+def test_stock_jax_config_trains_locally(single_runs, request, name):
+    """Every stock JAX agent trains in one process on memoire's JAX buffer (DQN's run through
+    the jax_agents entry point, on Breakout: _train_locally)."""
+    base = single_runs(request)
+    _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout" if name == "dqn" else "Pong")
+
+
+# Every agent class of the stock files, in a distributed run. C51 is left out: its agent is
+# Rainbow's JaxRainbowAgent (run here by "rainbow") and its uniform memory is DQN's and
+# implicit quantile's (run here); its own file trains in test_stock_jax_config_trains_locally.
+DISTRIBUTED = sorted(set(JAX_CONFIGS) - {"c51"})
+
+
+@pytest.mark.parametrize("name", DISTRIBUTED)
 def test_stock_jax_config_trains_with_actors(tmp_path, name):
-    """Every stock agent trains from an actor process (its network's parameters published, its
-    own action selection in the actor); DQN's run has two actors, whose episodes interleave
-    in the learner. (One actor for the others: a third process compiling an Atari network on
-    a 2-core CI machine costs about a third of the test and checks nothing agent-specific.)"""
+    """Every stock agent class trains from an actor process (its network's parameters
+    published, its own action selection in the actor); DQN's run has two actors, whose
+    episodes interleave in the learner. (One actor for the others: a third process compiling
+    an Atari network on a 2-core CI machine costs about a third of the test and checks nothing
+    agent-specific.)"""
     rel, agent_class, prioritized = JAX_CONFIGS[name]
     base = tmp_path / name
     actors = 2 if name == "dqn" else 1
@@ -181,56 +245,37 @@ def test_stock_jax_config_trains_with_actors(tmp_path, name):
     _check_run(base, memory=JAX_MEMORY, actors=True)
 
 
-def test_jax_agents_entry_point_writes_records_plot_reads(tmp_path):
-    """``python -m memoire.dopamine_compat.jax_agents`` (the older entry point) is memoire
-    train: same run layout and trackers, here on Breakout."""
-    rel, agent_class, prioritized = JAX_CONFIGS["dqn"]
-    base = tmp_path / "entry"
-    _train(
-        os.path.join(STOCK, rel),
-        base,
-        _short(agent_class, prioritized)
-        + ["atari_lib.create_atari_environment.game_name = 'Breakout'"],
-        entry=("-m", "memoire.dopamine_compat.jax_agents"),
-    )
-    _check_run(base, memory=JAX_MEMORY, actors=False, game="Breakout")
-
-
-def test_stock_file_runs_on_dopamines_buffer_for_comparison(tmp_path):
+def _train_on_dopamines_buffer(base):
     rel, agent_class, prioritized = JAX_CONFIGS["rainbow"]
-    base = tmp_path / "dopamine_replay"
     _train(
         os.path.join(STOCK, rel),
         base,
         _short(agent_class, prioritized),
         entry=("-m", "memoire.cli", "train", "--replay", "dopamine"),
     )
+    return base
+
+
+def test_stock_file_runs_on_dopamines_buffer_for_comparison(single_runs, request):
+    base = single_runs(request)
     _check_run(base, memory="dopamine.jax.replay_memory.replay_buffer.ReplayBuffer", actors=False)
 
 
-def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(tmp_path):
-    out = _run(
-        [
-            "-m",
-            "memoire.cli",
-            "train",
-            "--gin_files",
-            os.path.join(STOCK, TF_CONFIGS["tf_dqn"]),
-            "--base_dir",
-            str(tmp_path / "tf"),
-        ],
-        tmp_path,
-        timeout=120,
-    )
+def _stock_tf_file(base) -> subprocess.CompletedProcess:
+    args = ["-m", "memoire.cli", "train", "--gin_files", os.path.join(STOCK, TF_CONFIGS["tf_dqn"])]
+    return _run(args + ["--base_dir", str(base)], base.parent, timeout=120)
+
+
+def test_stock_tf_file_fails_in_one_line_naming_the_equivalent(single_runs, request):
+    out = single_runs(request)
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("memoire train: ") and "tf.estimator" in last
     assert "configs/atari/" in last and "Traceback" not in out.stderr
 
 
-def test_tf_dqn_trains_through_configs_atari(tmp_path):
-    base = tmp_path / "tf_dqn"
-    out = _train(
+def _train_tf_dqn(base):
+    return base, _train(
         os.path.join(ATARI, "tf_dqn.gin"),
         base,
         [
@@ -243,6 +288,10 @@ def test_tf_dqn_trains_through_configs_atari(tmp_path):
             "WrappedReplayBuffer.batch_size = 8",
         ],
     )
+
+
+def test_tf_dqn_trains_through_configs_atari(single_runs, request):
+    base, out = single_runs(request)
     _check_run(
         base,
         memory="memoire.dopamine_compat.circular_replay_buffer.OutOfGraphReplayBuffer",
@@ -260,19 +309,17 @@ def test_tf_dqn_trains_through_configs_atari(tmp_path):
         assert "DQNAgent.tf_device = '/cpu:*'" in config
 
 
-@pytest.mark.parametrize(
-    "name,wrapper,memory",
-    [
-        ("tf_dqn_feed", "WrappedReplayBuffer", "MemoireOutOfGraphReplayBuffer"),
-        (
-            "tf_rainbow_feed",
-            "WrappedPrioritizedReplayBuffer",
-            "MemoireOutOfGraphPrioritizedReplayBuffer",
-        ),
-    ],
-)
-def test_tf_feed_configs_train_from_the_prefetching_feed(tmp_path, name, wrapper, memory):
-    base = tmp_path / name
+FEEDS = {
+    "tf_dqn_feed": ("WrappedReplayBuffer", "MemoireOutOfGraphReplayBuffer"),
+    "tf_rainbow_feed": (
+        "WrappedPrioritizedReplayBuffer",
+        "MemoireOutOfGraphPrioritizedReplayBuffer",
+    ),
+}
+
+
+def _train_feed(name, base):
+    wrapper = FEEDS[name][0]
     agent = "DQNAgent" if "dqn" in name else "RainbowAgent"
     _train(
         os.path.join(ATARI, f"{name}.gin"),
@@ -287,6 +334,13 @@ def test_tf_feed_configs_train_from_the_prefetching_feed(tmp_path, name, wrapper
             f"{wrapper}.batch_size = 8",
         ],
     )
+    return base
+
+
+@pytest.mark.parametrize("name", sorted(FEEDS))
+def test_tf_feed_configs_train_from_the_prefetching_feed(single_runs, request, name):
+    memory = FEEDS[name][1]
+    base = single_runs(request)
     prioritized = "Prioritized" if "rainbow" in name else ""
     _check_run(
         base,

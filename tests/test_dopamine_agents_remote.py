@@ -2,12 +2,15 @@
 memoire server process (configs/*_remote.gin), then resume from the checkpoint against a
 fresh server that reloads the replay from it.
 
-Each case: server A (spawned, loopback, OS-chosen port) + one training iteration of 300 steps
+Each case: server A (spawned, loopback, OS-chosen port) + one training iteration of 150 steps
+(training from step 50)
 -> checkpoint 0 (the replay written by the server); server A stops; server B starts empty;
 a second run resumes at iteration 1, the agent's unbundle makes server B load checkpoint 0, and
-300 more steps follow. Every subprocess wait is bounded.
+150 more steps follow. Every subprocess wait is bounded. The cases run two at a time
+(tests/_two_at_a_time.py).
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -19,12 +22,13 @@ pytest.importorskip("gym")
 pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
 from _buffer_server import BufferServerProcess  # noqa: E402
+from _two_at_a_time import TwoAtATime  # noqa: E402
 
 from memoire.dopamine_compat import remote  # noqa: E402
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 300
+STEPS = 150
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
 
 
@@ -127,14 +131,15 @@ def _add_count(kind, endpoint):
         proxy.close()
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
+def _train_checkpoint_and_resume(case, tmp_path):
+    """The case's two runs against servers A and B (above), with the test's checks."""
+    tmp_path.mkdir()
     module, gin_file, kind, server_args, prefix, endpoint_binding = CASES[case]
     common = [
         f"Runner.training_steps = {STEPS}",
         "Runner.evaluation_steps = 20",
         "Runner.max_steps_per_episode = 200",
-        f"{prefix}.min_replay_history = 100",
+        f"{prefix}.min_replay_history = 50",
     ]
 
     first = _Server(kind, gin_file, tmp_path / "server_a.log", server_args)
@@ -174,6 +179,28 @@ def test_agent_trains_on_server_checkpoints_and_resumes(tmp_path, case):
     # Server B reloaded checkpoint 0, then one iteration added its own steps (without the
     # reload it would hold one iteration's worth, about `saved`).
     assert resumed >= saved + STEPS // 2
+
+
+@pytest.fixture(scope="module")
+def cases(request, tmp_path_factory):
+    """The selected cases, two at a time (each is a sequence of single-process training runs
+    and a light server); ``cases(request)`` waits for the requesting test's case, failing as
+    it failed."""
+    root = tmp_path_factory.mktemp("cases")
+    jobs = {
+        f"test_agent_trains_on_server_checkpoints_and_resumes[{case}]": functools.partial(
+            _train_checkpoint_and_resume, case, root / case
+        )
+        for case in CASES
+    }
+    runs = TwoAtATime(request, jobs)
+    yield lambda test_request: runs.result(test_request.node.name)
+    runs.close()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_agent_trains_on_server_checkpoints_and_resumes(cases, request, case):
+    cases(request)
 
 
 def test_jax_agents_remote_wait_is_a_setting():

@@ -26,9 +26,10 @@ MODE:
 ``needs=`` lists repository files the block uses; while one is missing the block is skipped
 with that reason. ``xfail=`` marks a block known to fail, strictly (it must fail; once fixed,
 the marker must go). Shell and gin blocks run in a scratch directory where ``configs/`` is the
-repository's.
+repository's; shell blocks run two at a time (tests/_two_at_a_time.py).
 """
 
+import functools
 import os
 import re
 import shlex
@@ -36,6 +37,7 @@ import subprocess
 import sys
 
 import pytest
+from _two_at_a_time import TwoAtATime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -154,12 +156,33 @@ def _commands(text):
 _TF_GPU_PROBE = re.compile(r"cuda_driver\.cc:\d+\] failed call to cuInit")
 
 
-def _with_tiny(command):
-    """``command`` with TINY bindings inserted before any trailing comment."""
+# A distributed configuration's actors (configs/atari/dqn_distributed.gin: 4, each importing
+# TensorFlow and JAX and compiling an Atari network) become one: what more actors do (episodes
+# interleaving in the learner) is tested in test_distributed and test_atari.
+ONE_ACTOR = "DistributedConfig.num_actors = 1"
+_ACTORS = re.compile(r"^\s*DistributedConfig\.num_actors\s*=\s*(\d+)", re.M)
+
+
+def _actors(command, cwd):
+    """The most actors a gin file of ``command`` (``--gin_files F``, relative to ``cwd``) binds
+    (a file the block writes itself, not there yet, is not read)."""
+    words = shlex.split(command, comments=True)
+    files = [
+        os.path.join(cwd, words[i + 1]) for i, w in enumerate(words[:-1]) if w == "--gin_files"
+    ]
+    texts = [open(f).read() for f in files if os.path.exists(f)]
+    counts = [int(n) for text in texts for n in _ACTORS.findall(text)]
+    return max(counts, default=0)
+
+
+def _with_tiny(command, cwd):
+    """``command`` with TINY bindings (and ONE_ACTOR where its gin files bind more actors)
+    inserted before any trailing comment; ``cwd``: the folder it runs in."""
     if not TRAINING.match(command):
         return command
     code, sep, comment = command.partition("  #")
-    extra = " ".join(f"--gin_bindings {shlex.quote(b)}" for b in TINY)
+    bindings = TINY + ([ONE_ACTOR] if _actors(code, cwd) > 1 else [])
+    extra = " ".join(f"--gin_bindings {shlex.quote(b)}" for b in bindings)
     return f"{code.rstrip()} {extra}" + (f"  #{comment}" if sep else "")
 
 
@@ -242,15 +265,36 @@ def test_python_block(block, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("block", _params("shell"))
-def test_shell_block(block, tmp_path):
+def _run_shell_block(block, tmp_path):
+    """Runs a shell block in a scratch folder under ``tmp_path`` (in a worker thread: see
+    shell_runs); returns the folder, the commands as run and bash's CompletedProcess."""
     _skip_unless_present(block)
     work, env = _scratch(tmp_path, block)
     commands = _commands(block.text)
     if "tiny" in block.flags:
         assert any(TRAINING.match(c) for c in commands), "tiny: no training command in block"
-        commands = [_with_tiny(c) for c in commands]
-    out = _run_bash("\n".join(commands), work, env, timeout=900)
+        commands = [_with_tiny(c, work) for c in commands]
+    return work, commands, _run_bash("\n".join(commands), work, env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def shell_runs(request, tmp_path_factory):
+    """The selected shell blocks, two at a time (most of their commands are single training
+    processes); ``shell_runs(request)`` waits for the requesting test's block."""
+    root = tmp_path_factory.mktemp("shell")
+    jobs = {}
+    for b in BLOCKS:
+        if b.mode == "shell":
+            (root / b.id).mkdir()
+            jobs[f"test_shell_block[{b.id}]"] = functools.partial(_run_shell_block, b, root / b.id)
+    runs = TwoAtATime(request, jobs)
+    yield lambda test_request: runs.result(test_request.node.name)
+    runs.close()
+
+
+@pytest.mark.parametrize("block", _params("shell"))
+def test_shell_block(block, shell_runs, request):
+    work, commands, out = shell_runs(request)
     log = out.stdout + out.stderr
     assert [
         line for line in log.splitlines() if "ERROR" in line and not _TF_GPU_PROBE.search(line)
