@@ -241,8 +241,10 @@ PEER_TIMEOUT_S = 10.0
 # (RECEIVE_HWM + 1) x max message bytes per connection (the +1: the message its engine decoded
 # and holds while the queue is full). A receiver that stops reading (a rate limiter holding
 # inserts back) then stops reading its TCP connections, and what its peers send waits in their
-# own processes: their sends block or time out.
-RECEIVE_HWM = 4
+# own processes: their sends block or time out. 16, not fewer: small chunks (a CartPole chunk is
+# a few KB) need the queue to keep a receiver fed; at 4, central-mode ingest of float32[4]
+# chunks fell to 0.62-0.76 of raw pyzmq (benchmarks/RESULTS.md, 2026-11-27), at 16 0.94-0.97.
+RECEIVE_HWM = 16
 _RECEIVERS = (zmq.PULL, zmq.SUB, zmq.ROUTER, zmq.DEALER, zmq.REP, zmq.REQ, zmq.PAIR)
 
 
