@@ -2,16 +2,15 @@
 DQN whose Ray-placed actors and learner are killed and come back, and a sweep through Ray
 that leaves the local launcher's records. Without Ray, one line says what to install."""
 
-import csv
 import json
 import logging
 import os
 import subprocess
 import sys
-import time
 import types
 
 import pytest
+from _ray_probe import _call, _named, _rows, _wait
 from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, train_command
 
@@ -46,42 +45,6 @@ def cluster(tmp_path_factory):
         yield "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
     finally:
         ray.shutdown()
-
-
-def _wait(predicate, seconds, what):
-    """Polls ``predicate()`` every 0.2 s until it returns something true; fails after
-    ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"no {what} within {seconds} s")
-
-
-def _call(handle, method, default=None):
-    """``handle.method()`` through Ray, or ``default`` when the actor is not there (yet)."""
-    import ray
-
-    try:
-        return ray.get(getattr(handle, method).remote(), timeout=10)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-        return default
-
-
-def _named(name):
-    import ray
-
-    try:
-        return ray.get_actor(name, namespace="memoire")
-    except ValueError:
-        return None
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.mark.dopamine

@@ -8,52 +8,15 @@ not) and a plain socket sent to the learner is refused and counted.
 
 One run of the tiny CartPole config (real Dopamine learner and actors), so it is slow."""
 
-import csv
 import os
 import subprocess
-import time
 
 import pytest
+from _ray_probe import _call, _named, _rows, _wait
 from _subprocess_env import subprocess_env
 from _tiny_run import train_command
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.ray, pytest.mark.slow]
-
-
-def _wait(predicate, seconds, what):
-    """Polls ``predicate()`` every 0.2 s until it returns something true; fails after
-    ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"no {what} within {seconds} s")
-
-
-def _call(handle, method, default=None):
-    """``handle.method()`` through Ray, or ``default`` when the actor is not there (yet)."""
-    import ray
-
-    try:
-        return ray.get(getattr(handle, method).remote(), timeout=10)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-        return default
-
-
-def _named(name):
-    import ray
-
-    try:
-        return ray.get_actor(name, namespace="memoire")
-    except ValueError:
-        return None
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import gin
 import pytest
 from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, train_command
+from test_slurm import _directives
 
 from memoire.experiments import slurm_launcher
 
@@ -32,16 +33,6 @@ JOB_END_S = 300  # a tiny job of three tasks on a loaded 2-core machine ends wel
 
 # ---------------------------------------------------------------------------------------------
 # Without SLURM: the script, the rendezvous.
-
-
-def _directives(text):
-    """{option: value} of the script's ``#SBATCH --name=value`` lines."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#SBATCH "):
-            name, _, value = line[len("#SBATCH ") :].partition("=")
-            out[name] = value
-    return out
 
 
 @pytest.mark.dopamine

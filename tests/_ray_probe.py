@@ -1,0 +1,42 @@
+"""Polling and probing Ray actors from a test (tests/test_ray.py, tests/test_ray_cluster.py)."""
+
+import csv
+import time
+
+import pytest
+
+
+def _wait(predicate, seconds, what):
+    """Polls ``predicate()`` every 0.2 s until it returns something true; fails after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {seconds} s")
+
+
+def _call(handle, method, default=None):
+    """``handle.method()`` through Ray, or ``default`` when the actor is not there (yet)."""
+    import ray
+
+    try:
+        return ray.get(getattr(handle, method).remote(), timeout=10)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return default
+
+
+def _named(name):
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace="memoire")
+    except ValueError:
+        return None
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
