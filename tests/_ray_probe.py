@@ -1,6 +1,7 @@
 """Polling and probing Ray actors from a test (tests/test_ray.py, tests/test_ray_cluster.py)."""
 
 import csv
+import os
 import time
 
 import pytest
@@ -38,5 +39,8 @@ def _named(name):
 
 
 def _rows(path):
+    """The rows of a CSV file ([] while it does not exist)."""
+    if not os.path.exists(path):
+        return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

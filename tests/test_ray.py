@@ -80,6 +80,16 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
             _wait(
                 lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 300, "chunks from an actor"
             )  # the learner starts first (TF, JAX)
+        # Chunks counted as sent may still sit in a killed process's send queue: wait until the
+        # learner has stored an episode of each actor, so iteration 0 holds both.
+        episodes_csv = os.path.join(run, "episodes.csv")
+        _wait(
+            lambda: (
+                {r["actor"] for r in _rows(episodes_csv) if r["phase"] == "train"} >= {"0", "1"}
+            ),
+            150,
+            "an episode stored from each actor",
+        )
         import ray
 
         pids = []
