@@ -25,7 +25,9 @@ multi-step, cache flags) is fixed when the stream opens; a later change of the s
 frame_stack or multi_step makes the next batch raise (open a new stream).
 
 In flight: at most ``credit`` batches are granted and unsent or on the wire, and ``depth``
-more wait stacked in the ring. Credit goes back ``max(1, credit // 2)`` batches at a time.
+more wait stacked in the ring. Over the socket credit goes back ``max(1, credit // 2)``
+batches at a time; with shared memory a slot goes back with the next ``next`` after its batch
+is dropped.
 Prioritized replay: a priority update is sent at once (or within a few milliseconds when the
 receiving thread holds the socket) and applied by the server in order with the stream's other
 messages; batches already sampled (at most ``credit + depth``) predate it.

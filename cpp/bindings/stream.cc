@@ -130,18 +130,18 @@ ShmRegion::~ShmRegion() {
   if (owner_) unlink(path_.c_str());  // a learner that never mapped it: ENOENT otherwise
 }
 
-void StreamSource::FlushLocked(bool waiting) {
+void StreamSource::FlushLocked() {
   std::deque<std::vector<std::string>> q;
   std::vector<int64_t> slots;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     q.swap(queue_);
-    const int64_t due = static_cast<int64_t>(returned_.size());
-    // Slots go back credit_chunk at a time (each credit message costs the server a decode),
-    // or all of them when the learner waits while the server may be short of slots.
-    if (due > 0 && (due >= opt_.credit_chunk ||
-                    (waiting && opt_.slots - num_held_ - due < opt_.credit_chunk)))
-      slots.swap(returned_);
+    // Slots go back at the first flush after their batch is dropped, together when several
+    // are due: the server writes the slot given back last first, so a learner that takes
+    // batches as they come keeps a few slots in rotation, whose lines are still in cache.
+    // (Returned credit_chunk at a time, every slot written had been idle for that many
+    // batches: 0.44 ms of the server's CPU per Atari batch of 32 against 0.26-0.35.)
+    slots.swap(returned_);
   }
   for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
   if (!slots.empty()) {
@@ -176,7 +176,7 @@ Status StreamSource::Receive(libzmq::Frames* frames) {
     int rc;
     {
       std::lock_guard<std::mutex> io(io_mu_);
-      FlushLocked(waited);
+      FlushLocked();
       const auto now = Clock::now();
       if (now >= next_ping) {
         // A restarted server does not know this stream: the ping makes it say so.

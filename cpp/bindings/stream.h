@@ -65,7 +65,7 @@ class StreamSource {
     codec::Limits limits;
     int timeout_ms = 10000;   // a batch must arrive within this (else the draw fails)
     int ping_ms = 500;        // while waiting, a credit of 0 goes out this often
-    int64_t credit_chunk = 1; // credit returned after this many batches were received
+    int64_t credit_chunk = 1; // over the socket: credit returned after this many batches
     // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
     std::vector<std::string> credit_message, ping_message;
     // Shared memory: the mapping and its slots (each slot_layout.slot_bytes).
@@ -105,10 +105,9 @@ class StreamSource {
   int64_t last_seq() const { return last_seq_.load(); }
 
  private:
-  // Sends queued messages and the credit due (shared memory: returned slots once
-  // credit_chunk are due, or, while `waiting` for a batch, as soon as the server may have
-  // fewer than credit_chunk slots); io_mu_ held.
-  void FlushLocked(bool waiting = false);
+  // Sends queued messages and the credit due (shared memory: every slot returned since the
+  // last flush, in one message); io_mu_ held.
+  void FlushLocked();
   // Waits for the next message into *frames: OK, or the timeout's / stop's / socket's error.
   Status Receive(libzmq::Frames* frames);
 
