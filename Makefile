@@ -14,10 +14,12 @@ demo: bootstrap
 	@echo "learning curves: runs/demo/learning_curves.png"
 
 # The whole test suite against the installed package (pytest, not `python -m pytest`, so the
-# source tree does not shadow the installed extension); the 15 slowest tests are listed at the
-# end, to keep CI's time in view.
+# source tree does not shadow the installed extension), in two worker processes (pytest-xdist),
+# each taking whole modules, so a module's fixtures are set up once: most tests wait on a
+# training subprocess or a socket, and one process leaves a 2-core machine a third idle. The 15
+# slowest tests are listed at the end, to keep CI's time in view.
 test: bootstrap
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=15
 
 # The benchmark suite against Dopamine, cpprb, NumPy and raw pyzmq (about 10 minutes on 2 cores);
 # rewrites benchmarks/RESULTS.md and benchmarks/scaling.png.

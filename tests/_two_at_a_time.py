@@ -9,6 +9,7 @@ its own job and checks the result in its own thread, so every test still passes 
 own, with its own message.
 """
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -28,7 +29,11 @@ class TwoAtATime:
             for item in request.session.items
             if getattr(item, "module", None) is request.module and item.name in jobs
         ]
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="two_at_a_time")
+        # Under pytest-xdist (make test) the other workers' modules take cores too: on 2 cores
+        # with 2 workers the jobs run one at a time.
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        at_once = max(1, min(2, (os.cpu_count() or 2) // workers))
+        self._pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="two_at_a_time")
         self._futures = {name: self._pool.submit(jobs[name]) for name in dict.fromkeys(names)}
 
     def result(self, name):
