@@ -72,6 +72,13 @@ def _until(cond, timeout=30.0):
     return cond()
 
 
+def _lost_lines(records):
+    """The server's peer_lost warnings among log records."""
+    return sum(
+        "peer_lost" in r.getMessage() and "not heard from" in r.getMessage() for r in records
+    )
+
+
 def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog):
     caplog.set_level(logging.WARNING, logger="memoire.server")
     rng = random.Random(24)
@@ -129,6 +136,11 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
             stored_before = srv.stats().get("episodes_in", 0)
             assert _until(lambda: srv.stats().get("episodes_in", 0) > stored_before + 6, 60)
             assert _until(lambda: not set(killed) & {u for u, _, _ in srv.open_episodes()})
+            # The ingest counts a drop when it closes the episode; its warning is logged just
+            # after, by the server's thread: wait for every counted drop's line.
+            assert _until(
+                lambda: _lost_lines(caplog.records) == srv.stats()["rejected"].get("peer_lost", 0)
+            )
             stop.set()
             s = srv.stats()
             records = list(caplog.records)
