@@ -122,11 +122,12 @@ PY
 
 # 5. The core tests, stubtest of memoire/_core.pyi among them (tests/test_stubs.py). pytest, not
 # `python -m pytest`, run from $TMP: nothing puts the checkout's memoire/ on sys.path. Paths among
-# the arguments are the checkout's (tests/test_memory.py); none given: all of tests/.
+# the arguments are the checkout's (tests/test_memory.py); none given: all of tests/. Two
+# pytest-xdist workers (the test extra), a module each at a time, as `make test`.
 args=() paths=0
 for a in "$@"; do
   if [ -e "$ROOT/${a%%::*}" ]; then args+=("$ROOT/$a"); paths=1; else args+=("$a"); fi
 done
 [ "$paths" = 1 ] || args+=("$ROOT/tests")
 "${NOCC_ENV[@]}" pytest -q -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" \
-  -m "not dopamine and not ray" "${args[@]}"
+  -n 2 --dist loadfile -m "not dopamine and not ray" "${args[@]}"

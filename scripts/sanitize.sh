@@ -38,6 +38,7 @@ cp build/asan/_core*.so "$PKG/memoire/"
 LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
 LIBUBSAN=$(${CXX:-g++} -print-file-name=libubsan.so)
 # The tests run from a copy too, so that pytest's rootdir import finds the sanitized package.
+# Two pytest-xdist workers, a module each at a time, as `make test`.
 # (The rate limiter's end-to-end training run is left to `make test`: it needs configs/ and a
 # TensorFlow and JAX learner, not the sanitized core.)
 cp -r tests "$PKG/tests"
@@ -45,7 +46,7 @@ cd "$PKG"
 LD_PRELOAD="$LIBASAN $LIBUBSAN" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider tests/test_memory.py tests/test_memory_returns.py \
+PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/test_memory.py tests/test_memory_returns.py \
   tests/test_memory_properties.py tests/test_memory_threads.py tests/test_codec.py \
   tests/test_codec_fuzz.py tests/test_server.py tests/test_checkpoint_fuzz.py \
   tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
