@@ -46,9 +46,10 @@ cd "$PKG"
 LD_PRELOAD="$LIBASAN $LIBUBSAN" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/test_memory.py tests/test_memory_returns.py \
-  tests/test_memory_properties.py tests/test_memory_threads.py tests/test_codec.py \
-  tests/test_codec_fuzz.py tests/test_server.py tests/test_checkpoint_fuzz.py \
+PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+  tests/test_memory.py tests/test_memory_returns.py tests/test_memory_properties.py \
+  tests/test_memory_threads.py tests/test_codec.py tests/test_codec_fuzz.py tests/test_server.py \
+  tests/test_checkpoint_fuzz.py \
   tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
   tests/test_sampling_stream.py tests/test_rate_limiter.py tests/test_compression.py \
   tests/test_device_feed.py \
