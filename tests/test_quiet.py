@@ -2,6 +2,7 @@
 debug: what imports print to file descriptor 2, developer warnings, known log notices, repeats.
 The commands themselves are counted in test_train.py and test_atari.py."""
 
+import gc
 import logging
 import os
 import sys
@@ -53,12 +54,14 @@ def test_noisy_module_imports_through_the_filter(quiet, capfd, tmp_path):
     quiet.syspath_prepend(str(tmp_path))
     quiet.setitem(cli._NOISY_IMPORTS, "_noisy_for_test", None)
     # Two of them (one a command installed already, say) find the module once, not forever.
-    quiet.setattr(sys, "meta_path", [cli._QuietImporter(), cli._QuietImporter(), *sys.meta_path])
+    quiet.setattr(
+        sys, "meta_path", [cli._ThirdPartyImporter(), cli._ThirdPartyImporter(), *sys.meta_path]
+    )
     quiet.delitem(sys.modules, "_noisy_for_test", raising=False)
     import _noisy_for_test
 
     assert _noisy_for_test.VALUE == 7
-    assert _noisy_for_test.__loader__.__class__.__name__ != "_QuietLoader"  # its own loader
+    assert _noisy_for_test.__loader__.__class__.__name__ != "_ThirdPartyLoader"  # its own loader
     assert capfd.readouterr().err == "kept\n"
 
 
@@ -110,5 +113,47 @@ def test_tf_log_level_is_set_for_quiet_and_taken_back_for_debug(monkeypatch):
     cli.quiet_third_party(False)
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
     # Installed once however often it is called.
-    assert sum(isinstance(f, cli._QuietImporter) for f in sys.meta_path) == 1
+    assert sum(isinstance(f, cli._ThirdPartyImporter) for f in sys.meta_path) == 1
     assert isinstance(warnings.showwarning, cli._WarningRouter)
+
+
+def test_heavy_imports_run_with_the_collector_paused_and_freeze_what_they_built(
+    monkeypatch, tmp_path
+):
+    """The outermost import of a heavy package's module runs with the cyclic collector off
+    (nested ones inside it too); afterwards the collector is back on and what the import built
+    is frozen. With the collector off already (a program's own choice), it stays off."""
+    pkg = tmp_path / "_heavy_for_test"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import gc\nON_AT_IMPORT = gc.isenabled()\n")
+    (pkg / "sub.py").write_text(
+        "import gc\nfrom _heavy_for_test import inner\nON_AT_IMPORT = gc.isenabled()\n"
+        "BUILT = [[i] for i in range(1000)]\n"
+    )
+    (pkg / "inner.py").write_text("import gc\nON_AT_IMPORT = gc.isenabled()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cli, "_HEAVY_PACKAGES", cli._HEAVY_PACKAGES | {"_heavy_for_test"})
+    monkeypatch.setattr(sys, "meta_path", [cli._ThirdPartyImporter(), *sys.meta_path])
+    for name in ("_heavy_for_test", "_heavy_for_test.sub", "_heavy_for_test.inner"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert gc.isenabled()
+    gc.unfreeze()
+    frozen = gc.get_freeze_count()
+    try:
+        import _heavy_for_test.sub as sub
+
+        assert not sub.ON_AT_IMPORT and not sub.inner.ON_AT_IMPORT
+        assert not sys.modules["_heavy_for_test"].ON_AT_IMPORT
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + len(sub.BUILT)
+    finally:
+        gc.unfreeze()
+
+    monkeypatch.delitem(sys.modules, "_heavy_for_test.inner")
+    gc.disable()
+    try:
+        import _heavy_for_test.inner  # noqa: F401
+
+        assert not gc.isenabled()  # the program's choice, kept
+    finally:
+        gc.enable()
