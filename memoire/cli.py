@@ -329,7 +329,9 @@ class _ThirdPartyImporter(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path, target=None):
         noisy = _quiet and fullname in _NOISY_IMPORTS
-        heavy = not _collector_pauses and fullname.partition(".")[0] in _HEAVY_PACKAGES
+        # Outermost only: inside a paused import (or a program that turned it off) the
+        # collector is off already.
+        heavy = gc.isenabled() and fullname.partition(".")[0] in _HEAVY_PACKAGES
         if not (noisy or heavy):
             return None
         for finder in sys.meta_path:
@@ -378,21 +380,17 @@ _HEAVY_PACKAGES = frozenset(
     {"tensorflow", "tensorflow_probability", "jax", "flax", "optax", "orbax", "dopamine"}
     | {"gym", "gymnasium", "ale_py", "ray", "matplotlib", "scipy", "pandas"}
 )
-_collector_pauses = 0
 
 
 @contextlib.contextmanager
 def _collector_paused():
     """Pauses the cyclic garbage collector while the block runs (if it was on); afterwards
     turns it back on and freezes every object then alive (gc.freeze)."""
-    global _collector_pauses
     was_enabled = gc.isenabled()
     gc.disable()
-    _collector_pauses += 1
     try:
         yield
     finally:
-        _collector_pauses -= 1
         if was_enabled:
             gc.freeze()
             gc.enable()
