@@ -26,8 +26,7 @@ frame_stack or multi_step makes the next batch raise (open a new stream).
 
 In flight: at most ``credit`` batches are granted and unsent or on the wire, and ``depth``
 more wait stacked in the ring. Over the socket credit goes back ``max(1, credit // 2)``
-batches at a time; with shared memory a slot goes back with the next ``next`` after its batch
-is dropped.
+batches at a time; with shared memory a slot goes back as soon as its batch is dropped.
 Prioritized replay: a priority update is sent at once (or within a few milliseconds when the
 receiving thread holds the socket) and applied by the server in order with the stream's other
 messages; batches already sampled (at most ``credit + depth``) predate it.
@@ -41,8 +40,10 @@ Transport: ``tcp://`` across hosts, ``ipc://`` on one host, with CURVE keys as e
 socket. On one host (``shared_memory``, by default for ``ipc://`` and loopback ``tcp://``) the
 server samples each batch straight into a slot of a file in /dev/shm that the learner maps,
 in the final layout, and ``next`` hands out views of that slot: no copy on the learner's side,
-and the socket carries only the notice (the slot's number). One slot per credit; a slot goes
-back to the server once every array of its batch is dropped, so a batch the learner keeps
+and no message per batch: the batch's number and slot come through a ring in the same file,
+and so do the slots going back (the socket carries the open, pings, priorities and the
+server's refusals). One slot per credit; a slot goes back to the server once every array of
+its batch is dropped, so a batch the learner keeps
 holds one slot (holding all ``credit`` of them makes ``next`` raise RuntimeError). ``depth``
 is unused there: the ``credit`` slots are the ring. The learner removes the file's name once
 mapped, so a crash leaves nothing. Where the server cannot make the file, or the learner
@@ -224,6 +225,7 @@ class SamplingStream:
                     "batch_size": self._batch_size,
                     "credit": self.credit,
                     "shared_memory": shm,
+                    "shm_ring": _core.STREAM_RING_VERSION,
                 },
             ),
             copy=False,

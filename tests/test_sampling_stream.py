@@ -2,13 +2,14 @@
 bit for bit equal to in-process ones, credit bounding what is in flight, priority updates over
 the stream, dead and restarted servers, hostile clients."""
 
+import os
 import time
 
 import numpy as np
 import pytest
 import zmq
 
-from memoire import ReplayMemory, codec
+from memoire import ReplayMemory, _core, codec
 from memoire.protocol import Msg
 from memoire.server import ReplayMemoryServer
 from memoire.stream import SamplingStream
@@ -437,6 +438,69 @@ def _shm_files():
     return set(glob.glob("/dev/shm/memoire-stream-*"))
 
 
+_SHM_OPEN = {
+    "op": "open",
+    "batch_size": 4,
+    "credit": 3,
+    "shared_memory": True,
+    "shm_ring": _core.STREAM_RING_VERSION,
+}
+
+
+class _RawRing:
+    """A stream's ring (cpp/core/stream_ring.h) as a raw peer maps it: the learner's end
+    (`notices`, `give_back`), or, with `server=True`, the server's (`publish`)."""
+
+    def __init__(self, layout: dict):
+        import mmap
+
+        slots, slot_bytes = int(layout["shm_slots"]), int(layout["shm_slot_bytes"])
+        self.off = _core.stream_ring_offsets(slots)
+        self.slots = slots
+        fd = os.open(layout["shm_path"], os.O_RDWR)
+        try:
+            self.map = mmap.mmap(fd, self.off["bytes"] + slots * slot_bytes)
+        finally:
+            os.close(fd)
+        self.tail = self.head = 0
+
+    def _u32(self, name):
+        return np.frombuffer(self.map, np.uint32, 1, self.off[name])
+
+    def _i64(self, name, n):
+        return np.frombuffer(self.map, np.int64, n, self.off[name])
+
+    def notices(self, want, timeout=5.0):
+        """[(seq, slot)] of the next `want` notices (fewer if they do not come in time)."""
+        entries = self._i64("notices", 4 * self.slots).reshape(self.slots, 4)
+        out, deadline = [], time.monotonic() + timeout
+        while len(out) < want and time.monotonic() < deadline:
+            if int(self._u32("notice_head")[0]) == self.tail:
+                time.sleep(0.002)
+                continue
+            seq, slot, error_bytes, _ = (int(x) for x in entries[self.tail % self.slots])
+            assert error_bytes == 0
+            out.append((seq, slot))
+            self.tail += 1
+        return out
+
+    def give_back(self, slots):
+        credits = self._i64("credits", self.slots)
+        for slot in slots:
+            credits[self.head % self.slots] = slot
+            self.head += 1
+        self._u32("credit_head")[0] = self.head
+
+    def publish(self, seq, slot):
+        entries = self._i64("notices", 4 * self.slots).reshape(self.slots, 4)
+        entries[self.head % self.slots] = (seq, slot, 0, 0)
+        self.head += 1
+        self._u32("notice_head")[0] = self.head
+
+    def close(self):
+        self.map.close()
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots(threads):
     before = _shm_files()
@@ -453,36 +517,43 @@ def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots(threads):
         peer.linger = 0
         peer.connect(ep)
         try:
+            # One that does not speak the server's ring gets the rows in messages.
             reply = _ask(
                 peer, _stream({"op": "open", "batch_size": 4, "credit": 3, "shared_memory": True})
             )
-            assert reply.values["shm_slots"] == 3
-            slots = set()
-            for _ in range(3):  # the notices its credit brought: seq and slot, nothing else
+            assert "shm_path" not in reply.values
+            for _ in range(3):  # the batches its credit brought
                 assert peer.poll(5000)
-                notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
-                assert set(notice.values) == {"seq", "slot"}
-                slots.add(notice.values["slot"])
-            assert slots == {0, 1, 2}  # the peer holds every slot now
+                codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
+            reply = _ask(peer, _stream(_SHM_OPEN))
+            assert reply.values["shm_slots"] == 3
+            ring = _RawRing(reply.values)
+            got = ring.notices(3)  # what its credit brought: seq and slot through the ring
+            assert [seq for seq, _ in got] == [0, 1, 2]
+            assert {slot for _, slot in got} == {0, 1, 2}  # the peer holds every slot now
+            assert not peer.poll(100)  # and nothing came over the socket
+            # Slots go back through the ring only: a credit message naming any is refused.
             n = srv.stats()["rejected"].get("stream_credit", 0)
             bad = [
                 {"credit": 4},  # no slots named
-                {"credit": 1, "slots": np.array([7], np.int64)},  # outside the 3 slots
-                {"credit": 2, "slots": np.array([1, 1], np.int64)},  # one slot twice
-                {"credit": 1, "slots": np.array([1], np.int32)},  # another dtype
-                {"credit": 2, "slots": np.array([1], np.int64)},  # a count that disagrees
+                {"credit": 1, "slots": np.array([1], np.int64)},  # a proper-looking one
             ]
             for k, extra in enumerate(bad):
                 reply = _ask(peer, _stream({"op": "credit", **extra}))
                 assert reply.type == Msg.ERROR
                 assert srv.stats()["rejected"]["stream_credit"] == n + k + 1
-            # A slot given back properly is written again, and named in the next notice.
-            peer.send_multipart(
-                _stream({"op": "credit", "credit": 1, "slots": np.array([1], np.int64)})
-            )
-            assert peer.poll(5000)
-            notice = codec.decode(peer.recv_multipart(), expect=(Msg.STREAM_BATCH,))
-            assert (notice.values["seq"], notice.values["slot"]) == (3, 1)
+            # A slot given back through the ring is written again, named in the next notice.
+            ring.give_back([1])
+            assert ring.notices(1) == [(3, 1)]
+            # A slot given back twice: refused, counted, and the stream dropped.
+            ring.give_back([0, 0])
+            assert peer.poll(5000), "the server must say why it drops the stream"
+            error = codec.decode(peer.recv_multipart(), expect=(Msg.ERROR,))
+            assert "not the learner's to give back" in error.values["reason"]
+            assert srv.stats()["rejected"]["stream_credit"] == n + 3
+            reply = _ask(peer, _stream({"op": "credit", "credit": 0}))
+            assert reply.type == Msg.ERROR and "no open stream" in reply.values["reason"]
+            ring.close()
         finally:
             peer.close(0)
             ctx.term()
@@ -596,7 +667,6 @@ def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_pat
     # not have: the learner raises memoire.ProtocolError and hands out no view of them.
     import threading
 
-    from memoire import _core
     from memoire.protocol import describe_schema
 
     rem = ReplayMemory(*_templates(), 64)
@@ -620,13 +690,14 @@ def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_pat
         "shm_slot_bytes": shm.slot_bytes,
     }
 
+    ring = _RawRing(layout)  # the fake's end, mapped before the learner removes the name
+
     def serve():
         assert fake.poll(5000)
         ident, *_ = fake.recv_multipart()
         fake.send_multipart([ident, *codec.encode(Msg.STREAM, layout)])
         for seq, slot in notices:
-            notice = {"seq": np.int64(seq), "slot": np.int64(slot)}
-            fake.send_multipart([ident, *codec.encode(Msg.STREAM_BATCH, notice)])
+            ring.publish(seq, slot)
 
     try:
         t = threading.Thread(target=serve)
@@ -641,6 +712,7 @@ def test_learner_refuses_bad_shared_memory_notices(notices, keep, match, tmp_pat
             assert stream.received == keep
             del kept
     finally:
+        ring.close()
         fake.close(0)
         ctx.term()
 

@@ -44,31 +44,6 @@ void SendStrings(void* socket, const std::vector<std::string>& frames, int timeo
   libzmq::Send(socket, out, timeout_ms, nullptr);  // a full queue drops it: the timeout tells
 }
 
-// The frames of {"op": "credit", "credit": k, "slots": int64[k]}: k slots given back.
-std::vector<std::string> SlotCredit(const std::vector<int64_t>& slots) {
-  static const char kOp[] = "credit";
-  const int64_t k = static_cast<int64_t>(slots.size());
-  codec::Message m;
-  m.type = codec::MsgType::kStream;
-  auto entry = [](const char* name, codec::Kind kind, DType dtype, std::vector<int64_t> shape) {
-    codec::Entry e;
-    e.name = name;
-    e.kind = kind;
-    e.dtype = dtype;
-    e.shape = std::move(shape);
-    return e;
-  };
-  m.entries = {entry("op", codec::Kind::kStr, DType::kUInt8, {int64_t(sizeof(kOp) - 1)}),
-               entry("credit", codec::Kind::kScalar, DType::kInt64, {}),
-               entry("slots", codec::Kind::kArray, DType::kInt64, {k})};
-  std::vector<std::string> frames(4);
-  if (!codec::Finalize(&m).ok() || !codec::EncodeHeader(m, &frames[0]).ok()) return {};
-  frames[1].assign(kOp, sizeof(kOp) - 1);
-  frames[2].assign(reinterpret_cast<const char*>(&k), sizeof(k));
-  frames[3].assign(reinterpret_cast<const char*>(slots.data()), slots.size() * sizeof(int64_t));
-  return frames;
-}
-
 }  // namespace
 
 Status ShmRegion::Create(size_t bytes, std::unique_ptr<ShmRegion>* out) {
@@ -132,22 +107,11 @@ ShmRegion::~ShmRegion() {
 
 void StreamSource::FlushLocked() {
   std::deque<std::vector<std::string>> q;
-  std::vector<int64_t> slots;
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     q.swap(queue_);
-    // Slots go back at the first flush after their batch is dropped, together when several
-    // are due: the server writes the slot given back last first, so a learner that takes
-    // batches as they come keeps a few slots in rotation, whose lines are still in cache.
-    // (Returned credit_chunk at a time, every slot written had been idle for that many
-    // batches: 0.44 ms of the server's CPU per Atari batch of 32 against 0.31-0.34.)
-    slots.swap(returned_);
   }
   for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
-  if (!slots.empty()) {
-    SendStrings(opt_.socket, SlotCredit(slots), opt_.timeout_ms);
-    credit_returned_.fetch_add(static_cast<int64_t>(slots.size()));
-  }
   if (owed_ >= opt_.credit_chunk) {
     SendStrings(opt_.socket, opt_.credit_message, opt_.timeout_ms);
     owed_ -= opt_.credit_chunk;
@@ -231,6 +195,7 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
 }
 
 Status StreamSource::Next(int64_t* slot) {
+  std::lock_guard<std::mutex> take(take_mu_);
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     if (num_held_ >= opt_.slots)
@@ -239,34 +204,79 @@ Status StreamSource::Next(int64_t* slot) {
                    "credit)")
           .With("held", num_held_);
   }
-  libzmq::Frames frames;
-  MEMOIRE_RETURN_IF_ERROR(Receive(&frames));
-  std::vector<codec::Frame> views(frames.size());
-  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
-  std::string kind, reason;
-  int64_t spent = -1;
-  if (ReadErrorMessage(views.data(), views.size(), &kind, &reason, &spent)) {
-    if (kind != kDrawError)
-      return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
-          .With("server_error", 1);
-    // A failed draw spent the slot it would have filled: give it straight back.
-    std::lock_guard<std::mutex> l(queue_mu_);
-    if (spent >= 0 && spent < opt_.slots && !held_[spent]) returned_.push_back(spent);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
+  auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
+  // The socket carries no batch, only the server's refusals: it is read when no notice waits,
+  // and every ping_ms while notices keep coming (so a refusal is never held back for long).
+  bool read_socket = start >= next_socket_read_;
+  StreamRing::Notice n;
+  while (true) {
+    if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
+    if (!read_socket && ring_.PollNotice(&n)) return TakeNotice(n, slot);
+    read_socket = false;
+    const auto now = Clock::now();
+    next_socket_read_ = now + std::chrono::milliseconds(opt_.ping_ms);
+    libzmq::Frames frames;
+    int rc;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      FlushLocked();
+      if (now >= next_ping) {
+        // A restarted server does not know this stream: the ping makes it say so.
+        SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
+        next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
+      }
+      rc = libzmq::Receive(opt_.socket, 0, &frames);
+    }
+    if (rc < 0)
+      return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+    if (rc == 1) {
+      std::vector<codec::Frame> views(frames.size());
+      for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+      std::string kind, reason;
+      if (ReadErrorMessage(views.data(), views.size(), &kind, &reason))
+        return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ",
+                     reason)
+            .With("server_error", 1);
+      return Error(Code::kDataLoss, "stream: expected only errors on a shared-memory stream's "
+                   "socket (batches come through its ring), got another message");
+    }
+    if (ring_.PollNotice(&n)) return TakeNotice(n, slot);
+    if (now >= deadline)
+      return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
+                   opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
+                   "noticed this way)")
+          .With("timeout", opt_.timeout_ms);
+    ring_.WaitNotices(kSliceMs);
+  }
+}
+
+Status StreamSource::TakeNotice(const StreamRing::Notice& n, int64_t* slot) {
+  std::lock_guard<std::mutex> l(queue_mu_);
+  // The server may only name a slot it was given: never one the learner reads.
+  if (n.slot < 0 || n.slot >= opt_.slots || held_[n.slot])
+    return Error(Code::kDataLoss, "stream: ", n.error_bytes > 0 ? "a failed draw" : "a batch",
+                 " in slot ", n.slot, ", which is not the server's to write (", opt_.slots,
+                 " slots)");
+  if (n.error_bytes != 0) {
+    if (n.error_bytes < 0 || n.error_bytes > static_cast<int64_t>(StreamRing::kMaxErrorBytes))
+      return Error(Code::kDataLoss, "stream: a failed draw's reason of ", n.error_bytes,
+                   " bytes (expected 1..", StreamRing::kMaxErrorBytes, ")");
+    const std::string reason(reinterpret_cast<const char*>(slot_data(n.slot)),
+                             static_cast<size_t>(n.error_bytes));
+    // A failed draw spent the slot it would have filled: it goes straight back.
+    ring_.PublishCredit(n.slot);
     return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
         .With("server_error", 1);
   }
-  int64_t seq = -1;
-  MEMOIRE_RETURN_IF_ERROR(ReadStackedNotice(views.data(), views.size(), &seq, slot));
   const int64_t last = last_seq_.load();
-  last_seq_.store(seq);  // one error per gap, not one per later batch
-  if (seq != last + 1)  // one connection keeps order: none was lost
-    return Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last);
-  std::lock_guard<std::mutex> l(queue_mu_);
-  // The server may only name a slot it was given: never one the learner reads.
-  if (*slot < 0 || *slot >= opt_.slots || held_[*slot])
-    return Error(Code::kDataLoss, "stream: batch ", seq, " in slot ", *slot,
-                 ", which is not the server's to write (", opt_.slots, " slots)");
-  held_[*slot] = 1;
+  last_seq_.store(n.seq);  // one error per gap, not one per later batch
+  if (n.seq != last + 1)  // the ring keeps order: none was lost
+    return Error(Code::kDataLoss, "stream: batch ", n.seq, " came after batch ", last);
+  *slot = n.slot;
+  held_[n.slot] = 1;
   ++num_held_;
   received_.fetch_add(1);
   return Status::OK();
@@ -277,7 +287,10 @@ void StreamSource::Release(int64_t slot) {
   if (slot < 0 || slot >= opt_.slots || !held_[slot]) return;
   held_[slot] = 0;
   --num_held_;
-  returned_.push_back(slot);
+  // At once: the server writes the slot given back last first, so a learner that takes
+  // batches as they come keeps a few slots in rotation, whose lines are still in cache.
+  ring_.PublishCredit(slot);
+  credit_returned_.fetch_add(1);
 }
 
 namespace {
@@ -314,22 +327,25 @@ std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std
   return {sent, Status::OK()};
 }
 
-// A stream's shared-memory slots on the server's side: the mapping and the layout its
-// batches are written in (fixed at open).
+// A stream's shared memory on the server's side: the mapping (its ring, then its slots) and
+// the layout its batches are written in (fixed at open).
 struct ServerShm {
   std::unique_ptr<ShmRegion> region;
   StreamLayout layout;
   BatchLayout slot_layout;
   int64_t slots = 0;
+  uint8_t* ring() const { return region->data(); }
+  uint8_t* slot_base() const { return region->data() + StreamRing::Bytes(slots); }
 };
 
-// The native side of one stream worker's ROUTER socket: the shared-memory streams' samplers
-// (core/stream_sampler.h), whose notices it sends and whose slot credits it takes, all on the
-// worker's thread with the GIL released (Poll); every other message goes to Python.
+// The native side of one stream worker's ROUTER socket: it keeps the shared-memory streams'
+// samplers (core/stream_sampler.h, which trade notices and slots with their learners through
+// each stream's ring, no socket involved) and waits on the socket with the GIL released
+// (Poll); every message goes to Python, and so does a sampler's refused credit (refusals).
 class StreamHub {
  public:
-  StreamHub(void* socket, int send_timeout_ms)
-      : socket_(socket), send_timeout_ms_(send_timeout_ms),
+  explicit StreamHub(void* socket)
+      : socket_(socket),
         wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
         counts_(std::make_shared<StreamCounts>()) {
     if (wake_fd_ < 0)
@@ -350,7 +366,8 @@ class StreamHub {
     o.limiter = std::move(limiter);
     o.layout = shm->slot_layout;
     o.frame_stack = shm->layout.frame_stack;
-    o.base = shm->region->data();
+    o.control = shm->ring();
+    o.base = shm->slot_base();
     o.keep = shm;
     o.slots = shm->slots;
     o.threads = threads;
@@ -358,7 +375,7 @@ class StreamHub {
     o.limited_pause_ms = limited_pause_ms;
     o.counts = counts_;
     const int fd = wake_fd_;
-    o.wake = [fd] {
+    o.wake = [fd] {  // a refused credit: Poll returns, Python drops the stream
       const uint64_t one = 1;
       (void)!write(fd, &one, sizeof(one));  // a full counter still wakes the poll
     };
@@ -397,100 +414,53 @@ class StreamHub {
     return it == samplers_.end() ? nullptr : it->second;
   }
 
-  // Sends what the samplers have ready and takes the slot credits that arrive, for up to
-  // timeout_ms; returns early with the first message that is not a sampler's slot credit
-  // (*out set) for Python to handle. kFailedPrecondition on a socket error.
+  // Waits up to timeout_ms for a message (*out set to it, for Python) or a sampler's refused
+  // credit (returns with *out empty: see Refusals). kFailedPrecondition on a socket error.
   Status Poll(int timeout_ms, std::unique_ptr<libzmq::Frames>* out) {
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (true) {
-      SendReady();
-      for (int k = 0; k < kReceivePerStep; ++k) {
-        auto frames = std::make_unique<libzmq::Frames>();
-        const int rc = libzmq::Receive(socket_, 0, frames.get());
-        if (rc < 0)
-          return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-        if (rc == 0) break;
-        if (!TakeCredit(*frames)) {
-          *out = std::move(frames);
-          return Status::OK();
-        }
+      auto frames = std::make_unique<libzmq::Frames>();
+      int rc = libzmq::Receive(socket_, 0, frames.get());
+      if (rc < 0)
+        return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+      if (rc == 1) {
+        *out = std::move(frames);
+        return Status::OK();
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                             deadline - Clock::now()).count();
-      if (left <= 0) {
-        SendReady();
-        return Status::OK();
-      }
-      const int rc = libzmq::WaitReadable(socket_, wake_fd_, static_cast<int>(left));
+      if (left <= 0) return Status::OK();
+      rc = libzmq::WaitReadable(socket_, wake_fd_, static_cast<int>(left));
       if (rc < 0)
         return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
       if (rc & 2) {
         uint64_t v;
         (void)!read(wake_fd_, &v, sizeof(v));
+        return Status::OK();
       }
     }
+  }
+
+  // (identity, why) of each sampler that refused its learner's credit and draws no more.
+  std::vector<std::pair<std::string, std::string>> Refusals() {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& kv : samplers_) {
+      std::string why = kv.second->refusal();
+      if (!why.empty()) out.emplace_back(kv.first, std::move(why));
+    }
+    return out;
   }
 
   StreamCounts& counts() { return *counts_; }
-  int64_t send_failures() const { return send_failures_.load(); }
 
  private:
-  static constexpr int kReceivePerStep = 64;
-
-  // A sampler's slot credit, taken here (true); anything else is Python's (false), a credit
-  // the sampler refuses included (Python refuses it again, counted and answered).
-  bool TakeCredit(const libzmq::Frames& frames) {
-    if (frames.size() < 2) return false;
-    const std::string identity(reinterpret_cast<const char*>(frames.data(0)), frames.bytes(0));
-    std::shared_ptr<StreamSampler> s = Find(identity);
-    if (!s) return false;
-    std::vector<codec::Frame> views(frames.size() - 1);
-    for (size_t i = 1; i < frames.size(); ++i) views[i - 1] = {frames.data(i), frames.bytes(i)};
-    if (!ReadSlotCredit(views.data(), views.size(), s->slots(), &slots_)) return false;
-    return s->GiveBack(slots_.data(), static_cast<int64_t>(slots_.size())).ok();
-  }
-
-  void SendReady() {
-    std::vector<std::pair<std::string, std::shared_ptr<StreamSampler>>> all;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (auto& kv : samplers_) all.emplace_back(kv.first, kv.second);
-    }
-    for (auto& [identity, sampler] : all) {
-      ready_.clear();
-      sampler->PopReady(&ready_);
-      for (const StreamSampler::Outcome& o : ready_) {
-        std::vector<std::string> frames;
-        std::vector<codec::Frame> data;
-        std::array<int64_t, 2> values;
-        std::vector<libzmq::OutFrame> out{{identity.data(), identity.size()}};
-        Status st;
-        if (o.error.empty()) {
-          frames.resize(1);
-          st = EncodeStackedNotice(o.seq, o.slot, &values, &frames[0], &data);
-          out.push_back({frames[0].data(), frames[0].size()});
-          for (const codec::Frame& f : data) out.push_back({f.data, f.size});
-        } else {
-          st = EncodeSlotError(kDrawError, o.error, o.slot, &frames);
-          for (const std::string& f : frames) out.push_back({f.data(), f.size()});
-        }
-        // Small frames: libzmq copies them (no keep needed).
-        if (!st.ok() || !libzmq::Send(socket_, out, send_timeout_ms_, nullptr))
-          send_failures_.fetch_add(1);
-      }
-    }
-  }
-
   void* const socket_;
-  const int send_timeout_ms_;
   const int wake_fd_;
   std::shared_ptr<StreamCounts> counts_;
   std::mutex mu_;  // guards samplers_
   std::map<std::string, std::shared_ptr<StreamSampler>> samplers_;
-  std::vector<StreamSampler::Outcome> ready_;  // Poll's scratch
-  std::vector<int64_t> slots_;                 // Poll's scratch
-  std::atomic<int64_t> send_failures_{0};
 };
 
 // The layout of a stream of batches of n from `rm` as it is set now.
@@ -553,7 +523,8 @@ shm_slot_bytes): `socket` is the
 DEALER's `underlying` address (requires attach_libzmq; Python keeps the socket open and does not
 use it while the source lives); templates, the 7 field templates; flags, the 14 cache flags;
 credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0; shm_path
-(non-empty): the server's StreamShm of shm_slots slots of shm_slot_bytes, mapped read-write.
+(non-empty): the server's StreamShm (its ring, then shm_slots slots of shm_slot_bytes), mapped
+read-write.
 )doc")
       .def(py::init([](uintptr_t socket, const py::list& templates, int64_t batch_size,
                        int frame_stack, int multi_step, const std::vector<bool>& flags,
@@ -586,7 +557,10 @@ credit_message / ping_message, encoded frames of a credit of credit_chunk / of 0
                                     o.slot_layout.slot_bytes, " bytes, got ", shm_slots,
                                     " slots of ", shm_slot_bytes));
                std::unique_ptr<ShmRegion> r;
-               ThrowIfError(ShmRegion::Open(shm_path, shm_slot_bytes * shm_slots, &r));
+               o.slots_at = StreamRing::Bytes(shm_slots);
+               ThrowIfError(
+                   ShmRegion::Open(shm_path, o.slots_at + shm_slot_bytes * shm_slots, &r));
+               ThrowIfError(StreamRing::Attach(r->data(), shm_slots, &o.ring));
                o.shm = std::move(r);
                o.slots = shm_slots;
              }
@@ -638,10 +612,11 @@ refused or its draw failed (attribute server_error), when nothing came within th
                              "the last batch's number (-1 before the first)");
 
   py::class_<ServerShm, std::shared_ptr<ServerShm>>(m, "StreamShm", R"doc(
-A server's shared-memory slots for one sampling stream (a new file in /dev/shm, mode 0600,
-removed by the learner once mapped, or when this object goes). StreamShm(memory, batch_size,
-slots): room for `slots` batches of the memory's layout now (frame_stack, cache_flags), each
-written as the learner reads it (core/batch_layout.h; slot_bytes a whole number of pages).
+A server's shared memory for one sampling stream (a new file in /dev/shm, mode 0600, removed
+by the learner once mapped, or when this object goes). StreamShm(memory, batch_size, slots):
+the stream's ring (core/stream_ring.h, ring_bytes), then room for `slots` batches of the
+memory's layout now (frame_stack, cache_flags), each written as the learner reads it
+(core/batch_layout.h; slot_bytes a whole number of pages).
 )doc")
       .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int64_t slots) {
              if (batch_size < 1 || slots < 1)
@@ -650,7 +625,9 @@ written as the learner reads it (core/batch_layout.h; slot_bytes a whole number 
              shm->layout = MemoryStreamLayout(rm, batch_size);
              shm->slot_layout = StreamSlotLayout(shm->layout);
              shm->slots = slots;
-             ThrowIfError(ShmRegion::Create(shm->slot_layout.slot_bytes * slots, &shm->region));
+             ThrowIfError(ShmRegion::Create(
+                 StreamRing::Bytes(slots) + shm->slot_layout.slot_bytes * slots, &shm->region));
+             StreamRing::Init(shm->ring(), slots);
              return shm;
            }),
            py::arg("memory"), py::arg("batch_size"), py::arg("slots"))
@@ -663,7 +640,25 @@ written as the learner reads it (core/batch_layout.h; slot_bytes a whole number 
       .def_property_readonly("bytes", [](const ServerShm& s) { return s.region->bytes(); })
       .def_property_readonly("slot_bytes",
                              [](const ServerShm& s) { return s.slot_layout.slot_bytes; })
-      .def_property_readonly("slots", [](const ServerShm& s) { return s.slots; });
+      .def_property_readonly("slots", [](const ServerShm& s) { return s.slots; })
+      .def_property_readonly("ring_bytes",
+                             [](const ServerShm& s) { return StreamRing::Bytes(s.slots); },
+                             "bytes of the ring before the slots");
+  m.attr("STREAM_RING_VERSION") = StreamRing::kVersion;
+  m.def("stream_ring_offsets", [](int64_t slots) {
+          if (slots < 1) ThrowInvalid("slots: expected >= 1");
+          const StreamRing::Offsets o = StreamRing::OffsetsOf(slots);
+          return py::dict(py::arg("notice_head") = o.notice_head,
+                          py::arg("notice_waiters") = o.notice_waiters,
+                          py::arg("credit_head") = o.credit_head,
+                          py::arg("credit_waiters") = o.credit_waiters,
+                          py::arg("notices") = o.notices, py::arg("credits") = o.credits,
+                          py::arg("bytes") = StreamRing::Bytes(slots));
+        }, py::arg("slots"), R"doc(
+Where a shared-memory stream's ring keeps its words (byte offsets in the mapping; for tests that
+play a raw peer): notice_head, credit_head, *_waiters (uint32), notices (slots entries of int64
+seq, slot, error_bytes, reserved), credits (slots int64 entries), bytes (the ring's size).
+)doc");
 
   m.def("stream_send",
         [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity, int64_t batch_size,
@@ -698,20 +693,19 @@ error is None, or the message of the draw or send that failed (nothing is sent a
 
   py::class_<StreamHub, std::shared_ptr<StreamHub>>(m, "StreamHub", R"doc(
 The native side of a stream worker's ROUTER socket (private: memoire/server/sampling_service.py).
-StreamHub(socket, send_timeout_ms): `socket` is the ROUTER's `underlying` address (requires
-attach_libzmq); only the worker's thread uses the socket, in `poll` and between polls.
-Shared-memory streams are sampled by native threads (core/stream_sampler.h): `add` starts one,
-`poll` sends their notices in draw order and takes their slot credits, with the GIL released.
+StreamHub(socket): `socket` is the ROUTER's `underlying` address (requires attach_libzmq); only
+the worker's thread uses the socket, in `poll` and between polls. Shared-memory streams are
+sampled by native threads (core/stream_sampler.h) that trade notices and slots with their
+learner through the stream's ring: `add` starts one; `refusals` names those that refused a
+credit and stopped.
 )doc")
-      .def(py::init([](uintptr_t socket, int send_timeout_ms) {
+      .def(py::init([](uintptr_t socket) {
              if (!libzmq::Attached())
                ThrowIfError(Error(Code::kFailedPrecondition, "StreamHub: needs attach_libzmq"));
              if (socket == 0) ThrowInvalid("socket: expected a socket address, got 0");
-             if (send_timeout_ms < 0) ThrowInvalid("send_timeout_ms: expected >= 0");
-             return std::make_shared<StreamHub>(reinterpret_cast<void*>(socket),
-                                                send_timeout_ms);
+             return std::make_shared<StreamHub>(reinterpret_cast<void*>(socket));
            }),
-           py::arg("socket"), py::arg("send_timeout_ms"))
+           py::arg("socket"))
       .def("add",
            [](StreamHub& h, const py::bytes& identity, std::shared_ptr<ReplayMemory> rm,
               std::shared_ptr<ServerShm> shm, int threads, std::shared_ptr<RateLimiter> limiter,
@@ -756,19 +750,19 @@ Shared-memory streams are sampled by native threads (core/stream_sampler.h): `ad
              return out;
            },
            py::arg("timeout_ms"), R"doc(
-Sends the samplers' ready notices and takes their slot credits for up to timeout_ms (GIL
-released); returns the frames (bytes: identity, then the message) of the first other message,
-or None. RuntimeError on a socket error.
+Waits up to timeout_ms (GIL released) for a message: returns its frames (bytes: identity,
+then the message), or None at the timeout or when a sampler refused a credit (see
+`refusals`). RuntimeError on a socket error.
 )doc")
-      .def("give_back",
-           [](StreamHub& h, const py::bytes& identity, const py::array_t<int64_t>& slots) {
-             std::shared_ptr<StreamSampler> s = h.Find(identity);
-             if (!s) ThrowInvalid("give_back: no sampler for this peer");
-             auto a = ArrayOf<int64_t>(slots, "slots");
-             ThrowIfError(s->GiveBack(a.data(), static_cast<int64_t>(a.size())));
+      .def("refusals",
+           [](StreamHub& h) {
+             py::list out;
+             for (auto& [identity, why] : h.Refusals())
+               out.append(py::make_tuple(py::bytes(identity), why));
+             return out;
            },
-           py::arg("identity"), py::arg("slots"),
-           "The peer gives slots back (ValueError, nothing changed, unless it holds each).")
+           "[(identity, why)] of the samplers that refused their learner's credit (each has "
+           "stopped drawing until `remove`).")
       .def("idle_seconds",
            [](StreamHub& h, const py::bytes& identity) {
              std::shared_ptr<StreamSampler> s = h.Find(identity);
@@ -789,9 +783,7 @@ or None. RuntimeError on a socket error.
                              py::arg("stream_draw_errors") = c.draw_errors.exchange(0),
                              py::arg("stream_rate_limited") = c.rate_limited.exchange(0));
            },
-           "The samplers' counts since the last call (each counted once).")
-      .def_property_readonly("send_failures", &StreamHub::send_failures,
-                             "notices that could not be queued in time");
+           "The samplers' counts since the last call (each counted once).");
 }
 
 }  // namespace memoire

@@ -4,17 +4,20 @@
 //   sampler thread receives each batch from a DEALER socket and stacks it into a ring slot,
 //   with no GIL (Fill);
 // - shared memory (one host): the server wrote each batch into a slot of the mapping in the
-//   final layout; Next receives its notice and the learner hands out views of the slot, which
-//   goes back to the server (Release) once the batch's arrays are dropped. No copy.
+//   final layout; Next takes its notice from the mapping's ring (core/stream_ring.h) and the
+//   learner hands out views of the slot, which goes back to the server through the ring
+//   (Release) once the batch's arrays are dropped. No copy, and no message per batch: the
+//   socket carries the open, pings, priorities and the server's refusals.
 // The server's end: rows in messages from a ReplayMemory (`_core.stream_send`); shared-memory
 // streams sampled by native threads (core/stream_sampler.h) behind a StreamHub (stream.cc).
 //
 // Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
-// receiving thread, any thread posting a message (Post) in between. Release may be called
-// from any thread.
+// receiving thread, any thread posting a message (Post) in between. Next takes notices one
+// thread at a time; Release may be called from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -26,11 +29,12 @@
 #include "core/codec.h"
 #include "core/status.h"
 #include "core/stream_batch.h"
+#include "core/stream_ring.h"
 
 namespace memoire {
 
-// A file in /dev/shm mapped by a server (read-write, its creator) and one learner (read-only):
-// the slots of a stream's shared-memory path (core/stream_batch.h).
+// A file in /dev/shm mapped read-write by a server (its creator) and one learner: a
+// shared-memory stream's ring (core/stream_ring.h) and slots (core/stream_batch.h).
 class ShmRegion {
  public:
   static constexpr const char* kDir = "/dev/shm/";
@@ -68,28 +72,32 @@ class StreamSource {
     int64_t credit_chunk = 1; // over the socket: credit returned after this many batches
     // Encoded control messages (memoire.codec frames): a credit of credit_chunk, of 0.
     std::vector<std::string> credit_message, ping_message;
-    // Shared memory: the mapping and its slots (each slot_layout.slot_bytes).
+    // Shared memory: the mapping, its ring (attached) and its slots (each
+    // slot_layout.slot_bytes, from byte slots_at).
     std::shared_ptr<ShmRegion> shm;
+    StreamRing ring;
+    size_t slots_at = 0;
     int64_t slots = 0;
     BatchLayout slot_layout;
   };
   explicit StreamSource(Options o)
-      : opt_(std::move(o)), held_(static_cast<size_t>(opt_.slots), 0) {}
+      : opt_(std::move(o)), ring_(opt_.ring), held_(static_cast<size_t>(opt_.slots), 0) {}
 
   // Receives the next batch into `parts` (the feed's ReplayMemory layout plus num_sampleable
   // and total_weight, see UnstackStreamBatch). kFailedPrecondition with the detail "timeout"
   // (ms) when none came in time, with "server_error" 1 when the server refused something (its
   // reason in the message), or when stopped; kDataLoss on a malformed batch.
   Status Fill(int thread, uint8_t* const* parts);
-  // Shared memory: receives the next batch's notice into *slot (its parts at slot_parts).
+  // Shared memory: takes the next batch's notice into *slot (its parts at slot_data).
   // Errors as Fill's, and kFailedPrecondition with the detail "held" when the learner holds
   // every slot (no batch can come until one is released).
   Status Next(int64_t* slot);
   // Shared memory: the learner is done with the batch in `slot` (the server may write it
-  // again); it goes back with the next credit message. Ignores a slot not handed out.
+  // again); it goes back through the ring at once. Ignores a slot not handed out.
   void Release(int64_t slot);
   uint8_t* slot_data(int64_t slot) const {
-    return opt_.shm->data() + static_cast<size_t>(slot) * opt_.slot_layout.slot_bytes;
+    return opt_.shm->data() + opt_.slots_at +
+           static_cast<size_t>(slot) * opt_.slot_layout.slot_bytes;
   }
   bool shared_memory() const { return opt_.shm != nullptr; }
   // Queues an encoded message (frames) for the server; it leaves at once unless a receive is
@@ -105,18 +113,21 @@ class StreamSource {
   int64_t last_seq() const { return last_seq_.load(); }
 
  private:
-  // Sends queued messages and the credit due (shared memory: every slot returned since the
-  // last flush, in one message); io_mu_ held.
+  // Sends queued messages and the credit due (rows in messages); io_mu_ held.
   void FlushLocked();
   // Waits for the next message into *frames: OK, or the timeout's / stop's / socket's error.
   Status Receive(libzmq::Frames* frames);
+  // Shared memory: the batch or failed draw that notice `n` announces.
+  Status TakeNotice(const StreamRing::Notice& n, int64_t* slot);
 
   const Options opt_;
+  StreamRing ring_;                       // notices: take_mu_; credits: queue_mu_
+  std::mutex take_mu_;                    // one Next at a time
+  std::chrono::steady_clock::time_point next_socket_read_{};  // take_mu_
   std::mutex io_mu_;                      // the socket's one user at a time
-  std::mutex queue_mu_;                   // guards queue_
+  std::mutex queue_mu_;                   // guards queue_, held_, num_held_
   std::deque<std::vector<std::string>> queue_;
   int64_t owed_ = 0;                      // batches received since credit was returned; io_mu_
-  std::vector<int64_t> returned_;         // shared memory: slots to give back; queue_mu_
   std::vector<uint8_t> held_;             // shared memory: slots the learner has; queue_mu_
   int64_t num_held_ = 0;                  // queue_mu_
   std::atomic<bool> stopping_{false};

@@ -22,12 +22,13 @@
 //
 // On one host (shared memory) nothing of this travels: the server writes each batch straight
 // into a slot of a mapping the learner shares, in the learner's final layout (StreamSlotLayout:
-// ReplayMemory::Sample's stacks and small fields, core/batch_layout.h), and the learner hands out views of the slot
-// without copying. The STREAM_BATCH message is then a notice of two int64 0-d entries, `seq`
-// and `slot`. Which slots the server may write is the learner's to say: at open every slot is
-// granted; the learner gives a slot back (in its credit messages, "slots") once every array of
-// the batch it held is dropped, in any order. So a slot is never written while the learner
-// reads it, and a batch the learner keeps costs the stream one slot, not the stream.
+// ReplayMemory::Sample's stacks and small fields, core/batch_layout.h), and the learner hands
+// out views of the slot without copying. The batch's notice (its seq and slot) goes through
+// the mapping's ring (core/stream_ring.h), not the socket. Which slots the server may write is
+// the learner's to say: at open every slot is granted; the learner gives a slot back (a credit
+// in the ring) once every array of the batch it held is dropped, in any order. So a slot is
+// never written while the learner reads it, and a batch the learner keeps costs the stream one
+// slot, not the stream.
 //
 // Thread safety: functions over caller-owned data; thread-safe on distinct outputs.
 #pragma once
@@ -103,26 +104,8 @@ Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const Str
 // weight, prob, done, id, num_sampleable, total_weight) as core/batch_layout.h places them.
 BatchLayout StreamSlotLayout(const StreamLayout& layout);
 
-// The notice of a batch written into shared-memory slot `slot`: *header and the two data
-// frames (views of *values, which must outlive them).
-Status EncodeStackedNotice(int64_t seq, int64_t slot, std::array<int64_t, 2>* values,
-                           std::string* header, std::vector<codec::Frame>* data);
-// Reads a notice (kDataLoss unless it is exactly one: a STREAM_BATCH of `seq` and `slot`).
-Status ReadStackedNotice(const codec::Frame* frames, size_t n_frames, int64_t* seq,
-                         int64_t* slot);
-
-// The ERROR message of a shared-memory stream's failed draw: {"error": kind, "reason": reason,
-// "slot": slot} (memoire/server/workers.py error_reply); *frames gets its header and data.
-Status EncodeSlotError(const std::string& kind, const std::string& reason, int64_t slot,
-                       std::vector<std::string>* frames);
-// A shared-memory learner's credit, exactly {"op": "credit", "credit": k, "slots": int64[k]}
-// with 1 <= k <= max_slots (frames[0] its header): true and *slots set; false for anything
-// else (which the server's Python side then judges and answers).
-bool ReadSlotCredit(const codec::Frame* frames, size_t n_frames, int64_t max_slots,
-                    std::vector<int64_t>* slots);
-
-// The error kind and reason of an ERROR message (frames[0] its header), and its `slot` (a
-// failed draw of a shared-memory stream names the slot it spent; -1 when absent); false when
+// The error kind and reason of an ERROR message (frames[0] its header), and its int64 `slot`
+// entry where it has one (-1 when absent); false when
 // `frames` is not a well-formed current-version ERROR.
 bool ReadErrorMessage(const codec::Frame* frames, size_t n_frames, std::string* kind,
                       std::string* reason, int64_t* slot = nullptr);

@@ -1,18 +1,23 @@
 #include "core/stream_sampler.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace memoire {
 
 Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
   if (!o.memory) return Error(Code::kInvalidArgument, "stream sampler: no memory");
-  if (o.base == nullptr) return Error(Code::kInvalidArgument, "stream sampler: no slots");
+  if (o.base == nullptr || o.control == nullptr)
+    return Error(Code::kInvalidArgument, "stream sampler: no slots");
   if (o.slots < 1 || o.threads < 1 || o.threads > 256)
     return Error(Code::kInvalidArgument, "stream sampler: expected slots >= 1 and threads in "
                  "[1, 256], got ", o.slots, " and ", o.threads);
-  if (o.layout.batch_size() < 1)
+  if (o.layout.batch_size() < 1 || o.layout.slot_bytes < StreamRing::kMaxErrorBytes)
     return Error(Code::kInvalidArgument, "stream sampler: expected a batch layout");
+  if (o.credit_wait_ms < 1)
+    return Error(Code::kInvalidArgument, "stream sampler: expected credit_wait_ms >= 1");
   std::unique_ptr<StreamSampler> s(new StreamSampler(std::move(o)));
+  MEMOIRE_RETURN_IF_ERROR(StreamRing::Attach(s->opt_.control, s->opt_.slots, &s->ring_));
   for (int t = 0; t < s->opt_.threads; ++t) s->threads_.emplace_back([p = s.get()] { p->Run(); });
   *out = std::move(s);
   return Status::OK();
@@ -33,6 +38,7 @@ void StreamSampler::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  if (ring_.capacity() > 0) ring_.WakeCreditWaiters();  // threads asleep on the ring
   for (std::thread& t : threads_)
     if (t.joinable()) t.join();
 }
@@ -58,42 +64,47 @@ int64_t StreamSampler::given_back() const {
   return given_back_;
 }
 
-Status StreamSampler::GiveBack(const int64_t* slots, int64_t k) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (k < 1)
-      return Error(Code::kInvalidArgument, "stream: expected k >= 1 slots given back, got ", k);
-    // Every slot is checked before any is taken back: a bad credit changes nothing.
-    std::vector<int64_t> seen(slots, slots + k);
-    std::sort(seen.begin(), seen.end());
-    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
-      return Error(Code::kInvalidArgument, "stream: a slot given back twice in one credit");
-    for (int64_t i = 0; i < k; ++i)
-      if (slots[i] < 0 || slots[i] >= opt_.slots || !held_[slots[i]])
-        return Error(Code::kInvalidArgument, "stream: slot ", slots[i],
-                     " is not the learner's to give back (", opt_.slots, " slots)");
-    for (int64_t i = 0; i < k; ++i) {
-      held_[slots[i]] = 0;
-      free_.push_back(slots[i]);
-    }
-    num_held_ -= k;
-    given_back_ += k;
-  }
-  Touch();
-  cv_.notify_all();
-  return Status::OK();
+std::string StreamSampler::refusal() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return refusal_;
 }
 
-void StreamSampler::PopReady(std::vector<Outcome>* out) {
-  std::lock_guard<std::mutex> l(mu_);
+void StreamSampler::TakeCreditsLocked() {
+  if (!refusal_.empty()) return;
+  credits_.clear();
+  Status s = ring_.TakeCredits(&credits_);
+  for (size_t i = 0; s.ok() && i < credits_.size(); ++i) {
+    const int64_t slot = credits_[i];
+    if (slot < 0 || slot >= opt_.slots || !held_[slot]) {
+      s = Error(Code::kInvalidArgument, "stream: slot ", slot, " is not the learner's to give "
+                "back (", opt_.slots, " slots)");
+      break;
+    }
+    held_[slot] = 0;
+    free_.push_back(slot);
+    --num_held_;
+    ++given_back_;
+  }
+  if (!credits_.empty()) Touch();
+  if (!s.ok()) {
+    // Not an honest learner: this stream draws no more; the server drops it (wake).
+    refusal_ = s.message();
+    cv_.notify_all();
+    if (opt_.wake) opt_.wake();
+  }
+}
+
+bool StreamSampler::PublishLocked() {
   // Batches are numbered here, in draw order, so seq counts successful draws without gaps
   // (a draw whose copy failed is a failed outcome, as one that found nothing to draw).
+  bool any = false;
   while (!ready_.empty() && ready_.front().finished) {
-    Outcome& o = ready_.front();
-    if (o.error.empty()) o.seq = next_seq_++;
-    out->push_back(std::move(o));
+    const Outcome& o = ready_.front();
+    ring_.PublishNotice(o.error_bytes > 0 ? -1 : next_seq_++, o.slot, o.error_bytes);
     ready_.pop_front();
+    any = true;
   }
+  return any;
 }
 
 void StreamSampler::Run() {
@@ -105,12 +116,20 @@ void StreamSampler::Run() {
       std::unique_lock<std::mutex> l(mu_);
       while (true) {
         if (stop_) return;
+        TakeCreditsLocked();
+        if (!refusal_.empty()) {
+          cv_.wait(l);  // until Stop
+          continue;
+        }
         if (Clock::now() < paused_until_) {
           cv_.wait_until(l, paused_until_);
           continue;
         }
         if (!free_.empty()) break;
-        cv_.wait(l);
+        const uint32_t seen = ring_.credits_seen();
+        l.unlock();
+        ring_.WaitCredits(seen, opt_.credit_wait_ms);
+        l.lock();
       }
       slot = free_.back();
       free_.pop_back();
@@ -134,7 +153,7 @@ void StreamSampler::Run() {
     }
     // The outcome takes its place in ready_ at the draw (in the memory's draw order) and is
     // filled in once the copy is done: copies of several threads overlap, notices keep the
-    // draw order (PopReady hands out only finished outcomes from the front).
+    // draw order (PublishLocked publishes only finished outcomes from the front).
     Outcome* placed = nullptr;
     if (s.ok()) {  // else the limiter refused a batch its band can never allow
       opt_.layout.PartsAt(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes,
@@ -145,10 +164,20 @@ void StreamSampler::Run() {
       out.on_draw = [&] {
         std::lock_guard<std::mutex> l(mu_);
         ready_.emplace_back();
-        placed = &ready_.back();  // stays valid: PopReady never pops an unfinished outcome
+        placed = &ready_.back();  // stays valid: PublishLocked never pops an unfinished one
       };
       s = opt_.memory->Sample(n, out);
     }
+    int64_t error_bytes = 0;
+    if (!s.ok()) {
+      // The slot is spent either way: it carries the reason to the learner.
+      std::string reason = s.message();
+      if (reason.empty()) reason = "the draw failed";
+      error_bytes = static_cast<int64_t>(std::min(reason.size(), StreamRing::kMaxErrorBytes));
+      std::memcpy(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes, reason.data(),
+                  static_cast<size_t>(error_bytes));
+    }
+    bool published;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (placed == nullptr) {  // no draw (it failed, or was refused): queued now
@@ -156,8 +185,8 @@ void StreamSampler::Run() {
         placed = &ready_.back();
       }
       placed->slot = slot;
+      placed->error_bytes = error_bytes;
       if (!s.ok()) {
-        placed->error = s.message();
         // Nothing to sample yet, most likely: the stream's threads wait a while.
         paused_until_ = std::max(paused_until_, Clock::now() +
                                  std::chrono::milliseconds(opt_.error_pause_ms));
@@ -165,7 +194,9 @@ void StreamSampler::Run() {
       placed->finished = true;
       held_[slot] = 1;
       ++num_held_;
+      published = PublishLocked();
     }
+    if (published) ring_.WakeNoticeWaiters();
     if (s.ok()) {
       drawn_.fetch_add(1);
       if (opt_.counts) {
@@ -175,7 +206,6 @@ void StreamSampler::Run() {
     } else if (opt_.counts) {
       opt_.counts->draw_errors.fetch_add(1);
     }
-    if (opt_.wake) opt_.wake();
   }
 }
 

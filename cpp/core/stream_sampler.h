@@ -1,21 +1,25 @@
 // StreamSampler: the server's end of one shared-memory sampling stream (core/stream_batch.h).
 // N threads each take a free slot, ask the server's rate limiter, draw a batch from the memory
-// straight into the slot in the learner's layout (core/batch_layout.h) and queue its outcome
-// (a batch, or a failed draw that spent the slot); the server's I/O thread sends the queued
-// outcomes as notices (PopReady) and hands back the slots the learner returns (GiveBack).
-// Nothing here takes the GIL or touches a socket.
+// straight into the slot in the learner's layout (core/batch_layout.h) and publish its notice
+// in the stream's ring (core/stream_ring.h): a batch, or a failed draw that spent the slot,
+// its reason written into the slot. The slots the learner gives back arrive in the same ring;
+// the threads take them as they look for a free slot, and sleep on the ring while none is.
+// Nothing here takes the GIL or touches a socket: a batch costs no message.
 //
 // Order: each draw takes its place in the outcome queue at the moment the memory draws it,
 // under the memory's draw lock (ReplayMemory::SampleOut::on_draw), and batches are numbered
-// as they leave the queue's front, finished, so batch seq k is the stream's k-th successful
-// draw from the memory and the outcomes leave in draw order whatever the number of threads.
-// The copies themselves overlap: Sample holds the memory's lock shared (writers wait; other
-// samplers copy alongside), so N threads copy N batches at once. When the stream is the
-// memory's only sampler, its batch seq k is the k-th batch get_batch would draw with the same
-// seed and contents, for any number of threads.
+// and published as they leave the queue's front, finished, so batch seq k is the stream's
+// k-th successful draw from the memory and the notices leave in draw order whatever the
+// number of threads. The copies themselves overlap: Sample holds the memory's lock shared
+// (writers wait; other samplers copy alongside), so N threads copy N batches at once. When
+// the stream is the memory's only sampler, its batch seq k is the k-th batch get_batch would
+// draw with the same seed and contents, for any number of threads.
 //
-// Slots: every slot is free (the server's) at start; a drawn slot is the learner's (held)
-// until GiveBack; the slot freed last is written first (its lines are likelier in cache).
+// Slots: every slot is free (the server's) at start; a published slot is the learner's
+// (held) until its credit comes back; the slot freed last is written first (its lines are
+// likelier in cache). A credit that is not honest (a slot the learner does not hold, a head
+// that jumps) stops the stream's draws for good: refusal() says why, and `wake` is called so
+// that the server drops the stream.
 //
 // Thread safety: all methods are thread-safe.
 #pragma once
@@ -36,6 +40,7 @@
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
 #include "core/status.h"
+#include "core/stream_ring.h"
 
 namespace memoire {
 
@@ -54,6 +59,7 @@ class StreamSampler {
     std::shared_ptr<RateLimiter> limiter;  // may be null
     BatchLayout layout;                    // with totals (StreamSlotLayout)
     int frame_stack = 1;                   // the slots' size: a change fails the draw
+    uint8_t* control = nullptr;            // the ring's block (StreamRing::Init done)
     uint8_t* base = nullptr;               // slot s at base + s * layout.slot_bytes
     std::shared_ptr<const void> keep;      // keeps the mapping alive while threads run
     int64_t slots = 1;
@@ -61,18 +67,12 @@ class StreamSampler {
     int error_pause_ms = 50;   // after a failed draw the stream waits this long
     int limited_pause_ms = 2;  // a thread the limiter holds back waits this long
     std::shared_ptr<StreamCounts> counts;  // may be null
-    std::function<void()> wake;  // called (no lock held) after an outcome is queued
-  };
-  // An outcome to send, in draw order: a batch (error empty) or a failed draw; either way
-  // `slot` is now the learner's.
-  struct Outcome {
-    int64_t seq = -1;  // the batch's number (-1 for a failed draw)
-    int64_t slot = -1;
-    std::string error;
-    bool finished = false;  // queued at the draw, finished after the copy (internal)
+    std::function<void()> wake;  // called once a credit is refused
+    int credit_wait_ms = 20;     // a thread with no free slot rechecks Stop this often
   };
 
-  // kInvalidArgument on bad options; starts the threads.
+  // kInvalidArgument on bad options (kDataLoss on a control block without a ring); starts
+  // the threads.
   static Status Make(Options o, std::unique_ptr<StreamSampler>* out);
   ~StreamSampler();  // Stop()
   StreamSampler(const StreamSampler&) = delete;
@@ -80,14 +80,10 @@ class StreamSampler {
 
   // Joins the threads (a draw in progress completes; its outcome stays queued). Idempotent.
   void Stop();
-  // The learner gives back k slots: kInvalidArgument, changing nothing, unless they are k >= 1
-  // distinct slots in [0, slots) that the learner holds.
-  Status GiveBack(const int64_t* slots, int64_t k);
-  // Appends the queued outcomes, in draw order, to *out.
-  void PopReady(std::vector<Outcome>* out);
-  // Seconds since the stream was created or last gave slots back (Touch).
+  // Why the stream's draws stopped (a credit refused), empty while they go on.
+  std::string refusal() const;
+  // Seconds since the stream was created or its learner last gave slots back.
   double idle_seconds() const;
-  void Touch();
 
   int64_t slots() const { return opt_.slots; }
   int threads() const { return opt_.threads; }
@@ -96,8 +92,20 @@ class StreamSampler {
   int64_t given_back() const;  // slots given back so far
 
  private:
+  // An outcome to publish, in draw order: a batch or a failed draw (error_bytes > 0, its
+  // reason in the slot); either way `slot` is then the learner's.
+  struct Outcome {
+    int64_t slot = -1;
+    int64_t error_bytes = 0;
+    bool finished = false;  // queued at the draw, finished after the copy
+  };
   explicit StreamSampler(Options o);
   void Run();
+  void Touch();
+  // Frees the slots the learner gave back (or refuses the credit); mu_ held.
+  void TakeCreditsLocked();
+  // Publishes the finished outcomes at the front of ready_; true if any; mu_ held.
+  bool PublishLocked();
   using Clock = std::chrono::steady_clock;
 
   const Options opt_;
@@ -106,10 +114,13 @@ class StreamSampler {
   bool stop_ = false;
   std::vector<int64_t> free_;  // a stack: back is written next
   std::vector<uint8_t> held_;  // per slot: the learner's
+  StreamRing ring_;             // the server's end; its calls under mu_ but WaitCredits
+  std::vector<int64_t> credits_;  // TakeCreditsLocked's scratch
+  std::string refusal_;
   int64_t num_held_ = 0;
   int64_t given_back_ = 0;
   Clock::time_point paused_until_{};
-  std::deque<Outcome> ready_;  // in draw order; the finished front ones are sent
+  std::deque<Outcome> ready_;  // in draw order; the finished front ones are published
   int64_t next_seq_ = 0;
   std::atomic<int64_t> drawn_{0};
   std::atomic<int64_t> last_seen_ns_{0};

@@ -1,9 +1,10 @@
 // StreamBatch: SampleDistinct + encode + unstack gives Sample's batch byte for byte, and a
 // corrupted message is refused before any row is read through it. The shared-memory path's
-// pieces: a slot's layout holds Sample's parts without overlap, and its notice round-trips
-// while anything else is refused.
+// pieces: a slot's layout holds Sample's parts without overlap, and the sampler publishes its
+// batches in draw order through the ring, within the slots, refusing a dishonest credit.
 #include "core/stream_batch.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/replay_memory.h"
+#include "core/stream_ring.h"
 #include "core/stream_sampler.h"
 #include "tests/small_memory.h"
 #include "tests/testing.h"
@@ -217,28 +219,61 @@ bool SameParts(const BatchLayout& l, const uint8_t* a, const uint8_t* b) {
   return true;
 }
 
+// The stream's shared block as a test maps it: the ring, then the slots.
+struct SharedBlock {
+  SharedBlock(const BatchLayout& l, int64_t slots)
+      : ring_bytes(StreamRing::Bytes(slots)), buf(ring_bytes + l.slot_bytes * slots) {
+    StreamRing::Init(buf.p, slots);
+    CHECK(StreamRing::Attach(buf.p, slots, &learner).ok());
+  }
+  uint8_t* slot(const BatchLayout& l, int64_t s) { return buf.p + ring_bytes + s * l.slot_bytes; }
+  size_t ring_bytes;
+  SlotBuffer buf;
+  StreamRing learner;  // the learner's end
+};
+
+// Notices until `want` came (or 2 s passed), then 5 ms more: whatever was published.
+std::vector<StreamRing::Notice> Notices(StreamRing* learner, size_t want) {
+  std::vector<StreamRing::Notice> got;
+  StreamRing::Notice n;
+  for (int wait = 0; wait < 2000 && got.size() < want; ++wait) {
+    while (learner->PollNotice(&n)) got.push_back(n);
+    if (got.size() < want) learner->WaitNotices(1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (learner->PollNotice(&n)) got.push_back(n);
+  return got;
+}
+
+StreamLayout SmallLayout(const ReplayMemory& m, int64_t batch_size) {
+  StreamLayout layout;
+  layout.schema = m.schema();
+  layout.batch_size = batch_size;
+  layout.frame_stack = m.options().frame_stack;
+  layout.multi_step = m.options().multi_step;
+  layout.flags.fill(1);
+  return layout;
+}
+
 TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
   for (int threads : {1, 4}) {
     auto m = MakeSmallMemory(64, 3);
     auto ref = MakeSmallMemory(64, 3);  // same seed, same contents: get_batch's draws
     Fill(*m);
     Fill(*ref);
-    StreamLayout layout;
-    layout.schema = m->schema();
-    layout.batch_size = 4;
-    layout.frame_stack = m->options().frame_stack;
-    layout.multi_step = m->options().multi_step;
-    layout.flags.fill(1);
+    const StreamLayout layout = SmallLayout(*m, 4);
     const BatchLayout l = StreamSlotLayout(layout);
     const int64_t kSlots = 3;
-    SlotBuffer slots(l.slot_bytes * kSlots), want(l.slot_bytes);
+    SharedBlock block(l, kSlots);
+    SlotBuffer want(l.slot_bytes);
     std::vector<uint8_t*> want_parts(l.parts.size());
     l.PartsAt(want.p, want_parts.data());
     StreamSampler::Options o;
     o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
     o.layout = l;
     o.frame_stack = layout.frame_stack;
-    o.base = slots.p;
+    o.control = block.buf.p;
+    o.base = block.slot(l, 0);
     o.slots = kSlots;
     o.threads = threads;
     o.counts = std::make_shared<StreamCounts>();
@@ -246,99 +281,98 @@ TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
     CHECK(StreamSampler::Make(o, &s).ok());
     int64_t next_seq = 0;
     for (int round = 0; round < 10; ++round) {
-      // The slots bound the draws: exactly kSlots outcomes, then nothing until one is back.
-      std::vector<StreamSampler::Outcome> got;
-      for (int wait = 0; wait < 2000 && static_cast<int64_t>(got.size()) < kSlots; ++wait) {
-        s->PopReady(&got);
-        if (static_cast<int64_t>(got.size()) < kSlots)
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      CHECK(static_cast<int64_t>(got.size()) == kSlots);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      s->PopReady(&got);
+      // The slots bound the draws: exactly kSlots notices, then nothing until one is back.
+      const std::vector<StreamRing::Notice> got = Notices(&block.learner, kSlots);
       CHECK(static_cast<int64_t>(got.size()) == kSlots);
       CHECK(s->held() == kSlots);
-      std::vector<int64_t> back;
-      for (const StreamSampler::Outcome& out : got) {
-        CHECK(out.error.empty());
-        CHECK(out.seq == next_seq++);  // in draw order, numbered without gaps
+      for (const StreamRing::Notice& n : got) {
+        CHECK(n.error_bytes == 0);
+        CHECK(n.seq == next_seq++);  // in draw order, numbered without gaps
         ReplayMemory::SampleOut so;
         l.Point(want_parts.data(), &so);
         CHECK(ref->Sample(4, so).ok());
-        CHECK(SameParts(l, slots.p + out.slot * l.slot_bytes, want.p));
-        back.push_back(out.slot);
+        CHECK(SameParts(l, block.slot(l, n.slot), want.p));
       }
-      // Bad credit changes nothing: not held, twice, outside, none.
-      const int64_t outside[1] = {kSlots};
-      const int64_t twice[2] = {back[0], back[0]};
-      CHECK(s->GiveBack(outside, 1).code() == Code::kInvalidArgument);
-      CHECK(s->GiveBack(twice, 2).code() == Code::kInvalidArgument);
-      CHECK(s->GiveBack(back.data(), 0).code() == Code::kInvalidArgument);
-      CHECK(s->held() == kSlots);
-      CHECK(s->GiveBack(back.data(), kSlots).ok());
+      for (const StreamRing::Notice& n : got) block.learner.PublishCredit(n.slot);
     }
     s->Stop();
     CHECK(o.counts->batches.load() >= 30 && o.counts->batches.load() <= 30 + kSlots);
     CHECK(o.counts->draw_errors.load() == 0);
+    CHECK(s->refusal().empty());
   }
 }
 
-TEST(StreamSamplerFailedDrawSpendsTheSlotAndNamesIt) {
+TEST(StreamSamplerFailedDrawSpendsTheSlotAndSaysWhyInIt) {
   auto m = MakeSmallMemory(64, 3);  // empty: nothing sampleable
-  StreamLayout layout;
-  layout.schema = m->schema();
-  layout.batch_size = 2;
-  layout.frame_stack = 1;
-  layout.flags.fill(1);
+  const StreamLayout layout = SmallLayout(*m, 2);
   const BatchLayout l = StreamSlotLayout(layout);
-  SlotBuffer slots(l.slot_bytes * 2);
+  SharedBlock block(l, 2);
   StreamSampler::Options o;
   o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
   o.layout = l;
-  o.base = slots.p;
+  o.frame_stack = layout.frame_stack;
+  o.control = block.buf.p;
+  o.base = block.slot(l, 0);
   o.slots = 2;
   o.threads = 2;
   o.error_pause_ms = 1000;  // one error per slot, then a pause
   std::unique_ptr<StreamSampler> s;
   CHECK(StreamSampler::Make(o, &s).ok());
-  std::vector<StreamSampler::Outcome> got;
-  for (int wait = 0; wait < 2000 && got.empty(); ++wait) {
-    s->PopReady(&got);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const std::vector<StreamRing::Notice> got = Notices(&block.learner, 1);
   CHECK(!got.empty());
-  CHECK(got[0].seq == -1 && got[0].error.find("no sampleable") != std::string::npos);
-  CHECK(got[0].slot == 0);  // slot 0 is written first
+  CHECK(got[0].seq == -1 && got[0].slot == 0);  // slot 0 is written first
+  CHECK(got[0].error_bytes > 0);
+  const std::string why(reinterpret_cast<const char*>(block.slot(l, 0)), got[0].error_bytes);
+  CHECK(why.find("no sampleable") != std::string::npos);
   CHECK(s->held() >= 1);
   s->Stop();
 }
 
-TEST(StackedNoticesRoundTripAndOthersAreRefused) {
-  std::array<int64_t, 2> values;
-  std::string header;
-  std::vector<codec::Frame> data;
-  CHECK(EncodeStackedNotice(41, 3, &values, &header, &data).ok());
-  std::vector<codec::Frame> frames{{reinterpret_cast<const uint8_t*>(header.data()),
-                                    header.size()}};
-  frames.insert(frames.end(), data.begin(), data.end());
-  int64_t seq = -1, slot = -1;
-  CHECK(ReadStackedNotice(frames.data(), frames.size(), &seq, &slot).ok());
-  CHECK(seq == 41 && slot == 3);
-  // A frame short, and a whole batch message, are not notices.
-  frames.back().size -= 1;
-  CHECK(ReadStackedNotice(frames.data(), frames.size(), &seq, &slot).code() == Code::kDataLoss);
-  auto m = MakeSmallMemory(64, 1);
-  Fill(*m);
-  StreamLayout layout;
-  layout.schema = m->schema();
-  layout.batch_size = 2;
-  layout.flags.fill(1);
-  StreamBatch sb;
-  sb.send = StreamSends(layout);
-  CHECK(m->SampleDistinct(2, &sb).ok());
-  auto e = Encode(sb, m->schema(), 0);
-  CHECK(ReadStackedNotice(e->frames.data(), e->frames.size(), &seq, &slot).code() ==
-        Code::kDataLoss);
+TEST(StreamSamplerRefusesADishonestCreditAndDrawsNoMore) {
+  // A slot the learner does not hold, a slot outside the stream, a head that jumps past the
+  // capacity: each stops the stream's draws for good, says why and calls `wake`.
+  for (int bad = 0; bad < 3; ++bad) {
+    auto m = MakeSmallMemory(64, 3);
+    Fill(*m);
+    const StreamLayout layout = SmallLayout(*m, 2);
+    const BatchLayout l = StreamSlotLayout(layout);
+    SharedBlock block(l, 2);
+    StreamSampler::Options o;
+    o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+    o.layout = l;
+    o.frame_stack = layout.frame_stack;
+    o.control = block.buf.p;
+    o.base = block.slot(l, 0);
+    o.slots = 2;
+    o.threads = 2;
+    std::atomic<int> woken{0};
+    o.wake = [&woken] { woken.fetch_add(1); };
+    o.counts = std::make_shared<StreamCounts>();
+    std::unique_ptr<StreamSampler> s;
+    CHECK(StreamSampler::Make(o, &s).ok());
+    std::vector<StreamRing::Notice> got = Notices(&block.learner, 2);
+    CHECK(got.size() == 2);
+    block.learner.PublishCredit(got[0].slot);  // honest: drawn again
+    got = Notices(&block.learner, 1);
+    CHECK(got.size() == 1 && got[0].seq == 2);
+    // Written as a raw peer would, all at once: slot held twice, outside, a jump.
+    const StreamRing::Offsets off = StreamRing::OffsetsOf(2);
+    uint32_t* head = reinterpret_cast<uint32_t*>(block.buf.p + off.credit_head);
+    int64_t* credits = reinterpret_cast<int64_t*>(block.buf.p + off.credits);
+    const uint32_t h = __atomic_load_n(head, __ATOMIC_ACQUIRE);
+    if (bad == 0) credits[h % 2] = credits[(h + 1) % 2] = got[0].slot;
+    if (bad == 1) credits[h % 2] = 7;
+    __atomic_store_n(head, h + (bad == 0 ? 2 : bad == 1 ? 1 : 3), __ATOMIC_RELEASE);
+    for (int wait = 0; wait < 2000 && s->refusal().empty(); ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(!s->refusal().empty());
+    CHECK(woken.load() == 1);
+    const int64_t drawn = o.counts->batches.load();
+    CHECK(drawn == 3);  // the honest draws only
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(o.counts->batches.load() == drawn);
+    s->Stop();
+  }
 }
 
 }  // namespace

@@ -5,29 +5,30 @@ The learner's end is :class:`memoire.stream.SamplingStream`; the batch, its draw
 layout are ``cpp/core/stream_batch.h``. One ROUTER socket serves every stream (a learner holds
 a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 
-- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool}``: opens (or reopens)
-  the peer's stream with ``c`` batches granted; the reply is a STREAM ``{"op": "layout",
-  "schema", "frame_stack", "multi_step", "flags", "batch_size", "max_credit"}`` (the layout is
-  fixed from then on). With ``shared_memory`` (a learner on this host) the server makes ``c``
-  slots in a file in /dev/shm and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then
-  samples each batch straight into a free slot in the learner's final layout (``get_batch``'s
-  draw and arrays, ``BatchLayout`` in ``cpp/core/batch_layout.h``), and the message is a
-  notice of ``seq`` and ``slot``. All ``c`` slots start free; the learner gives slots back
-  once it has dropped their batches. Where that fails (no /dev/shm, over ``max_shm_bytes``)
-  the reply has no shm entries and the rows travel in the messages.
+- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool, "shm_ring": 1}``:
+  opens (or reopens) the peer's stream with ``c`` batches granted; the reply is a STREAM
+  ``{"op": "layout", "schema", "frame_stack", "multi_step", "flags", "batch_size",
+  "max_credit"}`` (the layout is fixed from then on). With ``shared_memory`` (a learner on
+  this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server makes a file
+  in /dev/shm holding the stream's ring (``cpp/core/stream_ring.h``) and ``c`` slots, and adds
+  ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then samples each batch straight into a
+  free slot in the learner's final layout (``get_batch``'s draw and arrays, ``BatchLayout`` in
+  ``cpp/core/batch_layout.h``) and publishes its ``seq`` and ``slot`` in the ring; the learner
+  gives each slot back through the ring once it has dropped its batch. No message per batch.
+  Where that fails (no /dev/shm, over ``max_shm_bytes``, another ring version) the reply has
+  no shm entries and the rows travel in the messages.
 - ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
-  peer the server does not know, e.g. after a restart, gets an ERROR saying so). With shared
-  memory the credit names the slots it frees, ``"slots": int64[k]``, each one the learner
-  had (in any order).
+  peer the server does not know, e.g. after a restart, gets an ERROR saying so). A
+  shared-memory stream sends pings only (its slots go back through the ring).
 - ``{"op": "priorities", "ids": int64[m], "weights": float32[m]}``: the server's
   :meth:`update_priorities`, in order with the stream's other messages.
 - ``{"op": "close"}``: drops the stream.
 
 The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
-an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit, with shared
-memory the slot it names in ``"slot"``; that peer's draws pause 50 ms), and an ERROR for any
-request it refuses (no credit spent). So the batches in flight to a learner never exceed its
-credit.
+an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; with shared
+memory the ring's notice says so and the slot holds the reason; that peer's draws pause 50 ms),
+and an ERROR for any request it refuses (no credit spent). So the batches in flight to a
+learner never exceed its credit.
 
 Limits (each refusal is counted in the server's ``rejected`` and answered with an ERROR; the
 worker keeps serving): credit outstanding per stream at most ``max_credit``
@@ -35,14 +36,15 @@ worker keeps serving): credit outstanding per stream at most ``max_credit``
 remote calls (``batch_too_large``); malformed or wrong-version messages (``malformed``,
 ``version``); bad requests (``stream_request``); a peer with no open stream
 (``stream_unknown``); bad priorities (``bad_priorities``). A stream silent for
-``idle_timeout`` seconds is dropped (``stream_idle``).
+``idle_timeout`` seconds is dropped (``stream_idle``). A shared-memory learner whose ring
+gives back a slot it does not hold is dropped (``stream_credit``).
 
 Threads: each worker loop (:meth:`SamplingService.worker_main`, one per endpoint) owns its
-socket and its streams' table. Its socket is read and written in C++ with the GIL released
-(``_core.StreamHub.poll``): a shared-memory stream is sampled by ``threads`` native threads of
-its own (``cpp/core/stream_sampler.h``: slots, the rate limiter, the draw, the notice's order),
-whose notices the hub sends and whose slot credits it takes without Python; every other message
-comes back to this loop. Rows in messages are sampled by the loop (``_core.stream_send``).
+socket and its streams' table; it waits on the socket in C++ with the GIL released
+(``_core.StreamHub.poll``). A shared-memory stream is sampled by ``threads`` native threads of
+its own (``cpp/core/stream_sampler.h``: slots, the rate limiter, the draw, the notice's
+order), which trade notices and slots with the learner through the ring, with no Python and
+no socket. Rows in messages are sampled by the loop (``_core.stream_send``).
 """
 
 from __future__ import annotations
@@ -73,10 +75,13 @@ DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
 def default_stream_threads() -> int:
-    """Sampler threads per shared-memory stream by default: 2, so that two batches are copied
-    at once (the memory copies concurrent samples side by side; only their draws take turns;
-    docs/STREAM.md). More threads help where more cores are free (`threads=`). One core: 1."""
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
+    """Sampler threads per shared-memory stream by default: 1 below 4 cores, where one
+    thread's copy (split with the memory's helper) already keeps the cores busy and a second
+    only competes with the learner (2 cores: 1.03x of in-process ``get_batch`` with 1 thread,
+    0.74x with 2; docs/STREAM.md); 2 from 4 cores, so that two batches are copied at once
+    (16 cores: 1.4x with 2, 0.84x with 1). More threads help where more cores are free
+    (`threads=`)."""
+    return 2 if (os.cpu_count() or 1) >= 4 else 1
 
 
 @dataclasses.dataclass
@@ -88,8 +93,8 @@ class _Stream:
     last_seen: float
     seq: int = 0
     paused_until: float = 0.0
-    # _core.StreamShm: the slots of a learner on this host, sampled by the worker's
-    # StreamHub (native threads; credit, order and slots are counted there).
+    # _core.StreamShm: the ring and slots of a learner on this host, sampled by native
+    # threads that the worker's StreamHub keeps (credit, order and slots are counted there).
     shm: object = None
 
 
@@ -146,7 +151,7 @@ class SamplingService:
         threads = self.threads if threads is None else check_threads(threads)
         check_native()
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
-        hub = _core.StreamHub(sock.underlying, SEND_TIMEOUT_MS)
+        hub = _core.StreamHub(sock.underlying)
         streams: Dict[bytes, _Stream] = {}
         self._tables.append(streams)
         self._hubs.append(hub)
@@ -178,7 +183,7 @@ class SamplingService:
         busy = any(
             s.shm is None and s.credit > 0 and s.paused_until <= now for s in streams.values()
         )
-        # The hub sends the shared-memory streams' notices and takes their credits meanwhile.
+        # Shared-memory streams need nothing here: their samplers and learners use the ring.
         for k in range(RECV_PER_STEP):
             try:
                 frames = hub.poll(0 if busy or k else POLL_MS)
@@ -194,6 +199,9 @@ class SamplingService:
                 sock,
                 frames,
             )
+        for ident, why in hub.refusals():  # a learner that gave back a slot it did not hold
+            self._drop(hub, streams, ident)
+            self._refuse(sock, ident, "stream_credit", "ValueError", f"{why}: stream dropped")
         now = time.monotonic()
         for ident, s in list(streams.items()):
             if s.shm is None and s.credit > 0 and s.paused_until <= now:
@@ -312,7 +320,7 @@ class SamplingService:
         elif op == "credit":
             k = v.get("credit")
             if stream.shm is not None:
-                self._return_slots(sock, hub, ident, stream, k, v.get("slots"))
+                self._return_slots(sock, ident, k, v.get("slots"))
                 return
             if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
                 self._refuse(
@@ -338,32 +346,19 @@ class SamplingService:
                 f"stream: op must be 'open', 'credit', 'priorities' or 'close', got {op!r}",
             )
 
-    def _return_slots(self, sock, hub, ident: bytes, s: _Stream, k, slots) -> None:
-        """A shared-memory stream's credit the hub did not take: a ping (k = 0), or a credit
-        to judge (the hub takes every good one itself; a bad one changes nothing)."""
+    def _return_slots(self, sock, ident: bytes, k, slots) -> None:
+        """A shared-memory stream's credit message: a ping (k = 0) is fine; its slots go back
+        through the ring, so anything else is refused (and changes nothing)."""
         if _is_int(k) and k == 0 and slots is None:
             return
-        ok = (
-            _is_int(k)
-            and isinstance(slots, np.ndarray)
-            and slots.dtype == np.int64
-            and slots.shape == (k,)
-            and k >= 1
+        self._refuse(
+            sock,
+            ident,
+            "stream_credit",
+            "ValueError",
+            f"stream: a shared-memory stream gives its slots back through its ring; its only "
+            f"credit message is a ping (credit 0), got {k!r} and {slots!r}",
         )
-        if ok:
-            try:
-                hub.give_back(ident, slots)
-            except ValueError:
-                ok = False
-        if not ok:
-            self._refuse(
-                sock,
-                ident,
-                "stream_credit",
-                "ValueError",
-                f"stream: a shared-memory stream's credit k >= 1 must name k distinct slots "
-                f"its learner has (int64[k] in [0, {s.shm.slots})), got {k!r} and {slots!r}",
-            )
 
     def _open(
         self, sock, hub, streams: Dict[bytes, _Stream], ident: bytes, v: dict, threads: int
@@ -418,7 +413,7 @@ class SamplingService:
             "batch_size": n,
             "max_credit": self.max_credit,
         }
-        if v.get("shared_memory") is True:
+        if v.get("shared_memory") is True and v.get("shm_ring") == _core.STREAM_RING_VERSION:
             self._make_shm(hub, ident, stream, rem, layout, threads)
         streams[ident] = stream
         self._stats.count("streams_opened")
@@ -440,8 +435,7 @@ class SamplingService:
             log.info("stream: no shared memory (%s); batches go over the socket", e)
             self._stats.count("stream_shm_failed")
             return
-        # Its samplers start now; their notices leave after this reply (the hub sends them on
-        # this thread's next poll).
+        # Its samplers start now: the learner finds their notices in the ring once mapped.
         hub.add(
             ident,
             rem,
