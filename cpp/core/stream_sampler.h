@@ -68,7 +68,7 @@ class StreamSampler {
     int limited_pause_ms = 2;  // a thread the limiter holds back waits this long
     std::shared_ptr<StreamCounts> counts;  // may be null
     std::function<void()> wake;  // called once a credit is refused
-    int credit_wait_ms = 20;     // a thread with no free slot rechecks Stop this often
+    int credit_wait_ms = 100;    // a thread with no free slot sleeps at most this (Stop wakes it)
   };
 
   // kInvalidArgument on bad options (kDataLoss on a control block without a ring); starts
