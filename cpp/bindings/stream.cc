@@ -38,6 +38,22 @@ constexpr int kSliceMs = 5;  // a waiting receive checks for posts and Stop this
 // refusal, it spent a credit.
 constexpr const char* kDrawError = "SampleError";
 
+std::vector<codec::Frame> ViewsOf(const libzmq::Frames& frames) {
+  std::vector<codec::Frame> views(frames.size());
+  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+  return views;
+}
+
+// What the learner's next batch raises when the server refused a request / its draw failed.
+Status Refused(const std::string& kind, const std::string& reason) {
+  return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
+      .With("server_error", 1);
+}
+Status DrawFailed(const std::string& reason) {
+  return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
+      .With("server_error", 1);
+}
+
 void SendStrings(void* socket, const std::vector<std::string>& frames, int timeout_ms) {
   std::vector<libzmq::OutFrame> out;
   for (const std::string& f : frames) out.push_back({f.data(), f.size()});
@@ -129,35 +145,42 @@ void StreamSource::Post(std::vector<std::string> frames) {
   if (io.owns_lock()) FlushLocked();
 }
 
+Status StreamSource::SocketTurn(Clock::time_point* next_ping, int wait_ms,
+                                libzmq::Frames* frames, bool* got) {
+  std::lock_guard<std::mutex> io(io_mu_);
+  FlushLocked();
+  const auto now = Clock::now();
+  if (now >= *next_ping) {
+    // A restarted server does not know this stream: the ping makes it say so.
+    SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
+    *next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
+  }
+  const int rc = libzmq::Receive(opt_.socket, wait_ms, frames);
+  if (rc < 0)
+    return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
+  *got = rc == 1;
+  return Status::OK();
+}
+
+Status StreamSource::TimedOut() const {
+  return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
+               opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
+               "noticed this way)")
+      .With("timeout", opt_.timeout_ms);
+}
+
 Status StreamSource::Receive(libzmq::Frames* frames) {
-  using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
   auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
   bool waited = false;
   while (true) {
     if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
-    int rc;
-    {
-      std::lock_guard<std::mutex> io(io_mu_);
-      FlushLocked();
-      const auto now = Clock::now();
-      if (now >= next_ping) {
-        // A restarted server does not know this stream: the ping makes it say so.
-        SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
-        next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
-      }
-      rc = libzmq::Receive(opt_.socket, waited ? kSliceMs : 0, frames);
-    }
-    if (rc < 0)
-      return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-    if (rc == 1) return Status::OK();
+    bool got = false;
+    MEMOIRE_RETURN_IF_ERROR(SocketTurn(&next_ping, waited ? kSliceMs : 0, frames, &got));
+    if (got) return Status::OK();
     waited = true;
-    if (Clock::now() >= deadline)
-      return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
-                   opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
-                   "noticed this way)")
-          .With("timeout", opt_.timeout_ms);
+    if (Clock::now() >= deadline) return TimedOut();
   }
 }
 
@@ -165,17 +188,14 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
   if (thread != 0) return Error(Code::kInternal, "stream: one receiving thread per stream");
   libzmq::Frames frames;
   MEMOIRE_RETURN_IF_ERROR(Receive(&frames));
-  std::vector<codec::Frame> views(frames.size());
-  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+  const std::vector<codec::Frame> views = ViewsOf(frames);
   std::string kind, reason;
   const bool error = ReadErrorMessage(views.data(), views.size(), &kind, &reason);
   Status s;
   if (error && kind == kDrawError) {
-    s = Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
-            .With("server_error", 1);
+    s = DrawFailed(reason);
   } else if (error) {
-    s = Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
-            .With("server_error", 1);
+    s = Refused(kind, reason);
   } else {
     int64_t seq = -1;
     s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq);
@@ -204,7 +224,6 @@ Status StreamSource::Next(int64_t* slot) {
                    "credit)")
           .With("held", num_held_);
   }
-  using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
   auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
@@ -219,36 +238,18 @@ Status StreamSource::Next(int64_t* slot) {
     const auto now = Clock::now();
     next_socket_read_ = now + std::chrono::milliseconds(opt_.ping_ms);
     libzmq::Frames frames;
-    int rc;
-    {
-      std::lock_guard<std::mutex> io(io_mu_);
-      FlushLocked();
-      if (now >= next_ping) {
-        // A restarted server does not know this stream: the ping makes it say so.
-        SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
-        next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
-      }
-      rc = libzmq::Receive(opt_.socket, 0, &frames);
-    }
-    if (rc < 0)
-      return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-    if (rc == 1) {
-      std::vector<codec::Frame> views(frames.size());
-      for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
+    bool got = false;
+    MEMOIRE_RETURN_IF_ERROR(SocketTurn(&next_ping, 0, &frames, &got));
+    if (got) {
+      const std::vector<codec::Frame> views = ViewsOf(frames);
       std::string kind, reason;
       if (ReadErrorMessage(views.data(), views.size(), &kind, &reason))
-        return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ",
-                     reason)
-            .With("server_error", 1);
+        return Refused(kind, reason);
       return Error(Code::kDataLoss, "stream: expected only errors on a shared-memory stream's "
                    "socket (batches come through its ring), got another message");
     }
     if (ring_.PollNotice(&n)) return TakeNotice(n, slot);
-    if (now >= deadline)
-      return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
-                   opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
-                   "noticed this way)")
-          .With("timeout", opt_.timeout_ms);
+    if (now >= deadline) return TimedOut();
     ring_.WaitNotices(kSliceMs);
   }
 }
@@ -268,8 +269,7 @@ Status StreamSource::TakeNotice(const StreamRing::Notice& n, int64_t* slot) {
                              static_cast<size_t>(n.error_bytes));
     // A failed draw spent the slot it would have filled: it goes straight back.
     ring_.PublishCredit(n.slot);
-    return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
-        .With("server_error", 1);
+    return DrawFailed(reason);
   }
   const int64_t last = last_seq_.load();
   last_seq_.store(n.seq);  // one error per gap, not one per later batch

@@ -115,6 +115,13 @@ class StreamSource {
  private:
   // Sends queued messages and the credit due (rows in messages); io_mu_ held.
   void FlushLocked();
+  using Clock = std::chrono::steady_clock;
+  // One turn at the socket (io_mu_ taken): sends what is queued and a ping when *next_ping is
+  // due, then receives into *frames, waiting up to wait_ms (*got: one came).
+  Status SocketTurn(Clock::time_point* next_ping, int wait_ms, libzmq::Frames* frames,
+                    bool* got);
+  // What a receive returns when no batch came within timeout_ms.
+  Status TimedOut() const;
   // Waits for the next message into *frames: OK, or the timeout's / stop's / socket's error.
   Status Receive(libzmq::Frames* frames);
   // Shared memory: the batch or failed draw that notice `n` announces.
@@ -123,7 +130,7 @@ class StreamSource {
   const Options opt_;
   StreamRing ring_;                       // notices: take_mu_; credits: queue_mu_
   std::mutex take_mu_;                    // one Next at a time
-  std::chrono::steady_clock::time_point next_socket_read_{};  // take_mu_
+  Clock::time_point next_socket_read_{};  // take_mu_
   std::mutex io_mu_;                      // the socket's one user at a time
   std::mutex queue_mu_;                   // guards queue_, held_, num_held_
   std::deque<std::vector<std::string>> queue_;

@@ -255,6 +255,21 @@ StreamLayout SmallLayout(const ReplayMemory& m, int64_t batch_size) {
   return layout;
 }
 
+// A sampler's options over `block` for batches of `layout` from `m`, `slots` slots.
+StreamSampler::Options SamplerOptions(std::unique_ptr<ReplayMemory> m, const StreamLayout& layout,
+                                      SharedBlock* block, int64_t slots, int threads) {
+  StreamSampler::Options o;
+  o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+  o.layout = StreamSlotLayout(layout);
+  o.frame_stack = layout.frame_stack;
+  o.control = block->buf.p;
+  o.base = block->slot(o.layout, 0);
+  o.slots = slots;
+  o.threads = threads;
+  o.counts = std::make_shared<StreamCounts>();
+  return o;
+}
+
 TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
   for (int threads : {1, 4}) {
     auto m = MakeSmallMemory(64, 3);
@@ -268,15 +283,7 @@ TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
     SlotBuffer want(l.slot_bytes);
     std::vector<uint8_t*> want_parts(l.parts.size());
     l.PartsAt(want.p, want_parts.data());
-    StreamSampler::Options o;
-    o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
-    o.layout = l;
-    o.frame_stack = layout.frame_stack;
-    o.control = block.buf.p;
-    o.base = block.slot(l, 0);
-    o.slots = kSlots;
-    o.threads = threads;
-    o.counts = std::make_shared<StreamCounts>();
+    const StreamSampler::Options o = SamplerOptions(std::move(m), layout, &block, kSlots, threads);
     std::unique_ptr<StreamSampler> s;
     CHECK(StreamSampler::Make(o, &s).ok());
     int64_t next_seq = 0;
@@ -307,14 +314,7 @@ TEST(StreamSamplerFailedDrawSpendsTheSlotAndSaysWhyInIt) {
   const StreamLayout layout = SmallLayout(*m, 2);
   const BatchLayout l = StreamSlotLayout(layout);
   SharedBlock block(l, 2);
-  StreamSampler::Options o;
-  o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
-  o.layout = l;
-  o.frame_stack = layout.frame_stack;
-  o.control = block.buf.p;
-  o.base = block.slot(l, 0);
-  o.slots = 2;
-  o.threads = 2;
+  StreamSampler::Options o = SamplerOptions(std::move(m), layout, &block, 2, 2);
   o.error_pause_ms = 1000;  // one error per slot, then a pause
   std::unique_ptr<StreamSampler> s;
   CHECK(StreamSampler::Make(o, &s).ok());
@@ -337,17 +337,9 @@ TEST(StreamSamplerRefusesADishonestCreditAndDrawsNoMore) {
     const StreamLayout layout = SmallLayout(*m, 2);
     const BatchLayout l = StreamSlotLayout(layout);
     SharedBlock block(l, 2);
-    StreamSampler::Options o;
-    o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
-    o.layout = l;
-    o.frame_stack = layout.frame_stack;
-    o.control = block.buf.p;
-    o.base = block.slot(l, 0);
-    o.slots = 2;
-    o.threads = 2;
+    StreamSampler::Options o = SamplerOptions(std::move(m), layout, &block, 2, 2);
     std::atomic<int> woken{0};
     o.wake = [&woken] { woken.fetch_add(1); };
-    o.counts = std::make_shared<StreamCounts>();
     std::unique_ptr<StreamSampler> s;
     CHECK(StreamSampler::Make(o, &s).ok());
     std::vector<StreamRing::Notice> got = Notices(&block.learner, 2);

@@ -9,12 +9,13 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   opens (or reopens) the peer's stream with ``c`` batches granted; the reply is a STREAM
   ``{"op": "layout", "schema", "frame_stack", "multi_step", "flags", "batch_size",
   "max_credit"}`` (the layout is fixed from then on). With ``shared_memory`` (a learner on
-  this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server makes a file
-  in /dev/shm holding the stream's ring (``cpp/core/stream_ring.h``) and ``c`` slots, and adds
-  ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then samples each batch straight into a
-  free slot in the learner's final layout (``get_batch``'s draw and arrays, ``BatchLayout`` in
-  ``cpp/core/batch_layout.h``) and publishes its ``seq`` and ``slot`` in the ring; the learner
-  gives each slot back through the ring once it has dropped its batch. No message per batch.
+  this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server
+  makes a file in /dev/shm holding the stream's ring (``cpp/core/stream_ring.h``) and ``c``
+  slots, and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then samples each batch
+  straight into a free slot in the learner's final layout (``get_batch``'s draw and arrays,
+  ``BatchLayout`` in ``cpp/core/batch_layout.h``) and publishes its ``seq`` and ``slot`` in the
+  ring; the learner gives each slot back through the ring once it has dropped its batch. No
+  message per batch.
   Where that fails (no /dev/shm, over ``max_shm_bytes``, another ring version) the reply has
   no shm entries and the rows travel in the messages.
 - ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
@@ -320,7 +321,7 @@ class SamplingService:
         elif op == "credit":
             k = v.get("credit")
             if stream.shm is not None:
-                self._return_slots(sock, ident, k, v.get("slots"))
+                self._shm_credit(sock, ident, k, v.get("slots"))
                 return
             if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
                 self._refuse(
@@ -346,7 +347,7 @@ class SamplingService:
                 f"stream: op must be 'open', 'credit', 'priorities' or 'close', got {op!r}",
             )
 
-    def _return_slots(self, sock, ident: bytes, k, slots) -> None:
+    def _shm_credit(self, sock, ident: bytes, k, slots) -> None:
         """A shared-memory stream's credit message: a ping (k = 0) is fine; its slots go back
         through the ring, so anything else is refused (and changes nothing)."""
         if _is_int(k) and k == 0 and slots is None:
