@@ -85,7 +85,7 @@ class PyCacheRing {
     std::shared_ptr<libzmq::Frames> other;
     std::string error;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       error = libzmq::ReceiveEach(
           reinterpret_cast<void*>(socket), timeout_ms, max_messages,
           [&](std::shared_ptr<libzmq::Frames> frames, const std::vector<codec::Frame>& fr) {
@@ -122,7 +122,7 @@ class PyCacheRing {
       bool relaid = false;
       Status s;
       {
-        py::gil_scoped_release release;
+        GilRelease release;
         const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
         s = layout->ring->Take(n, reuse, std::max(0.0, left), &parts);
         relaid = !s.ok() && Current() != layout;
@@ -150,7 +150,7 @@ class PyCacheRing {
       auto* ns = static_cast<int64_t*>(arrays[arrays.size() - 2].mutable_data());
       auto* tw = static_cast<double*>(arrays[arrays.size() - 1].mutable_data());
       {
-        py::gil_scoped_release release;
+        GilRelease release;
         if (cols.empty()) {  // lent: the cache values of its n rows
           std::fill(uuid, uuid + n, parts[0].cache->uuid);
           std::fill(ns, ns + n, parts[0].cache->num_sampleable);

@@ -82,7 +82,7 @@ class PyChunkIngest {
     Owner owner = HeldFrames::Owned(std::move(held));
     ChunkIngest::Result r;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       Take(std::move(owner), fr, now, &r);
     }
     if (r.outcome == ChunkIngest::Outcome::kRejected)
@@ -105,7 +105,7 @@ class PyChunkIngest {
     std::shared_ptr<libzmq::Frames> other;
     std::string error;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       ChunkIngest::Result r;
       ListenNow();  // the wait below is listening time
       error = libzmq::ReceiveEach(
@@ -138,7 +138,7 @@ class PyChunkIngest {
   // Drops stale streams (see ChunkIngest::Reap) and frees their frames.
   void Reap(const py::object& now_obj) {
     const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
-    py::gil_scoped_release release;
+    GilRelease release;
     std::vector<uint64_t> released;
     core_->Reap(now, &released);
     Release(released);
@@ -150,7 +150,7 @@ class PyChunkIngest {
   py::list Listen(const py::object& now_obj) {
     const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       std::vector<uint64_t> released;
       core_->Listen(now, &released);
       Release(released);

@@ -341,7 +341,7 @@ Private: use memoire.dopamine_compat.OutOfGraphReplayBuffer. Thread-safe.
           uint8_t* op = reinterpret_cast<uint8_t*>(out.mutable_data());
           const int64_t n = a.size();
           {
-            py::gil_scoped_release release;
+            GilRelease release;
             self.IsValidMany(ip, n, op);
           }
           return out;

@@ -5,15 +5,48 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <vector>
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>  // abi::__forced_unwind
+#endif
 
 #include "core/schema.h"
 #include "core/status.h"
 
 namespace memoire {
 namespace py = pybind11;
+
+// Releases the GIL for a scope (every blocking or heavy call does so), like
+// py::gil_scoped_release, except at interpreter exit. Then CPython (3.13 and older) ends a
+// daemon thread that asks for the GIL back with pthread_exit, a forced unwind: through
+// pybind11's noexcept destructor that is std::terminate ("terminate called without an active
+// exception", exit 134), and an unwind let through would free Python objects without the GIL
+// (a crash). A thread that returns from memoire's native code while the interpreter ends is
+// parked here instead, until the process is gone (what CPython 3.14 does itself).
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() {
+#if defined(__GLIBCXX__)
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {
+      for (;;) pause();
+    }
+#else
+    PyEval_RestoreThread(state_);
+#endif
+  }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 // An input array as core loops read it: C-contiguous, of T, and aligned (a view of a received
 // message may start at any byte), converted or copied by InArray<T>::ensure when it is not.
@@ -49,7 +82,7 @@ template <typename F>
 void CallReleased(F&& f) {
   Status s;
   {
-    py::gil_scoped_release release;
+    GilRelease release;
     s = f();
   }
   ThrowIfError(s);

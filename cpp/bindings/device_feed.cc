@@ -242,7 +242,7 @@ class PyDeviceFeed {
     int slot = -1;
     Status s;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       s = ring->Take(&slot);
     }
     if (slot < 0) ThrowIfError(s);
@@ -289,7 +289,7 @@ class PyDeviceFeed {
     closed_ = true;
     feed_.attr("close")();  // stops the samplers (and a stream's receive) first
     std::shared_ptr<DeviceRing> ring = ring_;
-    py::gil_scoped_release release;
+    GilRelease release;
     ring->Close();
   }
 
@@ -326,7 +326,7 @@ needs, version >= 11.0 and a device. RuntimeError, one line naming what was foun
              std::shared_ptr<CudaRuntime> rt;
              Status s;
              {
-               py::gil_scoped_release release;
+               GilRelease release;
                s = CudaRuntime::Load(paths, &rt);
              }
              ThrowIfError(s);

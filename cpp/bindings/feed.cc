@@ -117,7 +117,7 @@ class PyFeed {
     int slot = -1;
     Status s;
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       s = ring->Take(&slot);
     }
     if (!s.ok()) {
@@ -137,7 +137,7 @@ class PyFeed {
     std::shared_ptr<Prefetcher> ring = ring_;
     if (stop_) stop_();  // a stream's receive in progress returns at once
     {
-      py::gil_scoped_release release;
+      GilRelease release;
       ring->Close();
     }
   }

@@ -65,7 +65,7 @@ Python face is memoire.rate_limiter. Thread-safe; waits release the GIL.
       "wait_can_sample",
       [](RateLimiter& self, int64_t n, const py::object& timeout) {
         const double t = Seconds(timeout);
-        py::gil_scoped_release release;
+        GilRelease release;
         return self.WaitCanSample(n, t);
       },
       py::arg("n"), py::arg("timeout"),
@@ -76,7 +76,7 @@ Python face is memoire.rate_limiter. Thread-safe; waits release the GIL.
         const double t = Seconds(timeout);
         bool ok;
         {
-          py::gil_scoped_release release;
+          GilRelease release;
           ok = self.AwaitInsert(t);
         }
         if (!ok && raise) RaiseTimeout(self, "insert", t);
@@ -88,7 +88,7 @@ Python face is memoire.rate_limiter. Thread-safe; waits release the GIL.
   c.def("inserted", &RateLimiter::Inserted, py::arg("n"), "Counts n stored transitions.");
   c.def("record_sample_wait", &RateLimiter::RecordSampleWait, py::arg("seconds"),
         py::arg("timed_out"), "Adds a deferred sample's wait to the counters.");
-  c.def("cancel", &RateLimiter::Cancel, py::call_guard<py::gil_scoped_release>(),
+  c.def("cancel", &RateLimiter::Cancel, py::call_guard<GilRelease>(),
         "Wakes every wait (they fail) and fails later ones at once.");
   c.def("describe", &RateLimiter::Describe);
   c.def_property_readonly("samples_per_insert",

@@ -267,7 +267,7 @@ void BindReplayMemory(py::module_& m) {
       out.frame_stack_now = &frame_stack_now;
       Status s;
       {
-        py::gil_scoped_release release;
+        GilRelease release;
         s = self.Sample(n, out);
       }
       if (!s.ok() && attempt < 100 && frame_stack_now != o.frame_stack) continue;

@@ -578,7 +578,7 @@ read-write.
              int64_t slot = -1;
              Status s;
              {
-               py::gil_scoped_release release;
+               GilRelease release;
                s = src->Next(&slot);
              }
              ThrowIfError(s);
@@ -601,7 +601,7 @@ refused or its draw failed (attribute server_error), when nothing came within th
 )doc")
       .def("post", [](StreamSource& s, const py::list& frames) {
              std::vector<std::string> f = Strings(frames);
-             py::gil_scoped_release release;
+             GilRelease release;
              s.Post(std::move(f));
            }, py::arg("frames"), "Sends an encoded message (its frames) to the server.")
       .def("stop", &StreamSource::Stop, "Ends a receive in progress (the feed then closes).")
@@ -672,7 +672,7 @@ seq, slot, error_bytes, reserved), credits (slots int64 entries), bytes (the rin
           const std::string id = identity;
           std::pair<int64_t, Status> r;
           {
-            py::gil_scoped_release release;
+            GilRelease release;
             r = SendBatches(&rm, reinterpret_cast<void*>(socket), id, batch_size, count, seq0,
                             window, s, timeout_ms);
           }
@@ -714,7 +714,7 @@ credit and stopped.
              if (threads < 1 || threads > 256)
                ThrowInvalid("threads: expected 1..256, got " + std::to_string(threads));
              const std::string id = identity;
-             py::gil_scoped_release release;  // Add may stop a previous sampler (joins)
+             GilRelease release;  // Add may stop a previous sampler (joins)
              h.Add(id, std::move(rm), std::move(shm), threads, std::move(limiter),
                    error_pause_ms, limited_pause_ms);
            },
@@ -725,12 +725,12 @@ credit and stopped.
       .def("remove",
            [](StreamHub& h, const py::bytes& identity) {
              const std::string id = identity;
-             py::gil_scoped_release release;
+             GilRelease release;
              return h.Remove(id);
            },
            py::arg("identity"), "Stops and forgets the peer's sampler; False when none.")
       .def("clear", [](StreamHub& h) {
-             py::gil_scoped_release release;
+             GilRelease release;
              h.Clear();
            }, "Stops and forgets every sampler.")
       .def("poll",
@@ -738,7 +738,7 @@ credit and stopped.
              std::unique_ptr<libzmq::Frames> frames;
              Status s;
              {
-               py::gil_scoped_release release;
+               GilRelease release;
                s = h.Poll(std::max(0, timeout_ms), &frames);
              }
              ThrowIfError(s);

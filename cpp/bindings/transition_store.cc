@@ -149,7 +149,7 @@ Thread-safe: every method takes the store's lock; copies run with the GIL releas
            py::arg("next_state"), py::arg("is_terminal"), py::arg("episode_end"),
            "Fills the outputs with the elements of `keys` (KeyError(key) for a key not stored).")
       .def("clear", [](TS& t) {
-        py::gil_scoped_release r;
+        GilRelease r;
         t.Clear();
       })
       .def("clear_trajectory", &TS::ClearTrajectory,

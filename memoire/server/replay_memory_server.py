@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -288,6 +290,7 @@ class ReplayMemoryServer:
             self.endpoints["pub"].append(self.pub_endpoint)
         if checkpoint_every is not None:
             self._checkpoints.every(checkpoint_every)
+        _OPEN.add(self)
 
     # ------------------------------------------------------------------ properties (seed)
 
@@ -730,3 +733,15 @@ class ReplayMemoryServer:
             f"ReplayMemoryServer(pub={self.pub_endpoint}, rep={self.endpoints.get('rep')}, "
             f"pull={self.endpoints.get('pull')}, caches={self.total_caches})"
         )
+
+
+# Servers not closed by their program are closed when the interpreter exits (atexit runs before
+# CPython ends daemon threads): their loops and native samplers stop and their shared-memory
+# files go, instead of threads cut off mid-wait while the process tears down.
+_OPEN: "weakref.WeakSet[ReplayMemoryServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_servers() -> None:
+    for server in list(_OPEN):
+        server.close()

@@ -1,0 +1,92 @@
+"""A program that ends while memoire's threads wait in native code exits as it meant to.
+
+At interpreter exit CPython ends a daemon thread that asks for the GIL back; through a binding
+whose GIL release could not unwind that was std::terminate ("terminate called without an active
+exception", exit 134), seen when a server process ended without ``close()``. Each case runs in
+its own interpreter, whose exit status and stderr are checked.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from _subprocess_env import subprocess_env
+
+
+def _exit_of(tmp_path, script: str) -> subprocess.CompletedProcess:
+    # cwd: not the checkout, whose memoire/ (no extension in CI) `-c` would import first
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(os.path.dirname(__file__)),
+        cwd=tmp_path,
+    )
+
+
+def _assert_clean(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("OK")
+    assert "terminate called" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_daemon_threads_in_native_waits_do_not_abort_the_exit(tmp_path):
+    # Waits of 2 ms in a loop: the threads come back for the GIL while the interpreter ends.
+    proc = _exit_of(
+        tmp_path,
+        """
+        import threading
+        import numpy as np
+        from memoire import ReplayMemory
+        from memoire.rate_limiter import MinSize
+
+        limiter = MinSize(10)  # nothing is inserted: every sample waits out its timeout
+        from memoire.bench.ingest import templates
+
+        memory = ReplayMemory(*templates((4,), np.float32), 1000)
+
+        def wait():
+            while True:
+                limiter.await_sample(1, 0.002)
+
+        def sample():
+            while True:
+                try:
+                    memory.get_batch(8)
+                except Exception:
+                    pass
+
+        for target in (wait, wait, sample):
+            threading.Thread(target=target, daemon=True).start()
+        print("OK", flush=True)
+        """,
+    )
+    _assert_clean(proc)
+
+
+def test_a_server_left_open_with_a_stream_closes_at_exit(tmp_path):
+    # No close(): the server's stream worker, its native samplers and the learner's stream are
+    # all running when the program ends.
+    proc = _exit_of(
+        tmp_path,
+        """
+        import numpy as np
+        from memoire import ReplayMemoryServer
+        from memoire.stream import SamplingStream
+
+        from memoire.bench.ingest import episode_rows, templates
+
+        server = ReplayMemoryServer(*templates((8, 8), np.uint8), 2000, pub_endpoint=None)
+        server.rem.new_episode()
+        server.rem.add_entries(*episode_rows((8, 8), np.uint8, 300))
+        server.rem.close_episode()
+        server.start()
+        endpoint = server.start_stream("tcp://127.0.0.1:*", threads=2)
+        stream = SamplingStream(endpoint, 16, credit=8, timeout=30)
+        held = [next(stream) for _ in range(4)]
+        print("OK", flush=True)
+        """,
+    )
+    _assert_clean(proc)
