@@ -2,13 +2,16 @@
 learner's buffer, tiny runs with spawned actors and with actors started by endpoint."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
 import pytest
+from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, TINY, train_command
 
 from memoire.experiments import distributed as dist
@@ -204,6 +207,46 @@ def test_config_rejects_bad_values():
 
 
 @pytest.mark.dopamine
+@pytest.mark.dopamine
+def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
+    # In a process of its own (the context's server lives as long as the process that made it).
+    script = textwrap.dedent("""
+        import json, os
+        from memoire.experiments import distributed
+        import _actor_probe
+        ctx = distributed._actor_context()
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_actor_probe.report, args=(queue,)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        found = [queue.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(30)
+        print(json.dumps({"learner": os.getpid(), "actors": found}))
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(os.path.dirname(__file__)),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    for actor in found["actors"]:
+        # Forked from the server that imported TensorFlow, JAX and Dopamine once, not from the
+        # learner, and with no JAX backend started before the fork.
+        assert actor["parent"] != found["learner"]
+        assert actor["imported"] == [
+            "tensorflow",
+            "jax",
+            "dopamine.discrete_domains.run_experiment",
+        ]
+        assert actor["jax_backends"] == 0
+    assert len({a["parent"] for a in found["actors"]}) == 1
+
+
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
     cmd = train_command(base)

@@ -802,15 +802,29 @@ def _learner_class():
     return LearnerRunner
 
 
+def _actor_context():
+    """Where a local run's actor processes come from: forks of a server process that imported
+    once what every actor imports before reading gin (:mod:`memoire.experiments.actor_imports`:
+    TensorFlow, JAX, Dopamine; 8-9 s of CPU per actor on a 2-core machine), so each actor starts
+    in a fraction of a second. Never forks of the learner, whose TensorFlow and JAX are running
+    (unsafe to fork); a fresh interpreter each (spawn) where there is no forkserver."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # Taken when the server starts (at the first actor of this process's first run).
+    ctx.set_forkserver_preload(["memoire.experiments.actor_imports"])
+    return ctx
+
+
 def run(facts: dict, config: DistributedConfig) -> int:
     """Starts ``config.num_actors`` actor processes and runs the learner here.
 
     Actors are stopped (stop notice and event, then join with a timeout, then terminate)
     however the learner ends. Returns 0 on success.
     """
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")  # fork after TF/JAX start is unsafe
+    ctx = _actor_context()
     sockets = LearnerSockets(config)
     stop = ctx.Event()
     ends = ActorEndpoints(

@@ -493,16 +493,21 @@ class _GinSearchMissFilter(logging.Filter):
 _gin_search_miss_filter = _GinSearchMissFilter()
 
 
+def import_configurables() -> None:
+    """Imports the modules Dopamine's train.py imports and memoire's agents, which register
+    every configurable a gin file of theirs names (TensorFlow, JAX and Dopamine with them)."""
+    from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
+
+    from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
+
+
 def load_gin(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
     """Parses gin as Dopamine's ``run_experiment.load_gin_configs`` does (unknown names are
     errors), after importing the modules Dopamine's train.py imports and memoire's agents.
     Includes are also searched beside each of ``gin_files``. ``DistributedConfig`` is known
     once :mod:`memoire.experiments.distributed` is imported (``memoire train`` imports it; a
     gin file can, with ``import memoire.experiments.distributed``)."""
-    from dopamine.discrete_domains import run_experiment  # noqa: F401  registers Dopamine
-
-    from memoire.dopamine_compat import jax_agents  # noqa: F401  registers memoire's agents
-
+    import_configurables()
     # Let `include 'x.gin'` inside a file find its neighbours, wherever we run from.
     logging.getLogger().addFilter(_gin_search_miss_filter)  # adding it twice keeps one
     for f in gin_files:
