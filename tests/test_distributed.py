@@ -207,7 +207,6 @@ def test_config_rejects_bad_values():
 
 
 @pytest.mark.dopamine
-@pytest.mark.dopamine
 def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
     # In a process of its own (the context's server lives as long as the process that made it).
     script = textwrap.dedent("""
@@ -247,6 +246,7 @@ def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
     assert len({a["parent"] for a in found["actors"]}) == 1
 
 
+@pytest.mark.dopamine
 def test_tiny_distributed_run_two_actors(tmp_path):
     base = str(tmp_path)
     cmd = train_command(base)

@@ -30,6 +30,7 @@ def _assert_clean(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("OK")
     assert "terminate called" not in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]  # no thread died of an error
 
 
 def test_daemon_threads_in_native_waits_do_not_abort_the_exit(tmp_path):
@@ -40,16 +41,15 @@ def test_daemon_threads_in_native_waits_do_not_abort_the_exit(tmp_path):
         import threading
         import numpy as np
         from memoire import ReplayMemory
+        from memoire.bench.ingest import templates
         from memoire.rate_limiter import MinSize
 
         limiter = MinSize(10)  # nothing is inserted: every sample waits out its timeout
-        from memoire.bench.ingest import templates
-
         memory = ReplayMemory(*templates((4,), np.float32), 1000)
 
         def wait():
             while True:
-                limiter.await_sample(1, 0.002)
+                limiter.await_sample(1, 0.002, False)  # False: no TimeoutError
 
         def sample():
             while True:
