@@ -6,6 +6,9 @@ a checkout's memoire/ holds no built extension unless scripts/dev_build.sh put o
 """
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import memoire
 
@@ -27,3 +30,25 @@ def subprocess_env(*paths: str, **variables: str) -> dict:
         [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p]
     )
     return env
+
+
+def run_script(script: str, cwd, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs `script` (dedented) with ``python -c`` in `cwd` (not the checkout, whose memoire/
+    holds no extension in CI), importing the memoire under test and the tests' helpers."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(os.path.dirname(os.path.abspath(__file__))),
+        cwd=str(cwd),
+    )
+
+
+def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
+    """The script ran to its end (its last line "OK") and its interpreter exited with 0: no
+    abort (``terminate called``) and no thread that died of an error."""
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("OK"), proc.stdout[-2000:]
+    assert "terminate called" not in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -6,15 +6,12 @@ The CUDA engine itself is exercised on a GPU machine by benchmarks/device_gpu_fe
 """
 
 import gc
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 from _feed_buffers import dopamine, jax_buffer
-from _subprocess_env import subprocess_env
+from _subprocess_env import assert_clean_exit, run_script
 
 from memoire import ReplayMemory, _core, _cuda
 from memoire.feed import Feed
@@ -343,7 +340,7 @@ def test_close_with_arrays_alive_is_clean_and_they_stay_valid():
 
 
 @dopamine
-def test_interpreter_exit_with_device_arrays_alive_is_clean():
+def test_interpreter_exit_with_device_arrays_alive_is_clean(tmp_path):
     script = textwrap.dedent("""
         import numpy as np, jax
         from memoire.dopamine_compat import jax_replay_buffer as jrb
@@ -362,16 +359,7 @@ def test_interpreter_exit_with_device_arrays_alive_is_clean():
         jax_batch = next(cycle[0])
         print("OK", flush=True)
     """)
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=os.path.dirname(os.path.abspath(__file__)),
-        env=subprocess_env(),
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "OK"
+    assert_clean_exit(run_script(script, tmp_path))
 
 
 # ---- the DLPack protocol's checks ----

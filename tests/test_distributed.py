@@ -6,12 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
 import pytest
-from _subprocess_env import subprocess_env
+from _subprocess_env import run_script
 from _tiny_run import DIST_GIN, TINY, train_command
 
 from memoire.experiments import distributed as dist
@@ -209,7 +208,7 @@ def test_config_rejects_bad_values():
 @pytest.mark.dopamine
 def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
     # In a process of its own (the context's server lives as long as the process that made it).
-    script = textwrap.dedent("""
+    script = """
         import json, os
         from memoire.experiments import distributed
         import _actor_probe
@@ -222,15 +221,8 @@ def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
         for p in procs:
             p.join(30)
         print(json.dumps({"learner": os.getpid(), "actors": found}))
-    """)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=subprocess_env(os.path.dirname(__file__)),
-        cwd=tmp_path,
-    )
+    """
+    out = run_script(script, tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     for actor in found["actors"]:

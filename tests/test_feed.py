@@ -6,14 +6,12 @@ differ and only the distributions can agree.
 """
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 from _feed_buffers import dopamine, jax_buffer
-from _subprocess_env import subprocess_env
+from _subprocess_env import assert_clean_exit, run_script
 
 from memoire import ReplayMemory
 from memoire.bench.memory import proc_status
@@ -294,18 +292,7 @@ def test_interpreter_exit_with_open_feeds_and_batches_outstanding_is_clean(tmp_p
         kept = next(jax_feed)
         print("OK", flush=True)
     """)
-    # cwd: not the checkout, whose memoire/ (no extension in CI) `-c` would import first
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(os.path.dirname(__file__)),
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith("OK")
-    assert "terminate called" not in proc.stderr
+    assert_clean_exit(run_script(script, tmp_path))
 
 
 @dopamine

@@ -6,37 +6,12 @@ exception", exit 134), seen when a server process ended without ``close()``. Eac
 its own interpreter, whose exit status and stderr are checked.
 """
 
-import os
-import subprocess
-import sys
-import textwrap
-
-from _subprocess_env import subprocess_env
-
-
-def _exit_of(tmp_path, script: str) -> subprocess.CompletedProcess:
-    # cwd: not the checkout, whose memoire/ (no extension in CI) `-c` would import first
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(os.path.dirname(__file__)),
-        cwd=tmp_path,
-    )
-
-
-def _assert_clean(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith("OK")
-    assert "terminate called" not in proc.stderr, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]  # no thread died of an error
+from _subprocess_env import assert_clean_exit, run_script
 
 
 def test_daemon_threads_in_native_waits_do_not_abort_the_exit(tmp_path):
     # Waits of 2 ms in a loop: the threads come back for the GIL while the interpreter ends.
-    proc = _exit_of(
-        tmp_path,
+    proc = run_script(
         """
         import threading
         import numpy as np
@@ -62,15 +37,15 @@ def test_daemon_threads_in_native_waits_do_not_abort_the_exit(tmp_path):
             threading.Thread(target=target, daemon=True).start()
         print("OK", flush=True)
         """,
+        tmp_path,
     )
-    _assert_clean(proc)
+    assert_clean_exit(proc)
 
 
 def test_a_server_left_open_with_a_stream_closes_at_exit(tmp_path):
     # No close(): the server's stream worker, its native samplers and the learner's stream are
     # all running when the program ends.
-    proc = _exit_of(
-        tmp_path,
+    proc = run_script(
         """
         import numpy as np
         from memoire import ReplayMemoryServer
@@ -88,5 +63,6 @@ def test_a_server_left_open_with_a_stream_closes_at_exit(tmp_path):
         held = [next(stream) for _ in range(4)]
         print("OK", flush=True)
         """,
+        tmp_path,
     )
-    _assert_clean(proc)
+    assert_clean_exit(proc)

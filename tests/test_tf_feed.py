@@ -15,7 +15,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from _subprocess_env import subprocess_env
+from _subprocess_env import assert_clean_exit, run_script, subprocess_env
 
 stats = pytest.importorskip("scipy.stats")
 from memoire.dopamine_compat import circular_replay_buffer as crb  # noqa: E402
@@ -279,17 +279,7 @@ def test_interpreter_exit_with_a_running_feed_is_clean(tmp_path):
         held = [buf.sample_transition_batch() for _ in range(3)]
         print("OK", flush=True)
     """)
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=subprocess_env(os.path.dirname(__file__)),
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().endswith("OK")
-    assert "terminate called" not in proc.stderr
+    assert_clean_exit(run_script(script, tmp_path))
 
 
 # ---- gin and Dopamine's TF agents ----
