@@ -3,8 +3,8 @@ process that a local run forks its actors from (:func:`memoire.experiments.distr
 
 Nothing here starts a JAX backend or a thread of TensorFlow's (forking after either is unsafe;
 numpy's BLAS threads are made fork-safe by OpenBLAS): TensorFlow, JAX and Dopamine are imported,
-not used. Their import chatter is kept out as in every memoire
-process (:func:`memoire.cli.configure_logging`, from ``$MEMOIRE_LOG_LEVEL``).
+not used. Their import chatter is kept out as in every memoire process
+(:func:`memoire.cli.configure_logging`, from ``$MEMOIRE_LOG_LEVEL``).
 """
 
 import warnings
