@@ -40,7 +40,7 @@ uv_progress() {
   while IFS= read -r line; do
     printf '%s\n' "$line" >> "$LOG"
     case "$line" in
-      Resolved\ * | Prepared\ * | Installed\ *) say "  $line ($((SECONDS - t0)) s)" ;;
+      Resolved\ * | Prepared\ * | Installed\ * | Bytecode\ *) say "  $line ($((SECONDS - t0)) s)" ;;
     esac
   done
 }
@@ -84,12 +84,14 @@ stamp="$VENV/.memoire-deps-$(cat constraints/dopamine.txt constraints/dev.txt | 
 if [ ! -f "$stamp" ]; then
   say "installing pinned dependencies (first run: a few minutes, ~3 GB)"
   stage "upgrading pip" pip_progress "$VENV/bin/python" -m pip install --upgrade pip
-  # uv (pinned in constraints/dev.txt) installs the ~3 GB in parallel: about 20 s on 2 cores
-  # from a cold cache, where pip took about 160 s. The same pins, so the same packages.
+  # uv (pinned in constraints/dev.txt) installs the ~3 GB in parallel, where pip took about
+  # 160 s on 2 cores. The same pins, so the same packages. Compiled to bytecode here, as pip
+  # does: uv does not by default, and where PYTHONDONTWRITEBYTECODE is set every process would
+  # compile TensorFlow's thousands of modules again.
   stage "installing uv" pip_progress \
     "$VENV/bin/python" -m pip install "$(grep '^uv==' constraints/dev.txt)"
   stage "installing dependencies" uv_progress \
-    "$VENV/bin/uv" pip install --python "$VENV/bin/python" \
+    "$VENV/bin/uv" pip install --compile-bytecode --python "$VENV/bin/python" \
     -c constraints/dopamine.txt -r constraints/dev.txt
   # Dopamine imports baselines.common.atari_wrappers without declaring it.
   stage "installing baselines (no dependencies)" pip_progress \
