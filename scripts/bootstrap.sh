@@ -46,16 +46,23 @@ uv_progress() {
 }
 
 # Keeps the build's output in $LOG and shows scikit-build-core's stages (`*** Configuring
-# CMake...`) and ninja's steps (`[12/33] cpp/core/codec.cc`), one line each, with the time so far.
+# CMake...`) and ninja's steps (`[2/9] core files, batch 2`), one line each, with the time
+# so far.
 build_progress() {
   local line t0=$SECONDS re='^ *\[([0-9]+/[0-9]+)\] (Building|Linking) [A-Z]+ [a-z ]+ (.*)$'
   while IFS= read -r line; do
     printf '%s\n' "$line" >> "$LOG"
     if [[ $line =~ $re ]]; then
-      local what=${BASH_REMATCH[3]}
+      local step=${BASH_REMATCH[1]} verb=${BASH_REMATCH[2]} what=${BASH_REMATCH[3]}
+      # A unity batch (CMakeLists.txt) is named for its target: the core's or the bindings'.
+      if [[ $what =~ CMakeFiles/(memoire_core|_core)\.dir/Unity/unity_([0-9]+)_cxx ]]; then
+        local part=binding
+        [[ ${BASH_REMATCH[1]} == memoire_core ]] && part=core
+        what="$part files, batch $((BASH_REMATCH[2] + 1))"
+      fi
       what=${what#CMakeFiles/*.dir/}
-      [[ ${BASH_REMATCH[2]} == Linking ]] && what="linking $what"
-      say "  [${BASH_REMATCH[1]}] ${what%.o} ($((SECONDS - t0)) s)"
+      [[ $verb == Linking ]] && what="linking $what"
+      say "  [$step] ${what%.o} ($((SECONDS - t0)) s)"
     elif [[ $line == *"*** "* ]]; then
       say "  ${line#*\*\*\* } ($((SECONDS - t0)) s)"
     fi
@@ -98,6 +105,6 @@ if [ ! -f "$stamp" ]; then
     "$VENV/bin/python" -m pip install -c constraints/dopamine.txt --no-deps baselines==0.1.5
   touch "$stamp"
 fi
-stage "building and installing memoire (C++ extension: a few minutes on 2 cores)" build_progress \
+stage "building and installing memoire (C++ extension: a minute or two on 2 cores)" build_progress \
   "$VENV/bin/python" -m pip install -v --no-deps --no-build-isolation \
   --config-settings=build-dir='build/{wheel_tag}' .

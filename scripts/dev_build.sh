@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 if [ ! -f build/dev/build.ninja ]; then
+  # File by file (no unity build): a one-file change recompiles that file only.
   cmake -S . -B build/dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMOIRE_TESTS=ON \
+    -DMEMOIRE_UNITY_BUILD=OFF \
     -Dpybind11_DIR="$($PY -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
     -DPython_EXECUTABLE="$(command -v $PY)" "$@" >/dev/null
 fi

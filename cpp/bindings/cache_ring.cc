@@ -26,11 +26,11 @@ using protocol::kCacheScalars;
 constexpr size_t kScalars = protocol::kNumCacheScalars;  // uuid, num_sampleable, total_weight
 static_assert(kScalars == 3, "GetBatch fills the three cache values by type");
 
-using Columns = std::vector<std::tuple<std::string, py::object, std::vector<int64_t>>>;
+using ColumnSpecs = std::vector<std::tuple<std::string, py::object, std::vector<int64_t>>>;
 
 class PyCacheRing {
  public:
-  PyCacheRing(const Columns& columns, int64_t cache_size, int64_t n_caches, uint64_t seed,
+  PyCacheRing(const ColumnSpecs& columns, int64_t cache_size, int64_t n_caches, uint64_t seed,
               uint64_t max_payload_bytes)
       : n_caches_(n_caches), rng_(seed) {
     if (n_caches < 1) throw py::value_error("n_caches: expected >= 1, got " + std::to_string(n_caches));
@@ -43,7 +43,7 @@ class PyCacheRing {
 
   // Starts over with another layout (the settings changed): held caches are dropped, and a
   // get_batch waiting on the old layout goes on waiting on the new one.
-  void Relayout(const Columns& columns, int64_t cache_size) {
+  void Relayout(const ColumnSpecs& columns, int64_t cache_size) {
     if (cache_size < 1) throw py::value_error("cache_size: expected >= 1, got " + std::to_string(cache_size));
     auto next = std::make_shared<Layout>();
     std::vector<Field> fields;
@@ -293,7 +293,7 @@ columns: [(name, dtype, row_shape)] of the per-row arrays of a cache, in wire or
 message carries each as dtype[cache_size, *row_shape], plus 0-d uuid (uint64),
 num_sampleable (int64) and total_weight (float64).
 )doc")
-      .def(py::init<const Columns&, int64_t, int64_t, uint64_t, uint64_t>(),
+      .def(py::init<const ColumnSpecs&, int64_t, int64_t, uint64_t, uint64_t>(),
            py::arg("columns"), py::arg("cache_size"), py::arg("n_caches"), py::arg("seed"),
            py::arg("max_payload_bytes") = uint64_t(1) << 32)
       .def("insert", &PyCacheRing::Insert, py::arg("frames"), R"doc(

@@ -27,7 +27,7 @@ CircularBuffer::Outputs OutputsFrom(const CircularBuffer& self, const py::list& 
 namespace {
 
 // Keeps a taken slot until the last array of its batch is gone.
-struct Lease {
+struct RingLease {
   std::shared_ptr<Prefetcher> ring;
   int slot;
 };
@@ -124,8 +124,8 @@ class PyFeed {
       if (slot >= 0) ring->Release(slot);
       ThrowIfError(s);
     }
-    py::capsule lease(new Lease{ring, slot}, [](void* p) {
-      auto* l = static_cast<Lease*>(p);
+    py::capsule lease(new RingLease{ring, slot}, [](void* p) {
+      auto* l = static_cast<RingLease*>(p);
       l->ring->Release(l->slot);
       delete l;
     });
