@@ -34,7 +34,7 @@ pip_progress() {
   done
 }
 
-# Keeps uv's output in $LOG and shows its summary lines (resolved, prepared, installed).
+# Keeps uv's output in $LOG and shows its summary lines (resolved, prepared, installed, bytecode).
 uv_progress() {
   local line t0=$SECONDS
   while IFS= read -r line; do
