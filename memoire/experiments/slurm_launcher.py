@@ -35,6 +35,7 @@ environment, never the run directory. On one node everything stays on loopback, 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -57,6 +59,9 @@ ENDPOINTS_NAME = "endpoints.json"
 TASK_ENV = "MEMOIRE_SLURM_TASK"  # set by the job script: this process is one of its tasks
 EXIT_TERMINATED = 128 + signal.SIGTERM  # a task stopped by scancel (the shell's convention)
 KEYS_ENV = "MEMOIRE_SLURM_RUN_KEYS"  # the run's CURVE keys, in the job's environment only
+# A SIGTERM that Python dropped comes again this much later (s): long enough for the main
+# thread to leave the gc callback or __del__ that dropped it.
+REDELIVER_S = 0.05
 ACTOR_START_S = 120.0  # an actor's start after it read the endpoints: imports, gin, environment
 
 
@@ -358,6 +363,32 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+def _redeliver_swallowed_sigterm(previous, unraisable) -> None:
+    # Python runs a signal handler wherever the main thread is, and where that is a gc
+    # callback (JAX registers one) or a __del__, it prints the handler's exception and drops
+    # it: the task would run on as if SIGTERM never came, until SLURM's SIGKILL. So send it
+    # again, a moment later, when the main thread is back in ordinary code.
+    if not isinstance(unraisable.exc_value, Terminated):
+        previous(unraisable)
+        return
+    log.debug(
+        "SIGTERM's exception raised where Python drops it (%s); sending it again", unraisable.object
+    )
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    main = threading.main_thread().ident
+    again = threading.Timer(REDELIVER_S, signal.pthread_kill, (main, signal.SIGTERM))
+    again.daemon = True
+    again.start()
+
+
+def catch_sigterm() -> None:
+    """From now on the first SIGTERM raises :class:`Terminated` in the main thread, whatever
+    it is running then; later ones are ignored, so that cleanup runs to its end."""
+    signal.signal(signal.SIGTERM, _on_sigterm)  # Python's default would skip every `finally`
+    if getattr(sys.unraisablehook, "func", None) is not _redeliver_swallowed_sigterm:
+        sys.unraisablehook = functools.partial(_redeliver_swallowed_sigterm, sys.unraisablehook)
+
+
 def run_task(facts: dict, config: distributed.DistributedConfig) -> int:
     """Runs this task's role in the job (see the module): the learner (rank 0) or an actor.
 
@@ -369,7 +400,7 @@ def run_task(facts: dict, config: distributed.DistributedConfig) -> int:
     config.transport = "zmq"  # actors may be on other nodes: TCP, not ipc://
     config.spawn_actors = False
     rank = task_rank()
-    signal.signal(signal.SIGTERM, _on_sigterm)  # Python's default would skip every `finally`
+    catch_sigterm()
     try:
         if rank == 0:
             _run_learner(facts, config, slurm_config)
