@@ -551,6 +551,7 @@ class StreamHub(metaclass=_pybind11_type):
         memory: ReplayMemory,
         shm: StreamShm,
         threads: int,
+        ahead: int,
         limiter: RateLimiter | None,
         error_pause_ms: int,
         limited_pause_ms: int,

@@ -220,6 +220,61 @@ def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit
             assert srv.stats()["stream_batches"] <= taken + 5 * credit + 2
 
 
+def _batches_settle(srv, want, seconds=30.0):
+    """The server's stream_batches once it reached `want` (or `seconds` passed), 0.3 s later:
+    room for it to overshoot, if it would."""
+    deadline = time.monotonic() + seconds
+    while srv.stats().get("stream_batches", 0) < want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    return srv.stats().get("stream_batches", 0)
+
+
+@pytest.mark.parametrize("threads,ahead", [(1, None), (1, 2), (2, 1), (4, 3), (4, None)])
+def test_shared_memory_keeps_only_ahead_batches_drawn_and_not_taken(threads, ahead):
+    # Whatever the threads, the server draws at most `ahead` batches beyond those the learner
+    # took (default: threads + 1), free slots or not; the slots stay the bound for batches
+    # the learner holds.
+    credit = 8
+    k = threads + 1 if ahead is None else ahead
+    with _server() as srv:
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(ep, 4, credit=credit, ahead=ahead, shared_memory=True) as stream:
+            assert _batches_settle(srv, k) == k
+            kept = [next(stream) for _ in range(3)]  # taken and held: 3 more drawn
+            assert _batches_settle(srv, 3 + k) == 3 + k
+            kept += [next(stream) for _ in range(credit - 3)]  # all 8 slots held
+            assert _batches_settle(srv, credit) == credit
+            with pytest.raises(RuntimeError, match="holds all"):
+                next(stream)
+            del kept[:2]  # 2 slots back, nothing untaken: 2 drawn (at most ahead)
+            assert _batches_settle(srv, credit + min(2, k)) == credit + min(2, k)
+            assert next(stream).prev[0].shape[0] == 4
+
+
+def test_ahead_is_checked_on_both_sides():
+    with _server() as srv:
+        ep = srv.start_stream()
+        for bad in (0, 9, 1.5, True, "2"):
+            with pytest.raises(ValueError, match="ahead"):
+                SamplingStream(ep, 4, credit=8, ahead=bad, shared_memory=True)
+        ctx = zmq.Context()
+        peer = ctx.socket(zmq.DEALER)
+        peer.linger = 0
+        peer.connect(ep)
+        try:
+            n = srv.stats()["rejected"].get("stream_request", 0)
+            reply = _ask(peer, _stream(dict(_SHM_OPEN, ahead=4)))  # more than its credit, 3
+            assert reply.type == Msg.ERROR and "ahead must be an int in [1, credit=3]" in str(
+                reply.values["reason"]
+            )
+            assert srv.stats()["rejected"]["stream_request"] == n + 1
+            assert srv.stats()["sampling_streams"] == 0  # nothing opened
+        finally:
+            peer.close(0)
+            ctx.term()
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 def test_the_servers_rate_limiter_holds_streams_in_its_band(threads):
     from memoire.rate_limiter import SampleToInsertRatio
@@ -482,7 +537,13 @@ class _RawRing:
             assert error_bytes == 0
             out.append((seq, slot))
             self.tail += 1
+            self.took()
         return out
+
+    def took(self):
+        """Says so, as a learner does: the tail and an event (the server keeps `ahead`)."""
+        self._u32("notice_tail")[0] = self.tail
+        self._u32("learner_events")[0] += 1
 
     def give_back(self, slots):
         credits = self._i64("credits", self.slots)
@@ -490,6 +551,7 @@ class _RawRing:
             credits[self.head % self.slots] = slot
             self.head += 1
         self._u32("credit_head")[0] = self.head
+        self._u32("learner_events")[0] += 1
 
     def publish(self, seq, slot):
         entries = self._i64("notices", 4 * self.slots).reshape(self.slots, 4)

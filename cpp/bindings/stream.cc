@@ -358,8 +358,8 @@ class StreamHub {
 
   // Starts the sampler of `identity`'s stream (its slots in `shm`), replacing any.
   void Add(const std::string& identity, std::shared_ptr<ReplayMemory> rm,
-           std::shared_ptr<ServerShm> shm, int threads, std::shared_ptr<RateLimiter> limiter,
-           int error_pause_ms, int limited_pause_ms) {
+           std::shared_ptr<ServerShm> shm, int threads, int64_t ahead,
+           std::shared_ptr<RateLimiter> limiter, int error_pause_ms, int limited_pause_ms) {
     Remove(identity);
     StreamSampler::Options o;
     o.memory = std::move(rm);
@@ -370,6 +370,7 @@ class StreamHub {
     o.base = shm->slot_base();
     o.keep = shm;
     o.slots = shm->slots;
+    o.ahead = ahead;
     o.threads = threads;
     o.error_pause_ms = error_pause_ms;
     o.limited_pause_ms = limited_pause_ms;
@@ -651,12 +652,15 @@ memory's layout now (frame_stack, cache_flags), each written as the learner read
           return py::dict(py::arg("notice_head") = o.notice_head,
                           py::arg("notice_waiters") = o.notice_waiters,
                           py::arg("credit_head") = o.credit_head,
-                          py::arg("credit_waiters") = o.credit_waiters,
+                          py::arg("notice_tail") = o.notice_tail,
+                          py::arg("learner_events") = o.learner_events,
+                          py::arg("server_waiters") = o.server_waiters,
                           py::arg("notices") = o.notices, py::arg("credits") = o.credits,
                           py::arg("bytes") = StreamRing::Bytes(slots));
         }, py::arg("slots"), R"doc(
 Where a shared-memory stream's ring keeps its words (byte offsets in the mapping; for tests that
-play a raw peer): notice_head, credit_head, *_waiters (uint32), notices (slots entries of int64
+play a raw peer): notice_head, credit_head, notice_tail, learner_events, *_waiters (uint32),
+notices (slots entries of int64
 seq, slot, error_bytes, reserved), credits (slots int64 entries), bytes (the ring's size).
 )doc");
 
@@ -708,20 +712,23 @@ credit and stopped.
            py::arg("socket"))
       .def("add",
            [](StreamHub& h, const py::bytes& identity, std::shared_ptr<ReplayMemory> rm,
-              std::shared_ptr<ServerShm> shm, int threads, std::shared_ptr<RateLimiter> limiter,
-              int error_pause_ms, int limited_pause_ms) {
+              std::shared_ptr<ServerShm> shm, int threads, int64_t ahead,
+              std::shared_ptr<RateLimiter> limiter, int error_pause_ms, int limited_pause_ms) {
              if (!rm || !shm) ThrowInvalid("add: expected a ReplayMemory and a StreamShm");
              if (threads < 1 || threads > 256)
                ThrowInvalid("threads: expected 1..256, got " + std::to_string(threads));
+             if (ahead < 0) ThrowInvalid("ahead: expected >= 0, got " + std::to_string(ahead));
              const std::string id = identity;
              GilRelease release;  // Add may stop a previous sampler (joins)
-             h.Add(id, std::move(rm), std::move(shm), threads, std::move(limiter),
+             h.Add(id, std::move(rm), std::move(shm), threads, ahead, std::move(limiter),
                    error_pause_ms, limited_pause_ms);
            },
            py::arg("identity"), py::arg("memory"), py::arg("shm"), py::arg("threads"),
-           py::arg("limiter"), py::arg("error_pause_ms"), py::arg("limited_pause_ms"),
+           py::arg("ahead"), py::arg("limiter"), py::arg("error_pause_ms"),
+           py::arg("limited_pause_ms"),
            "Starts `threads` sampler threads for the peer `identity`, writing into `shm`'s "
-           "slots (all free now), obeying `limiter` (None: no limiter).")
+           "slots (all free now), keeping at most `ahead` batches drawn and not taken by the "
+           "learner (0: up to the slots), obeying `limiter` (None: no limiter).")
       .def("remove",
            [](StreamHub& h, const py::bytes& identity) {
              const std::string id = identity;

@@ -54,7 +54,9 @@ struct StreamRing::Control {
   alignas(64) uint32_t notice_head;
   alignas(64) uint32_t notice_waiters;
   alignas(64) uint32_t credit_head;
-  alignas(64) uint32_t credit_waiters;
+  alignas(64) uint32_t notice_tail;
+  alignas(64) uint32_t learner_events;
+  alignas(64) uint32_t server_waiters;
 };
 
 struct StreamRing::NoticeEntry {
@@ -79,7 +81,9 @@ StreamRing::Offsets StreamRing::OffsetsOf(int64_t slots) {
   o.notice_head = offsetof(Control, notice_head);
   o.notice_waiters = offsetof(Control, notice_waiters);
   o.credit_head = offsetof(Control, credit_head);
-  o.credit_waiters = offsetof(Control, credit_waiters);
+  o.notice_tail = offsetof(Control, notice_tail);
+  o.learner_events = offsetof(Control, learner_events);
+  o.server_waiters = offsetof(Control, server_waiters);
   o.notices = kNoticesAt;
   o.credits = kNoticesAt + static_cast<size_t>(slots) * sizeof(NoticeEntry);
   return o;
@@ -141,13 +145,30 @@ Status StreamRing::TakeCredits(std::vector<int64_t>* slots) {
   return Status::OK();
 }
 
-void StreamRing::WaitCredits(uint32_t seen, int timeout_ms) const {
-  __atomic_fetch_add(&control_->credit_waiters, 1, __ATOMIC_SEQ_CST);
-  if (Load(&control_->credit_head) == seen) FutexWait(&control_->credit_head, seen, timeout_ms);
-  __atomic_fetch_sub(&control_->credit_waiters, 1, __ATOMIC_SEQ_CST);
+int64_t StreamRing::Untaken() const {
+  const uint32_t n = static_cast<uint32_t>(notice_head_) - Load(&control_->notice_tail);
+  // A tail beyond the head (wrapped: huge) is the learner's scribble: it paces its own stream.
+  return std::min<int64_t>(n, capacity_);
 }
 
-void StreamRing::WakeCreditWaiters() { FutexWake(&control_->credit_head); }
+uint32_t StreamRing::learner_events() const { return Load(&control_->learner_events); }
+
+void StreamRing::WaitLearner(uint32_t seen, int timeout_ms) const {
+  __atomic_fetch_add(&control_->server_waiters, 1, __ATOMIC_SEQ_CST);
+  if (Load(&control_->learner_events) == seen)
+    FutexWait(&control_->learner_events, seen, timeout_ms);
+  __atomic_fetch_sub(&control_->server_waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+void StreamRing::WakeServerWaiters() { FutexWake(&control_->learner_events); }
+
+void StreamRing::LearnerMoved() {
+  // The event count changes before the waiters are read (pairs with WaitLearner's count then
+  // check): either a sleeper sees the new count, or this sees the sleeper counted.
+  __atomic_fetch_add(&control_->learner_events, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&control_->server_waiters, __ATOMIC_SEQ_CST) != 0)
+    FutexWake(&control_->learner_events);
+}
 
 bool StreamRing::PollNotice(Notice* n) {
   if (Load(&control_->notice_head) == static_cast<uint32_t>(notice_tail_)) return false;
@@ -155,7 +176,8 @@ bool StreamRing::PollNotice(Notice* n) {
   n->seq = __atomic_load_n(&e.seq, __ATOMIC_RELAXED);
   n->slot = __atomic_load_n(&e.slot, __ATOMIC_RELAXED);
   n->error_bytes = __atomic_load_n(&e.error_bytes, __ATOMIC_RELAXED);
-  ++notice_tail_;
+  Store(&control_->notice_tail, static_cast<uint32_t>(++notice_tail_));
+  LearnerMoved();
   return true;
 }
 
@@ -170,9 +192,7 @@ void StreamRing::PublishCredit(int64_t slot) {
   __atomic_store_n(&credits_[credit_head_ % static_cast<uint64_t>(capacity_)], slot,
                    __ATOMIC_RELAXED);
   Store(&control_->credit_head, static_cast<uint32_t>(++credit_head_));
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&control_->credit_waiters, __ATOMIC_RELAXED) != 0)
-    FutexWake(&control_->credit_head);
+  LearnerMoved();
 }
 
 }  // namespace memoire

@@ -8,17 +8,24 @@
 //   credits  learner -> server: a slot the learner is done with (the server may write it).
 //
 // Each ring has a head (entries published so far, a 32-bit counter that wraps) that only its
-// producer writes, and a count of sleeping consumers. A consumer keeps its tail to itself; a
-// producer never reads the other side's tail: a slot is in one place at a time (free, in a
-// notice, held, in a credit), so neither ring holds more than `slots` entries between honest
-// peers. A consumer about to sleep counts itself in `waiters` and sleeps on the head (a
-// futex, shared between the processes); a producer wakes the head only when someone sleeps,
-// so a stream that keeps up makes no system call per batch.
+// producer writes, and a count of sleeping consumers. A consumer about to sleep counts itself
+// in its waiters and sleeps on a word the other side changes (a futex, shared between the
+// processes); a producer wakes it only when someone sleeps, so a stream that keeps up makes
+// no system call per batch. A slot is in one place at a time (free, in a notice, held, in a
+// credit), so neither ring holds more than `slots` entries between honest peers.
 //
-// Trust: the server reads only the credit ring from the learner's side and checks everything
-// there (the head's advance, each slot, as StreamSampler does); the learner checks each
-// notice's slot and seq (StreamSource). What either side scribbles elsewhere in the control
-// block can cost only a spurious wake-up or a missed one, which the sleepers' timeouts bound.
+// The learner also publishes its notice tail (the notices it has taken), so that the server
+// keeps only a few batches ready ahead of it (StreamSampler's `ahead`: a batch read soon after
+// it was written is still in cache; the slots stay the hard bound, for batches the learner
+// holds), and bumps `learner_events` at each notice taken and each credit: the server's
+// samplers sleep on that word, waiting for either.
+//
+// Trust: the server reads only the learner's words (credit head and ring, notice tail,
+// events) and checks what matters (the credit head's advance, each slot, as StreamSampler
+// does; a notice tail out of range only paces that learner's own stream); the learner checks
+// each notice's slot and seq (StreamSource). What either side scribbles elsewhere in the
+// control block can cost only a spurious wake-up or a missed one, which the sleepers'
+// timeouts bound.
 //
 // Thread safety: each end's producer calls and consumer calls are each made by one thread at
 // a time (the callers' locks); the two ends run in different processes (or threads).
@@ -36,7 +43,7 @@ namespace memoire {
 class StreamRing {
  public:
   static constexpr uint64_t kMagic = 0x31474e4952454d4dull;  // "MMERING1"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: the learner's notice tail and events
   static constexpr size_t kMaxErrorBytes = 4000;  // a slot is >= 4096 bytes
 
   struct Notice {
@@ -55,7 +62,8 @@ class StreamRing {
 
   // Byte offsets of the block's words (for tests that play a raw peer).
   struct Offsets {
-    size_t notice_head, notice_waiters, credit_head, credit_waiters, notices, credits;
+    size_t notice_head, notice_waiters, credit_head, notice_tail, learner_events, server_waiters,
+        notices, credits;
   };
   static Offsets OffsetsOf(int64_t slots);
 
@@ -70,16 +78,20 @@ class StreamRing {
   // The credits published since the last call, appended to *slots; kDataLoss, taking none,
   // when the head moved by more than the capacity (a learner that is not honest).
   Status TakeCredits(std::vector<int64_t>* slots);
-  // What TakeCredits has seen of the credit head (for WaitCredits).
-  uint32_t credits_seen() const { return static_cast<uint32_t>(credit_tail_); }
-  // Sleeps until the credit head moves from `seen` (credits_seen() when the caller found no
-  // free slot), a wake, or timeout_ms; safe beside other threads' TakeCredits.
-  void WaitCredits(uint32_t seen, int timeout_ms) const;
-  // Wakes every thread sleeping in WaitCredits (the server's own, on stop).
-  void WakeCreditWaiters();
+  // Notices published that the learner has not taken yet, as its tail says (0..capacity).
+  int64_t Untaken() const;
+  // The learner's event count: read it before looking at credits and Untaken, then pass it to
+  // WaitLearner, which returns at once if the learner moved in between.
+  uint32_t learner_events() const;
+  // Sleeps until the learner's event count moves from `seen`, a wake, or timeout_ms; safe
+  // beside other threads' TakeCredits.
+  void WaitLearner(uint32_t seen, int timeout_ms) const;
+  // Wakes every thread sleeping in WaitLearner (the server's own, on stop).
+  void WakeServerWaiters();
 
   // ---- the learner's end
-  // The next notice, if one was published (true, *n set); false when there is none yet.
+  // The next notice, if one was published (true, *n set: taken, the server is told); false
+  // when there is none yet.
   bool PollNotice(Notice* n);
   // Sleeps until a notice beyond those polled is published, a wake, or timeout_ms.
   void WaitNotices(int timeout_ms);
@@ -89,6 +101,8 @@ class StreamRing {
  private:
   struct Control;
   struct NoticeEntry;
+  // The learner's end: counts an event (a notice taken, a credit) and wakes sleeping samplers.
+  void LearnerMoved();
   Control* control_ = nullptr;
   NoticeEntry* notices_ = nullptr;
   int64_t* credits_ = nullptr;

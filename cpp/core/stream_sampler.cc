@@ -14,6 +14,8 @@ Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
                  "[1, 256], got ", o.slots, " and ", o.threads);
   if (o.layout.batch_size() < 1 || o.layout.slot_bytes < StreamRing::kMaxErrorBytes)
     return Error(Code::kInvalidArgument, "stream sampler: expected a batch layout");
+  if (o.ahead < 0)
+    return Error(Code::kInvalidArgument, "stream sampler: expected ahead >= 0, got ", o.ahead);
   if (o.credit_wait_ms < 1)
     return Error(Code::kInvalidArgument, "stream sampler: expected credit_wait_ms >= 1");
   std::unique_ptr<StreamSampler> s(new StreamSampler(std::move(o)));
@@ -38,7 +40,7 @@ void StreamSampler::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (ring_.capacity() > 0) ring_.WakeCreditWaiters();  // threads asleep on the ring
+  if (ring_.capacity() > 0) ring_.WakeServerWaiters();  // threads asleep on the ring
   for (std::thread& t : threads_)
     if (t.joinable()) t.join();
 }
@@ -102,6 +104,7 @@ bool StreamSampler::PublishLocked() {
     const Outcome& o = ready_.front();
     ring_.PublishNotice(o.error_bytes > 0 ? -1 : next_seq_++, o.slot, o.error_bytes);
     ready_.pop_front();
+    --in_flight_;
     any = true;
   }
   return any;
@@ -114,8 +117,11 @@ void StreamSampler::Run() {
     int64_t slot;
     {
       std::unique_lock<std::mutex> l(mu_);
+      const int64_t ahead = opt_.ahead > 0 ? opt_.ahead : opt_.slots;
       while (true) {
         if (stop_) return;
+        // Read before looking: a learner's move after this makes WaitLearner return at once.
+        const uint32_t events = ring_.learner_events();
         TakeCreditsLocked();
         if (!refusal_.empty()) {
           cv_.wait(l);  // until Stop
@@ -125,14 +131,14 @@ void StreamSampler::Run() {
           cv_.wait_until(l, paused_until_);
           continue;
         }
-        if (!free_.empty()) break;
-        const uint32_t seen = ring_.credits_seen();
+        if (!free_.empty() && ring_.Untaken() + in_flight_ < ahead) break;
         l.unlock();
-        ring_.WaitCredits(seen, opt_.credit_wait_ms);
+        ring_.WaitLearner(events, opt_.credit_wait_ms);
         l.lock();
       }
       slot = free_.back();
       free_.pop_back();
+      ++in_flight_;
     }
     Status s;
     if (opt_.limiter) {
@@ -143,6 +149,7 @@ void StreamSampler::Run() {
         {
           std::lock_guard<std::mutex> l(mu_);
           free_.push_back(slot);
+          --in_flight_;
           paused_until_ = std::max(paused_until_, Clock::now() +
                                    std::chrono::milliseconds(opt_.limited_pause_ms));
         }

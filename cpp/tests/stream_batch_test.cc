@@ -309,6 +309,49 @@ TEST(StreamSamplerDrawsInOrderWithinItsSlotsWithAnyThreads) {
   }
 }
 
+// Waits (at most 2 s) until `counts` shows `want` batches drawn, then 20 ms more: the count.
+int64_t DrawnSettles(const StreamCounts& counts, int64_t want) {
+  for (int wait = 0; wait < 2000 && counts.batches.load() < want; ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return counts.batches.load();
+}
+
+TEST(StreamSamplerKeepsOnlyAheadBatchesUntakenWithinItsSlots) {
+  for (int threads : {1, 4}) {
+    auto m = MakeSmallMemory(64, 3);
+    Fill(*m);
+    const StreamLayout layout = SmallLayout(*m, 2);
+    const BatchLayout l = StreamSlotLayout(layout);
+    SharedBlock block(l, 6);
+    StreamSampler::Options o = SamplerOptions(std::move(m), layout, &block, 6, threads);
+    o.ahead = 2;
+    std::unique_ptr<StreamSampler> s;
+    CHECK(StreamSampler::Make(o, &s).ok());
+    CHECK(DrawnSettles(*o.counts, 2) == 2);  // 6 free slots, but 2 ahead of the learner
+    StreamRing::Notice n;
+    std::vector<int64_t> held;
+    CHECK(block.learner.PollNotice(&n) && n.seq == 0);  // taken (and held): one more drawn
+    held.push_back(n.slot);
+    CHECK(DrawnSettles(*o.counts, 3) == 3);
+    for (int k = 1; k < 4; ++k) {
+      CHECK(DrawnSettles(*o.counts, k + 2) == k + 2);  // always 2 ahead of what was taken
+      CHECK(block.learner.PollNotice(&n) && n.seq == k);
+      held.push_back(n.slot);
+    }
+    // 4 taken and held, 2 untaken: every slot is out; the slots bound the draws, not ahead.
+    CHECK(DrawnSettles(*o.counts, 6) == 6);
+    CHECK(s->held() == 6);
+    // A slot back, but 2 still untaken: no draw until the learner takes one.
+    block.learner.PublishCredit(held[0]);
+    CHECK(DrawnSettles(*o.counts, 7) == 6);
+    CHECK(block.learner.PollNotice(&n) && n.seq == 4);
+    CHECK(DrawnSettles(*o.counts, 7) == 7);
+    CHECK(o.counts->draw_errors.load() == 0);
+    s->Stop();
+  }
+}
+
 TEST(StreamSamplerFailedDrawSpendsTheSlotAndSaysWhyInIt) {
   auto m = MakeSmallMemory(64, 3);  // empty: nothing sampleable
   const StreamLayout layout = SmallLayout(*m, 2);

@@ -5,8 +5,9 @@ The learner's end is :class:`memoire.stream.SamplingStream`; the batch, its draw
 layout are ``cpp/core/stream_batch.h``. One ROUTER socket serves every stream (a learner holds
 a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 
-- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool, "shm_ring": 1}``:
-  opens (or reopens) the peer's stream with ``c`` batches granted; the reply is a STREAM
+- ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool, "shm_ring": 2,
+  "ahead": a}``: opens (or reopens) the peer's stream with ``c`` batches granted (``ahead``
+  optional, shared memory only: see below); the reply is a STREAM
   ``{"op": "layout", "schema", "frame_stack", "multi_step", "flags", "batch_size",
   "max_credit"}`` (the layout is fixed from then on). With ``shared_memory`` (a learner on
   this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server
@@ -15,7 +16,10 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   straight into a free slot in the learner's final layout (``get_batch``'s draw and arrays,
   ``BatchLayout`` in ``cpp/core/batch_layout.h``) and publishes its ``seq`` and ``slot`` in the
   ring; the learner gives each slot back through the ring once it has dropped its batch. No
-  message per batch.
+  message per batch. The samplers keep at most ``ahead`` batches (1..c; by default the
+  stream's threads + 1) drawn and not yet taken by the learner (the ring's notice tail), so
+  that the learner reads a batch soon after it was written, from cache; the other slots are
+  for batches the learner holds.
   Where that fails (no /dev/shm, over ``max_shm_bytes``, another ring version) the reply has
   no shm entries and the rows travel in the messages.
 - ``{"op": "credit", "credit": k}``: ``k`` more batches may be sent (``k = 0`` is a ping: a
@@ -389,6 +393,16 @@ class SamplingService:
                 f"got {credit!r}",
             )
             return
+        ahead = v.get("ahead")
+        if ahead is not None and (not _is_int(ahead) or not 1 <= ahead <= credit):
+            self._refuse(
+                sock,
+                ident,
+                "stream_request",
+                "ValueError",
+                f"stream: ahead must be an int in [1, credit={credit}], got {ahead!r}",
+            )
+            return
         if ident not in streams and self.open_streams >= self.max_streams:
             self._refuse(
                 sock,
@@ -415,17 +429,18 @@ class SamplingService:
             "max_credit": self.max_credit,
         }
         if v.get("shared_memory") is True and v.get("shm_ring") == _core.STREAM_RING_VERSION:
-            self._make_shm(hub, ident, stream, rem, layout, threads)
+            ahead = min(int(credit), threads + 1) if ahead is None else int(ahead)
+            self._make_shm(hub, ident, stream, rem, layout, threads, ahead)
         streams[ident] = stream
         self._stats.count("streams_opened")
         self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
 
     def _make_shm(
-        self, hub, ident: bytes, stream: _Stream, rem, layout: dict, threads: int
+        self, hub, ident: bytes, stream: _Stream, rem, layout: dict, threads: int, ahead: int
     ) -> None:
         """Gives `stream` its slots in shared memory (one per credit, each a whole batch in
-        the learner's layout) and says where in `layout`; on failure the stream uses the
-        wire."""
+        the learner's layout), sampled by `threads` threads keeping `ahead` batches ready, and
+        says where in `layout`; on failure the stream uses the wire."""
         slot_bytes = _core.StreamShm.slot_bytes_for(rem, stream.batch_size)
         if slot_bytes * stream.credit > self.max_shm_bytes:
             self._stats.count("stream_shm_too_large")
@@ -442,6 +457,7 @@ class SamplingService:
             rem,
             shm,
             threads,
+            ahead,
             self._server.rate_limiter,
             int(ERROR_PAUSE_S * 1000),
             int(LIMITED_PAUSE_S * 1000),
