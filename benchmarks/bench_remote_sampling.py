@@ -23,7 +23,8 @@ stacks into a buffer of its own (as a host-to-device transfer reads them) and th
 (a GPU's training step, which leaves the CPU free). Rates are then steps/s.
 
     python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
-        [--rounds 3] [--credit 32] [--depth 4] [--step-ms 0] [--stream-threads 1,2] [--shm-only]
+        [--rounds 3] [--credit 32] [--depth 4] [--ahead K] [--step-ms 0] [--stream-threads 1,2] \\
+        [--shm-only]
 
 Needs only memoire, numpy and pyzmq.
 """
@@ -135,6 +136,13 @@ def main(argv=None):
     ap.add_argument("--credit", type=int, default=32, help="stream credit (batches in flight)")
     ap.add_argument("--depth", type=int, default=4, help="learner ring slots")
     ap.add_argument(
+        "--ahead",
+        type=int,
+        default=None,
+        help="shared memory: batches the server keeps drawn and not yet taken (default: its "
+        "sampler threads + 1)",
+    )
+    ap.add_argument(
         "--step-ms",
         type=float,
         default=0.0,
@@ -197,7 +205,7 @@ def main(argv=None):
     for t in threads:
         for k in ("tcp", "ipc"):
             streams[f"stream {k} shm, {t} thr"] = SamplingStream(
-                eps[k, t], b, credit=args.credit, timeout=30, shared_memory=True
+                eps[k, t], b, credit=args.credit, ahead=args.ahead, timeout=30, shared_memory=True
             )
     ways.update({name: (lambda s=s: next(s)) for name, s in streams.items()})
     if args.step_ms > 0:
