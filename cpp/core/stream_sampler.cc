@@ -18,6 +18,7 @@ Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
     return Error(Code::kInvalidArgument, "stream sampler: expected ahead >= 0, got ", o.ahead);
   if (o.credit_wait_ms < 1)
     return Error(Code::kInvalidArgument, "stream sampler: expected credit_wait_ms >= 1");
+  if (o.ahead == 0) o.ahead = o.slots;
   std::unique_ptr<StreamSampler> s(new StreamSampler(std::move(o)));
   MEMOIRE_RETURN_IF_ERROR(StreamRing::Attach(s->opt_.control, s->opt_.slots, &s->ring_));
   for (int t = 0; t < s->opt_.threads; ++t) s->threads_.emplace_back([p = s.get()] { p->Run(); });
@@ -117,7 +118,6 @@ void StreamSampler::Run() {
     int64_t slot;
     {
       std::unique_lock<std::mutex> l(mu_);
-      const int64_t ahead = opt_.ahead > 0 ? opt_.ahead : opt_.slots;
       while (true) {
         if (stop_) return;
         // Read before looking: a learner's move after this makes WaitLearner return at once.
@@ -131,7 +131,7 @@ void StreamSampler::Run() {
           cv_.wait_until(l, paused_until_);
           continue;
         }
-        if (!free_.empty() && ring_.Untaken() + in_flight_ < ahead) break;
+        if (!free_.empty() && ring_.Untaken() + in_flight_ < opt_.ahead) break;
         l.unlock();
         ring_.WaitLearner(events, opt_.credit_wait_ms);
         l.lock();

@@ -22,9 +22,9 @@
 // learner slower than the server then reads each batch a few batches after it was written,
 // while it is still in cache, not `slots` batches later (an Atari batch copied out of a slot
 // took 0.35 ms that way, against 0.17 ms from a fresh get_batch, on 2 cores); the slots beyond
-// `ahead` are for the batches the learner holds. A credit that is not honest (a slot the learner does not hold, a head
-// that jumps) stops the stream's draws for good: refusal() says why, and `wake` is called so
-// that the server drops the stream.
+// `ahead` are for the batches the learner holds. A credit that is not honest (a slot the
+// learner does not hold, a head that jumps) stops the stream's draws for good: refusal() says
+// why, and `wake` is called so that the server drops the stream.
 //
 // Thread safety: all methods are thread-safe.
 #pragma once
