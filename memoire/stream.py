@@ -234,25 +234,34 @@ class SamplingStream:
 
     def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
         """Opens the stream (granting the first credit) and returns the server's layout."""
-        self._sock.send_multipart(
-            codec.encode(
-                Msg.STREAM,
-                {
-                    "op": "open",
-                    "batch_size": self._batch_size,
-                    "credit": self.credit,
-                    "shared_memory": shm,
-                    "shm_ring": _core.STREAM_RING_VERSION,
-                    **({} if self._ahead is None else {"ahead": self._ahead}),
-                },
-            ),
-            copy=False,
+        no_answer = TimeoutError(
+            f"SamplingStream: no answer from {self.endpoint} within "
+            f"{timeout} s (is a server's stream worker running there?)"
         )
-        if not self._sock.poll(int(timeout * 1000)):
-            raise TimeoutError(
-                f"SamplingStream: no answer from {self.endpoint} within "
-                f"{timeout} s (is a server's stream worker running there?)"
+        # A DEALER has no pipe to send into while the server refuses its CURVE handshake, and
+        # the send would then block for ever: bound it by the timeout too (as RequestClient's).
+        self._sock.sndtimeo = int(timeout * 1000)
+        try:
+            self._sock.send_multipart(
+                codec.encode(
+                    Msg.STREAM,
+                    {
+                        "op": "open",
+                        "batch_size": self._batch_size,
+                        "credit": self.credit,
+                        "shared_memory": shm,
+                        "shm_ring": _core.STREAM_RING_VERSION,
+                        **({} if self._ahead is None else {"ahead": self._ahead}),
+                    },
+                ),
+                copy=False,
             )
+        except zmq.Again:
+            raise no_answer from None
+        finally:
+            self._sock.sndtimeo = -1
+        if not self._sock.poll(int(timeout * 1000)):
+            raise no_answer
         frames = self._sock.recv_multipart()
         try:
             msg = codec.decode(frames, max_bytes=max_bytes, expect=(Msg.STREAM, Msg.ERROR))
