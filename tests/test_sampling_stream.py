@@ -10,6 +10,7 @@ import pytest
 import zmq
 
 from memoire import ReplayMemory, _core, codec
+from memoire.feed import Feed
 from memoire.protocol import Msg
 from memoire.server import ReplayMemoryServer
 from memoire.stream import SamplingStream
@@ -250,6 +251,43 @@ def test_shared_memory_keeps_only_ahead_batches_drawn_and_not_taken(threads, ahe
             del kept[:2]  # 2 slots back, nothing untaken: 2 drawn (at most ahead)
             assert _batches_settle(srv, credit + min(2, k)) == credit + min(2, k)
             assert next(stream).prev[0].shape[0] == 4
+
+
+def _batch_scheduled_threads():
+    """This process's threads running as Linux's SCHED_BATCH (their ids)."""
+    tids = set()
+    for t in os.listdir("/proc/self/task"):
+        try:
+            if os.sched_getscheduler(int(t)) == os.SCHED_BATCH:
+                tids.add(int(t))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return tids
+
+
+def test_background_samplers_run_as_batch_work_and_the_learner_does_not():
+    # A server's stream samplers and a learner's feed and receiving threads run as SCHED_BATCH,
+    # so that waking them never preempts the learner (core/batch_scheduling.h); the learner's
+    # own thread keeps its policy, and the threads go with what they serve.
+    before = _batch_scheduled_threads()
+    local = ReplayMemory(*_templates(), 150)
+    _configure(local)
+    _fill(local)
+    with _server() as srv:
+        with SamplingStream(srv.start_stream(threads=3), 4, shared_memory=True) as shm:
+            next(shm)
+            # (A thread sets its own policy as it starts: counts are waited for, bounded.)
+            assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)  # samplers
+            with SamplingStream(srv.start_stream(), 4, shared_memory=False) as rows:
+                next(rows)
+                feed = Feed(local, 4, threads=2)
+                next(feed)
+                # + the rows' receiving thread, + the feed's 2 samplers
+                assert _wait(lambda: len(_batch_scheduled_threads() - before) == 6)
+                feed.close()
+            assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)
+    assert _wait(lambda: _batch_scheduled_threads() <= before)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_ahead_is_checked_on_both_sides():

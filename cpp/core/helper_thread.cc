@@ -1,5 +1,7 @@
 #include "core/helper_thread.h"
 
+#include "core/batch_scheduling.h"
+
 #include <unistd.h>
 
 #include <condition_variable>
@@ -13,6 +15,7 @@ struct HelperThread::State {
   std::mutex mu;
   std::condition_variable cv;
   std::function<void()> job;  // guarded by mu
+  bool batch = false;         // the job's caller runs with batch scheduling; guarded by mu
   bool pending = false;       // a job waits for the thread; guarded by mu
   bool done = true;           // the last job returned; guarded by mu
   bool stop = false;          // guarded by mu
@@ -23,13 +26,21 @@ struct HelperThread::State {
 HelperThread::HelperThread() = default;
 
 void HelperThread::Loop(State* s) {
+  int batch = -1;  // this thread's scheduling (-1: as inherited from whoever started it)
   std::unique_lock<std::mutex> l(s->mu);
   while (true) {
     s->cv.wait(l, [s] { return s->pending || s->stop; });
     if (!s->pending) return;
     s->pending = false;
     std::function<void()> job = std::move(s->job);
+    const bool caller_batch = s->batch;
     l.unlock();
+    // The helper does its caller's work, so it is scheduled as its caller is: in the
+    // background for a server's sampler, not for a learner's own get_batch.
+    if (batch != static_cast<int>(caller_batch)) {
+      batch = caller_batch;
+      SetBatchScheduling(caller_batch);
+    }
     job();
     l.lock();
     s->done = true;
@@ -52,6 +63,7 @@ bool HelperThread::Start(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> l(state_->mu);
     state_->job = std::move(job);
+    state_->batch = BatchScheduling();
     state_->pending = true;
     state_->done = false;
   }

@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "core/batch_scheduling.h"
 #include "core/slot_wait.h"
 
 namespace memoire {
@@ -58,6 +59,7 @@ Prefetcher::Prefetcher(const Options& o, Fill fill)
 Prefetcher::~Prefetcher() { Close(); }
 
 void Prefetcher::Run(int thread) {
+  SetBatchScheduling(true);
   for (;;) {
     int slot;
     {

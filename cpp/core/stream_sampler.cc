@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/batch_scheduling.h"
+
 namespace memoire {
 
 Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
@@ -112,6 +114,7 @@ bool StreamSampler::PublishLocked() {
 }
 
 void StreamSampler::Run() {
+  SetBatchScheduling(true);
   const int64_t n = opt_.layout.batch_size();
   std::vector<uint8_t*> parts(opt_.layout.parts.size());
   while (true) {

@@ -1,13 +1,16 @@
 // HelperThread: runs each job once and Wait returns after it; the thread is reused; a forked
-// child starts its own thread instead of waiting on its parent's (which it does not have).
+// child starts its own thread instead of waiting on its parent's (which it does not have); a
+// job runs with its caller's scheduling (batch or not).
 #include "core/helper_thread.h"
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
 
+#include "core/batch_scheduling.h"
 #include "tests/testing.h"
 
 using namespace memoire;
@@ -52,6 +55,33 @@ TEST(AForkedChildUsesItsOwnThread) {
   CHECK(h.Start([&] { value = 2; }));  // the parent's thread still serves
   h.Wait();
   CHECK(value == 2);
+}
+
+TEST(AJobRunsWithItsCallersScheduling) {
+  HelperThread h;
+  auto policy_of_job = [&] {
+    int policy = -1;
+    CHECK(h.Start([&] { policy = sched_getscheduler(0); }));
+    h.Wait();
+    return policy;
+  };
+  // Started by a batch thread (which it inherits from), then used by a plain one, and back.
+  std::thread batch_caller([&] {
+    SetBatchScheduling(true);
+    CHECK(sched_getscheduler(0) == SCHED_BATCH);
+    CHECK(policy_of_job() == SCHED_BATCH);
+  });
+  batch_caller.join();
+  CHECK(!BatchScheduling() && sched_getscheduler(0) == SCHED_OTHER);
+  CHECK(policy_of_job() == SCHED_OTHER);
+  std::thread again([&] {
+    SetBatchScheduling(true);
+    CHECK(policy_of_job() == SCHED_BATCH);
+    SetBatchScheduling(false);
+    CHECK(sched_getscheduler(0) == SCHED_OTHER);
+    CHECK(policy_of_job() == SCHED_OTHER);
+  });
+  again.join();
 }
 
 }  // namespace
