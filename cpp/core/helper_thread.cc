@@ -1,13 +1,13 @@
 #include "core/helper_thread.h"
 
-#include "core/batch_scheduling.h"
-
 #include <unistd.h>
 
 #include <condition_variable>
 #include <mutex>
 #include <system_error>
 #include <thread>
+
+#include "core/batch_scheduling.h"
 
 namespace memoire {
 
@@ -26,7 +26,9 @@ struct HelperThread::State {
 HelperThread::HelperThread() = default;
 
 void HelperThread::Loop(State* s) {
-  int batch = -1;  // this thread's scheduling (-1: as inherited from whoever started it)
+  // A thread inherits its starter's policy: whoever started the helper, it begins as a plain
+  // thread, and BatchScheduling() then says what it runs as.
+  SetBatchScheduling(false);
   std::unique_lock<std::mutex> l(s->mu);
   while (true) {
     s->cv.wait(l, [s] { return s->pending || s->stop; });
@@ -37,10 +39,7 @@ void HelperThread::Loop(State* s) {
     l.unlock();
     // The helper does its caller's work, so it is scheduled as its caller is: in the
     // background for a server's sampler, not for a learner's own get_batch.
-    if (batch != static_cast<int>(caller_batch)) {
-      batch = caller_batch;
-      SetBatchScheduling(caller_batch);
-    }
+    if (caller_batch != BatchScheduling()) SetBatchScheduling(caller_batch);
     job();
     l.lock();
     s->done = true;
