@@ -103,10 +103,12 @@ SETTINGS = [
 ]
 
 
-# (transport, shared memory, sampler threads per shared-memory stream)
+# (transport, shared memory, sampler threads per stream)
 WAYS = [
     ("tcp", False, 1),
     ("ipc", False, 1),
+    ("tcp", False, 2),
+    ("ipc", False, 4),
     ("tcp", True, 1),
     ("ipc", True, 1),
     ("ipc", True, 2),
@@ -172,10 +174,12 @@ def test_two_endpoints_serve_side_by_side(tmp_path):
 # ---------------------------------------------------------------- credit
 
 
-@pytest.mark.parametrize("credit,depth", [(1, 1), (3, 2), (8, 4)])
-def test_credit_bounds_batches_in_flight(credit, depth):
+@pytest.mark.parametrize("credit,depth,threads", [(1, 1, 1), (3, 2, 1), (8, 4, 1), (3, 2, 4)])
+def test_credit_bounds_batches_in_flight(credit, depth, threads):
+    # Rows in messages: whatever the server's sampler threads, batches sent never exceed those
+    # the learner received plus its credit (counted by the server).
     with _server() as srv:
-        ep = srv.start_stream()
+        ep = srv.start_stream(threads=threads)
         with SamplingStream(ep, 4, credit=credit, depth=depth, shared_memory=False) as stream:
             taken = 5
             for _ in range(taken):
@@ -278,12 +282,13 @@ def test_background_samplers_run_as_batch_work_and_the_learner_does_not():
             next(shm)
             # (A thread sets its own policy as it starts: counts are waited for, bounded.)
             assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)  # samplers
-            with SamplingStream(srv.start_stream(), 4, shared_memory=False) as rows:
+            with SamplingStream(srv.start_stream(threads=2), 4, shared_memory=False) as rows:
                 next(rows)
                 feed = Feed(local, 4, threads=2)
                 next(feed)
-                # + the rows' receiving thread, + the feed's 2 samplers
-                assert _wait(lambda: len(_batch_scheduled_threads() - before) == 6)
+                # + the rows stream's 2 server samplers and its receiving thread, + the
+                # feed's 2 samplers
+                assert _wait(lambda: len(_batch_scheduled_threads() - before) == 8)
                 feed.close()
             assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)
     assert _wait(lambda: _batch_scheduled_threads() <= before)
@@ -313,8 +318,9 @@ def test_ahead_is_checked_on_both_sides():
             ctx.term()
 
 
+@pytest.mark.parametrize("shm", [True, False])
 @pytest.mark.parametrize("threads", [1, 4])
-def test_the_servers_rate_limiter_holds_streams_in_its_band(threads):
+def test_the_servers_rate_limiter_holds_streams_in_its_band(threads, shm):
     from memoire.rate_limiter import SampleToInsertRatio
 
     # Band [36, 164] around 2 * 50: with I transitions inserted, at most 2 * I - 36 rows may
@@ -326,7 +332,7 @@ def test_the_servers_rate_limiter_holds_streams_in_its_band(threads):
         _fill(srv.rem)  # 135 transitions, stored directly: counted by hand
         limiter.inserted(135)
         ep = srv.start_stream(threads=threads)
-        with SamplingStream(ep, 8, credit=8, depth=2, timeout=10) as stream:
+        with SamplingStream(ep, 8, credit=8, depth=2, timeout=10, shared_memory=shm) as stream:
             for _ in range(29):  # (2 * 135 - 36) // 8
                 next(stream)
             time.sleep(0.3)  # room for the server to overshoot, if it would
@@ -351,11 +357,12 @@ def test_a_stream_batch_the_limiters_band_can_never_allow_is_an_error_not_a_dead
         _fill(srv.rem)
         limiter.inserted(135)
         ep = srv.start_stream()
-        with SamplingStream(ep, 16, credit=1, depth=1, timeout=10) as stream:
-            with pytest.raises(Exception, match="band"):
-                next(stream)
-        with SamplingStream(ep, 2, credit=1, depth=1, timeout=10) as stream:
-            assert next(stream).id.shape == (2,)  # the worker serves on
+        for shm in (True, False):
+            with SamplingStream(ep, 16, credit=1, depth=1, timeout=10, shared_memory=shm) as s:
+                with pytest.raises(Exception, match="band"):
+                    next(s)
+            with SamplingStream(ep, 2, credit=1, depth=1, timeout=10, shared_memory=shm) as s:
+                assert next(s).id.shape == (2,)  # the worker serves on
 
 
 # ---------------------------------------------------------------- priorities
@@ -424,12 +431,13 @@ def test_restarted_server_is_reported(tmp_path):
         first.close()
 
 
+@pytest.mark.parametrize("shm", [True, False])
 @pytest.mark.parametrize("threads", [1, 4])
-def test_draw_error_reaches_the_learner_and_the_stream_goes_on(threads):
+def test_draw_error_reaches_the_learner_and_the_stream_goes_on(threads, shm):
     with ReplayMemoryServer(*_templates(), 150, pub_endpoint=None, seed=1) as srv:
         _configure(srv.rem)
         ep = srv.start_stream(threads=threads)
-        with SamplingStream(ep, 4, credit=2, depth=1) as stream:
+        with SamplingStream(ep, 4, credit=2, depth=1, shared_memory=shm) as stream:
             with pytest.raises(RuntimeError, match="no sampleable entry"):
                 next(stream)
             _fill(srv.rem)

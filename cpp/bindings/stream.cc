@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "bindings/libzmq.h"
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
+#include "core/stream_rows_sampler.h"
 #include "core/stream_sampler.h"
 
 namespace memoire {
@@ -295,37 +297,13 @@ void StreamSource::Release(int64_t slot) {
 
 namespace {
 
-// Keeps a sent batch's bytes until libzmq's I/O thread has sent them.
-struct SentBatch {
-  StreamBatch batch;
+// Keeps a sent message's bytes (a batch, or a failed draw's reason) until libzmq's I/O thread
+// has sent them.
+struct SentMessage {
+  StreamRowsSampler::Outcome outcome;
+  std::string kind;  // a failed draw's ERROR kind
   std::string header;
 };
-
-// Samples `count` batches of n from `rm` and sends each to `identity` on a ROUTER socket.
-// Returns (sent, error): error is the failed draw's Status when one failed (nothing more is
-// sent after it), OK otherwise.
-std::pair<int64_t, Status> SendBatches(ReplayMemory* rm, void* socket, const std::string& identity,
-                                       int64_t n, int64_t count, int64_t seq0, int window,
-                                       const std::array<uint8_t, protocol::kNumFields>& send,
-                                       int timeout_ms) {
-  int64_t sent = 0;
-  for (; sent < count; ++sent) {
-    auto b = std::make_shared<SentBatch>();
-    b->batch.window = window;
-    b->batch.send = send;
-    Status s = rm->SampleDistinct(n, &b->batch);
-    std::vector<codec::Frame> data;
-    b->batch.seq = seq0 + sent;
-    if (s.ok()) s = EncodeStreamBatch(b->batch, rm->schema(), &b->header, &data);
-    if (!s.ok()) return {sent, s};
-    std::vector<libzmq::OutFrame> out{{identity.data(), identity.size()},
-                                      {b->header.data(), b->header.size()}};
-    for (const codec::Frame& f : data) out.push_back({f.data, f.size});
-    if (!libzmq::Send(socket, out, timeout_ms, std::shared_ptr<const void>(b, b.get())))
-      return {sent, Error(Code::kFailedPrecondition, "stream: send failed: ", libzmq::LastError())};
-  }
-  return {sent, Status::OK()};
-}
 
 // A stream's shared memory on the server's side: the mapping (its ring, then its slots) and
 // the layout its batches are written in (fixed at open).
@@ -338,10 +316,14 @@ struct ServerShm {
   uint8_t* slot_base() const { return region->data() + StreamRing::Bytes(slots); }
 };
 
-// The native side of one stream worker's ROUTER socket: it keeps the shared-memory streams'
-// samplers (core/stream_sampler.h, which trade notices and slots with their learners through
-// each stream's ring, no socket involved) and waits on the socket with the GIL released
-// (Poll); every message goes to Python, and so does a sampler's refused credit (refusals).
+// The native side of one stream worker's ROUTER socket. It keeps each stream's sampler
+// threads: a shared-memory stream's (core/stream_sampler.h, which trade notices and slots with
+// their learner through the stream's ring, no socket involved) and a rows stream's
+// (core/stream_rows_sampler.h, whose batches this hub sends as they come out, in order). It
+// waits on the socket with the GIL released (Poll), sending the rows streams' batches
+// meanwhile; every message received goes to Python, and so does a shared-memory sampler's
+// refused credit (refusals). Only the worker's thread uses the socket: Poll, and Python between
+// polls.
 class StreamHub {
  public:
   explicit StreamHub(void* socket)
@@ -356,7 +338,8 @@ class StreamHub {
     close(wake_fd_);
   }
 
-  // Starts the sampler of `identity`'s stream (its slots in `shm`), replacing any.
+  // Starts the sampler of `identity`'s shared-memory stream (its slots in `shm`), replacing
+  // any stream of that peer.
   void Add(const std::string& identity, std::shared_ptr<ReplayMemory> rm,
            std::shared_ptr<ServerShm> shm, int threads, int64_t ahead,
            std::shared_ptr<RateLimiter> limiter, int error_pause_ms, int limited_pause_ms) {
@@ -375,38 +358,57 @@ class StreamHub {
     o.error_pause_ms = error_pause_ms;
     o.limited_pause_ms = limited_pause_ms;
     o.counts = counts_;
-    const int fd = wake_fd_;
-    o.wake = [fd] {  // a refused credit: Poll returns, Python drops the stream
-      const uint64_t one = 1;
-      (void)!write(fd, &one, sizeof(one));  // a full counter still wakes the poll
-    };
+    o.wake = [this] { Wake(&refused_); };  // a refused credit: Poll returns, Python drops it
     std::unique_ptr<StreamSampler> sampler;
     ThrowIfError(StreamSampler::Make(std::move(o), &sampler));
     std::lock_guard<std::mutex> l(mu_);
     samplers_[identity] = std::move(sampler);
   }
 
-  // Stops `identity`'s sampler (joins its threads) and forgets it; false when there is none.
+  // Starts the sampler of `identity`'s rows stream (its batches sent to it on this socket by
+  // Poll, each within send_timeout_ms), replacing any stream of that peer.
+  void AddRows(const std::string& identity, StreamRowsSampler::Options o, int send_timeout_ms) {
+    Remove(identity);
+    o.counts = counts_;
+    o.ready = [this] { Wake(&sends_due_); };
+    Schema schema = o.memory ? o.memory->schema() : Schema();
+    std::unique_ptr<StreamRowsSampler> sampler;
+    ThrowIfError(StreamRowsSampler::Make(std::move(o), &sampler));
+    std::lock_guard<std::mutex> l(mu_);
+    rows_[identity] = RowsStream{std::move(sampler), std::move(schema), send_timeout_ms};
+  }
+
+  // Stops `identity`'s sampler (joins its threads) and forgets it, with any batch not yet sent;
+  // false when there is none.
   bool Remove(const std::string& identity) {
     std::shared_ptr<StreamSampler> s;
+    std::shared_ptr<StreamRowsSampler> r;
     {
       std::lock_guard<std::mutex> l(mu_);
-      auto it = samplers_.find(identity);
-      if (it == samplers_.end()) return false;
-      s = std::move(it->second);
-      samplers_.erase(it);
+      if (auto it = samplers_.find(identity); it != samplers_.end()) {
+        s = std::move(it->second);
+        samplers_.erase(it);
+      }
+      if (auto it = rows_.find(identity); it != rows_.end()) {
+        r = std::move(it->second.sampler);
+        rows_.erase(it);
+      }
     }
-    s->Stop();
-    return true;
+    if (s) s->Stop();
+    if (r) r->Stop();
+    return s || r;
   }
 
   void Clear() {
     std::map<std::string, std::shared_ptr<StreamSampler>> all;
+    std::map<std::string, RowsStream> rows;
     {
       std::lock_guard<std::mutex> l(mu_);
       all.swap(samplers_);
+      rows.swap(rows_);
     }
     for (auto& kv : all) kv.second->Stop();
+    for (auto& kv : rows) kv.second.sampler->Stop();
   }
 
   std::shared_ptr<StreamSampler> Find(const std::string& identity) {
@@ -414,13 +416,21 @@ class StreamHub {
     auto it = samplers_.find(identity);
     return it == samplers_.end() ? nullptr : it->second;
   }
+  std::shared_ptr<StreamRowsSampler> FindRows(const std::string& identity) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = rows_.find(identity);
+    return it == rows_.end() ? nullptr : it->second.sampler;
+  }
 
   // Waits up to timeout_ms for a message (*out set to it, for Python) or a sampler's refused
-  // credit (returns with *out empty: see Refusals). kFailedPrecondition on a socket error.
+  // credit (returns with *out empty: see Refusals), sending the rows streams' batches as they
+  // come. kFailedPrecondition on a socket error.
   Status Poll(int timeout_ms, std::unique_ptr<libzmq::Frames>* out) {
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (true) {
+      if (sends_due_.exchange(false)) SendReady();
+      if (refused_.exchange(false)) return Status::OK();
       auto frames = std::make_unique<libzmq::Frames>();
       int rc = libzmq::Receive(socket_, 0, frames.get());
       if (rc < 0)
@@ -438,7 +448,6 @@ class StreamHub {
       if (rc & 2) {
         uint64_t v;
         (void)!read(wake_fd_, &v, sizeof(v));
-        return Status::OK();
       }
     }
   }
@@ -457,11 +466,59 @@ class StreamHub {
   StreamCounts& counts() { return *counts_; }
 
  private:
+  struct RowsStream {
+    std::shared_ptr<StreamRowsSampler> sampler;
+    Schema schema;  // the memory's, for the batches' headers
+    int send_timeout_ms = 1000;
+  };
+
+  // Sets *flag and wakes Poll (a full eventfd counter still wakes it).
+  void Wake(std::atomic<bool>* flag) {
+    flag->store(true);
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+
+  // Sends each rows stream's finished outcomes, in order: a batch, or a failed draw as an
+  // ERROR of kind SampleError (its credit spent, as a batch's). A message that cannot be
+  // queued in time (a peer gone) is dropped and counted: the learner notices by its timeout.
+  void SendReady() {
+    std::vector<std::pair<std::string, RowsStream>> rows;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      rows.assign(rows_.begin(), rows_.end());
+    }
+    std::vector<StreamRowsSampler::Outcome> ready;
+    std::vector<codec::Frame> data;
+    for (auto& [identity, stream] : rows) {
+      ready.clear();
+      stream.sampler->TakeReady(&ready);
+      for (StreamRowsSampler::Outcome& o : ready) {
+        auto m = std::make_shared<SentMessage>();
+        m->outcome = std::move(o);
+        m->kind = kDrawError;
+        const Status s =
+            m->outcome.batch
+                ? EncodeStreamBatch(*m->outcome.batch, stream.schema, &m->header, &data)
+                : EncodeErrorMessage(m->kind, m->outcome.error, &m->header, &data);
+        std::vector<libzmq::OutFrame> frames{{identity.data(), identity.size()},
+                                             {m->header.data(), m->header.size()}};
+        for (const codec::Frame& f : data) frames.push_back({f.data, f.size});
+        if (!s.ok() || !libzmq::Send(socket_, frames, stream.send_timeout_ms,
+                                     std::shared_ptr<const void>(m, m.get())))
+          counts_->send_errors.fetch_add(1);
+      }
+    }
+  }
+
   void* const socket_;
   const int wake_fd_;
   std::shared_ptr<StreamCounts> counts_;
-  std::mutex mu_;  // guards samplers_
+  std::atomic<bool> sends_due_{false};  // a rows sampler has outcomes ready
+  std::atomic<bool> refused_{false};    // a shared-memory sampler refused a credit
+  std::mutex mu_;  // guards samplers_ and rows_
   std::map<std::string, std::shared_ptr<StreamSampler>> samplers_;
+  std::map<std::string, RowsStream> rows_;
 };
 
 // The layout of a stream of batches of n from `rm` as it is set now.
@@ -664,37 +721,6 @@ notices (slots entries of int64
 seq, slot, error_bytes, reserved), credits (slots int64 entries), bytes (the ring's size).
 )doc");
 
-  m.def("stream_send",
-        [](ReplayMemory& rm, uintptr_t socket, const py::bytes& identity, int64_t batch_size,
-           int64_t count, int64_t seq0, int window, const std::vector<bool>& send,
-           int timeout_ms) -> py::tuple {
-          if (!libzmq::Attached())
-            ThrowIfError(Error(Code::kFailedPrecondition, "stream_send: needs attach_libzmq"));
-          CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send", "field");
-          std::array<uint8_t, protocol::kNumFields> s{};
-          for (int f = 0; f < protocol::kNumFields; ++f) s[f] = send[f];
-          const std::string id = identity;
-          std::pair<int64_t, Status> r;
-          {
-            GilRelease release;
-            r = SendBatches(&rm, reinterpret_cast<void*>(socket), id, batch_size, count, seq0,
-                            window, s, timeout_ms);
-          }
-          py::object error = py::none();
-          if (!r.second.ok()) error = py::str(r.second.message());
-          return py::make_tuple(r.first, error);
-        },
-        py::arg("memory"), py::arg("socket"), py::arg("identity"), py::arg("batch_size"),
-        py::arg("count"), py::arg("seq0"), py::arg("window"), py::arg("send"),
-        py::arg("timeout_ms"), R"doc(
-Samples `count` batches of `batch_size` from `memory` (ReplayMemory.SampleDistinct: each
-distinct row once) and sends each as a STREAM_BATCH (numbered seq0, seq0 + 1, ...) to
-`identity` on a ROUTER socket (its `underlying` address), with the GIL released. `window`:
-the stream's window (0: the memory's now), `send`: the 7 fields to send.
-Returns (sent, error):
-error is None, or the message of the draw or send that failed (nothing is sent after it).
-)doc");
-
   py::class_<StreamHub, std::shared_ptr<StreamHub>>(m, "StreamHub", R"doc(
 The native side of a stream worker's ROUTER socket (private: memoire/server/sampling_service.py).
 StreamHub(socket): `socket` is the ROUTER's `underlying` address (requires attach_libzmq); only
@@ -729,6 +755,52 @@ credit and stopped.
            "Starts `threads` sampler threads for the peer `identity`, writing into `shm`'s "
            "slots (all free now), keeping at most `ahead` batches drawn and not taken by the "
            "learner (0: up to the slots), obeying `limiter` (None: no limiter).")
+      .def("add_rows",
+           [](StreamHub& h, const py::bytes& identity, std::shared_ptr<ReplayMemory> rm,
+              int64_t batch_size, int window, const std::vector<bool>& send, int64_t credit,
+              int threads, std::shared_ptr<RateLimiter> limiter, int error_pause_ms,
+              int limited_pause_ms, int send_timeout_ms) {
+             if (!rm) ThrowInvalid("add_rows: expected a ReplayMemory");
+             CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send",
+                         "field");
+             StreamRowsSampler::Options o;
+             o.memory = std::move(rm);
+             o.limiter = std::move(limiter);
+             o.batch_size = batch_size;
+             o.window = window;
+             for (int f = 0; f < protocol::kNumFields; ++f) o.send[f] = send[f];
+             o.credit = credit;
+             o.threads = threads;
+             o.error_pause_ms = error_pause_ms;
+             o.limited_pause_ms = limited_pause_ms;
+             const std::string id = identity;
+             GilRelease release;  // AddRows may stop a previous sampler (joins)
+             h.AddRows(id, std::move(o), send_timeout_ms);
+           },
+           py::arg("identity"), py::arg("memory"), py::arg("batch_size"), py::arg("window"),
+           py::arg("send"), py::arg("credit"), py::arg("threads"), py::arg("limiter"),
+           py::arg("error_pause_ms"), py::arg("limited_pause_ms"), py::arg("send_timeout_ms"),
+           "Starts `threads` sampler threads for the peer `identity`'s rows stream: batches "
+           "of `batch_size` distinct rows (the 7 fields `send` says, windows of `window`), "
+           "`credit` granted now, obeying `limiter` (None: no limiter); `poll` sends them.")
+      .def("grant",
+           [](StreamHub& h, const py::bytes& identity, int64_t k) {
+             if (k < 0) ThrowInvalid("grant: expected k >= 0, got " + std::to_string(k));
+             std::shared_ptr<StreamRowsSampler> s = h.FindRows(identity);
+             if (!s) return false;
+             s->Grant(k);
+             return true;
+           },
+           py::arg("identity"), py::arg("k"),
+           "`k` more batches for the peer's rows stream; False when it has none.")
+      .def("outstanding",
+           [](StreamHub& h, const py::bytes& identity) -> int64_t {
+             std::shared_ptr<StreamRowsSampler> s = h.FindRows(identity);
+             return s ? s->outstanding() : -1;
+           },
+           py::arg("identity"),
+           "The peer's rows stream's credit not yet sent: undrawn, drawing or queued (-1: no "
+           "rows stream).")
       .def("remove",
            [](StreamHub& h, const py::bytes& identity) {
              const std::string id = identity;
@@ -788,7 +860,8 @@ then the message), or None at the timeout or when a sampler refused a credit (se
              return py::dict(py::arg("stream_batches") = c.batches.exchange(0),
                              py::arg("rows_sampled") = c.rows.exchange(0),
                              py::arg("stream_draw_errors") = c.draw_errors.exchange(0),
-                             py::arg("stream_rate_limited") = c.rate_limited.exchange(0));
+                             py::arg("stream_rate_limited") = c.rate_limited.exchange(0),
+                             py::arg("stream_send_errors") = c.send_errors.exchange(0));
            },
            "The samplers' counts since the last call (each counted once).");
 }

@@ -170,8 +170,9 @@ class ReplayMemory {
   Status Sample(int64_t n, const SampleOut& out);
   // Draws as Sample does (the same generator steps: the same entries for the same seed and
   // contents) but writes each distinct stored row of the drawn stacks once, plus an index:
-  // the sampling stream's batch (core/stream_batch.h, where it is defined).
-  Status SampleDistinct(int64_t n, StreamBatch* out);
+  // the sampling stream's batch (core/stream_batch.h, where it is defined). `on_draw` as
+  // SampleOut's: called under the draw lock once the entries are drawn, before the copy.
+  Status SampleDistinct(int64_t n, StreamBatch* out, const std::function<void()>& on_draw = {});
   // Sets the weight of entries by id (finite, >= 0); stale ids are skipped. Returns how many
   // were updated in *updated.
   Status UpdateWeights(int64_t n, const int64_t* ids, const float* weights, int64_t* updated);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include "core/gather.h"
 #include "core/replay_memory.h"
@@ -27,7 +28,8 @@ Status StreamLayout::Check() const {
 
 // ---------------------------------------------------------------------- the server's draw
 
-Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
+Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out,
+                                    const std::function<void()>& on_draw) {
   if (n < 1) return Error(Code::kInvalidArgument, "batch_size: expected >= 1, got ", n);
   // Shared, as in Sample: writers wait for the copy; only the draw is one at a time.
   std::shared_lock<RwLock> l(mu_);
@@ -55,6 +57,7 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out) {
   {
     std::lock_guard<std::mutex> d(draw_mu_);
     MEMOIRE_RETURN_IF_ERROR(DrawLocked(n, meta, slots.data()));
+    if (on_draw) on_draw();
   }
   // The window's slots, then each distinct one once (sorted: the gather reads the ring in
   // order).
@@ -244,6 +247,25 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
 BatchLayout StreamSlotLayout(const StreamLayout& layout) {
   return MemoryBatchLayout(layout.schema, layout.batch_size, layout.frame_stack,
                            layout.flags.data(), /*totals=*/true);
+}
+
+Status EncodeErrorMessage(const std::string& kind, const std::string& reason, std::string* header,
+                          std::vector<Frame>* data) {
+  codec::Message m;
+  m.type = MsgType::kError;
+  data->clear();
+  for (const auto& [name, text] : {std::pair<const char*, const std::string*>{"error", &kind},
+                                   {"reason", &reason}}) {
+    Entry e;
+    e.name = name;
+    e.kind = Kind::kStr;
+    e.dtype = DType::kUInt8;
+    e.shape = {static_cast<int64_t>(text->size())};
+    m.entries.push_back(std::move(e));
+    data->push_back({reinterpret_cast<const uint8_t*>(text->data()), text->size()});
+  }
+  MEMOIRE_RETURN_IF_ERROR(codec::Finalize(&m));
+  return codec::EncodeHeader(m, header);
 }
 
 bool ReadErrorMessage(const Frame* frames, size_t n_frames, std::string* kind,

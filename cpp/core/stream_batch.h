@@ -131,6 +131,12 @@ Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const Str
 // weight, prob, done, id, num_sampleable, total_weight) as core/batch_layout.h places them.
 BatchLayout StreamSlotLayout(const StreamLayout& layout);
 
+// The header frame of an ERROR message {"error": kind, "reason": reason} (as
+// memoire.server.workers.error_reply writes it) and its two data frames (*data: kind, then
+// reason).
+Status EncodeErrorMessage(const std::string& kind, const std::string& reason, std::string* header,
+                          std::vector<codec::Frame>* data);
+
 // The error kind and reason of an ERROR message (frames[0] its header), and its int64 `slot`
 // entry where it has one (-1 when absent); false when
 // `frames` is not a well-formed current-version ERROR.

@@ -55,6 +55,7 @@ struct StreamCounts {
   std::atomic<int64_t> rows{0};          // rows_sampled
   std::atomic<int64_t> draw_errors{0};   // stream_draw_errors
   std::atomic<int64_t> rate_limited{0};  // stream_rate_limited
+  std::atomic<int64_t> send_errors{0};   // stream_send_errors: rows messages not queued
 };
 
 class StreamSampler {

@@ -29,7 +29,7 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   :meth:`update_priorities`, in order with the stream's other messages.
 - ``{"op": "close"}``: drops the stream.
 
-The server sends one STREAM_BATCH per credit, as it samples them (a few per peer in turn), or
+The server sends one STREAM_BATCH per credit, as its samplers draw them, or
 an ERROR of kind ``SampleError`` for a draw that failed (it spends the credit; with shared
 memory the ring's notice says so and the slot holds the reason; that peer's draws pause 50 ms),
 and an ERROR for any request it refuses (no credit spent). So the batches in flight to a
@@ -46,10 +46,12 @@ gives back a slot it does not hold is dropped (``stream_credit``).
 
 Threads: each worker loop (:meth:`SamplingService.worker_main`, one per endpoint) owns its
 socket and its streams' table; it waits on the socket in C++ with the GIL released
-(``_core.StreamHub.poll``). A shared-memory stream is sampled by ``threads`` native threads of
-its own (``cpp/core/stream_sampler.h``: slots, the rate limiter, the draw, the notice's
-order), which trade notices and slots with the learner through the ring, with no Python and
-no socket. Rows in messages are sampled by the loop (``_core.stream_send``).
+(``_core.StreamHub.poll``). Every stream is sampled by ``threads`` native threads of its own,
+with no Python per batch: a shared-memory stream's (``cpp/core/stream_sampler.h``: slots, the
+rate limiter, the draw, the notice's order) trade notices and slots with the learner through
+the ring, with no socket; a rows stream's (``cpp/core/stream_rows_sampler.h``: credit, the rate
+limiter, the draw in order) hand their finished batches to the hub, which sends them from the
+worker's thread while it polls (the socket has one user).
 """
 
 from __future__ import annotations
@@ -71,12 +73,10 @@ DEFAULT_MAX_CREDIT = 64
 DEFAULT_MAX_STREAMS = 64
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_SHM_BYTES = 1 << 30  # one stream's shared-memory slots; larger ones use the wire
-BURST = 4  # batches sent to one stream before the next stream's turn
 ERROR_PAUSE_S = 0.05  # after a failed draw (e.g. nothing sampleable yet), that stream waits
 LIMITED_PAUSE_S = 0.002  # while the server's rate limiter holds samples back, a stream waits
 SEND_TIMEOUT_MS = 1000
 RECV_PER_STEP = 64
-DRAW_ERROR = "SampleError"  # the ERROR kind of a failed draw: it spent a credit
 
 
 def default_stream_threads() -> int:
@@ -91,15 +91,10 @@ def default_stream_threads() -> int:
 
 @dataclasses.dataclass
 class _Stream:
-    batch_size: int
-    credit: int
-    window: int
-    send: list  # 7 bools: the fields whose rows are sent
     last_seen: float
-    seq: int = 0
-    paused_until: float = 0.0
-    # _core.StreamShm: the ring and slots of a learner on this host, sampled by native
-    # threads that the worker's StreamHub keeps (credit, order and slots are counted there).
+    # _core.StreamShm: the ring and slots of a learner on this host; None: rows in messages.
+    # Either way the stream's sampler threads are the worker's StreamHub's, which counts
+    # credit, order and slots.
     shm: object = None
 
 
@@ -184,14 +179,11 @@ class SamplingService:
     def _step(
         self, sock, hub, streams: Dict[bytes, _Stream], next_reap: list, threads: int
     ) -> None:
-        now = time.monotonic()
-        busy = any(
-            s.shm is None and s.credit > 0 and s.paused_until <= now for s in streams.values()
-        )
-        # Shared-memory streams need nothing here: their samplers and learners use the ring.
+        # The streams' batches need nothing here: their native samplers draw them; a rows
+        # stream's go out in hub.poll, a shared-memory stream's through its ring.
         for k in range(RECV_PER_STEP):
             try:
-                frames = hub.poll(0 if busy or k else POLL_MS)
+                frames = hub.poll(0 if k else POLL_MS)
             except RuntimeError as e:  # a socket error: say so, do not spin on it
                 self._stats.reject("internal", f"stream worker: {e}")
                 time.sleep(POLL_MS / 1000)
@@ -208,9 +200,6 @@ class SamplingService:
             self._drop(hub, streams, ident)
             self._refuse(sock, ident, "stream_credit", "ValueError", f"{why}: stream dropped")
         now = time.monotonic()
-        for ident, s in list(streams.items()):
-            if s.shm is None and s.credit > 0 and s.paused_until <= now:
-                self._send_batches(sock, ident, s)
         if now >= next_reap[0]:
             next_reap[0] = now + 1.0
             self.sync_stats()
@@ -223,62 +212,10 @@ class SamplingService:
                     self._stats.reject("stream_idle", f"stream silent for {self.idle_timeout} s")
 
     def _drop(self, hub, streams: Dict[bytes, _Stream], ident: bytes) -> None:
-        """Forgets the peer's stream (its samplers stop; its slots go with the last mapping)."""
-        s = streams.pop(ident, None)
-        if s is not None and s.shm is not None:
+        """Forgets the peer's stream (its samplers stop; shared memory goes with the last
+        mapping, batches not yet sent are dropped)."""
+        if streams.pop(ident, None) is not None:
             hub.remove(ident)
-
-    def _send_batches(self, sock: zmq.Socket, ident: bytes, s: _Stream) -> None:
-        try:
-            k = self._allowed(s, min(s.credit, BURST))
-        except ValueError as e:  # a batch the limiter's band can never allow
-            self._draw_failed(sock, ident, s, str(e))
-            return
-        if k == 0:
-            return
-        sent, error = _core.stream_send(
-            self._server.rem,
-            sock.underlying,
-            ident,
-            s.batch_size,
-            k,
-            s.seq,
-            s.window,
-            s.send,
-            SEND_TIMEOUT_MS,
-        )
-        s.seq += sent
-        s.credit -= sent
-        if sent:
-            with self._stats.lock:
-                self._stats.counts["stream_batches"] += sent
-                self._stats.counts["rows_sampled"] += sent * s.batch_size
-        if error is not None:
-            self._draw_failed(sock, ident, s, error)
-
-    def _draw_failed(self, sock: zmq.Socket, ident: bytes, s: _Stream, error: str) -> None:
-        # The draw failed (e.g. nothing sampleable yet): the learner's next batch is this
-        # error, as an in-process feed's is. It spends the credit; the stream pauses. (A
-        # shared-memory stream's samplers do this natively, naming the slot spent.)
-        s.credit -= 1
-        s.paused_until = time.monotonic() + ERROR_PAUSE_S
-        self._stats.count("stream_draw_errors")
-        self._reply(sock, ident, error_reply(DRAW_ERROR, error))
-
-    def _allowed(self, s: _Stream, k: int) -> int:
-        """How many of ``k`` batches the server's rate limiter lets this stream draw now,
-        counted as sampled (all ``k`` without a limiter). A stream held back pauses briefly
-        (the worker never waits on the limiter: it serves every stream and request)."""
-        limiter = self._server.rate_limiter
-        if limiter is None:
-            return k
-        granted = 0
-        while granted < k and limiter.await_sample(s.batch_size, 0.0, False):
-            granted += 1
-        if granted == 0:
-            s.paused_until = time.monotonic() + LIMITED_PAUSE_S
-            self._stats.count("stream_rate_limited")
-        return granted
 
     # ---- requests
 
@@ -327,17 +264,18 @@ class SamplingService:
             if stream.shm is not None:
                 self._shm_credit(sock, ident, k, v.get("slots"))
                 return
-            if not _is_int(k) or k < 0 or stream.credit + int(k) > self.max_credit:
+            outstanding = hub.outstanding(ident)
+            if not _is_int(k) or k < 0 or outstanding + int(k) > self.max_credit:
                 self._refuse(
                     sock,
                     ident,
                     "stream_credit",
                     "ValueError",
                     f"stream: credit must be an int >= 0 keeping the outstanding credit "
-                    f"<= {self.max_credit} (outstanding {stream.credit}), got {k!r}",
+                    f"<= {self.max_credit} (outstanding {outstanding}), got {k!r}",
                 )
                 return
-            stream.credit += int(k)
+            hub.grant(ident, int(k))
         elif op == "priorities":
             self._priorities(sock, ident, v)
         elif op == "close":
@@ -417,8 +355,8 @@ class SamplingService:
         flags = np.asarray(rem.cache_flags, np.bool_)
         nf = len(flags) // 2
         send = [bool(flags[f] or flags[nf + f]) for f in range(nf)]
-        stream = _Stream(n, int(credit), fs + min(ms, fs), send, time.monotonic())
-        self._drop(hub, streams, ident)  # a reopened stream's slots go first
+        stream = _Stream(time.monotonic())
+        self._drop(hub, streams, ident)  # a reopened stream's samplers and slots go first
         layout = {
             "op": "layout",
             "schema": [(f, d, np.asarray(s, np.int64)) for f, d, s in self._schema],
@@ -430,23 +368,46 @@ class SamplingService:
         }
         if v.get("shared_memory") is True and v.get("shm_ring") == _core.STREAM_RING_VERSION:
             ahead = min(int(credit), threads + 1) if ahead is None else int(ahead)
-            self._make_shm(hub, ident, stream, rem, layout, threads, ahead)
+            self._make_shm(hub, ident, stream, n, int(credit), rem, layout, threads, ahead)
+        if stream.shm is None:
+            hub.add_rows(
+                ident,
+                rem,
+                n,
+                fs + min(ms, fs),
+                send,
+                int(credit),
+                threads,
+                self._server.rate_limiter,
+                int(ERROR_PAUSE_S * 1000),
+                int(LIMITED_PAUSE_S * 1000),
+                SEND_TIMEOUT_MS,
+            )
         streams[ident] = stream
         self._stats.count("streams_opened")
         self._reply(sock, ident, codec.encode(Msg.STREAM, layout))
 
     def _make_shm(
-        self, hub, ident: bytes, stream: _Stream, rem, layout: dict, threads: int, ahead: int
+        self,
+        hub,
+        ident: bytes,
+        stream: _Stream,
+        batch_size: int,
+        credit: int,
+        rem,
+        layout: dict,
+        threads: int,
+        ahead: int,
     ) -> None:
         """Gives `stream` its slots in shared memory (one per credit, each a whole batch in
         the learner's layout), sampled by `threads` threads keeping `ahead` batches ready, and
         says where in `layout`; on failure the stream uses the wire."""
-        slot_bytes = _core.StreamShm.slot_bytes_for(rem, stream.batch_size)
-        if slot_bytes * stream.credit > self.max_shm_bytes:
+        slot_bytes = _core.StreamShm.slot_bytes_for(rem, batch_size)
+        if slot_bytes * credit > self.max_shm_bytes:
             self._stats.count("stream_shm_too_large")
             return
         try:
-            shm = _core.StreamShm(rem, stream.batch_size, stream.credit)
+            shm = _core.StreamShm(rem, batch_size, credit)
         except (RuntimeError, ValueError) as e:  # no /dev/shm, no room: the wire will do
             log.info("stream: no shared memory (%s); batches go over the socket", e)
             self._stats.count("stream_shm_failed")
@@ -463,7 +424,7 @@ class SamplingService:
             int(LIMITED_PAUSE_S * 1000),
         )
         stream.shm = shm
-        layout.update(shm_path=shm.path, shm_slots=stream.credit, shm_slot_bytes=shm.slot_bytes)
+        layout.update(shm_path=shm.path, shm_slots=credit, shm_slot_bytes=shm.slot_bytes)
 
     def _priorities(self, sock, ident: bytes, v: dict) -> None:
         ids, weights = v.get("ids"), v.get("weights")
