@@ -48,7 +48,10 @@ them makes ``next`` raise RuntimeError). ``depth`` is unused there: the ``credit
 the ring, of which the server keeps only ``ahead`` (a few) drawn and not yet taken, so that a
 batch is read soon after it was written. The learner removes the file's name once mapped, so
 a crash leaves nothing. Where the server cannot make the file, or the learner
-cannot map it, the rows travel in the messages. Needs memoire's native message path (pyzmq's
+cannot map it, the rows travel in the messages. There, a server whose memory compresses its
+states (``compress_states``) sends each distinct state as its stored LZ4 block (an Atari screen
+in about a tenth of its bytes), which this learner's receiving thread decodes
+(``compressed_rows`` is then True). Needs memoire's native message path (pyzmq's
 libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host
 batches only.
 """
@@ -199,6 +202,7 @@ class SamplingStream:
                         str(layout.get("shm_path", "")),
                         int(layout.get("shm_slots", 0)),
                         int(layout.get("shm_slot_bytes", 0)),
+                        layout.get("compressed_rows") is True,
                     )
                 except RuntimeError:
                     if not (auto and shm):
@@ -220,6 +224,7 @@ class SamplingStream:
                     continue
                 break
             self.shared_memory = "shm_path" in layout
+            self.compressed_rows = layout.get("compressed_rows") is True
             # With shared memory the server's slots are the ring: no feed, no copy.
             self._feed_made = self.shared_memory
             self._feed = None if self.shared_memory else Feed(self, self._batch_size, depth=depth)
@@ -251,6 +256,7 @@ class SamplingStream:
                         "credit": self.credit,
                         "shared_memory": shm,
                         "shm_ring": _core.STREAM_RING_VERSION,
+                        "compressed_rows": True,  # this learner decodes LZ4 states
                         **({} if self._ahead is None else {"ahead": self._ahead}),
                     },
                 ),

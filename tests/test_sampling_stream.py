@@ -143,6 +143,57 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads,
         assert srv.stats()["stream_batches"] >= 30
 
 
+def _fill_compressible(rem, frame, seed=3):
+    """Episodes whose frames compress (runs of a few values), with some random ones, which a
+    compressing memory stores raw: both kinds of stored row."""
+    rng = np.random.default_rng(seed)
+    for k, steps in enumerate((40, 7, 60, 3, 25)):
+        frames = (rng.integers(0, 4, (steps, frame[0], 1)) * 60).astype(np.uint8)
+        frames = np.repeat(frames, frame[1], axis=2)
+        frames[::5] = rng.integers(0, 255, frames[::5].shape, dtype=np.uint8)
+        rem.new_episode()
+        rem.add_entries(
+            frames,
+            rng.integers(0, 6, steps),
+            rng.normal(size=steps).astype(np.float32),
+            rng.random(steps).astype(np.float32),
+            rng.normal(size=steps).astype(np.float32),
+            rng.integers(-9, 9, (steps, 2)).astype(np.int16),
+            (rng.random(steps) + 0.1).astype(np.float32),
+        )
+        rem.close_episode(terminal=bool(k % 2))
+
+
+@pytest.mark.parametrize("frame,batch,threads", [((12, 10), 16, 1), ((84, 84), 32, 2)])
+def test_compressed_states_travel_as_blocks_and_stack_bit_for_bit(frame, batch, threads):
+    # A memory that compresses its states sends a rows stream its LZ4 blocks as stored; the
+    # learner decodes each distinct row once and stacks the batch get_batch draws. Atari-sized
+    # batches (1.8 MB of stacks) are decoded and stacked half on the learner's helper thread.
+    templates = (np.zeros(frame, np.uint8),) + _templates()[1:]
+    local = ReplayMemory(*templates, 150)
+    local.seed(7)
+    _configure(local)
+    _fill_compressible(local, frame)
+    srv = ReplayMemoryServer(*templates, 150, pub_endpoint=None, seed=7, compress_states=True)
+    with srv:
+        _configure(srv.rem)
+        _fill_compressible(srv.rem, frame)
+        assert srv.rem.stored_state_bytes < local.stored_state_bytes / 2
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(ep, batch, credit=4, timeout=10, shared_memory=False) as stream:
+            assert stream.compressed_rows
+            for _ in range(20):
+                _assert_same(next(stream), local.get_batch(batch))
+        # Over shared memory the server writes decoded stacks: nothing to agree on.
+        with SamplingStream(ep, batch, credit=4, timeout=10, shared_memory=True) as stream:
+            assert not stream.compressed_rows
+            next(stream)
+    # A memory that does not compress sends rows as they are, to the same learner.
+    with _server() as plain, SamplingStream(plain.start_stream(), 4, shared_memory=False) as s:
+        assert not s.compressed_rows
+        next(s)
+
+
 def test_stream_is_a_feed_layout():
     # The same arrays (dtype, shape, None fields) as an in-process feed's.
     from memoire.feed import Feed
@@ -699,21 +750,38 @@ def _fake_batch(u, index, extra=None):
     return codec.encode(Msg.STREAM_BATCH, values)
 
 
+def _fake_zbatch(sizes, total):
+    """A batch of 3 distinct rows whose states are LZ4 blocks of `sizes` (uint8[12, 10] rows:
+    120 bytes raw) in `total` bytes of garbage."""
+    values = codec.decode(_fake_batch(3, [[0, 1, 2], [0, 1, 2]])).values
+    del values["rows/s"]
+    values["zsizes/s"] = np.asarray(sizes, np.uint32)
+    values["zrows/s"] = np.full(total, 0xF7, np.uint8)
+    return codec.encode(Msg.STREAM_BATCH, values)
+
+
 @pytest.mark.parametrize(
-    "frames_of,match",
+    "frames_of,match,compressed",
     [
-        (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside"),  # index past the rows
-        (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside"),
-        (lambda: _fake_batch(3, [[0, 1, 2]]), "index"),  # wrong shape
+        (lambda: _fake_batch(3, [[0, 1, 99], [0, 1, 2]]), "outside", False),  # index past the rows
+        (lambda: _fake_batch(3, [[0, 1, -1], [0, 1, 2]]), "outside", False),
+        (lambda: _fake_batch(3, [[0, 1, 2]]), "index", False),  # wrong shape
         (
             lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"weight": np.ones(2, np.float64)}),
             "weight",
+            False,
         ),  # wrong dtype
-        (lambda: [b"MMRW garbage"], "header"),
-        (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after"),
+        (lambda: [b"MMRW garbage"], "header", False),
+        (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]], {"seq": np.int64(5)}), "came after", False),
+        # Compressed states (the layout says so): blocks that do not add up or do not decode
+        (lambda: _fake_zbatch([120, 120, 120], 359), "in all", True),
+        (lambda: _fake_zbatch([0, 120, 120], 240), "compressed row 0", True),
+        (lambda: _fake_zbatch([121, 120, 118], 359), "compressed row 0", True),
+        (lambda: _fake_zbatch([7, 120, 120], 247), "compressed row", True),  # 7 bytes of garbage
+        (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]]), "missing entry .zrows", True),  # raw rows instead
     ],
 )
-def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
+def test_learner_refuses_malformed_batches(frames_of, match, compressed, tmp_path):
     # A server that answers the open properly, then sends a bad batch: the learner raises
     # memoire.ProtocolError (a ValueError) naming it, and reads nothing out of bounds.
     from memoire.protocol import describe_schema
@@ -745,6 +813,8 @@ def test_learner_refuses_malformed_batches(frames_of, match, tmp_path):
                             "flags": np.ones(14, bool),
                             "batch_size": 2,
                             "max_credit": 64,
+                            # The compressed cases' layout: states as LZ4 blocks.
+                            **({"compressed_rows": True} if compressed else {}),
                         },
                     ),
                 ]

@@ -200,7 +200,8 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
     s = Refused(kind, reason);
   } else {
     int64_t seq = -1;
-    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq);
+    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq,
+                           &scratch_);
     if (s.ok() && seq != last_seq_.load() + 1)  // one connection keeps order: none was lost
       s = Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last_seq_.load());
     if (seq >= 0) last_seq_.store(seq);  // one error per gap, not one per later batch
@@ -589,7 +590,7 @@ read-write.
                        int timeout_ms, int ping_ms, int64_t credit_chunk,
                        const py::list& credit_message, const py::list& ping_message,
                        uint64_t max_payload_bytes, const std::string& shm_path,
-                       int64_t shm_slots, uint64_t shm_slot_bytes) {
+                       int64_t shm_slots, uint64_t shm_slot_bytes, bool compressed_state) {
              if (!libzmq::Attached())
                ThrowIfError(Error(Code::kFailedPrecondition, "the sampling stream needs the "
                                   "native message path (pyzmq's libzmq, see memoire.transport."
@@ -600,6 +601,7 @@ read-write.
              StreamSource::Options o;
              o.socket = reinterpret_cast<void*>(socket);
              o.layout = LayoutFrom(templates, batch_size, frame_stack, multi_step, flags);
+             o.layout.compressed_state = compressed_state;
              o.limits.max_payload_bytes = max_payload_bytes;
              o.timeout_ms = timeout_ms;
              o.ping_ms = ping_ms;
@@ -629,7 +631,8 @@ read-write.
            py::arg("timeout_ms"), py::arg("ping_ms"), py::arg("credit_chunk"),
            py::arg("credit_message"), py::arg("ping_message"),
            py::arg("max_payload_bytes") = uint64_t(1) << 32, py::arg("shm_path") = "",
-           py::arg("shm_slots") = 0, py::arg("shm_slot_bytes") = 0)
+           py::arg("shm_slots") = 0, py::arg("shm_slot_bytes") = 0,
+           py::arg("compressed_state") = false)
       .def("take", [](std::shared_ptr<StreamSource> src) {
              if (!src->shared_memory())
                ThrowInvalid("take: the stream's rows travel in messages (use a Feed)");
@@ -757,9 +760,10 @@ credit and stopped.
            "learner (0: up to the slots), obeying `limiter` (None: no limiter).")
       .def("add_rows",
            [](StreamHub& h, const py::bytes& identity, std::shared_ptr<ReplayMemory> rm,
-              int64_t batch_size, int window, const std::vector<bool>& send, int64_t credit,
-              int threads, std::shared_ptr<RateLimiter> limiter, int error_pause_ms,
-              int limited_pause_ms, int send_timeout_ms) {
+              int64_t batch_size, int window, const std::vector<bool>& send,
+              bool compressed_state, int64_t credit, int threads,
+              std::shared_ptr<RateLimiter> limiter, int error_pause_ms, int limited_pause_ms,
+              int send_timeout_ms) {
              if (!rm) ThrowInvalid("add_rows: expected a ReplayMemory");
              CheckLength(static_cast<int64_t>(send.size()), protocol::kNumFields, "send",
                          "field");
@@ -769,6 +773,9 @@ credit and stopped.
              o.batch_size = batch_size;
              o.window = window;
              for (int f = 0; f < protocol::kNumFields; ++f) o.send[f] = send[f];
+             if (compressed_state && !o.memory->compress_states())
+               ThrowInvalid("add_rows: compressed_state needs a memory that compresses states");
+             o.compressed_state = compressed_state;
              o.credit = credit;
              o.threads = threads;
              o.error_pause_ms = error_pause_ms;
@@ -778,10 +785,12 @@ credit and stopped.
              h.AddRows(id, std::move(o), send_timeout_ms);
            },
            py::arg("identity"), py::arg("memory"), py::arg("batch_size"), py::arg("window"),
-           py::arg("send"), py::arg("credit"), py::arg("threads"), py::arg("limiter"),
+           py::arg("send"), py::arg("compressed_state"), py::arg("credit"), py::arg("threads"),
+           py::arg("limiter"),
            py::arg("error_pause_ms"), py::arg("limited_pause_ms"), py::arg("send_timeout_ms"),
            "Starts `threads` sampler threads for the peer `identity`'s rows stream: batches "
-           "of `batch_size` distinct rows (the 7 fields `send` says, windows of `window`), "
+           "of `batch_size` distinct rows (the 7 fields `send` says, windows of `window`; "
+           "states as the memory's LZ4 blocks with `compressed_state`), "
            "`credit` granted now, obeying `limiter` (None: no limiter); `poll` sends them.")
       .def("grant",
            [](StreamHub& h, const py::bytes& identity, int64_t k) {

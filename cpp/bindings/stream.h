@@ -137,6 +137,7 @@ class StreamSource {
   int64_t owed_ = 0;                      // batches received since credit was returned; io_mu_
   std::vector<uint8_t> held_;             // shared memory: slots the learner has; queue_mu_
   int64_t num_held_ = 0;                  // queue_mu_
+  UnstackScratch scratch_;  // the receiving thread's: its helper, decoded rows
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> received_{0}, credit_returned_{0}, last_seq_{-1};
 };

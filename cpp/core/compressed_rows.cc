@@ -69,6 +69,26 @@ Status CompressedRows::Decode(const int64_t* slots, int64_t n, uint8_t* out) con
   return Status::OK();
 }
 
+Status CompressedRows::BlockSizes(const int64_t* slots, int64_t n, uint32_t* sizes,
+                                  size_t* total) const {
+  *total = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (ptr_[slots[k]] == nullptr && row_bytes_ > 0)
+      return Error(Code::kDataLoss, "compressed rows: slot ", slots[k], " holds no row");
+    sizes[k] = size_[slots[k]];
+    *total += sizes[k];
+  }
+  return Status::OK();
+}
+
+void CompressedRows::CopyBlocks(const int64_t* slots, int64_t n, uint8_t* out) const {
+  for (int64_t k = 0; k < n; ++k) {
+    const uint32_t size = size_[slots[k]];
+    if (size > 0) std::memcpy(out, ptr_[slots[k]], size);
+    out += size;
+  }
+}
+
 void CompressedRows::swap(CompressedRows& o) noexcept {
   std::swap(row_bytes_, o.row_bytes_);
   ptr_.swap(o.ptr_);

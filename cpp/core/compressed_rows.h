@@ -56,6 +56,12 @@ class CompressedRows {
   // slot holds nothing or a block fails to decode (a bug or memory damage: rows stored here
   // were encoded here).
   Status Decode(const int64_t* slots, int64_t n, uint8_t* out) const;
+  // The stored blocks of slots[0, n) as they are (a sampling stream sends them so, and the
+  // learner decodes: core/stream_batch.h): sizes[k] gets each block's bytes (row_bytes for a
+  // row stored raw) and their sum goes to *total. kDataLoss when a slot holds nothing.
+  Status BlockSizes(const int64_t* slots, int64_t n, uint32_t* sizes, size_t* total) const;
+  // Copies those blocks, one after another, to out (BlockSizes' total bytes).
+  void CopyBlocks(const int64_t* slots, int64_t n, uint8_t* out) const;
 
   // Encoded bytes held (the blobs' payloads, without the allocator's headers).
   size_t stored_bytes() const { return stored_bytes_; }

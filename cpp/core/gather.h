@@ -10,6 +10,11 @@
 
 namespace memoire {
 
+// A batch copy of at least this many bytes is split over two threads (the caller's and a
+// parked helper, core/helper_thread.h): scattered multi-kilobyte rows are bound by memory
+// latency, not bandwidth, so a second thread nearly doubles the copy's throughput.
+constexpr size_t kParallelCopyBytes = 512 * 1024;
+
 // out[b] = column[slots[b]] for b < n; rows of `row_bytes` bytes. With n = batch * stack and
 // slots[b * stack + k] it writes the contiguous stack layout [batch, stack, *shape].
 void GatherRows(const uint8_t* column, size_t row_bytes, const int64_t* slots, int64_t n,

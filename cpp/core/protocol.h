@@ -41,6 +41,7 @@ namespace protocol {
 // The memory's fields, in schema order (state, action, reward, prob, value, qvest, info).
 constexpr int kNumFields = 7;
 constexpr const char* kFieldNames[kNumFields] = {"s", "a", "r", "p", "v", "q", "i"};
+constexpr int kStateField = 0;  // the field a memory may store compressed
 constexpr int kQvestField = 5;  // computed by the receiving memory: never in a CHUNK
 
 // A named entry of fixed dtype.

@@ -19,7 +19,6 @@ static_assert(ReplayMemory::kNumFields == protocol::kNumFields &&
 
 namespace {
 bool Finite(double x) { return std::isfinite(x); }
-constexpr size_t kParallelGatherBytes = 512 * 1024;
 
 // The columns' schema: with compressed states the state field has no bytes there (its rows
 // live in CompressedRows), so the columns reserve nothing for it.
@@ -491,8 +490,7 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
       });
     }
   };
-  // Copying scattered multi-kilobyte rows is bound by memory latency, not bandwidth: a second
-  // thread copying the other half of a large batch nearly doubles throughput. It is the
+  // A second thread copies the other half of a large batch (core/gather.h). It is the
   // memory's parked helper (waking it costs microseconds); small batches stay on this thread,
   // and so does every batch while another Sample has the helper (concurrent Samples already
   // keep several threads copying).
@@ -503,7 +501,7 @@ Status ReplayMemory::Sample(int64_t n, const SampleOut& out) {
   Status status, helper_status;
   int64_t split = n;
   std::unique_lock<std::mutex> helper(helper_mu_, std::defer_lock);
-  if (batch_bytes >= kParallelGatherBytes && n >= 2 && helper.try_lock() &&
+  if (batch_bytes >= kParallelCopyBytes && n >= 2 && helper.try_lock() &&
       helper_.Start([&] { gather(n / 2, n, &helper_status); }))
     split = n / 2;  // else no thread to be had: copy everything here
   gather(0, split, &status);

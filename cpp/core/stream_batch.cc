@@ -6,6 +6,7 @@
 #include <shared_mutex>
 #include <utility>
 
+#include "core/frame_codec.h"
 #include "core/gather.h"
 #include "core/replay_memory.h"
 
@@ -15,6 +16,10 @@ using codec::Entry;
 using codec::Frame;
 using codec::Kind;
 using codec::MsgType;
+
+// A compressed state field's entries (core/stream_batch.h).
+constexpr const char* kZSizes = "zsizes/s";
+constexpr const char* kZRows = "zrows/s";
 
 Status StreamLayout::Check() const {
   if (schema.size() != static_cast<size_t>(protocol::kNumFields))
@@ -83,6 +88,17 @@ Status ReplayMemory::SampleDistinct(int64_t n, StreamBatch* out,
       out->rows[f].clear();
       continue;
     }
+    if (f == kState && out->compressed_state) {
+      if (!states_)
+        return Error(Code::kFailedPrecondition, "sample: compressed rows asked of a memory "
+                     "that does not compress its states");
+      out->state_sizes.resize(u);
+      size_t total = 0;
+      MEMOIRE_RETURN_IF_ERROR(states_->BlockSizes(uniq.data(), u, out->state_sizes.data(), &total));
+      out->rows[f].resize(total);
+      states_->CopyBlocks(uniq.data(), u, out->rows[f].data());
+      continue;
+    }
     const size_t rb = row_bytes(f);
     out->rows[f].resize(static_cast<size_t>(u) * rb);
     uint8_t* dst = out->rows[f].data();
@@ -138,6 +154,13 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string
       b.index.size() * sizeof(int32_t));
   for (int f = 0; f < protocol::kNumFields; ++f) {
     if (!b.send[f]) continue;
+    if (f == protocol::kStateField && b.compressed_state) {
+      add(Array(kZSizes, DType::kUInt32, {b.distinct}), b.state_sizes.data(),
+          b.state_sizes.size() * sizeof(uint32_t));
+      add(Array(kZRows, DType::kUInt8, {static_cast<int64_t>(b.rows[f].size())}),
+          b.rows[f].data(), b.rows[f].size());
+      continue;
+    }
     const Field& fd = schema.field(f);
     std::vector<int64_t> shape{b.distinct};
     shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
@@ -160,10 +183,20 @@ Status DecodeFrames(const Frame* frames, size_t n_frames, const codec::Limits& l
                              m);
 }
 
+// Bytes of one stack entry of a transition in every stack the layout carries.
+size_t EntryBytes(const StreamLayout& layout) {
+  constexpr int F = protocol::kNumFields;
+  size_t bytes = 0;
+  for (int f = 0; f < F; ++f)
+    bytes += ((layout.flags[f] != 0) + (layout.flags[F + f] != 0)) * layout.schema.field(f).bytes();
+  return bytes;
+}
+
 }  // namespace
 
 Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayout& layout,
-                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq) {
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
+                          UnstackScratch* scratch) {
   const Code bad = Code::kDataLoss;
   codec::Message m;
   MEMOIRE_RETURN_IF_ERROR(DecodeFrames(frames, n_frames, limits, &m));
@@ -174,6 +207,13 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
   const int64_t n = layout.batch_size;
   const int fs = layout.frame_stack;
   const int w = layout.window();
+  constexpr int kState = protocol::kStateField;
+  const bool compressed = layout.compressed_state && layout.sends(kState);
+  // The compressed blocks' total bytes: a second free dimension, read first.
+  int64_t zbytes = 0;
+  if (compressed)
+    MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(m, {{kZRows, DType::kUInt8, {-1}}},
+                                               /*allow_extra=*/true, &zbytes));
   std::vector<codec::ArraySpec> specs = {
       {"seq", DType::kInt64, {}},          {"num_sampleable", DType::kInt64, {}},
       {"total_weight", DType::kFloat64, {}}, {"weight", DType::kFloat32, {n}},
@@ -181,6 +221,11 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
       {"id", DType::kInt64, {n}},          {"index", DType::kInt32, {n, w}}};
   for (int f = 0; f < F; ++f) {
     if (!layout.sends(f)) continue;
+    if (f == kState && compressed) {
+      specs.push_back({kZSizes, DType::kUInt32, {-1}});  // one per distinct row: U
+      specs.push_back({kZRows, DType::kUInt8, {zbytes}});
+      continue;
+    }
     const Field& fd = layout.schema.field(f);
     std::vector<int64_t> shape{-1};  // U, the one free dimension
     shape.insert(shape.end(), fd.shape.begin(), fd.shape.end());
@@ -194,13 +239,20 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     for (size_t s = 0; s < specs.size(); ++s)
       if (e.depth == 0 && e.name == specs[s].name) at[s] = frames[1 + e.frame].data;
   }
-  // Where each sent field's rows are.
+  // Where each sent field's rows are (a compressed state field's: its sizes, then blocks).
   std::vector<const uint8_t*> rows_at(F, nullptr);
+  const uint8_t* zsizes = nullptr;
+  const uint8_t* zrows = nullptr;
   bool any_rows = false;
   size_t next_spec = 8;
   for (int f = 0; f < F; ++f)
     if (layout.sends(f)) {
-      rows_at[f] = at[next_spec++];
+      if (f == kState && compressed) {
+        zsizes = at[next_spec++];
+        zrows = at[next_spec++];
+      } else {
+        rows_at[f] = at[next_spec++];
+      }
       any_rows = true;
     }
   if (any_rows && (u < 1 || u > n * w))
@@ -217,24 +269,71 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
                      ")");
     }
   }
+  // A compressed state field: each block's bounds checked, then the rows decoded (each block
+  // checked by the decoder) into the scratch rows, half on the helper for a large batch.
+  const bool split = scratch != nullptr && n >= 2 &&
+                     EntryBytes(layout) * static_cast<size_t>(n) * fs >= kParallelCopyBytes;
+  if (compressed) {
+    const size_t rb = layout.schema.field(kState).bytes();
+    std::vector<uint64_t> start(static_cast<size_t>(u) + 1, 0);
+    for (int64_t k = 0; k < u; ++k) {
+      uint32_t size;
+      std::memcpy(&size, zsizes + k * sizeof(uint32_t), sizeof(size));
+      if (size == 0 || size > rb)
+        return Error(bad, "stream: compressed row ", k, " of ", size, " bytes, expected 1..", rb);
+      start[k + 1] = start[k] + size;
+    }
+    if (start[u] != static_cast<uint64_t>(zbytes))
+      return Error(bad, "stream: compressed rows of ", start[u], " bytes in all, the message "
+                   "has ", zbytes);
+    UnstackScratch local;  // without a caller's scratch (tests): rows decoded here, once
+    RowBytes& rows = scratch != nullptr ? scratch->rows : local.rows;
+    rows.resize(static_cast<size_t>(u) * rb);
+    auto decode = [&](int64_t k0, int64_t k1, Status* status) {
+      for (int64_t k = k0; k < k1 && status->ok(); ++k) {
+        const size_t size = start[k + 1] - start[k];
+        uint8_t* dst = rows.data() + static_cast<size_t>(k) * rb;
+        if (size == rb)
+          std::memcpy(dst, zrows + start[k], rb);  // stored raw
+        else
+          *status = lz4::Decompress(zrows + start[k], size, dst, rb);
+      }
+    };
+    Status status, helper_status;
+    int64_t half = u;
+    if (split && scratch->helper.Start([&] { decode(u / 2, u, &helper_status); })) half = u / 2;
+    decode(0, half, &status);
+    if (half < u) scratch->helper.Wait();
+    if (!status.ok()) return Error(bad, "stream: a compressed row: ", status.message());
+    if (!helper_status.ok()) return Error(bad, "stream: a compressed row: ", helper_status.message());
+    rows_at[kState] = rows.data();
+  }
   const int shift = layout.shift();
-  for (int f = 0; f < F; ++f) {
-    if (!layout.sends(f)) continue;
-    const uint8_t* rows = rows_at[f];
-    const size_t rb = layout.schema.field(f).bytes();
-    for (int side = 0; side < 2; ++side) {
-      if (!layout.flags[side * F + f]) continue;
-      uint8_t* out = parts[side * F + f];
-      const int off = side == 0 ? 0 : shift;
-      for (int64_t b = 0; b < n; ++b) {
-        for (int j = 0; j < fs; ++j) {
-          int32_t v;
-          std::memcpy(&v, index + b * w + j + off, sizeof(v));
-          std::memcpy(out + (b * fs + j) * rb, rows + static_cast<size_t>(v) * rb, rb);
+  // Stacks transitions [b0, b1) of every stack the layout carries.
+  auto stack = [&](int64_t b0, int64_t b1) {
+    for (int f = 0; f < F; ++f) {
+      if (!layout.sends(f)) continue;
+      const uint8_t* rows = rows_at[f];
+      const size_t rb = layout.schema.field(f).bytes();
+      for (int side = 0; side < 2; ++side) {
+        if (!layout.flags[side * F + f]) continue;
+        uint8_t* out = parts[side * F + f];
+        const int off = side == 0 ? 0 : shift;
+        for (int64_t b = b0; b < b1; ++b) {
+          for (int j = 0; j < fs; ++j) {
+            int32_t v;
+            std::memcpy(&v, index + b * w + j + off, sizeof(v));
+            std::memcpy(out + (b * fs + j) * rb, rows + static_cast<size_t>(v) * rb, rb);
+          }
         }
       }
     }
-  }
+  };
+  int64_t half = n;
+  if (split && scratch->helper.Start([&] { stack(n / 2, n); }))
+    half = n / 2;  // else no thread to be had: everything here
+  stack(0, half);
+  if (half < n) scratch->helper.Wait();
   std::memcpy(parts[2 * F], at[3], n * sizeof(float));
   std::memcpy(parts[2 * F + 1], at[4], n * sizeof(double));
   std::memcpy(parts[2 * F + 2], at[5], n);

@@ -19,6 +19,14 @@
 //   weight f32[n], prob f64[n], done bool[n], id int64[n]   as ReplayMemory::Sample
 //   index          int32[n, window], values in [0, U)
 //   rows/<field>   dtype[U, *shape] for each field the stream sends, in field order
+// except, on a stream that carries the memory's compressed states (StreamLayout::
+// compressed_state, agreed at open), the state field's rows as the memory stores them, LZ4
+// blocks (core/frame_codec.h), not decoded:
+//   zsizes/s       uint32[U]     each row's block bytes (row_bytes: the row itself, raw)
+//   zrows/s        uint8[sum]    the blocks, one after another
+// So an Atari screen travels as its ~0.7 KB block instead of its 7 KB, and the server copies
+// the blocks instead of decoding them; the learner decodes each distinct row once, checking
+// every block as a checkpoint's.
 //
 // On one host (shared memory) nothing of this travels: the server writes each batch straight
 // into a slot of a mapping the learner shares, in the learner's final layout (StreamSlotLayout:
@@ -44,6 +52,7 @@
 
 #include "core/batch_layout.h"
 #include "core/codec.h"
+#include "core/helper_thread.h"
 #include "core/protocol.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -60,6 +69,8 @@ struct StreamLayout {
   int multi_step = 1;
   // Which stacks a batch carries: prev of each field, then next (ReplayMemory cache_flags).
   std::array<uint8_t, 2 * protocol::kNumFields> flags{};
+  // The state field's rows travel as the memory's LZ4 blocks (zsizes/s, zrows/s).
+  bool compressed_state = false;
 
   int shift() const { return multi_step < frame_stack ? multi_step : frame_stack; }
   int window() const { return frame_stack + shift(); }
@@ -108,6 +119,10 @@ struct StreamBatch {
   // (the caller sets send before the call), empty for the others.
   std::array<uint8_t, protocol::kNumFields> send{};
   std::array<RowBytes, protocol::kNumFields> rows;
+  // Set by the caller on a memory that compresses its states: rows[state] then holds the
+  // rows' stored blocks one after another, and state_sizes[U] their bytes.
+  bool compressed_state = false;
+  std::vector<uint32_t> state_sizes;
 };
 
 // The fields a layout sends (prev or next flag set).
@@ -124,8 +139,15 @@ Status EncodeStreamBatch(const StreamBatch& b, const Schema& schema, std::string
 // prob f64[n], done bool[n], id int64[n], then num_sampleable int64[1] and total_weight
 // f64[1]. *seq gets the batch number. kDataLoss on anything malformed (nothing is trusted:
 // sizes, dtypes, index bounds), leaving the parts partly written.
+// With `scratch` (the receiving thread's own), a large batch (kParallelCopyBytes,
+// core/gather.h) is decoded and stacked half on its helper, half on the calling thread.
+struct UnstackScratch {
+  HelperThread helper;
+  RowBytes rows;  // a compressed state field's rows, decoded
+};
 Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const StreamLayout& layout,
-                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq);
+                          const codec::Limits& limits, uint8_t* const* parts, int64_t* seq,
+                          UnstackScratch* scratch = nullptr);
 
 // A shared-memory slot in the learner's final layout: the batch's parts (prev[7], next[7],
 // weight, prob, done, id, num_sampleable, total_weight) as core/batch_layout.h places them.

@@ -93,6 +93,7 @@ void StreamRowsSampler::Run() {
     if (s.ok()) {  // else the limiter refused a batch its band can never allow
       batch->window = opt_.window;
       batch->send = opt_.send;
+      batch->compressed_state = opt_.compressed_state;
       s = opt_.memory->SampleDistinct(n, batch.get(), [&] {
         std::lock_guard<std::mutex> l(mu_);
         pending_.emplace_back();

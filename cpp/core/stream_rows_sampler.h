@@ -49,6 +49,7 @@ class StreamRowsSampler {
     int64_t batch_size = 1;
     int window = 0;  // the stream's window, agreed at open (a change fails the draw)
     std::array<uint8_t, protocol::kNumFields> send{};  // the fields whose rows travel
+    bool compressed_state = false;  // states as the memory stores them (StreamBatch's)
     int64_t credit = 1;  // batches granted at open
     int threads = 1;
     int error_pause_ms = 50;   // after a failed draw the stream waits this long

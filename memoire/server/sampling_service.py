@@ -6,10 +6,13 @@ layout are ``cpp/core/stream_batch.h``. One ROUTER socket serves every stream (a
 a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
 
 - ``{"op": "open", "batch_size": n, "credit": c, "shared_memory": bool, "shm_ring": 2,
-  "ahead": a}``: opens (or reopens) the peer's stream with ``c`` batches granted (``ahead``
-  optional, shared memory only: see below); the reply is a STREAM
+  "ahead": a, "compressed_rows": bool}``: opens (or reopens) the peer's stream with ``c``
+  batches granted (``ahead`` optional, shared memory only: see below; ``compressed_rows``
+  optional: the learner decodes LZ4 states); the reply is a STREAM
   ``{"op": "layout", "schema", "frame_stack", "multi_step", "flags", "batch_size",
-  "max_credit"}`` (the layout is fixed from then on). With ``shared_memory`` (a learner on
+  "max_credit"}`` (the layout is fixed from then on), with ``"compressed_rows": True`` when
+  the rows travel in messages, the memory compresses its states and the learner asked: the
+  states then travel as the memory's LZ4 blocks (``cpp/core/stream_batch.h``). With ``shared_memory`` (a learner on
   this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server
   makes a file in /dev/shm holding the stream's ring (``cpp/core/stream_ring.h``) and ``c``
   slots, and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then samples each batch
@@ -370,12 +373,18 @@ class SamplingService:
             ahead = min(int(credit), threads + 1) if ahead is None else int(ahead)
             self._make_shm(hub, ident, stream, n, int(credit), rem, layout, threads, ahead)
         if stream.shm is None:
+            # A memory that compresses its states sends them as stored, to a learner that
+            # decodes them: a tenth of an Atari screen's bytes on the wire, no decoding here.
+            compressed = v.get("compressed_rows") is True and bool(rem.compress_states)
+            if compressed:
+                layout["compressed_rows"] = True
             hub.add_rows(
                 ident,
                 rem,
                 n,
                 fs + min(ms, fs),
                 send,
+                compressed,
                 int(credit),
                 threads,
                 self._server.rate_limiter,
