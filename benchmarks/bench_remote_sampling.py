@@ -52,15 +52,20 @@ def templates():
     return layout(FRAME, np.uint8)
 
 
-def fill(rem, n: int) -> None:
-    """n entries in episodes of EPISODE (random frames: nothing compresses or caches)."""
+def fill(rem, n: int, frames=None) -> None:
+    """n entries in episodes of EPISODE: random frames (nothing compresses or caches), or
+    `frames` (uint8[m, *FRAME], recorded screens) cycled."""
     rem.frame_stack = STACK
     rng = np.random.default_rng(0)
     for start in range(0, n, EPISODE):
         k = min(EPISODE, n - start)
+        if frames is None:
+            states = rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8)
+        else:
+            states = frames[np.arange(start, start + k) % len(frames)]
         rem.new_episode()
         rem.add_entries(
-            rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8),
+            states,
             np.zeros(k, np.int64),
             np.ones(k, np.float32),
             np.full(k, 0.5, np.float32),
@@ -71,21 +76,62 @@ def fill(rem, n: int) -> None:
         rem.close_episode()
 
 
-def serve(n: int, ipc_path: str, threads: list, conn) -> None:
+def serve(n: int, ipc_path: str, threads: list, conn, frames_path=None) -> None:
     """The server process: fills its memory, serves REP and the stream on tcp and ipc, one
-    pair of stream endpoints per sampler thread count (keys ("tcp", N) and ("ipc", N))."""
+    pair of stream endpoints per sampler thread count (keys ("tcp", N) and ("ipc", N)). With
+    `frames_path` (recorded screens), a second server of the same contents that compresses its
+    states serves a tcp stream too (key ("tcp", "compressed"))."""
     from memoire.server import ReplayMemoryServer
 
+    frames = None if frames_path is None else np.load(frames_path)
     srv = ReplayMemoryServer(*templates(), n, pub_endpoint=None)
-    fill(srv.rem, n)
+    fill(srv.rem, n, frames)
     eps = srv.start()
     for t in threads:
         eps["tcp", t] = srv.start_stream("tcp://127.0.0.1:*", threads=t)
         eps["ipc", t] = srv.start_stream(f"ipc://{ipc_path}-{t}", threads=t)
+    servers = [srv]
+    if frames is not None:
+        z = ReplayMemoryServer(*templates(), n, pub_endpoint=None, compress_states=True)
+        fill(z.rem, n, frames)
+        eps["tcp", "compressed"] = z.start_stream("tcp://127.0.0.1:*", threads=threads[0])
+        servers.append(z)
     conn.send(eps)
     while conn.recv() == "cpu":  # until the learner is done
         conn.send(time.process_time())
-    srv.close()
+    for s in servers:
+        s.close()
+
+
+def wire_bytes(endpoint: str, batch: int, batches: int = 20) -> float:
+    """Bytes per STREAM_BATCH message a rows stream of `endpoint` sends a learner that decodes
+    compressed states (what crosses the network between two hosts), over `batches` batches."""
+    import zmq
+
+    from memoire import codec
+    from memoire.codec import Msg
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+    try:
+        sock.send_multipart(
+            codec.encode(
+                Msg.STREAM,
+                {"op": "open", "batch_size": batch, "credit": batches, "compressed_rows": True},
+            )
+        )
+        sizes = []
+        while len(sizes) < batches + 1:  # the layout, then the batches
+            if not sock.poll(30000):
+                raise SystemExit(f"no batch from {endpoint}")
+            sizes.append(sum(len(f) for f in sock.recv_multipart()))
+        sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}))
+        return statistics.mean(sizes[1:])
+    finally:
+        sock.close(0)
+        ctx.term()
 
 
 def rate(take, seconds: float, server) -> tuple:
@@ -155,6 +201,14 @@ def main(argv=None):
         "by side (default: the server's default for this machine's cores)",
     )
     ap.add_argument(
+        "--frames",
+        choices=("random", "ale"),
+        default="random",
+        help="random frames (nothing compresses), or Atari screens recorded through "
+        "Dopamine's preprocessing (benchmarks/_ale_frames.py; needs dopamine-rl and ale-py), "
+        "which adds a rows stream from a memory that compresses its states",
+    )
+    ap.add_argument(
         "--shm-only",
         action="store_true",
         help="measure in-process get_batch and the shared-memory streams only",
@@ -173,14 +227,20 @@ def main(argv=None):
     else:
         threads = [int(t) for t in args.stream_threads.split(",")]
 
+    frames_path = frames = None
+    if args.frames == "ale":
+        import _ale_frames
+
+        frames_path = _ale_frames.recorded()
+        frames = np.load(frames_path)
     ipc_path = os.path.join(tempfile.mkdtemp(prefix="memoire-bench-"), "stream.ipc")
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(
-        target=serve, args=(args.fill, ipc_path, threads, child), daemon=True
+        target=serve, args=(args.fill, ipc_path, threads, child, frames_path), daemon=True
     )
     proc.start()
     local = ReplayMemory(*templates(), args.fill)
-    fill(local, args.fill)
+    fill(local, args.fill, frames)
     if not parent.poll(600):
         raise SystemExit("the server process did not start")
     eps = parent.recv()
@@ -193,14 +253,12 @@ def main(argv=None):
         feed = Feed(local, b, depth=args.depth)
         ways["in-process feed"] = lambda: next(feed)
         ways["RemoteMemory.sample (tcp)"] = lambda: remote.sample(b)
-        for k in ("tcp", "ipc"):
-            streams[f"stream {k}"] = SamplingStream(
-                eps[k, threads[0]],
-                b,
-                credit=args.credit,
-                depth=args.depth,
-                timeout=30,
-                shared_memory=False,
+        rows = {f"stream {k}": eps[k, threads[0]] for k in ("tcp", "ipc")}
+        if ("tcp", "compressed") in eps:
+            rows["stream tcp, compressed states"] = eps["tcp", "compressed"]
+        for name, ep in rows.items():
+            streams[name] = SamplingStream(
+                ep, b, credit=args.credit, depth=args.depth, timeout=30, shared_memory=False
             )
     for t in threads:
         for k in ("tcp", "ipc"):
@@ -213,6 +271,7 @@ def main(argv=None):
     got = {k: [] for k in ways}
     cpu = {k: [] for k in ways}
     server_cpu = {k: [] for k in ways}
+    wire = {}
     try:
         for _ in range(args.rounds):
             for name, take in ways.items():
@@ -220,6 +279,10 @@ def main(argv=None):
                 got[name].append(r)
                 cpu[name].append(c)
                 server_cpu[name].append(sc)
+        if not args.shm_only:  # what a rows stream puts on the network, per batch
+            wire["stream tcp"] = wire_bytes(eps["tcp", threads[0]], b)
+            if ("tcp", "compressed") in eps:
+                wire["stream tcp, compressed states"] = wire_bytes(eps["tcp", "compressed"], b)
     finally:
         for s in streams.values():
             s.close()
@@ -232,7 +295,8 @@ def main(argv=None):
     print(
         f"Atari-like uint8{list(FRAME)}, stack {STACK}, B={b}, {args.fill} stored, "
         f"credit {args.credit}, depth {args.depth}, {args.rounds} rounds of {args.seconds} s "
-        f"(medians; cpus: {os.cpu_count()}; loadavg at start {load}, at end {_loadavg()})"
+        f"(medians; cpus: {os.cpu_count()}; loadavg at start {load}, at end {_loadavg()}; "
+        f"{args.frames} frames)"
         + (f"; learner step {args.step_ms} ms (rates are steps/s)" if args.step_ms else "")
     )
     print(
@@ -246,6 +310,8 @@ def main(argv=None):
             f"{statistics.median(server_cpu[name]):20.3f}"
             "   rounds: " + ", ".join(f"{r:.0f}" for r in rates)
         )
+    for name, nbytes in wire.items():
+        print(f"{name}: {nbytes / 1e3:,.0f} kB per batch on the wire")
 
 
 if __name__ == "__main__":
