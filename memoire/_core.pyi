@@ -488,6 +488,7 @@ class StreamSource(metaclass=_pybind11_type):
         shm_path: str = ...,
         shm_slots: int = ...,
         shm_slot_bytes: int = ...,
+        compressed_state: bool = ...,
     ) -> None: ...
     def take(self) -> tuple:
         """Shared memory: the next batch as views of its slot (prev[7], next[7] with None for a
@@ -528,22 +529,11 @@ def stream_ring_offsets(slots: int) -> dict[str, int]: ...
 
 # Samples `count` batches and sends each as a STREAM_BATCH to `identity` on a ROUTER socket;
 # returns (sent, error message or None).
-def stream_send(
-    memory: ReplayMemory,
-    socket: int,
-    identity: bytes,
-    batch_size: int,
-    count: int,
-    seq0: int,
-    window: int,
-    send: list[bool],
-    timeout_ms: int,
-) -> tuple[int, str | None]: ...
-
 class StreamHub(metaclass=_pybind11_type):
     """The native side of a stream worker's ROUTER socket: it waits on the socket with the GIL
-    released and keeps the shared-memory streams' native samplers, which trade notices and
-    slots with their learners through each stream's ring."""
+    released and keeps every stream's native samplers: a shared-memory stream's trade notices
+    and slots with their learner through the stream's ring; a rows stream's batches are sent
+    by `poll` as they come out, in order."""
     def __init__(self, socket: int) -> None: ...
     def add(
         self,
@@ -556,6 +546,25 @@ class StreamHub(metaclass=_pybind11_type):
         error_pause_ms: int,
         limited_pause_ms: int,
     ) -> None: ...
+    def add_rows(
+        self,
+        identity: bytes,
+        memory: ReplayMemory,
+        batch_size: int,
+        window: int,
+        send: list[bool],
+        compressed_state: bool,
+        credit: int,
+        threads: int,
+        limiter: RateLimiter | None,
+        error_pause_ms: int,
+        limited_pause_ms: int,
+        send_timeout_ms: int,
+    ) -> None: ...
+    # `k` more batches for the peer's rows stream; False when it has none.
+    def grant(self, identity: bytes, k: int) -> bool: ...
+    # A rows stream's credit not yet sent (undrawn, drawing, queued); -1 when none.
+    def outstanding(self, identity: bytes) -> int: ...
     def remove(self, identity: bytes) -> bool: ...
     def clear(self) -> None: ...
     # The frames (identity, then the message) of the next message, or None (timeout, or a
