@@ -660,6 +660,39 @@ class _RawRing:
         self.map.close()
 
 
+def test_a_killed_servers_unmapped_file_is_removed_by_the_next_server(tmp_path):
+    # A server killed with SIGKILL before its learner mapped the file leaves the file's name
+    # (its destructor never ran). The next shared-memory stream opened on this host removes
+    # such orphans: a file at least a minute old whose creator pid no longer exists. Younger
+    # files and files of live creators stay.
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that no process has now
+    old = time.time() - 120
+    orphan = f"/dev/shm/memoire-stream-{child.pid}-00000000deadbeef"
+    young = f"/dev/shm/memoire-stream-{child.pid}-00000000cafef00d"
+    alive = f"/dev/shm/memoire-stream-{os.getpid()}-00000000feedface"
+    other = "/dev/shm/memoire-streamless-1-00000000"  # not one of ours: never touched
+    try:
+        for path in (orphan, young, alive, other):
+            with open(path, "wb") as f:
+                f.write(b"\0" * 4096)
+        for path in (orphan, alive, other):
+            os.utime(path, (old, old))
+        with _server() as srv:
+            with SamplingStream(srv.start_stream(), 4, credit=2, shared_memory=True) as stream:
+                assert stream.shared_memory
+                next(stream)
+        assert not os.path.exists(orphan)
+        assert os.path.exists(young) and os.path.exists(alive) and os.path.exists(other)
+    finally:
+        for path in (orphan, young, alive, other):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_shared_memory_leaves_no_file_and_bounds_credit_by_slots(threads):
     before = _shm_files()

@@ -4,7 +4,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,6 +19,8 @@
 #include <memory>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <map>
 #include <random>
 #include <string>
@@ -64,7 +68,29 @@ void SendStrings(void* socket, const std::vector<std::string>& frames, int timeo
 
 }  // namespace
 
+void ShmRegion::RemoveOrphans(int min_age_s) {
+  DIR* dir = opendir(kDir);
+  if (dir == nullptr) return;
+  const size_t prefix = std::strlen(kPrefix);
+  const time_t now = time(nullptr);
+  while (const dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, kPrefix, prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name + prefix, &end, 10);
+    if (end == e->d_name + prefix || *end != '-' || pid <= 0) continue;
+    const std::string path = std::string(kDir) + e->d_name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        now - st.st_mtime < min_age_s)
+      continue;
+    // Its creator is gone (never a live process of this pid namespace): nobody maps it now.
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) unlink(path.c_str());
+  }
+  closedir(dir);
+}
+
 Status ShmRegion::Create(size_t bytes, std::unique_ptr<ShmRegion>* out) {
+  RemoveOrphans(kOrphanAgeS);
   std::random_device rd;
   char name[64];
   std::snprintf(name, sizeof(name), "%s%d-%08x%08x", kPrefix, static_cast<int>(getpid()), rd(),

@@ -39,8 +39,18 @@ class ShmRegion {
  public:
   static constexpr const char* kDir = "/dev/shm/";
   static constexpr const char* kPrefix = "memoire-stream-";
-  // Creates a new file of `bytes` (mode 0600, a fresh unique name) and maps it read-write.
+  // A file whose creator died before its learner mapped it (a server killed by SIGKILL: its
+  // destructor never ran) is removed by the next Create on this host, once it is this old.
+  static constexpr int kOrphanAgeS = 60;
+  // Creates a new file of `bytes` (mode 0600, a fresh unique name: the creator's pid, then
+  // random bits) and maps it read-write; first removes orphans (RemoveOrphans).
   static Status Create(size_t bytes, std::unique_ptr<ShmRegion>* out);
+  // Removes this user's files kDir/kPrefix<pid>-... at least min_age_s seconds old (last
+  // modified) whose creator pid is no process of this pid namespace. The age spares a live
+  // creator in another pid namespace sharing /dev/shm: a learner maps a file within its open
+  // handshake, so an older unmapped file has no learner coming (one that came would fall back
+  // to the socket).
+  static void RemoveOrphans(int min_age_s);
   // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-write
   // (a learner may write into its batches, as into get_batch's; the server never reads them),
   // then removes its name (the creator's mapping and this one stay).
