@@ -811,7 +811,11 @@ def _fake_zbatch(sizes, total):
         (lambda: _fake_zbatch([0, 120, 120], 240), "compressed row 0", True),
         (lambda: _fake_zbatch([121, 120, 118], 359), "compressed row 0", True),
         (lambda: _fake_zbatch([7, 120, 120], 247), "compressed row", True),  # 7 bytes of garbage
-        (lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]]), "missing entry .zrows", True),  # raw rows instead
+        (
+            lambda: _fake_batch(3, [[0, 1, 2], [0, 1, 2]]),
+            "missing entry .zrows",
+            True,
+        ),  # raw rows instead
     ],
 )
 def test_learner_refuses_malformed_batches(frames_of, match, compressed, tmp_path):
