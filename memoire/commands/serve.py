@@ -178,7 +178,7 @@ HELP["stream"] = (
 )
 DEFAULTS["stream_threads"] = None
 HELP["stream_threads"] = (
-    "native sampler threads per shared-memory sampling stream, 1..64 (default: 1 below 4 "
+    "native sampler threads per sampling stream, 1..64 (default: 1 below 4 "
     "cores, else 2; docs/STREAM.md)"
 )
 _TYPES["stream_threads"] = int

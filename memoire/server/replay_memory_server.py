@@ -610,8 +610,8 @@ class ReplayMemoryServer:
     ) -> str:
         """Runs :meth:`stream_worker_main` in a daemon thread, bound to `endpoint` (``tcp://``
         or, on one host, ``ipc://``), and returns the endpoint bound (the port filled in).
-        `threads`: native sampler threads per shared-memory stream served there (None: 2, 1
-        on a single core; docs/STREAM.md says what stays equal: everything).
+        `threads`: native sampler threads per stream served there (None: 1 below 4 cores,
+        else 2; docs/STREAM.md says what stays equal: everything).
 
         Raises:
           ValueError: `threads` is not an int in [1, 64].

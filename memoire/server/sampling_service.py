@@ -83,7 +83,7 @@ RECV_PER_STEP = 64
 
 
 def default_stream_threads() -> int:
-    """Sampler threads per shared-memory stream by default: 1 below 4 cores, where one
+    """Sampler threads per stream by default: 1 below 4 cores, where one
     thread's copy (split with the memory's helper) already keeps the cores busy and a second
     only competes with the learner (2 cores: 1.03x of in-process ``get_batch`` with 1 thread,
     0.74x with 2; docs/STREAM.md); 2 from 4 cores, so that two batches are copied at once
@@ -113,7 +113,7 @@ class SamplingService:
       max_streams: open streams at once.
       idle_timeout: seconds after which a silent stream is dropped.
       max_shm_bytes: the largest shared-memory region one stream gets.
-      threads: native sampler threads per shared-memory stream (None:
+      threads: native sampler threads per stream (None:
         :func:`default_stream_threads`).
     """
 
@@ -150,7 +150,7 @@ class SamplingService:
     def worker_main(self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None) -> None:
         """Serves sampling streams on a ROUTER socket until the server closes (each call its
         own socket and streams: several endpoints may run side by side, e.g. tcp and ipc).
-        `threads`: sampler threads per shared-memory stream here (None: :attr:`threads`)."""
+        `threads`: sampler threads per stream here (None: :attr:`threads`)."""
         threads = self.threads if threads is None else check_threads(threads)
         check_native()
         sock = self._workers.open(zmq.ROUTER, endpoint, mode, "stream")
