@@ -304,8 +304,8 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     if (split && scratch->helper.Start([&] { decode(u / 2, u, &helper_status); })) half = u / 2;
     decode(0, half, &status);
     if (half < u) scratch->helper.Wait();
-    if (!status.ok()) return Error(bad, "stream: a compressed row: ", status.message());
-    if (!helper_status.ok()) return Error(bad, "stream: a compressed row: ", helper_status.message());
+    const Status& failed = status.ok() ? helper_status : status;
+    if (!failed.ok()) return Error(bad, "stream: a compressed row: ", failed.message());
     rows_at[kState] = rows.data();
   }
   const int shift = layout.shift();

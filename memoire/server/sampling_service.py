@@ -12,7 +12,8 @@ a DEALER). Learners send STREAM messages (codec dicts, ``"op"`` says which):
   ``{"op": "layout", "schema", "frame_stack", "multi_step", "flags", "batch_size",
   "max_credit"}`` (the layout is fixed from then on), with ``"compressed_rows": True`` when
   the rows travel in messages, the memory compresses its states and the learner asked: the
-  states then travel as the memory's LZ4 blocks (``cpp/core/stream_batch.h``). With ``shared_memory`` (a learner on
+  states then travel as the memory's LZ4 blocks (``cpp/core/stream_batch.h``).
+  With ``shared_memory`` (a learner on
   this host that speaks the server's ring version, ``_core.STREAM_RING_VERSION``) the server
   makes a file in /dev/shm holding the stream's ring (``cpp/core/stream_ring.h``) and ``c``
   slots, and adds ``"shm_path", "shm_slots", "shm_slot_bytes"``: it then samples each batch
