@@ -15,6 +15,7 @@
 
 #include "core/replay_memory.h"
 #include "core/stream_ring.h"
+#include "core/stream_rows_sampler.h"
 #include "core/stream_sampler.h"
 #include "tests/small_memory.h"
 #include "tests/testing.h"
@@ -411,5 +412,92 @@ TEST(StreamSamplerRefusesADishonestCreditAndDrawsNoMore) {
 }
 
 }  // namespace
+
+// Waits (at most 2 s) until the sampler has `want` outcomes ready, appending them to *got.
+void TakeReady(StreamRowsSampler* s, size_t want, std::vector<StreamRowsSampler::Outcome>* got) {
+  for (int wait = 0; wait < 2000 && got->size() < want; ++wait) {
+    s->TakeReady(got);
+    if (got->size() < want) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+TEST(StreamRowsSamplerDrawsInOrderWithinItsCreditWithAnyThreads) {
+  // Batch seq k is the k-th draw (get_batch's k-th batch for the same seed and contents) with
+  // 1 or 4 threads; the threads draw only against credit, and `ready` is called.
+  for (int threads : {1, 4}) {
+    auto m = MakeSmallMemory(64, 3);
+    auto ref = MakeSmallMemory(64, 3);
+    Fill(*m);
+    Fill(*ref);
+    const int64_t n = 4;
+    StreamLayout layout = SmallLayout(*m, n);
+    std::atomic<int> readies{0};
+    StreamRowsSampler::Options o;
+    o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+    o.batch_size = n;
+    o.send = StreamSends(layout);
+    o.credit = 3;
+    o.threads = threads;
+    o.counts = std::make_shared<StreamCounts>();
+    o.ready = [&] { readies.fetch_add(1); };
+    std::unique_ptr<StreamRowsSampler> s;
+    CHECK(StreamRowsSampler::Make(o, &s).ok());
+    int64_t next_seq = 0;
+    codec::Limits limits;
+    for (int round = 0; round < 10; ++round) {
+      std::vector<StreamRowsSampler::Outcome> got;
+      TakeReady(s.get(), 3, &got);
+      CHECK(got.size() == 3);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s->TakeReady(&got);
+      CHECK(got.size() == 3);  // the credit bounds the draws
+      CHECK(s->outstanding() == 0);
+      for (const StreamRowsSampler::Outcome& out : got) {
+        CHECK(out.batch != nullptr && out.error.empty());
+        CHECK(out.batch->seq == next_seq++);  // in draw order, numbered without gaps
+        Parts want(layout.schema, n, layout.frame_stack), have(layout.schema, n, layout.frame_stack);
+        ReplayMemory::SampleOut so;
+        for (int f = 0; f < F; ++f) {
+          so.prev[f] = want.ptrs[f];
+          so.next[f] = want.ptrs[F + f];
+        }
+        so.id = reinterpret_cast<int64_t*>(want.ptrs[2 * F + 3]);
+        CHECK(ref->Sample(n, so).ok());
+        auto e = Encode(*out.batch, layout.schema, out.batch->seq);
+        int64_t seq = -1;
+        CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits,
+                                 have.ptrs.data(), &seq).ok());
+        for (int p = 0; p < 2 * F; ++p) CHECK(want.bufs[p] == have.bufs[p]);
+        CHECK(want.bufs[2 * F + 3] == have.bufs[2 * F + 3]);  // the ids
+      }
+      s->Grant(3);
+    }
+    s->Stop();
+    CHECK(readies.load() >= 1);
+    CHECK(o.counts->batches.load() >= 30 && o.counts->batches.load() <= 33);
+    CHECK(o.counts->draw_errors.load() == 0);
+  }
+}
+
+TEST(StreamRowsSamplerFailedDrawSpendsTheCreditAndSaysWhy) {
+  auto m = MakeSmallMemory(64, 3);  // empty: nothing sampleable
+  StreamRowsSampler::Options o;
+  o.memory = std::shared_ptr<ReplayMemory>(std::move(m));
+  o.batch_size = 2;
+  o.send.fill(1);
+  o.credit = 2;
+  o.threads = 2;
+  o.error_pause_ms = 1000;  // each thread's first draw fails, then the stream pauses
+  o.counts = std::make_shared<StreamCounts>();
+  std::unique_ptr<StreamRowsSampler> s;
+  CHECK(StreamRowsSampler::Make(o, &s).ok());
+  std::vector<StreamRowsSampler::Outcome> got;
+  TakeReady(s.get(), 1, &got);
+  CHECK(!got.empty() && got[0].batch == nullptr);
+  CHECK(got[0].error.find("no sampleable") != std::string::npos);
+  CHECK(s->outstanding() + static_cast<int64_t>(got.size()) <= 2);  // spent, not refunded
+  s->Stop();
+  CHECK(o.counts->draw_errors.load() >= 1);
+}
 
 TEST_MAIN()
