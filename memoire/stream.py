@@ -116,6 +116,10 @@ class SamplingStream:
         ``ipc://`` and loopback ``tcp://`` endpoints, falling back to the socket when the
         mapping fails.
 
+    Attributes (fixed at the open): ``shared_memory`` (the batches are views of the server's
+    slots), ``compressed_rows`` (over the socket, the states arrive as the server's stored LZ4
+    blocks and are decoded here), ``frame_stack``, ``multi_step``, ``cache_flags``.
+
     Raises:
       ValueError: a bad argument, or one the server refused (batch size, credit).
       TimeoutError: the server did not answer the open within `timeout`.
