@@ -8,7 +8,8 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   in-process feed        memoire.feed.Feed over the local copy (native sampler thread, ring)
   RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
   stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
-                         rows, stacked on arrival into the feed's ring), rows in the messages
+                         rows, stacked on arrival into the feed's ring), rows in the messages,
+                         drawn by the server's N native sampler threads (--stream-threads)
   stream shm             the same through shared memory: the server's native sampler
                          threads (N per stream, --stream-threads) draw each batch straight
                          into a slot the learner maps, in the final layout, and the learner
@@ -24,7 +25,7 @@ stacks into a buffer of its own (as a host-to-device transfer reads them) and th
 
     python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
         [--rounds 3] [--credit 32] [--depth 4] [--ahead K] [--step-ms 0] [--stream-threads 1,2] \\
-        [--shm-only]
+        [--shm-only] [--frames random|ale]
 
 Needs only memoire, numpy and pyzmq.
 """
@@ -197,8 +198,8 @@ def main(argv=None):
     ap.add_argument(
         "--stream-threads",
         default=None,
-        help="sampler threads per shared-memory stream, a comma-separated list measured side "
-        "by side (default: the server's default for this machine's cores)",
+        help="sampler threads per stream, a comma-separated list measured side by side (rows "
+        "in messages and shared memory; default: the server's default for this machine's cores)",
     )
     ap.add_argument(
         "--frames",
@@ -253,7 +254,11 @@ def main(argv=None):
         feed = Feed(local, b, depth=args.depth)
         ways["in-process feed"] = lambda: next(feed)
         ways["RemoteMemory.sample (tcp)"] = lambda: remote.sample(b)
-        rows = {f"stream {k}": eps[k, threads[0]] for k in ("tcp", "ipc")}
+        rows = {
+            f"stream {k}" + (f", {t} thr" if len(threads) > 1 else ""): eps[k, t]
+            for t in threads
+            for k in ("tcp", "ipc")
+        }
         if ("tcp", "compressed") in eps:
             rows["stream tcp, compressed states"] = eps["tcp", "compressed"]
         for name, ep in rows.items():
