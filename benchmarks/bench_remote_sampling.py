@@ -25,7 +25,7 @@ stacks into a buffer of its own (as a host-to-device transfer reads them) and th
 
     python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
         [--rounds 3] [--credit 32] [--depth 4] [--ahead K] [--step-ms 0] [--stream-threads 1,2] \\
-        [--shm-only] [--frames random|ale]
+        [--shm-only] [--frames random|ale|SCREENS.npy]
 
 Needs only memoire, numpy and pyzmq.
 """
@@ -203,11 +203,11 @@ def main(argv=None):
     )
     ap.add_argument(
         "--frames",
-        choices=("random", "ale"),
         default="random",
-        help="random frames (nothing compresses), or Atari screens recorded through "
-        "Dopamine's preprocessing (benchmarks/_ale_frames.py; needs dopamine-rl and ale-py), "
-        "which adds a rows stream from a memory that compresses its states",
+        help="random (frames that do not compress), ale (Atari screens recorded through "
+        "Dopamine's preprocessing: benchmarks/_ale_frames.py, needs dopamine-rl and ale-py), "
+        "or the path of a .npy of uint8[m, 84, 84] screens; screens add a rows stream from a "
+        "memory that compresses its states",
     )
     ap.add_argument(
         "--shm-only",
@@ -233,7 +233,14 @@ def main(argv=None):
         import _ale_frames
 
         frames_path = _ale_frames.recorded()
+    elif args.frames != "random":
+        frames_path = args.frames
+    if frames_path is not None:
         frames = np.load(frames_path)
+        if frames.dtype != np.uint8 or frames.shape[1:] != FRAME:
+            raise SystemExit(
+                f"{frames_path}: expected uint8[m, 84, 84], got {frames.dtype}{list(frames.shape)}"
+            )
     ipc_path = os.path.join(tempfile.mkdtemp(prefix="memoire-bench-"), "stream.ipc")
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(

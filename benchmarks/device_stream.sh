@@ -9,6 +9,9 @@
 #
 #   OUT=/tmp/out bash benchmarks/device_stream.sh       # about 6 minutes on 16 cores
 #   ROUNDS=3 SECONDS_PER=2 FILL=20000 THREADS=1,2,4 ...  # the benchmarks' settings
+#   FRAMES=build/device-screens.npy ...  # recorded screens (a .npy of uint8[m, 84, 84], e.g.
+#       3,000 of benchmarks/_ale_frames.py's, carried): adds a rows stream from a memory that
+#       compresses its states (the image has no Dopamine to record them)
 #   SKIP_BUILD=1 ...   # use the extension already in memoire/ (a check of the script on a CPU)
 # (The setup shared with the other device scripts: benchmarks/_device_setup.sh.)
 set -uo pipefail
@@ -17,6 +20,7 @@ ROUNDS=${ROUNDS:-3}
 SECONDS_PER=${SECONDS_PER:-2}
 FILL=${FILL:-20000}
 THREADS=${THREADS:-1,2,4}
+FRAMES=${FRAMES:-random}
 # shellcheck source=benchmarks/_device_setup.sh
 source benchmarks/_device_setup.sh
 
@@ -27,7 +31,7 @@ print('memoire', memoire.__file__, 'default stream threads:', default_stream_thr
 "
 step stream_batch_test 120 build/dev/stream_batch_test
 step remote_sampling 300 $PY -X faulthandler benchmarks/bench_remote_sampling.py --fill "$FILL" \
-  --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS"
+  --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS" --frames "$FRAMES"
 step remote_sampling_step 200 $PY -X faulthandler benchmarks/bench_remote_sampling.py --fill "$FILL" \
   --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS" --shm-only --step-ms 0.25
 step stream_vs_writer 300 $PY -X faulthandler benchmarks/bench_vs_reverb.py --only SamplingStream \
