@@ -1,6 +1,5 @@
 #include "core/stream_rows_sampler.h"
 
-#include <algorithm>
 
 #include "core/batch_scheduling.h"
 
@@ -71,70 +70,49 @@ void StreamRowsSampler::Run() {
       ++in_flight_;
     }
     Status s;
-    if (opt_.limiter) {
-      bool granted = false;
-      s = opt_.limiter->AwaitSample(n, 0.0, &granted);
-      if (s.ok() && !granted) {
-        // Held back: the credit goes back; the stream waits a little.
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          ++credit_;
-          --in_flight_;
-          paused_until_ = std::max(paused_until_, Clock::now() +
-                                   std::chrono::milliseconds(opt_.limited_pause_ms));
-        }
-        if (opt_.counts) opt_.counts->rate_limited.fetch_add(1);
-        cv_.notify_all();
-        continue;
+    if (!LimiterLets(opt_.limiter.get(), n, opt_.counts.get(), &s)) {
+      // Held back: the credit goes back; the stream waits a little.
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        ++credit_;
+        --in_flight_;
+        PauseAtLeast(&paused_until_, opt_.limited_pause_ms);
       }
+      cv_.notify_all();
+      continue;
     }
     auto batch = std::make_shared<StreamBatch>();
-    Pending* placed = nullptr;
+    DrawOrder<Outcome>::Entry* placed = nullptr;
     if (s.ok()) {  // else the limiter refused a batch its band can never allow
       batch->window = opt_.window;
       batch->send = opt_.send;
       batch->compressed_state = opt_.compressed_state;
       s = opt_.memory->SampleDistinct(n, batch.get(), [&] {
         std::lock_guard<std::mutex> l(mu_);
-        pending_.emplace_back();
-        placed = &pending_.back();  // stays valid: only finished ones leave the front
+        placed = pending_.Place();
       });
     }
     bool any_ready = false;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (placed == nullptr) {  // no draw (it failed, or was refused): queued now
-        pending_.emplace_back();
-        placed = &pending_.back();
-      }
+      if (placed == nullptr) placed = pending_.Place();  // no draw (failed, refused): now
       if (s.ok()) {
-        placed->outcome.batch = std::move(batch);
+        placed->value.batch = std::move(batch);
       } else {
-        placed->outcome.error = s.message().empty() ? "the draw failed" : s.message();
+        placed->value.error = s.message().empty() ? "the draw failed" : s.message();
         // Nothing to sample yet, most likely: the stream's threads wait a while.
-        paused_until_ = std::max(paused_until_, Clock::now() +
-                                 std::chrono::milliseconds(opt_.error_pause_ms));
+        PauseAtLeast(&paused_until_, opt_.error_pause_ms);
       }
       placed->finished = true;
       // Numbered as they leave in draw order, so seq counts successful draws without gaps.
-      while (!pending_.empty() && pending_.front().finished) {
-        Outcome& o = pending_.front().outcome;
-        if (o.batch) o.batch->seq = next_seq_++;
-        ready_.push_back(std::move(o));
-        pending_.pop_front();
-        --in_flight_;
-        any_ready = true;
-      }
+      any_ready = pending_.TakeFinished([&](Outcome& o) {
+                    if (o.batch) o.batch->seq = next_seq_++;
+                    ready_.push_back(std::move(o));
+                    --in_flight_;
+                  }) > 0;
     }
     if (any_ready && opt_.ready) opt_.ready();
-    if (opt_.counts) {
-      if (s.ok()) {
-        opt_.counts->batches.fetch_add(1);
-        opt_.counts->rows.fetch_add(n);
-      } else {
-        opt_.counts->draw_errors.fetch_add(1);
-      }
-    }
+    CountDraw(opt_.counts.get(), s.ok(), n);
   }
 }
 

@@ -24,7 +24,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -32,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/draw_order.h"
 #include "core/protocol.h"
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
@@ -80,10 +80,6 @@ class StreamRowsSampler {
   int threads() const { return opt_.threads; }
 
  private:
-  struct Pending {
-    Outcome outcome;
-    bool finished = false;  // queued at the draw, finished after the copy
-  };
   explicit StreamRowsSampler(Options o);
   void Run();
   using Clock = std::chrono::steady_clock;
@@ -95,7 +91,7 @@ class StreamRowsSampler {
   int64_t credit_ = 0;     // granted, not yet claimed by a thread
   int64_t in_flight_ = 0;  // claimed, not yet finished
   Clock::time_point paused_until_{};
-  std::deque<Pending> pending_;  // in draw order; the finished front ones move to ready_
+  DrawOrder<Outcome> pending_;  // the finished front ones move to ready_
   std::vector<Outcome> ready_;   // finished, in order, for TakeReady
   int64_t next_seq_ = 0;
   std::vector<std::thread> threads_;

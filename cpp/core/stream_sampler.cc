@@ -7,6 +7,25 @@
 
 namespace memoire {
 
+bool LimiterLets(RateLimiter* limiter, int64_t n, StreamCounts* counts, Status* s) {
+  if (limiter == nullptr) return true;
+  bool granted = false;
+  *s = limiter->AwaitSample(n, 0.0, &granted);
+  if (!s->ok() || granted) return true;
+  if (counts != nullptr) counts->rate_limited.fetch_add(1);
+  return false;
+}
+
+void CountDraw(StreamCounts* counts, bool ok, int64_t n) {
+  if (counts == nullptr) return;
+  if (ok) {
+    counts->batches.fetch_add(1);
+    counts->rows.fetch_add(n);
+  } else {
+    counts->draw_errors.fetch_add(1);
+  }
+}
+
 Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
   if (!o.memory) return Error(Code::kInvalidArgument, "stream sampler: no memory");
   if (o.base == nullptr || o.control == nullptr)
@@ -102,15 +121,10 @@ void StreamSampler::TakeCreditsLocked() {
 bool StreamSampler::PublishLocked() {
   // Batches are numbered here, in draw order, so seq counts successful draws without gaps
   // (a draw whose copy failed is a failed outcome, as one that found nothing to draw).
-  bool any = false;
-  while (!ready_.empty() && ready_.front().finished) {
-    const Outcome& o = ready_.front();
-    ring_.PublishNotice(o.error_bytes > 0 ? -1 : next_seq_++, o.slot, o.error_bytes);
-    ready_.pop_front();
-    --in_flight_;
-    any = true;
-  }
-  return any;
+  return ready_.TakeFinished([&](const Outcome& o) {
+           ring_.PublishNotice(o.error_bytes > 0 ? -1 : next_seq_++, o.slot, o.error_bytes);
+           --in_flight_;
+         }) > 0;
 }
 
 void StreamSampler::Run() {
@@ -144,27 +158,21 @@ void StreamSampler::Run() {
       ++in_flight_;
     }
     Status s;
-    if (opt_.limiter) {
-      bool granted = false;
-      s = opt_.limiter->AwaitSample(n, 0.0, &granted);
-      if (s.ok() && !granted) {
-        // Held back: the slot stays first in line; the stream waits a little.
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          free_.push_back(slot);
-          --in_flight_;
-          paused_until_ = std::max(paused_until_, Clock::now() +
-                                   std::chrono::milliseconds(opt_.limited_pause_ms));
-        }
-        if (opt_.counts) opt_.counts->rate_limited.fetch_add(1);
-        cv_.notify_all();
-        continue;
+    if (!LimiterLets(opt_.limiter.get(), n, opt_.counts.get(), &s)) {
+      // Held back: the slot stays first in line; the stream waits a little.
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        free_.push_back(slot);
+        --in_flight_;
+        PauseAtLeast(&paused_until_, opt_.limited_pause_ms);
       }
+      cv_.notify_all();
+      continue;
     }
     // The outcome takes its place in ready_ at the draw (in the memory's draw order) and is
     // filled in once the copy is done: copies of several threads overlap, notices keep the
-    // draw order (PublishLocked publishes only finished outcomes from the front).
-    Outcome* placed = nullptr;
+    // draw order (core/draw_order.h).
+    DrawOrder<Outcome>::Entry* placed = nullptr;
     if (s.ok()) {  // else the limiter refused a batch its band can never allow
       opt_.layout.PartsAt(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes,
                           parts.data());
@@ -173,8 +181,7 @@ void StreamSampler::Run() {
       out.frame_stack = opt_.frame_stack;
       out.on_draw = [&] {
         std::lock_guard<std::mutex> l(mu_);
-        ready_.emplace_back();
-        placed = &ready_.back();  // stays valid: PublishLocked never pops an unfinished one
+        placed = ready_.Place();
       };
       s = opt_.memory->Sample(n, out);
     }
@@ -190,32 +197,19 @@ void StreamSampler::Run() {
     bool published;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (placed == nullptr) {  // no draw (it failed, or was refused): queued now
-        ready_.emplace_back();
-        placed = &ready_.back();
-      }
-      placed->slot = slot;
-      placed->error_bytes = error_bytes;
-      if (!s.ok()) {
-        // Nothing to sample yet, most likely: the stream's threads wait a while.
-        paused_until_ = std::max(paused_until_, Clock::now() +
-                                 std::chrono::milliseconds(opt_.error_pause_ms));
-      }
+      if (placed == nullptr) placed = ready_.Place();  // no draw (failed, refused): queued now
+      placed->value.slot = slot;
+      placed->value.error_bytes = error_bytes;
+      // Nothing to sample yet, most likely: the stream's threads wait a while.
+      if (!s.ok()) PauseAtLeast(&paused_until_, opt_.error_pause_ms);
       placed->finished = true;
       held_[slot] = 1;
       ++num_held_;
       published = PublishLocked();
     }
     if (published) ring_.WakeNoticeWaiters();
-    if (s.ok()) {
-      drawn_.fetch_add(1);
-      if (opt_.counts) {
-        opt_.counts->batches.fetch_add(1);
-        opt_.counts->rows.fetch_add(n);
-      }
-    } else if (opt_.counts) {
-      opt_.counts->draw_errors.fetch_add(1);
-    }
+    if (s.ok()) drawn_.fetch_add(1);
+    CountDraw(opt_.counts.get(), s.ok(), n);
   }
 }
 

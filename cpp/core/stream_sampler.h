@@ -29,11 +29,11 @@
 // Thread safety: all methods are thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/batch_layout.h"
+#include "core/draw_order.h"
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
 #include "core/status.h"
@@ -57,6 +58,18 @@ struct StreamCounts {
   std::atomic<int64_t> rate_limited{0};  // stream_rate_limited
   std::atomic<int64_t> send_errors{0};   // stream_send_errors: rows messages not queued
 };
+
+// What both samplers do around a draw (core/stream_rows_sampler.h too):
+// Asks `limiter` (null: none) for a batch of n rows without waiting. False when it holds the
+// batch back (counted in counts->rate_limited); true otherwise, with *s the error of a batch
+// its band can never allow (the draw then fails with it).
+bool LimiterLets(RateLimiter* limiter, int64_t n, StreamCounts* counts, Status* s);
+// Counts a finished draw in `counts` (null: none): a batch of n rows, or a draw error.
+void CountDraw(StreamCounts* counts, bool ok, int64_t n);
+// Makes *until at least `ms` milliseconds from now (a stream's pause).
+inline void PauseAtLeast(std::chrono::steady_clock::time_point* until, int ms) {
+  *until = std::max(*until, std::chrono::steady_clock::now() + std::chrono::milliseconds(ms));
+}
 
 class StreamSampler {
  public:
@@ -104,7 +117,6 @@ class StreamSampler {
   struct Outcome {
     int64_t slot = -1;
     int64_t error_bytes = 0;
-    bool finished = false;  // queued at the draw, finished after the copy
   };
   explicit StreamSampler(Options o);
   void Run();
@@ -128,7 +140,7 @@ class StreamSampler {
   int64_t in_flight_ = 0;  // slots claimed by a thread whose outcome is not published yet
   int64_t given_back_ = 0;
   Clock::time_point paused_until_{};
-  std::deque<Outcome> ready_;  // in draw order; the finished front ones are published
+  DrawOrder<Outcome> ready_;  // the finished front ones are published
   int64_t next_seq_ = 0;
   std::atomic<int64_t> drawn_{0};
   std::atomic<int64_t> last_seen_ns_{0};
