@@ -402,7 +402,8 @@ class StreamHub {
     std::unique_ptr<StreamRowsSampler> sampler;
     ThrowIfError(StreamRowsSampler::Make(std::move(o), &sampler));
     std::lock_guard<std::mutex> l(mu_);
-    rows_[identity] = RowsStream{std::move(sampler), std::move(schema), send_timeout_ms};
+    rows_[identity] = std::make_shared<const RowsStream>(
+        RowsStream{std::move(sampler), std::move(schema), send_timeout_ms});
   }
 
   // Stops `identity`'s sampler (joins its threads) and forgets it, with any batch not yet sent;
@@ -417,7 +418,7 @@ class StreamHub {
         samplers_.erase(it);
       }
       if (auto it = rows_.find(identity); it != rows_.end()) {
-        r = std::move(it->second.sampler);
+        r = it->second->sampler;
         rows_.erase(it);
       }
     }
@@ -428,14 +429,14 @@ class StreamHub {
 
   void Clear() {
     std::map<std::string, std::shared_ptr<StreamSampler>> all;
-    std::map<std::string, RowsStream> rows;
+    std::map<std::string, std::shared_ptr<const RowsStream>> rows;
     {
       std::lock_guard<std::mutex> l(mu_);
       all.swap(samplers_);
       rows.swap(rows_);
     }
     for (auto& kv : all) kv.second->Stop();
-    for (auto& kv : rows) kv.second.sampler->Stop();
+    for (auto& kv : rows) kv.second->sampler->Stop();
   }
 
   std::shared_ptr<StreamSampler> Find(const std::string& identity) {
@@ -446,7 +447,7 @@ class StreamHub {
   std::shared_ptr<StreamRowsSampler> FindRows(const std::string& identity) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = rows_.find(identity);
-    return it == rows_.end() ? nullptr : it->second.sampler;
+    return it == rows_.end() ? nullptr : it->second->sampler;
   }
 
   // Waits up to timeout_ms for a message (*out set to it, for Python) or a sampler's refused
@@ -510,7 +511,7 @@ class StreamHub {
   // ERROR of kind SampleError (its credit spent, as a batch's). A message that cannot be
   // queued in time (a peer gone) is dropped and counted: the learner notices by its timeout.
   void SendReady() {
-    std::vector<std::pair<std::string, RowsStream>> rows;
+    std::vector<std::pair<std::string, std::shared_ptr<const RowsStream>>> rows;
     {
       std::lock_guard<std::mutex> l(mu_);
       rows.assign(rows_.begin(), rows_.end());
@@ -519,19 +520,21 @@ class StreamHub {
     std::vector<codec::Frame> data;
     for (auto& [identity, stream] : rows) {
       ready.clear();
-      stream.sampler->TakeReady(&ready);
+      stream->sampler->TakeReady(&ready);
       for (StreamRowsSampler::Outcome& o : ready) {
         auto m = std::make_shared<SentMessage>();
         m->outcome = std::move(o);
-        m->kind = kDrawError;
-        const Status s =
-            m->outcome.batch
-                ? EncodeStreamBatch(*m->outcome.batch, stream.schema, &m->header, &data)
-                : EncodeErrorMessage(m->kind, m->outcome.error, &m->header, &data);
+        Status s;
+        if (m->outcome.batch) {
+          s = EncodeStreamBatch(*m->outcome.batch, stream->schema, &m->header, &data);
+        } else {
+          m->kind = kDrawError;
+          s = EncodeErrorMessage(m->kind, m->outcome.error, &m->header, &data);
+        }
         std::vector<libzmq::OutFrame> frames{{identity.data(), identity.size()},
                                              {m->header.data(), m->header.size()}};
         for (const codec::Frame& f : data) frames.push_back({f.data, f.size});
-        if (!s.ok() || !libzmq::Send(socket_, frames, stream.send_timeout_ms,
+        if (!s.ok() || !libzmq::Send(socket_, frames, stream->send_timeout_ms,
                                      std::shared_ptr<const void>(m, m.get())))
           counts_->send_errors.fetch_add(1);
       }
@@ -545,7 +548,7 @@ class StreamHub {
   std::atomic<bool> refused_{false};    // a shared-memory sampler refused a credit
   std::mutex mu_;  // guards samplers_ and rows_
   std::map<std::string, std::shared_ptr<StreamSampler>> samplers_;
-  std::map<std::string, RowsStream> rows_;
+  std::map<std::string, std::shared_ptr<const RowsStream>> rows_;
 };
 
 // The layout of a stream of batches of n from `rm` as it is set now.
