@@ -35,13 +35,18 @@ def _templates():
     )
 
 
-def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1):
-    """The same episodes (random frames, rewards, values and weights) into any memory."""
+def _random_frames(rng, steps):
+    return rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8)
+
+
+def _fill(rem, episodes=(40, 7, 60, 3, 25), seed=1, frames=_random_frames):
+    """The same episodes (frames(rng, steps), random rewards, values and weights) into any
+    memory."""
     rng = np.random.default_rng(seed)
     for k, steps in enumerate(episodes):
         rem.new_episode()
         rem.add_entries(
-            rng.integers(0, 255, (steps,) + FRAME).astype(np.uint8),
+            frames(rng, steps),
             rng.integers(0, 6, steps),
             rng.normal(size=steps).astype(np.float32),
             rng.random(steps).astype(np.float32),
@@ -143,25 +148,18 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads,
         assert srv.stats()["stream_batches"] >= 30
 
 
-def _fill_compressible(rem, frame, seed=3):
-    """Episodes whose frames compress (runs of a few values), with some random ones, which a
-    compressing memory stores raw: both kinds of stored row."""
-    rng = np.random.default_rng(seed)
-    for k, steps in enumerate((40, 7, 60, 3, 25)):
-        frames = (rng.integers(0, 4, (steps, frame[0], 1)) * 60).astype(np.uint8)
-        frames = np.repeat(frames, frame[1], axis=2)
-        frames[::5] = rng.integers(0, 255, frames[::5].shape, dtype=np.uint8)
-        rem.new_episode()
-        rem.add_entries(
-            frames,
-            rng.integers(0, 6, steps),
-            rng.normal(size=steps).astype(np.float32),
-            rng.random(steps).astype(np.float32),
-            rng.normal(size=steps).astype(np.float32),
-            rng.integers(-9, 9, (steps, 2)).astype(np.int16),
-            (rng.random(steps) + 0.1).astype(np.float32),
+def _compressible_frames(frame):
+    """Frames of shape `frame` that compress (runs of a few values), with some random ones,
+    which a compressing memory stores raw: both kinds of stored row."""
+
+    def frames(rng, steps):
+        out = np.repeat(
+            (rng.integers(0, 4, (steps, frame[0], 1)) * 60).astype(np.uint8), frame[1], axis=2
         )
-        rem.close_episode(terminal=bool(k % 2))
+        out[::5] = rng.integers(0, 255, out[::5].shape, dtype=np.uint8)
+        return out
+
+    return frames
 
 
 @pytest.mark.parametrize("frame,batch,threads", [((12, 10), 16, 1), ((84, 84), 32, 2)])
@@ -173,11 +171,11 @@ def test_compressed_states_travel_as_blocks_and_stack_bit_for_bit(frame, batch, 
     local = ReplayMemory(*templates, 150)
     local.seed(7)
     _configure(local)
-    _fill_compressible(local, frame)
+    _fill(local, seed=3, frames=_compressible_frames(frame))
     srv = ReplayMemoryServer(*templates, 150, pub_endpoint=None, seed=7, compress_states=True)
     with srv:
         _configure(srv.rem)
-        _fill_compressible(srv.rem, frame)
+        _fill(srv.rem, seed=3, frames=_compressible_frames(frame))
         assert srv.rem.stored_state_bytes < local.stored_state_bytes / 2
         ep = srv.start_stream(threads=threads)
         with SamplingStream(ep, batch, credit=4, timeout=10, shared_memory=False) as stream:
