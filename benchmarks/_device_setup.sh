@@ -9,8 +9,12 @@
 OUT=${OUT:-$(pwd)/build/device-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-# The image's default compiler links libstdc++ statically, and that build crashes.
-export CXX=${CXX:-/usr/bin/g++} CC=${CC:-/usr/bin/gcc} CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
+# The image's default compiler (the CXX its environment sets) links libstdc++ statically, and
+# that extension crashes the first time it formats a number into a message: the learner's
+# receiving thread did so per batch (a segmentation fault in std::ostream under
+# ReadErrorMessage, stop 34). So Ubuntu's own GCC, always, whatever CXX says; the build step
+# below stops the script if the extension still carries its own libstdc++.
+export CXX=/usr/bin/g++ CC=/usr/bin/gcc CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
 # JAX would take 75% of the GPU's memory up front; PyTorch runs in the same process.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONUNBUFFERED=1
@@ -50,5 +54,9 @@ fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   rm -rf build/dev
   step build 300 env PYTHON="$PY" scripts/dev_build.sh
+  if ! readelf -d build/dev/_core*.so | grep -q 'NEEDED.*libstdc++'; then
+    echo "=== the extension links libstdc++ statically (compiler: $CXX): stopping ==="
+    exit 1
+  fi
 fi
 export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"

@@ -369,10 +369,15 @@ Status EncodeErrorMessage(const std::string& kind, const std::string& reason, st
 
 bool ReadErrorMessage(const Frame* frames, size_t n_frames, std::string* kind,
                       std::string* reason, int64_t* slot) {
+  // Every batch a learner receives comes through here first: its header's type is peeked at,
+  // so a batch is not decoded twice, nor refused (with an error message built for nothing)
+  // by the 1 MiB limit meant for an ERROR's reason.
+  if (n_frames < 1 || frames == nullptr || !codec::IsCurrent(frames[0], MsgType::kError))
+    return false;
   codec::Message m;
   codec::Limits limits;
   limits.max_payload_bytes = 1 << 20;
-  if (!DecodeFrames(frames, n_frames, limits, &m).ok() || m.type != MsgType::kError) return false;
+  if (!DecodeFrames(frames, n_frames, limits, &m).ok()) return false;
   kind->clear();
   reason->clear();
   if (slot != nullptr) *slot = -1;
