@@ -376,12 +376,13 @@ class ChunkIngest(metaclass=_pybind11_type):
 
 class Feed(metaclass=_pybind11_type):
     """Native prefetching feed (memoire.feed.Feed): `threads` sampler threads draw batches of
-    `batch_size` from a TransitionStore or CircularBuffer into `depth` ring slots, one 64-byte
-    aligned buffer per template array (its dtype and shape)."""
+    `batch_size` from a TransitionStore, CircularBuffer or ReplayMemory (or receive them from a
+    sampling stream's StreamSources, one thread per connection) into `depth` ring slots, one
+    64-byte aligned buffer per template array (its dtype and shape)."""
     def __init__(
         self,
-        source: Any,
-        templates: list,  # a TransitionStore or CircularBuffer
+        source: Any,  # a store, a ReplayMemory, a StreamSource or a list of them
+        templates: list,
         batch_size: int,
         depth: int,
         threads: int,

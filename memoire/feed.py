@@ -223,7 +223,7 @@ class Feed:
             "jax": lambda b: b._store,
             "tf": lambda b: b._core,
             "memory": lambda b: b,
-            "stream": lambda b: b._source,
+            "stream": lambda b: b._sources,  # one per connection
         }[self._kind](self._buffer)
         if source is None:
             return None

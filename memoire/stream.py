@@ -20,12 +20,13 @@ arrays ``dtype[B, frame_stack, *shape]`` (None where the server's ``cache_flags`
 out), ``weight`` float32[B], ``prob`` float64[B], ``done`` bool[B], ``id`` int64[B], plus the
 ``num_sampleable`` and ``total_weight`` attributes (as :meth:`RemoteMemory.sample`). A stream
 is the only sampler of a server's memory seeded with ``seed``: it returns the batches that
-memory's ``get_batch`` would, bit for bit, in the same order. The layout (frame stack,
+memory's ``get_batch`` would, bit for bit, in the same order (with ``connections`` > 1: the
+same batches, in the order they arrive). The layout (frame stack,
 multi-step, cache flags) is fixed when the stream opens; a later change of the server's
 frame_stack or multi_step makes the next batch raise (open a new stream).
 
-In flight: at most ``credit`` batches are granted and unsent or on the wire, and ``depth``
-more wait stacked in the ring. Over the socket credit goes back ``max(1, credit // 2)``
+In flight: at most ``credit`` batches are granted and unsent or on the wire (per connection),
+and ``depth`` more wait stacked in the ring. Over the socket credit goes back ``max(1, credit // 2)``
 batches at a time; with shared memory a slot goes back as soon as its batch is dropped.
 Prioritized replay: a priority update is sent at once (or within a few milliseconds when the
 receiving thread holds the socket) and applied by the server in order with the stream's other
@@ -76,18 +77,35 @@ from memoire.transport import DEFAULT_TIMEOUT, CurveKeys, native_libzmq, open_so
 __all__ = ["SamplingStream"]
 
 PING_S = 0.5  # while waiting for a batch, the learner pings this often (a restart is noticed)
+GOODBYE_LINGER_MS = 250  # at close, how long the goodbye may wait to leave
 
 
-def _close_stream(source, feed_holder: list, sock: zmq.Socket, ctx: zmq.Context) -> None:
-    """Stops the receiving thread, then says goodbye and closes the socket (in that order:
-    the thread uses the socket until it is joined)."""
-    source.stop()
+def _layout_key(layout: dict) -> tuple:
+    """What every connection of a stream must agree on: one memory's batch layout, sent the
+    same way."""
+    return (
+        repr(layout["schema"]),
+        int(layout["frame_stack"]),
+        int(layout["multi_step"]),
+        tuple(bool(f) for f in layout["flags"]),
+        layout.get("compressed_rows") is True,
+    )
+
+
+def _close_stream(sources, feed_holder: list, socks: list, ctx: zmq.Context) -> None:
+    """Stops the receiving threads, then says goodbye and closes the sockets (in that order:
+    a thread uses its socket until it is joined)."""
+    for source in sources:
+        source.stop()
     _close_native(feed_holder)
-    try:
-        sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), zmq.NOBLOCK, copy=False)
-    except zmq.ZMQError:
-        pass  # a full queue to a gone server: nothing to say goodbye to
-    sock.close(0)
+    for sock in socks:
+        try:
+            sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError:
+            pass  # a full queue to a gone server: nothing to say goodbye to
+        # A moment for the goodbye to leave: dropped, it would leave the server's end (its
+        # sampler threads, its credit) to the idle timeout. A gone server costs that moment.
+        sock.close(linger=GOODBYE_LINGER_MS)
     ctx.term()
 
 
@@ -115,9 +133,16 @@ class SamplingStream:
       shared_memory: rows through shared memory (the server must be on this host); None: for
         ``ipc://`` and loopback ``tcp://`` endpoints, falling back to the socket when the
         mapping fails.
+      connections: rows in messages only (unused with shared memory): the stream's batches
+        come over this many connections, each a stream of the server's with ``credit`` of its
+        own, received by a native thread each (<= ``depth``). One connection's receive (the
+        kernel's copy on ZeroMQ's I/O thread, then the stacking) is what bounds a stream of
+        large batches on a learner with cores to spare; every connection is another of each.
+        With more than one the batches are still the memory's draws, each exactly once, but
+        in the order they arrive (each connection keeps its own order).
 
     Attributes (fixed at the open): ``shared_memory`` (the batches are views of the server's
-    slots), ``compressed_rows`` (over the socket, the states arrive as the server's stored LZ4
+    slots), ``connections`` (1 with shared memory), ``compressed_rows`` (over the socket, the states arrive as the server's stored LZ4
     blocks and are decoded here), ``frame_stack``, ``multi_step``, ``cache_flags``.
 
     Raises:
@@ -138,10 +163,21 @@ class SamplingStream:
         keys: Optional[CurveKeys] = None,
         max_bytes: int = codec.DEFAULT_MAX_BYTES,
         shared_memory: Optional[bool] = None,
+        connections: int = 1,
     ):
-        for name, value in (("batch_size", batch_size), ("credit", credit), ("depth", depth)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("credit", credit),
+            ("depth", depth),
+            ("connections", connections),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if connections > depth:
+            raise ValueError(
+                f"connections: expected <= depth ({depth}): each connection's thread stacks "
+                f"into a slot of its own, got {connections}"
+            )
         if ahead is not None and (
             isinstance(ahead, bool)
             or not isinstance(ahead, (int, np.integer))
@@ -166,92 +202,91 @@ class SamplingStream:
         self._batch_size = int(batch_size)
         self.credit = int(credit)
         self._ahead = None if ahead is None else int(ahead)
-        self._ctx = zmq.Context()
-        self._sock = open_socket(
-            self._ctx,
-            zmq.DEALER,
-            endpoint,
-            "Conn",
-            keys=keys,
-            server_side=False,
-            max_bytes=max_bytes,
-        )
+        self._timeout, self._max_bytes = timeout, max_bytes
+        # One ZeroMQ I/O thread per connection: a connection's receive is one thread's work.
+        self._ctx = zmq.Context(io_threads=int(connections))
+        self._socks = []
+
+        def connect() -> zmq.Socket:
+            sock = open_socket(
+                self._ctx,
+                zmq.DEALER,
+                endpoint,
+                "Conn",
+                keys=keys,
+                server_side=False,
+                max_bytes=max_bytes,
+            )
+            self._socks.append(sock)
+            return sock
+
         auto = shared_memory is None
         shm = not transport.beyond_loopback(endpoint) if auto else bool(shared_memory)
         try:
+            sock = connect()
             while True:
-                layout = self._open(timeout, max_bytes, shm)
-                self.frame_stack = int(layout["frame_stack"])
-                self.multi_step = int(layout["multi_step"])
-                self.cache_flags = np.asarray(layout["flags"], np.bool_)
-                templates = [
-                    np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
-                    for _, dtype, shape in layout["schema"]
-                ]
-                chunk = max(1, self.credit // 2)
+                layout = self._open(sock, shm)
                 try:
-                    self._source = _core.StreamSource(
-                        self._sock.underlying,
-                        templates,
-                        self._batch_size,
-                        self.frame_stack,
-                        self.multi_step,
-                        [bool(f) for f in self.cache_flags],
-                        int(timeout * 1000),
-                        int(PING_S * 1000),
-                        chunk,
-                        codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
-                        codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}),
-                        int(max_bytes),
-                        str(layout.get("shm_path", "")),
-                        int(layout.get("shm_slots", 0)),
-                        int(layout.get("shm_slot_bytes", 0)),
-                        layout.get("compressed_rows") is True,
-                    )
+                    source = self._source_of(sock, layout)
                 except RuntimeError:
                     if not (auto and shm):
                         raise
                     # Not mappable here (another host?): a new stream over the socket alone,
                     # on a new connection (batches of the first may be on their way).
                     shm = False
-                    self._sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), copy=False)
-                    self._sock.close(0)
-                    self._sock = open_socket(
-                        self._ctx,
-                        zmq.DEALER,
-                        endpoint,
-                        "Conn",
-                        keys=keys,
-                        server_side=False,
-                        max_bytes=max_bytes,
-                    )
+                    sock.send_multipart(codec.encode(Msg.STREAM, {"op": "close"}), copy=False)
+                    sock.close(0)
+                    self._socks.remove(sock)
+                    sock = connect()
                     continue
                 break
+            self.frame_stack = int(layout["frame_stack"])
+            self.multi_step = int(layout["multi_step"])
+            self.cache_flags = np.asarray(layout["flags"], np.bool_)
             self.shared_memory = "shm_path" in layout
             self.compressed_rows = layout.get("compressed_rows") is True
+            sources = [source]
+            # Rows in messages: the other connections, each a stream of the same memory.
+            for _ in range(0 if self.shared_memory else int(connections) - 1):
+                more = self._open(connect(), False)
+                if _layout_key(more) != _layout_key(layout):
+                    raise ProtocolError(
+                        f"SamplingStream: {endpoint} gave its connections different layouts"
+                    )
+                sources.append(self._source_of(self._socks[-1], more))
+            self._sources = tuple(sources)
+            self._source = sources[0]  # the first connection's: priorities go through it
+            self.connections = len(sources)
             # With shared memory the server's slots are the ring: no feed, no copy.
             self._feed_made = self.shared_memory
-            self._feed = None if self.shared_memory else Feed(self, self._batch_size, depth=depth)
+            self._feed = (
+                None
+                if self.shared_memory
+                else Feed(self, self._batch_size, depth=depth, threads=self.connections)
+            )
         except BaseException:
-            self._sock.close(0)
+            for sock in self._socks:
+                sock.close(0)
             self._ctx.term()
             raise
         holder = [] if self._feed is None else self._feed._holder
         self._finalizer = weakref.finalize(
-            self, _close_stream, self._source, holder, self._sock, self._ctx
+            self, _close_stream, self._sources, holder, self._socks, self._ctx
         )
 
-    def _open(self, timeout: float, max_bytes: int, shm: bool) -> dict:
-        """Opens the stream (granting the first credit) and returns the server's layout."""
+    def _open(self, sock: zmq.Socket, shm: bool) -> dict:
+        """Opens a stream on `sock` (granting the first credit) and returns the server's
+        layout."""
+        timeout = self._timeout
         no_answer = TimeoutError(
             f"SamplingStream: no answer from {self.endpoint} within "
             f"{timeout} s (is a server's stream worker running there?)"
         )
         # A DEALER has no pipe to send into while the server refuses its CURVE handshake, and
         # the send would then block for ever: bound it by the timeout too (as RequestClient's).
-        self._sock.sndtimeo = int(timeout * 1000)
+        sock.sndtimeo = int(timeout * 1000)
         try:
-            self._sock.send_multipart(
+            sock.send_multipart(
                 codec.encode(
                     Msg.STREAM,
                     {
@@ -269,12 +304,12 @@ class SamplingStream:
         except zmq.Again:
             raise no_answer from None
         finally:
-            self._sock.sndtimeo = -1
-        if not self._sock.poll(int(timeout * 1000)):
+            sock.sndtimeo = -1
+        if not sock.poll(int(timeout * 1000)):
             raise no_answer
-        frames = self._sock.recv_multipart()
+        frames = sock.recv_multipart()
         try:
-            msg = codec.decode(frames, max_bytes=max_bytes, expect=(Msg.STREAM, Msg.ERROR))
+            msg = codec.decode(frames, max_bytes=self._max_bytes, expect=(Msg.STREAM, Msg.ERROR))
         except ProtocolError as e:
             raise ProtocolError(f"SamplingStream: bad reply from {self.endpoint}: {e}") from None
         if msg.type == Msg.ERROR:
@@ -283,6 +318,33 @@ class SamplingStream:
         if v.get("op") != "layout" or v.get("batch_size") != self._batch_size:
             raise ProtocolError(f"SamplingStream: unexpected reply from {self.endpoint}")
         return v
+
+    def _source_of(self, sock: zmq.Socket, layout: dict):
+        """The native end of the stream `sock` opened with `layout` (RuntimeError where its
+        shared-memory file cannot be mapped)."""
+        templates = [
+            np.zeros(tuple(int(d) for d in shape), np.dtype(dtype))
+            for _, dtype, shape in layout["schema"]
+        ]
+        chunk = max(1, self.credit // 2)
+        return _core.StreamSource(
+            sock.underlying,
+            templates,
+            self._batch_size,
+            int(layout["frame_stack"]),
+            int(layout["multi_step"]),
+            [bool(f) for f in layout["flags"]],
+            int(self._timeout * 1000),
+            int(PING_S * 1000),
+            chunk,
+            codec.encode(Msg.STREAM, {"op": "credit", "credit": chunk}),
+            codec.encode(Msg.STREAM, {"op": "credit", "credit": 0}),
+            int(self._max_bytes),
+            str(layout.get("shm_path", "")),
+            int(layout.get("shm_slots", 0)),
+            int(layout.get("shm_slot_bytes", 0)),
+            layout.get("compressed_rows") is True,
+        )
 
     # ---- the learner's side
 
@@ -342,8 +404,8 @@ class SamplingStream:
 
     @property
     def received(self) -> int:
-        """Batches received from the server so far."""
-        return self._source.received
+        """Batches received from the server so far (over every connection)."""
+        return sum(source.received for source in self._sources)
 
     def close(self) -> None:
         """Stops receiving, tells the server, closes the socket. Batches already handed out

@@ -148,6 +148,66 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads,
         assert srv.stats()["stream_batches"] >= 30
 
 
+def _batch_key(b) -> bytes:
+    """A batch's every array, as bytes: equal keys, equal batches."""
+    parts = [x for x in b.prev + b.next if x is not None] + [b.weight, b.prob, b.done, b.id]
+    return b"".join(np.ascontiguousarray(x).tobytes() for x in parts)
+
+
+@pytest.mark.parametrize("connections,threads", [(2, 1), (3, 2)])
+def test_connections_bring_the_memorys_draws_each_once(connections, threads):
+    # Several connections are several streams of the one memory: together they draw the
+    # memory's sequence (get_batch's for the same seed), and every batch arrives once, over
+    # whichever connection drew it, in no set order across connections.
+    settings = dict(frame_stack=4, multi_step=1)
+    local = ReplayMemory(*_templates(), 150)
+    local.seed(7)
+    _configure(local, **settings)
+    _fill(local)
+    credit, depth, taken = 3, 4, 60
+    drawn = [local.get_batch(16) for _ in range(taken + connections * (credit + depth + threads))]
+    index = {_batch_key(b): i for i, b in enumerate(drawn)}
+    with _server(seed=7, **settings) as srv:
+        ep = srv.start_stream(threads=threads)
+        with SamplingStream(
+            ep, 16, credit=credit, depth=depth, shared_memory=False, connections=connections
+        ) as stream:
+            assert stream.connections == connections and not stream.shared_memory
+            assert srv.stats()["sampling_streams"] == connections
+            got = []  # (key, num_sampleable, total_weight): a batch holds its ring slot
+            for _ in range(taken):
+                b = next(stream)
+                got.append((_batch_key(b), b.num_sampleable, b.total_weight))
+                ids = b.id.copy()
+            # Each connection has its own receiving thread, and each delivered.
+            assert all(source.received > 0 for source in stream._sources)
+            assert stream.received == sum(source.received for source in stream._sources)
+            stream.update_priorities(ids, np.full(16, 2.0, np.float32))
+            assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == 1)
+        assert _wait(lambda: srv.stats()["sampling_streams"] == 0)  # every connection closed
+    positions = [index.get(key) for key, _, _ in got]
+    assert None not in positions  # each one of the memory's draws...
+    assert len(set(positions)) == taken  # ...and none twice
+    for _, num_sampleable, total_weight in got:  # nothing written while they were drawn
+        assert num_sampleable == local.num_sampleable
+        assert total_weight == pytest.approx(local.total_weight, rel=1e-12)
+
+
+def test_connections_are_checked_and_shared_memory_needs_one():
+    with _server() as srv:
+        ep = srv.start_stream()
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="connections: expected an int >= 1"):
+                SamplingStream(ep, 4, connections=bad)
+        with pytest.raises(ValueError, match=r"connections: expected <= depth \(2\)"):
+            SamplingStream(ep, 4, depth=2, connections=3, shared_memory=False)
+        assert srv.stats()["sampling_streams"] == 0  # nothing opened by the refusals
+        with SamplingStream(ep, 4, connections=3, shared_memory=True) as stream:
+            assert stream.shared_memory and stream.connections == 1
+            next(stream)
+            assert srv.stats()["sampling_streams"] == 1
+
+
 def _compressible_frames(frame):
     """Frames of shape `frame` that compress (runs of a few values), with some random ones,
     which a compressing memory stores raw: both kinds of stored row."""
@@ -437,6 +497,25 @@ def test_priority_updates_land():
                 stream.update_priorities(first.id[:1], [np.nan])
             with pytest.raises(ValueError, match="ids"):
                 stream.update_priorities(first.id[:2], [1.0])
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_a_priority_update_lands_while_the_learner_takes_nothing(connections):
+    # The update leaves even when the receiving thread held the socket as it was posted and
+    # then parked on the full ring: nothing is taken until the update is applied.
+    with _server() as srv:
+        with SamplingStream(
+            srv.start_stream(),
+            4,
+            credit=2,
+            depth=2,
+            shared_memory=False,
+            connections=connections,
+        ) as stream:
+            for k in range(1, 101):
+                ids = next(stream).id.copy()  # a slot frees: the thread receives and stacks
+                stream.update_priorities(ids, np.ones(4, np.float32))
+                assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == k, 5.0)
 
 
 # ---------------------------------------------------------------- dead and restarted servers

@@ -27,6 +27,24 @@ CircularBuffer::Outputs OutputsFrom(const CircularBuffer& self, const py::list& 
 namespace {
 
 // Keeps a taken slot until the last array of its batch is gone.
+// The sources of a sampling stream given as a feed's source: a StreamSource, or a non-empty
+// list or tuple of them (one per connection); empty for any other source.
+std::vector<std::shared_ptr<StreamSource>> StreamSourcesOf(const py::object& source) {
+  std::vector<std::shared_ptr<StreamSource>> out;
+  if (py::isinstance<StreamSource>(source)) {
+    out.push_back(source.cast<std::shared_ptr<StreamSource>>());
+  } else if (py::isinstance<py::list>(source) || py::isinstance<py::tuple>(source)) {
+    for (const py::handle& h : source) {
+      if (!py::isinstance<StreamSource>(h))
+        ThrowInvalid("source: expected a list of a stream's StreamSources, got a " +
+                     py::str(py::type::of(h).attr("__name__")).cast<std::string>() + " in it");
+      out.push_back(h.cast<std::shared_ptr<StreamSource>>());
+    }
+    if (out.empty()) ThrowInvalid("source: expected a stream's StreamSources, got an empty list");
+  }
+  return out;
+}
+
 struct RingLease {
   std::shared_ptr<Prefetcher> ring;
   int slot;
@@ -44,8 +62,9 @@ class PyFeed {
     // Short: memoire.feed retries once after a garbage collection (a device copy may hold
     // the last reference to a batch in a cycle), then raises.
     o.held_wait_ms = 250;
-    const bool sized_here = py::isinstance<ReplayMemory>(source) ||
-                            py::isinstance<StreamSource>(source);
+    // A sampling stream comes as its connections' sources (one, or a list of several).
+    const std::vector<std::shared_ptr<StreamSource>> streams = StreamSourcesOf(source);
+    const bool sized_here = py::isinstance<ReplayMemory>(source) || !streams.empty();
     for (const py::handle& h : sized_here ? py::list() : templates) {
       py::array a = py::array::ensure(h);
       if (!a) ThrowInvalid("templates: expected numpy arrays");
@@ -76,25 +95,37 @@ class PyFeed {
       layout_ = MemoryBatchLayout(rm->schema(), batch_size, mo.frame_stack,
                                   mo.cache_flags.data(), /*totals=*/false);
       fill = MemoryFill(rm, batch_size);
-    } else if (py::isinstance<StreamSource>(source)) {
-      // A sampling stream: batches come from the server, stacked into the slot on arrival.
-      auto src = source.cast<std::shared_ptr<StreamSource>>();
-      const StreamLayout& l = src->layout();
+    } else if (!streams.empty()) {
+      // A sampling stream: batches come from the server, stacked into the slot on arrival by
+      // one thread per connection (thread t receives connection t's).
+      const StreamLayout& l = streams[0]->layout();
+      for (const auto& src : streams) {
+        if (src->shared_memory())
+          ThrowInvalid("source: a shared-memory stream needs no feed (its slots are the ring)");
+        if (src->layout().batch_size != l.batch_size ||
+            src->layout().frame_stack != l.frame_stack || src->layout().flags != l.flags ||
+            !(src->layout().schema == l.schema))
+          ThrowInvalid("source: the stream's connections have different batch layouts");
+      }
       if (batch_size != l.batch_size)
         ThrowInvalid("batch_size: the stream was opened for " + std::to_string(l.batch_size) +
                      ", got " + std::to_string(batch_size));
-      if (threads != 1) ThrowInvalid("threads: a stream is received by one thread, got " +
-                                     std::to_string(threads));
+      if (threads != static_cast<int>(streams.size()))
+        ThrowInvalid("threads: a stream is received by one thread per connection (" +
+                     std::to_string(streams.size()) + "), got " + std::to_string(threads));
       layout_ = MemoryBatchLayout(l.schema, batch_size, l.frame_stack, l.flags.data(),
                                   /*totals=*/true);
-      fill = [src](int t, uint8_t* const* p) { return src->Fill(t, p); };
-      stop_ = [src] { src->Stop(); };
+      fill = [streams](int t, uint8_t* const* p) { return streams[t]->Fill(0, p); };
+      stop_ = [streams] {
+        for (const auto& src : streams) src->Stop();
+      };
     } else if (py::isinstance<CircularBuffer>(source)) {
       auto cb = source.cast<std::shared_ptr<CircularBuffer>>();
       OutputsFrom(*cb, templates, batch_size);  // ValueError on a wrong layout
       fill = CircularFill(cb, batch_size, threads);
     } else {
-      ThrowInvalid("source: expected a TransitionStore, CircularBuffer or ReplayMemory, got " +
+      ThrowInvalid("source: expected a TransitionStore, CircularBuffer, ReplayMemory or a "
+                   "stream's StreamSources, got " +
                    py::str(py::type::of(source).attr("__name__")).cast<std::string>());
     }
     for (const BatchPart& part : layout_.parts) o.part_bytes.push_back(part.bytes);
@@ -284,8 +315,9 @@ Native prefetching feed (private: use memoire.feed.Feed).
 
 Feed(source, templates, batch_size, depth, threads, seed, frames_granule=0): `threads`
 sampler threads (no GIL)
-draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer or a
-ReplayMemory) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
+draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer, a
+ReplayMemory, or a sampling stream's StreamSource or list of them: thread t receives the
+batches of connection t) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
 template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
 probabilities float64[n], state, action, reward float64[n], next_state, is_terminal bool[n],
 episode_end bool[n]], or with frames_granule > 0 the distinct frames of the stacks
@@ -293,7 +325,8 @@ episode_end bool[n]], or with frames_granule > 0 the distinct frames of the stac
 index int32[n, 2, stack], counts int32[2] (distinct, padded: distinct rounded up to a multiple
 of frames_granule), action, reward, is_terminal, episode_end]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
 (templates ignored) prev[7], next[7] (None where the cache flags leave a field out), weight,
-prob, done, id. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
+prob, done, id; a stream's (templates ignored) the same and num_sampleable int64[1],
+total_weight float64[1]. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
 reused once every array of the batch is dropped. A failed draw raises on the take that
 receives it. Thread-safe.
 )doc")

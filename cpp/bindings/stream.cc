@@ -154,6 +154,7 @@ void StreamSource::FlushLocked() {
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     q.swap(queue_);
+    queued_.store(false);
   }
   for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
   if (owed_ >= opt_.credit_chunk) {
@@ -167,23 +168,40 @@ void StreamSource::Post(std::vector<std::string> frames) {
   {
     std::lock_guard<std::mutex> l(queue_mu_);
     queue_.push_back(std::move(frames));
+    queued_.store(true);
   }
-  // Send now unless the feed's thread holds the socket (it flushes within kSliceMs then).
-  std::unique_lock<std::mutex> io(io_mu_, std::try_to_lock);
-  if (io.owns_lock()) FlushLocked();
+  // Sent now, or by the thread holding the socket (the receiving thread) as it lets go.
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with SendQueued's
+  SendQueued();
+}
+
+void StreamSource::SendQueued() {
+  // A Post that found the socket taken left its message to the holder: each holder comes
+  // here once it has let go, so a message never waits for a receive that may not come (the
+  // receiving thread parked on a full ring, the consumer waiting for the message's effect).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  while (queued_.load()) {
+    std::unique_lock<std::mutex> io(io_mu_, std::try_to_lock);
+    if (!io.owns_lock()) return;  // its holder sends it, and looks again as it lets go
+    FlushLocked();
+  }
 }
 
 Status StreamSource::SocketTurn(Clock::time_point* next_ping, int wait_ms,
                                 libzmq::Frames* frames, bool* got) {
-  std::lock_guard<std::mutex> io(io_mu_);
-  FlushLocked();
-  const auto now = Clock::now();
-  if (now >= *next_ping) {
-    // A restarted server does not know this stream: the ping makes it say so.
-    SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
-    *next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
+  int rc;
+  {
+    std::lock_guard<std::mutex> io(io_mu_);
+    FlushLocked();
+    const auto now = Clock::now();
+    if (now >= *next_ping) {
+      // A restarted server does not know this stream: the ping makes it say so.
+      SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
+      *next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
+    }
+    rc = libzmq::Receive(opt_.socket, wait_ms, frames);
   }
-  const int rc = libzmq::Receive(opt_.socket, wait_ms, frames);
+  SendQueued();
   if (rc < 0)
     return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
   *got = rc == 1;
@@ -236,9 +254,12 @@ Status StreamSource::Fill(int thread, uint8_t* const* parts) {
   if (!error || kind == kDrawError) {
     // The server spent a credit on this message (a batch or a failed draw): give it back, now
     // that its rows are read.
-    std::lock_guard<std::mutex> io(io_mu_);
-    ++owed_;
-    FlushLocked();
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      ++owed_;
+      FlushLocked();
+    }
+    SendQueued();
   }
   return s;
 }

@@ -110,8 +110,8 @@ class StreamSource {
            static_cast<size_t>(slot) * opt_.slot_layout.slot_bytes;
   }
   bool shared_memory() const { return opt_.shm != nullptr; }
-  // Queues an encoded message (frames) for the server; it leaves at once unless a receive is
-  // in progress, and then within a few milliseconds.
+  // Queues an encoded message (frames) for the server; it leaves at once unless another
+  // thread holds the socket, and then as that thread lets go of it (within a few ms).
   void Post(std::vector<std::string> frames);
   // Makes a Fill in progress return (kFailedPrecondition) within a few milliseconds.
   void Stop() { stopping_.store(true); }
@@ -125,6 +125,9 @@ class StreamSource {
  private:
   // Sends queued messages and the credit due (rows in messages); io_mu_ held.
   void FlushLocked();
+  // After letting go of the socket (and in Post): sends what was queued meanwhile, unless
+  // another thread holds the socket now (which does the same as it lets go).
+  void SendQueued();
   using Clock = std::chrono::steady_clock;
   // One turn at the socket (io_mu_ taken): sends what is queued and a ping when *next_ping is
   // due, then receives into *frames, waiting up to wait_ms (*got: one came).
@@ -144,6 +147,7 @@ class StreamSource {
   std::mutex io_mu_;                      // the socket's one user at a time
   std::mutex queue_mu_;                   // guards queue_, held_, num_held_
   std::deque<std::vector<std::string>> queue_;
+  std::atomic<bool> queued_{false};       // queue_ is not empty (written under queue_mu_)
   int64_t owed_ = 0;                      // batches received since credit was returned; io_mu_
   std::vector<uint8_t> held_;             // shared memory: slots the learner has; queue_mu_
   int64_t num_held_ = 0;                  // queue_mu_
