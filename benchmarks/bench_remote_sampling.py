@@ -9,7 +9,9 @@ the same memory and measures, in interleaved rounds (medians kept, the machine m
   RemoteMemory.sample    one synchronous remote call per batch (the REP endpoint, tcp)
   stream tcp / ipc       memoire.stream.SamplingStream over tcp:// or ipc:// (credit, distinct
                          rows, stacked on arrival into the feed's ring), rows in the messages,
-                         drawn by the server's N native sampler threads (--stream-threads)
+                         drawn by the server's N native sampler threads (--stream-threads);
+                         with --connections K > 1 also over K connections (K streams of the
+                         server's, each received by a thread of the learner's)
   stream shm             the same through shared memory: the server's native sampler
                          threads (N per stream, --stream-threads) draw each batch straight
                          into a slot the learner maps, in the final layout, and the learner
@@ -25,7 +27,7 @@ stacks into a buffer of its own (as a host-to-device transfer reads them) and th
 
     python benchmarks/bench_remote_sampling.py [--fill 20000] [--batch 32] [--seconds 2] \\
         [--rounds 3] [--credit 32] [--depth 4] [--ahead K] [--step-ms 0] [--stream-threads 1,2] \\
-        [--shm-only] [--frames random|ale|SCREENS.npy]
+        [--connections 1,2] [--shm-only] [--frames random|ale|SCREENS.npy]
 
 Needs only memoire, numpy and pyzmq.
 """
@@ -202,6 +204,12 @@ def main(argv=None):
         "in messages and shared memory; default: the server's default for this machine's cores)",
     )
     ap.add_argument(
+        "--connections",
+        default="1",
+        help="rows in messages: connections per stream, a comma-separated list (those above 1 "
+        "add rows streams over that many connections, with the first --stream-threads count)",
+    )
+    ap.add_argument(
         "--frames",
         default="random",
         help="random (frames that do not compress), ale (Atari screens recorded through "
@@ -227,6 +235,7 @@ def main(argv=None):
         threads = [default_stream_threads()]
     else:
         threads = [int(t) for t in args.stream_threads.split(",")]
+    connections = [int(c) for c in args.connections.split(",")]
 
     frames_path = frames = None
     if args.frames == "ale":
@@ -266,11 +275,22 @@ def main(argv=None):
             for t in threads
             for k in ("tcp", "ipc")
         }
+        rows = {name: (ep, 1) for name, ep in rows.items()}
+        for c in connections:
+            if c > 1:
+                for k in ("tcp", "ipc"):
+                    rows[f"stream {k}, {c} conn"] = (eps[k, threads[0]], c)
         if ("tcp", "compressed") in eps:
-            rows["stream tcp, compressed states"] = eps["tcp", "compressed"]
-        for name, ep in rows.items():
+            rows["stream tcp, compressed states"] = (eps["tcp", "compressed"], 1)
+        for name, (ep, c) in rows.items():
             streams[name] = SamplingStream(
-                ep, b, credit=args.credit, depth=args.depth, timeout=30, shared_memory=False
+                ep,
+                b,
+                credit=args.credit,
+                depth=max(args.depth, c),
+                timeout=30,
+                shared_memory=False,
+                connections=c,
             )
     for t in threads:
         for k in ("tcp", "ipc"):

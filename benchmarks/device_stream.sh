@@ -8,7 +8,7 @@
 # script goes on after a failed step.
 #
 #   OUT=/tmp/out bash benchmarks/device_stream.sh       # about 6 minutes on 16 cores
-#   ROUNDS=3 SECONDS_PER=2 FILL=20000 THREADS=1,2,4 ...  # the benchmarks' settings
+#   ROUNDS=3 SECONDS_PER=2 FILL=20000 THREADS=1,2,4 CONNECTIONS=1,2,4 ...  # the settings
 #   FRAMES=build/device-screens.npy ...  # recorded screens (a .npy of uint8[m, 84, 84], e.g.
 #       3,000 of benchmarks/_ale_frames.py's, carried): adds a rows stream from a memory that
 #       compresses its states (the image has no Dopamine to record them)
@@ -20,6 +20,7 @@ ROUNDS=${ROUNDS:-3}
 SECONDS_PER=${SECONDS_PER:-2}
 FILL=${FILL:-20000}
 THREADS=${THREADS:-1,2,4}
+CONNECTIONS=${CONNECTIONS:-1,2,4}
 FRAMES=${FRAMES:-random}
 # shellcheck source=benchmarks/_device_setup.sh
 source benchmarks/_device_setup.sh
@@ -31,7 +32,8 @@ print('memoire', memoire.__file__, 'default stream threads:', default_stream_thr
 "
 step stream_batch_test 120 build/dev/stream_batch_test
 step remote_sampling 300 $PY -X faulthandler benchmarks/bench_remote_sampling.py --fill "$FILL" \
-  --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS" --frames "$FRAMES"
+  --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS" --frames "$FRAMES" \
+  --connections "$CONNECTIONS"
 step remote_sampling_step 200 $PY -X faulthandler benchmarks/bench_remote_sampling.py --fill "$FILL" \
   --seconds "$SECONDS_PER" --rounds "$ROUNDS" --stream-threads "$THREADS" --shm-only --step-ms 0.25
 step stream_vs_writer 300 $PY -X faulthandler benchmarks/bench_vs_reverb.py --only SamplingStream \
