@@ -222,6 +222,7 @@ class SamplingStream:
 
         auto = shared_memory is None
         shm = not transport.beyond_loopback(endpoint) if auto else bool(shared_memory)
+        sources = []
         try:
             sock = connect()
             while True:
@@ -245,7 +246,7 @@ class SamplingStream:
             self.cache_flags = np.asarray(layout["flags"], np.bool_)
             self.shared_memory = "shm_path" in layout
             self.compressed_rows = layout.get("compressed_rows") is True
-            sources = [source]
+            sources.append(source)
             # Rows in messages: the other connections, each a stream of the same memory.
             for _ in range(0 if self.shared_memory else int(connections) - 1):
                 more = self._open(connect(), False)
@@ -265,9 +266,9 @@ class SamplingStream:
                 else Feed(self, self._batch_size, depth=depth, threads=self.connections)
             )
         except BaseException:
-            for sock in self._socks:
-                sock.close(0)
-            self._ctx.term()
+            # Streams the server opened (the first connection's, when another failed) hear
+            # goodbye rather than wait for the idle timeout.
+            _close_stream(sources, [], self._socks, self._ctx)
             raise
         holder = [] if self._feed is None else self._feed._holder
         self._finalizer = weakref.finalize(
