@@ -206,6 +206,16 @@ def test_connections_are_checked_and_shared_memory_needs_one():
             assert stream.shared_memory and stream.connections == 1
             next(stream)
             assert srv.stats()["sampling_streams"] == 1
+            # The native feed takes a stream's sources only, over the socket, one thread each.
+            with pytest.raises(ValueError, match="needs no feed"):
+                _core.Feed(stream._sources, [], 4, 2, 1, 0)
+        with SamplingStream(ep, 4, connections=2, shared_memory=False) as stream:
+            with pytest.raises(ValueError, match="one thread per connection \\(2\\), got 1"):
+                _core.Feed(stream._sources, [], 4, 2, 1, 0)
+        with pytest.raises(ValueError, match="got an element of type int"):
+            _core.Feed([stream._source, 3], [], 4, 2, 1, 0)
+        with pytest.raises(ValueError, match="got an empty list"):
+            _core.Feed([], [], 4, 2, 1, 0)
 
 
 def _compressible_frames(frame):

@@ -26,7 +26,6 @@ CircularBuffer::Outputs OutputsFrom(const CircularBuffer& self, const py::list& 
 
 namespace {
 
-// Keeps a taken slot until the last array of its batch is gone.
 // The sources of a sampling stream given as a feed's source: a StreamSource, or a non-empty
 // list or tuple of them (one per connection); empty for any other source.
 std::vector<std::shared_ptr<StreamSource>> StreamSourcesOf(const py::object& source) {
@@ -36,8 +35,8 @@ std::vector<std::shared_ptr<StreamSource>> StreamSourcesOf(const py::object& sou
   } else if (py::isinstance<py::list>(source) || py::isinstance<py::tuple>(source)) {
     for (const py::handle& h : source) {
       if (!py::isinstance<StreamSource>(h))
-        ThrowInvalid("source: expected a list of a stream's StreamSources, got a " +
-                     py::str(py::type::of(h).attr("__name__")).cast<std::string>() + " in it");
+        ThrowInvalid("source: expected a list of a stream's StreamSources, got an element of "
+                     "type " + py::str(py::type::of(h).attr("__name__")).cast<std::string>());
       out.push_back(h.cast<std::shared_ptr<StreamSource>>());
     }
     if (out.empty()) ThrowInvalid("source: expected a stream's StreamSources, got an empty list");
@@ -45,6 +44,7 @@ std::vector<std::shared_ptr<StreamSource>> StreamSourcesOf(const py::object& sou
   return out;
 }
 
+// Keeps a taken slot until the last array of its batch is gone.
 struct RingLease {
   std::shared_ptr<Prefetcher> ring;
   int slot;
@@ -317,8 +317,8 @@ Feed(source, templates, batch_size, depth, threads, seed, frames_granule=0): `th
 sampler threads (no GIL)
 draw batches of `batch_size` from `source` (a TransitionStore, a CircularBuffer, a
 ReplayMemory, or a sampling stream's StreamSource or list of them: thread t receives the
-batches of connection t) into a ring of `depth` slots, each holding one 64-byte aligned buffer per
-template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
+batches of connection t) into a ring of `depth` slots, each holding one 64-byte aligned
+buffer per template array (its dtype and shape). Layouts: TransitionStore [keys int32[n],
 probabilities float64[n], state, action, reward float64[n], next_state, is_terminal bool[n],
 episode_end bool[n]], or with frames_granule > 0 the distinct frames of the stacks
 (TransitionStore::SampleDistinctFrames) [keys, probabilities, frames dtype[capacity, *obs],
@@ -326,8 +326,8 @@ index int32[n, 2, stack], counts int32[2] (distinct, padded: distinct rounded up
 of frames_granule), action, reward, is_terminal, episode_end]; CircularBuffer Dopamine's transition elements in order; ReplayMemory
 (templates ignored) prev[7], next[7] (None where the cache flags leave a field out), weight,
 prob, done, id; a stream's (templates ignored) the same and num_sampleable int64[1],
-total_weight float64[1]. take() returns the next batch as a tuple of arrays viewing a slot; the slot is
-reused once every array of the batch is dropped. A failed draw raises on the take that
+total_weight float64[1]. take() returns the next batch as a tuple of arrays viewing a slot;
+the slot is reused once every array of the batch is dropped. A failed draw raises on the take that
 receives it. Thread-safe.
 )doc")
       .def(py::init<const py::object&, const py::list&, int64_t, int, int, uint64_t, int64_t>(),
