@@ -21,13 +21,14 @@ out), ``weight`` float32[B], ``prob`` float64[B], ``done`` bool[B], ``id`` int64
 ``num_sampleable`` and ``total_weight`` attributes (as :meth:`RemoteMemory.sample`). A stream
 is the only sampler of a server's memory seeded with ``seed``: it returns the batches that
 memory's ``get_batch`` would, bit for bit, in the same order (with ``connections`` > 1: the
-same batches, in the order they arrive). The layout (frame stack,
-multi-step, cache flags) is fixed when the stream opens; a later change of the server's
-frame_stack or multi_step makes the next batch raise (open a new stream).
+same batches, in the order they arrive). The layout (frame stack, multi-step, cache flags) is
+fixed when the stream opens; a later change of the server's frame_stack or multi_step makes the
+next batch raise (open a new stream).
 
 In flight: at most ``credit`` batches are granted and unsent or on the wire (per connection),
-and ``depth`` more wait stacked in the ring. Over the socket credit goes back ``max(1, credit // 2)``
-batches at a time; with shared memory a slot goes back as soon as its batch is dropped.
+and ``depth`` more wait stacked in the ring. Over the socket credit goes back
+``max(1, credit // 2)`` batches at a time; with shared memory a slot goes back as soon as its
+batch is dropped.
 Prioritized replay: a priority update is sent at once (or within a few milliseconds when the
 receiving thread holds the socket) and applied by the server in order with the stream's other
 messages; batches already sampled (at most ``credit + depth``) predate it.
@@ -142,8 +143,9 @@ class SamplingStream:
         in the order they arrive (each connection keeps its own order).
 
     Attributes (fixed at the open): ``shared_memory`` (the batches are views of the server's
-    slots), ``connections`` (1 with shared memory), ``compressed_rows`` (over the socket, the states arrive as the server's stored LZ4
-    blocks and are decoded here), ``frame_stack``, ``multi_step``, ``cache_flags``.
+    slots), ``connections`` (1 with shared memory), ``compressed_rows`` (over the socket, the
+    states arrive as the server's stored LZ4 blocks and are decoded here), ``frame_stack``,
+    ``multi_step``, ``cache_flags``.
 
     Raises:
       ValueError: a bad argument, or one the server refused (batch size, credit).

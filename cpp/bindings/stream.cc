@@ -171,7 +171,6 @@ void StreamSource::Post(std::vector<std::string> frames) {
     queued_.store(true);
   }
   // Sent now, or by the thread holding the socket (the receiving thread) as it lets go.
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with SendQueued's
   SendQueued();
 }
 
@@ -179,6 +178,8 @@ void StreamSource::SendQueued() {
   // A Post that found the socket taken left its message to the holder: each holder comes
   // here once it has let go, so a message never waits for a receive that may not come (the
   // receiving thread parked on a full ring, the consumer waiting for the message's effect).
+  // The fence orders a Post's flag before its try_lock, and a holder's unlock before its
+  // look at the flag: one of the two always sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   while (queued_.load()) {
     std::unique_lock<std::mutex> io(io_mu_, std::try_to_lock);

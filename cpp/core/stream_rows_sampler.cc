@@ -1,6 +1,5 @@
 #include "core/stream_rows_sampler.h"
 
-
 #include "core/batch_scheduling.h"
 
 namespace memoire {
