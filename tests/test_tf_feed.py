@@ -16,6 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 from _subprocess_env import assert_clean_exit, run_script, subprocess_env
+from _waiting import memoire_threads, wait_until
 
 stats = pytest.importorskip("scipy.stats")
 from memoire.dopamine_compat import circular_replay_buffer as crb  # noqa: E402
@@ -53,8 +54,8 @@ def _same_distribution(a, b):
     return stats.chi2_contingency(table)[1]
 
 
-def _native_threads():
-    return len(os.listdir("/proc/self/task"))
+def _feed_threads():
+    return memoire_threads("memoire-feed")
 
 
 def _check_batch(buf, batch):
@@ -250,21 +251,24 @@ def test_a_subclass_drawing_its_own_indices_refuses_the_feed():
 
 
 def test_stop_prefetch_and_garbage_collection_stop_the_sampler_threads():
+    # Counts the feed's own threads (named memoire-feed), not the process's: other threads
+    # come and go. stop_prefetch joins them, but a joined thread stays listed in /proc for a
+    # moment after the join returns (this test once counted one too many): wait for the count.
     gc.collect()  # feeds of earlier tests' buffers
-    before = _native_threads()
+    wait_until(lambda: _feed_threads() == 0, "earlier tests' feed threads to exit")
     buf = _filled(seed=0, prefetch_depth=4, prefetch_threads=3)
     kept = buf.sample_transition_batch()
-    assert _native_threads() >= before + 3
+    assert _feed_threads() == 3
     buf.stop_prefetch()
-    assert _native_threads() == before
+    wait_until(lambda: _feed_threads() == 0, "stop_prefetch's joined threads to leave /proc")
     copy = [np.array(a) for a in kept]
     for a, c in zip(kept, copy):  # a batch handed out stays valid
         np.testing.assert_array_equal(a, c)
     buf.sample_transition_batch()  # the next default sample starts a new feed
-    assert _native_threads() >= before + 3
+    assert _feed_threads() == 3
     del buf, kept
     gc.collect()  # the buffer and its feed reference each other
-    assert _native_threads() == before
+    wait_until(lambda: _feed_threads() == 0, "the collected feed's threads to exit")
 
 
 def test_interpreter_exit_with_a_running_feed_is_clean(tmp_path):

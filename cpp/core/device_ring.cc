@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/slot_wait.h"
+#include "core/thread_name.h"
 
 namespace memoire {
 
@@ -227,6 +228,7 @@ Status DeviceRing::Make(const Options& o, std::shared_ptr<HostBatches> host,
   for (int s = 0; s < r->host_->slots(); ++s)
     if (r->engine_->PinHost(r->host_->block(s), block).ok()) r->pinned_.push_back(r->host_->block(s));
   r->thread_ = std::thread(&DeviceRing::Run, r.get());
+  NameThread(r->thread_, "memoire-copy");
   *out = std::move(r);
   return Status::OK();
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/batch_scheduling.h"
+#include "core/thread_name.h"
 
 namespace memoire {
 
@@ -54,6 +55,7 @@ bool HelperThread::Start(std::function<void()> job) {
     s->pid = getpid();
     try {
       s->thread = std::thread(Loop, s.get());
+      NameThread(s->thread, "memoire-helper");
     } catch (const std::system_error&) {
       return false;
     }

@@ -6,6 +6,7 @@
 
 #include "core/batch_scheduling.h"
 #include "core/slot_wait.h"
+#include "core/thread_name.h"
 
 namespace memoire {
 
@@ -45,7 +46,10 @@ Status Prefetcher::Make(const Options& o, Fill fill, std::unique_ptr<Prefetcher>
     p->slot_parts_.push_back(std::move(parts));
     p->free_.push_back(s);
   }
-  for (int t = 0; t < o.threads; ++t) p->threads_.emplace_back(&Prefetcher::Run, p.get(), t);
+  for (int t = 0; t < o.threads; ++t) {
+    p->threads_.emplace_back(&Prefetcher::Run, p.get(), t);
+    NameThread(p->threads_.back(), "memoire-feed");
+  }
   *out = std::move(p);
   return Status::OK();
 }

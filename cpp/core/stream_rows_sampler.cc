@@ -1,6 +1,7 @@
 #include "core/stream_rows_sampler.h"
 
 #include "core/batch_scheduling.h"
+#include "core/thread_name.h"
 
 namespace memoire {
 
@@ -11,7 +12,10 @@ Status StreamRowsSampler::Make(Options o, std::unique_ptr<StreamRowsSampler>* ou
                  "credit >= 0 and threads in [1, 256], got ", o.batch_size, ", ", o.credit,
                  " and ", o.threads);
   std::unique_ptr<StreamRowsSampler> s(new StreamRowsSampler(std::move(o)));
-  for (int t = 0; t < s->opt_.threads; ++t) s->threads_.emplace_back([p = s.get()] { p->Run(); });
+  for (int t = 0; t < s->opt_.threads; ++t) {
+    s->threads_.emplace_back([p = s.get()] { p->Run(); });
+    NameThread(s->threads_.back(), "memoire-rows");
+  }
   *out = std::move(s);
   return Status::OK();
 }

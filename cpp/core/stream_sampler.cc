@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/batch_scheduling.h"
+#include "core/thread_name.h"
 
 namespace memoire {
 
@@ -42,7 +43,10 @@ Status StreamSampler::Make(Options o, std::unique_ptr<StreamSampler>* out) {
   if (o.ahead == 0) o.ahead = o.slots;
   std::unique_ptr<StreamSampler> s(new StreamSampler(std::move(o)));
   MEMOIRE_RETURN_IF_ERROR(StreamRing::Attach(s->opt_.control, s->opt_.slots, &s->ring_));
-  for (int t = 0; t < s->opt_.threads; ++t) s->threads_.emplace_back([p = s.get()] { p->Run(); });
+  for (int t = 0; t < s->opt_.threads; ++t) {
+    s->threads_.emplace_back([p = s.get()] { p->Run(); });
+    NameThread(s->threads_.back(), "memoire-stream");
+  }
   *out = std::move(s);
   return Status::OK();
 }
