@@ -140,6 +140,30 @@ def test_batches_stay_consistent_while_another_thread_adds_and_evicts():
     assert len(buf) == 300
 
 
+@dopamine
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sampler_threads_gather_in_parallel_what_the_serial_gather_gives(prioritized):
+    """The JAX face's sampler threads draw and gather under a shared hold of the store's lock,
+    at the same time: with 4 threads on a stack-4 buffer of 21 x 17 frames, every batch equals
+    the serial gather (``get_elements``) of the keys it drew, and thread t draws what a
+    1-thread feed seeded ``seed + t`` draws (each batch is among their first draws)."""
+    buf = jax_buffer(400, stack=4, obs_shape=(21, 17), episode=37, prioritized=prioritized)
+    fields = ("state", "action", "reward", "next_state", "is_terminal", "episode_end")
+    keys_seen = set()
+    with Feed(buf, 64, depth=8, threads=4, seed=3, with_sample_metadata=True) as feed:
+        for _ in range(200):
+            batch, meta = next(feed)
+            ref = buf.get_elements(meta.keys)
+            for f in fields:
+                np.testing.assert_array_equal(getattr(batch, f), getattr(ref, f), err_msg=f)
+            keys_seen.add(tuple(meta.keys))
+    serial = set()
+    for t in range(4):  # none of the 4 threads drew more than the 200 taken + 8 in the ring
+        with Feed(buf, 64, depth=1, threads=1, seed=3 + t, with_sample_metadata=True) as one:
+            serial.update(tuple(next(one)[1].keys) for _ in range(208))
+    assert keys_seen <= serial
+
+
 # ---- prioritized updates land ----
 
 

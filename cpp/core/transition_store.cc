@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <shared_mutex>
 
 #include "core/gather.h"
 
@@ -85,19 +86,19 @@ TransitionStore::TransitionStore(const Options& o) : opt_(o) {
 }
 
 int64_t TransitionStore::add_count() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return add_count_;
 }
 int64_t TransitionStore::size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return size_;
 }
 double TransitionStore::tree_root() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return opt_.prioritized ? tree_.Total() : 0.0;
 }
 int64_t TransitionStore::frame_capacity() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return frame_cap_;
 }
 
@@ -204,7 +205,7 @@ Status TransitionStore::Add(const uint8_t* frame, const uint8_t* action, double 
                             bool terminal, bool episode_end, double priority, int64_t* emitted) {
   if (opt_.prioritized && !(priority >= 0.0) )
     return Error(Code::kInvalidArgument, "priority: expected a value >= 0, got ", priority);
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(1));
   *emitted = AddLocked(frame, action, reward, terminal, episode_end, priority);
   return Status::OK();
@@ -223,7 +224,7 @@ Status TransitionStore::AddBatch(int64_t k, const uint8_t* frames, const uint8_t
         return Error(Code::kInvalidArgument, "priorities[", b, "]: expected a value >= 0, got ",
                      priorities[b]);
   }
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   MEMOIRE_RETURN_IF_ERROR(CheckRoomLocked(k));
   for (int64_t b = 0; b < k; ++b) {
     emitted[b] = AddLocked(frames + b * opt_.frame_bytes, actions + b * opt_.action_bytes,
@@ -289,7 +290,7 @@ int64_t TransitionStore::AddLocked(const uint8_t* frame, const uint8_t* action, 
 // ---- sampling, update, gather ----
 
 Status TransitionStore::KeysAt(const int64_t* indices, int64_t n, int32_t* keys) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   for (int64_t b = 0; b < n; ++b)
     if (indices[b] < 0 || indices[b] >= size_)
       return Error(Code::kOutOfRange, "indices: expected values in [0, ", size_, "), got ",
@@ -302,7 +303,7 @@ Status TransitionStore::KeysAt(const int64_t* indices, int64_t n, int32_t* keys)
 
 Status TransitionStore::Query(const double* targets, int64_t n, int32_t* keys,
                               double* probabilities) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   if (!opt_.prioritized || tree_.Total() == 0.0)
     return Error(Code::kFailedPrecondition, "prioritized query on an empty sum tree");
   const double root = tree_.Total();
@@ -326,7 +327,7 @@ Status TransitionStore::Query(const double* targets, int64_t n, int32_t* keys,
 }
 
 Status TransitionStore::Update(const int64_t* keys, const double* values, int64_t n) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   if (!opt_.prioritized)
     return Error(Code::kFailedPrecondition, "update: the buffer is not prioritized");
   std::vector<int64_t> idx(n);
@@ -341,7 +342,7 @@ Status TransitionStore::Update(const int64_t* keys, const double* values, int64_
 }
 
 Status TransitionStore::Priorities(const int64_t* keys, int64_t n, double* out) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   for (int64_t b = 0; b < n; ++b)
     if (!Live(keys[b])) return NotStored(keys[b]);
   for (int64_t b = 0; b < n; ++b)
@@ -352,7 +353,7 @@ Status TransitionStore::Priorities(const int64_t* keys, int64_t n, double* out) 
 Status TransitionStore::Gather(const int64_t* keys, int64_t n, uint8_t* state, uint8_t* action,
                                double* reward, uint8_t* next_state, uint8_t* terminal,
                                uint8_t* episode_end) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   for (int64_t b = 0; b < n; ++b)
     if (!Live(keys[b])) return NotStored(keys[b]);
   GatherLocked(keys, n, state, action, reward, next_state, terminal, episode_end);
@@ -386,7 +387,7 @@ Status TransitionStore::SampleGather(Rng* rng, int64_t n, int32_t* keys, double*
                                      uint8_t* state, uint8_t* action, double* reward,
                                      uint8_t* next_state, uint8_t* terminal,
                                      uint8_t* episode_end) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
                          .With("needed", 1);
   std::vector<int64_t> k64(n);
@@ -402,7 +403,7 @@ Status TransitionStore::SampleDistinctFrames(Rng* rng, int64_t n, int64_t granul
                                              double* reward, uint8_t* terminal,
                                              uint8_t* episode_end) const {
   if (granule < 1) return Error(Code::kInvalidArgument, "granule: expected >= 1, got ", granule);
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   if (size_ == 0) return Error(Code::kFailedPrecondition, "no elements stored to sample from")
                          .With("needed", 1);
   const int s = opt_.stack_size;
@@ -468,7 +469,7 @@ void TransitionStore::GatherLocked(const int64_t* keys, int64_t n, uint8_t* stat
 }
 
 void TransitionStore::Clear() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   add_count_ = 0;
   size_ = 0;
   w_len_ = 0;
@@ -479,26 +480,26 @@ void TransitionStore::Clear() {
 }
 
 void TransitionStore::ClearTrajectory() {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   ClearWindow();
 }
 
 // ---- checkpoints ----
 
 void TransitionStore::ExportSampler(int64_t* key_by_index, double* nodes) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   std::copy(key_by_index_.begin(), key_by_index_.begin() + size_, key_by_index);
   if (nodes && opt_.prioritized) std::copy(tree_.heap(), tree_.heap() + tree_.heap_size(), nodes);
 }
 
 int64_t TransitionStore::window_size() const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   return w_len_;
 }
 
 void TransitionStore::ExportWindow(uint8_t* frames, uint8_t* actions, double* rewards,
                                    uint8_t* terminals, uint8_t* episode_ends) const {
-  std::lock_guard<std::mutex> l(mu_);
+  std::shared_lock<RwLock> l(mu_);
   for (int k = 0; k < w_len_; ++k) {
     std::memcpy(frames + k * opt_.frame_bytes, frame_at(w_[k].pos), opt_.frame_bytes);
     rewards[k] = w_[k].reward;
@@ -622,7 +623,7 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
   if (opt_.action_bytes && w)
     std::memcpy(t.w_actions_.data(), win_actions, opt_.action_bytes * w);
 
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<RwLock> l(mu_);
   frames_.swap(t.frames_);
   frame_cap_ = t.frame_cap_;
   head_ = t.head_;

@@ -26,7 +26,11 @@
 //
 // Cost: Add O(frame bytes + stack + horizon [+ log n prioritized]); Gather O(n * 2 * stack *
 // frame bytes), memcpy-bound; Update O(k log k + k log n).
-// Thread-safety: thread-safe; every public method takes mu_. A failed call changes nothing.
+// Thread-safety: thread-safe. Reads (draws, gathers, exports, counts) share mu_, so several
+// feed threads draw and copy their batches at once; writers (adds, priority updates, clears,
+// imports) hold it alone, and a waiting writer goes before new reads (core/rw_lock.h). So a
+// priority update lands between two of a thread's batches, never inside one. A failed call
+// changes nothing.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +40,7 @@
 
 #include "core/reserved.h"
 #include "core/rng.h"
+#include "core/rw_lock.h"
 #include "core/status.h"
 #include "core/sum_tree.h"
 
@@ -103,7 +108,8 @@ class TransitionStore {
                 uint8_t* next_state, uint8_t* terminal, uint8_t* episode_end) const;
 
   // The prefetching feed's draw (core/prefetch.h): draws n elements and gathers them under one
-  // lock, so a priority update lands between two batches, never inside one. Uniform over the
+  // shared hold of the lock (other threads draw and gather at the same time), so a priority
+  // update lands between two batches, never inside one. Uniform over the
   // stored elements (dense index rng->Below(size())), or, when prioritized with a positive
   // total, by targets rng->Uniform() * total descended as Query does; probabilities[b] is the
   // element's probability (1 / size() when drawn uniformly, as the JAX face's fallback).
@@ -170,7 +176,7 @@ class TransitionStore {
     bool terminal, episode_end;
   };
 
-  // All below: mu_ held.
+  // All below: mu_ held (shared by the const ones).
   // OK when `k` more steps (each yields at most update_horizon + stack_size elements) keep
   // add_count_ within kMaxAddCount.
   Status CheckRoomLocked(int64_t k) const;
@@ -202,7 +208,7 @@ class TransitionStore {
                     uint8_t* episode_end) const;
 
   Options opt_;
-  mutable std::mutex mu_;
+  mutable RwLock mu_;
 
   // Frame ring (+ one zero frame at index frame_cap_), reserved: pages are committed as
   // frames are written, and the zero frame reads as zeros untouched.
