@@ -61,7 +61,7 @@ def main(gin_file, steps):
     feed = getattr(memory, "__dict__", {}).get("_feed")  # memoire's prefetching feed, if on
     if feed is not None:
         result["feed"] = {"depth": feed.depth, "threads": feed.threads}
-        result["feed_taken"] = int(feed._holder[0].taken)  # pylint: disable=protected-access
+        result["feed_taken"] = int(feed.taken)
         result["sample_count"] = int(memory.sample_count)
     result["batch_shapes"] = {k: list(np.shape(v)) for k, v in batch.items()}
     result["batch_indices_valid"] = bool(

@@ -31,7 +31,8 @@ def _jax_buffer(n=60, **kw):
 
 
 def _held(feed):
-    return feed._holder[-1].held
+    """Device slots lent to the learner or not yet given back."""
+    return feed._ring.held
 
 
 # ---- same batches as the host feed ----
@@ -71,13 +72,12 @@ def test_jax_cpu_consumer_gets_the_host_feeds_batches_zero_copy():
                 a = getattr(d, name)
                 assert isinstance(a, jax.Array)
                 np.testing.assert_array_equal(np.asarray(a), getattr(h, name))
+            dev.release()
         assert dev.device_slots == 3
         # Zero-copy: the JAX array's buffer is the device slot's memory.
-        native = dev._holder[-1]
-        raw = native.take()
-        pointer = raw[2].pointer
-        arr = jax.dlpack.from_dlpack(raw[2])
-        assert arr.unsafe_buffer_pointer() == pointer
+        d = next(dev)
+        raw = dev._ring.views(dev._last_slot)
+        assert d.state.unsafe_buffer_pointer() == raw[2].pointer
 
 
 @dopamine
@@ -159,90 +159,83 @@ def test_tf_face_batches_through_the_ring_equal_the_host_feed():
                 np.testing.assert_array_equal(got, a)
 
 
-# ---- JAX on CUDA: one import per batch, split on the device (run here on JAX's CPU) ----
+# ---- lent slots: imported once, given back when what read them is done ----
 
 
-@pytest.fixture
-def split_on_cpu(monkeypatch):
-    """Feeds made in the test take the split path (_JaxSplit) on JAX's CPU device too."""
+def _wide_memory(seed):
+    """A memory whose state and action templates are 64-bit (float64[2], int64): values JAX
+    with x64 off holds as 32-bit, among them float32's edge cases."""
+    rem = ReplayMemory(
+        np.zeros([2], np.float64),
+        np.zeros([], np.int64),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([], np.float32),
+        np.zeros([0], np.uint8),
+        200,
+    )
+    rem.seed(seed)
+    f32 = np.float32(1.7)
+    ulp = float(np.spacing(f32))
+    edges = [
+        0.0, -0.0, 1e300, -1e300, np.inf, -np.inf, np.nan, 3.4028235677973366e38,
+        3.4028235e38 * (1 + 2**-25), 1e-300, 1.2e-38, float(f32) + ulp / 2,
+        float(f32) + ulp / 2 * (1 + 2**-20), -(2.0**-126), 2.5, -7.25,
+    ]  # fmt: skip
+    states = np.stack([np.tile(edges, 4), np.arange(64) * 1.1], 1)
+    actions = np.tile(np.array([0, 1, -1, 2**31 - 1, -(2**31), 2**40 + 5, -(2**40) - 7, 3]), 8)
+    n = len(states)
+    rem.new_episode()
+    rem.add_entries(
+        states,
+        actions.astype(np.int64),
+        np.ones(n, np.float32),
+        np.ones(n, np.float32),
+        np.zeros(n, np.float32),
+        np.zeros((n, 0), np.uint8),
+        np.ones(n, np.float32),
+    )
+    rem.close_episode()
+    return rem
+
+
+def test_jax_batches_arrive_in_jax_dtypes_equal_to_get_batch():
+    # 64-bit parts are narrowed by the copy thread to what JAX holds with x64 off (float64 as
+    # numpy's astype(float32) rounds it, to +-inf past float32's range; integers to their low
+    # word): a jitted step converts nothing on entry.
     jax = pytest.importorskip("jax")
-    import memoire.feed as feed_module
-
-    monkeypatch.setattr(feed_module, "_SPLIT_PLATFORMS", ("gpu", "cuda", "cpu"))
-    return jax
-
-
-def test_split_replay_memory_batches_equal_get_batch_and_hold_no_slot(split_on_cpu):
-    jax = split_on_cpu
-    sync, fed = _memory(7), _memory(7)
-    kept = []
-    with Feed(fed, 6, depth=2, device="jax", device_slots=2) as feed:
-        assert feed._split is not None
-        for _ in range(20):
-            want, got = sync.get_batch(6), next(feed)
-            kept.append((want, got))  # held batches do not hold device slots
-            # The slot of the block whose split may still run, at most (one stays free for
-            # the copy thread): 20 batches held do not stall the feed (the per-part path
-            # raises "held" at the third).
-            assert _held(feed) <= 1
-            assert isinstance(got.id, np.ndarray)  # ids stay on the host
-        assert feed.last_transfer_bytes > 0
-    for want, got in kept:  # still equal after close
-        for w, g in zip(want.prev + want.next, got.prev + got.next):
-            assert (w is None) == (g is None)
-            if w is not None:
-                assert isinstance(g, jax.Array)
-                np.testing.assert_array_equal(np.asarray(g), w)
-        for name in ("weight", "done", "id"):
-            np.testing.assert_array_equal(np.asarray(getattr(got, name)), getattr(want, name))
-        # float64 arrives as JAX holds it (float32 with x64 off, as device_put gives it)
-        prob = np.asarray(got.prob)
-        assert prob.dtype == jax.dtypes.canonicalize_dtype(np.float64)
-        np.testing.assert_allclose(prob, want.prob, rtol=1e-6)
-
-
-def test_split_turns_64_bit_parts_into_what_jax_holds():
-    jax = pytest.importorskip("jax")
-    from memoire.feed import _jax_dtype, _split_fn
-
     if jax.config.jax_enable_x64:
         pytest.skip("x64 on: 64-bit parts stay 64-bit")
-    rng = np.random.default_rng(0)
-    f32 = rng.standard_normal(200).astype(np.float32)
-    ulp = np.spacing(f32).astype(np.float64)
-    values = np.concatenate(
-        [
-            rng.standard_normal(300) * 10.0 ** rng.integers(-37, 38, 300),
-            f32.astype(np.float64) + ulp / 2,  # ties: to even
-            f32.astype(np.float64) + ulp / 2 * (1 + 2**-20),  # just above a tie
-            f32.astype(np.float64) - ulp / 2 * (1 + 2**-20),
-            [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, 3.5e38, -1e300, 3.4028235e38, 1e-300],
-            [np.finfo(np.float32).max * (1 + 2**-25), 1.2e-38, -(2.0**-126)],
-        ]
-    )
-    ints = np.array([0, 1, -1, 2**31 - 1, -(2**31), 2**40 + 5, -(2**40) - 7], np.int64)
-    raw = np.concatenate([values.view(np.uint8), ints.view(np.uint8)])
-    layout = ((0, 0, (len(values),), "<f8"), (1, values.nbytes, (len(ints),), "<i8"))
-    got_f, got_i = _split_fn(layout)(raw)
-    assert got_f.dtype == _jax_dtype(np.dtype(np.float64)) == np.float32
-    with np.errstate(over="ignore"):
-        want = values.astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(got_f), want)
-    np.testing.assert_array_equal(np.signbit(np.asarray(got_f)), np.signbit(want))
-    assert np.isnan(
-        np.asarray(_split_fn(((0, 0, (1,), "<f8"),))(np.array([np.nan]).view(np.uint8))[0])
-    )
-    np.testing.assert_array_equal(np.asarray(got_i), ints.astype(np.int32))  # the low word
+    sync, fed = _wide_memory(5), _wide_memory(5)
+    with Feed(fed, 16, depth=2, device="jax") as feed:
+        for _ in range(30):
+            want, got = sync.get_batch(16), next(feed)
+            for w, g in zip(want.prev + want.next, got.prev + got.next):
+                assert (w is None) == (g is None)
+                if w is None:
+                    continue
+                assert isinstance(g, jax.Array)
+                assert g.dtype == jax.dtypes.canonicalize_dtype(w.dtype)
+                with np.errstate(over="ignore"):
+                    expected = w.astype(g.dtype)
+                np.testing.assert_array_equal(np.asarray(g), expected)
+                np.testing.assert_array_equal(np.signbit(np.asarray(g)), np.signbit(expected))
+            np.testing.assert_array_equal(np.asarray(got.prob), want.prob.astype(np.float32))
+            np.testing.assert_array_equal(got.id, want.id)  # ids stay on the host, int64
+            assert got.id.dtype == np.int64 and isinstance(got.id, np.ndarray)
+            feed.release()
 
 
 @dopamine
 @pytest.mark.parametrize("prioritized", [False, True])
-def test_split_jax_face_batches_equal_the_host_feed(split_on_cpu, prioritized):
-    jax = split_on_cpu
+def test_lent_jax_face_batches_are_the_slots_arrays_imported_once(prioritized):
+    jax = pytest.importorskip("jax")
     buf = _jax_buffer(prioritized=prioritized)
+    seen = {}  # slot -> the element handed out for it
     with (
         Feed(buf, seed=9, with_sample_metadata=True) as host,
-        Feed(buf, seed=9, device="jax", with_sample_metadata=True, device_slots=1) as dev,
+        Feed(buf, seed=9, device="jax", with_sample_metadata=True) as dev,
     ):
         for _ in range(12):
             (h, hm), (d, dm) = next(host), next(dev)
@@ -251,92 +244,106 @@ def test_split_jax_face_batches_equal_the_host_feed(split_on_cpu, prioritized):
                 assert isinstance(a, jax.Array) and not a.committed
                 np.testing.assert_array_equal(np.asarray(a), getattr(h, name))
             np.testing.assert_array_equal(dm.keys, hm.keys)
-        assert dev._split is not None and _held(dev) <= 1
-        native = dev._holder[-1]
-    assert native.held == 0  # close waits for the splits and lets go of the blocks
+            slot = dev._last_slot
+            assert seen.setdefault(slot, d) is d  # the same arrays each time round
+            dev.release()
+        assert len(seen) == dev.device_slots
+
+
+def _slow_sum(jax, seconds):
+    """A jitted step that reads the batch's state only after sleeping ``seconds`` on the host
+    (a callback it depends on): a slot given back too early is rewritten meanwhile, and the
+    sum then differs from the batch's."""
+    import jax.numpy as jnp
+
+    def pause(x):
+        import time
+
+        time.sleep(seconds)
+        return np.zeros((), np.int32)
+
+    def step(state):
+        zero = jax.pure_callback(pause, jax.ShapeDtypeStruct((), np.int32), state[0, 0])
+        return jnp.sum(state.astype(np.int32) + zero)
+
+    return jax.jit(step)
 
 
 @dopamine
-def test_split_stack_on_device_equals_host_stacks(split_on_cpu):
-    buf = _jax_buffer(80)
-    with (
-        Feed(buf, seed=2) as host,
-        Feed(buf, seed=2, device="jax", stack_on_device=True) as dev,
-    ):
-        for _ in range(10):
-            h, d = next(host), next(dev)
-            for name in FIELDS:
-                np.testing.assert_array_equal(np.asarray(getattr(d, name)), getattr(h, name))
-
-
-# ---- ownership ----
-
-
-@dopamine
-def test_slots_come_back_when_the_arrays_are_dropped():
+@pytest.mark.parametrize("release", [True, False])
+def test_a_slot_is_never_rewritten_while_a_step_that_reads_it_is_pending(release):
+    # The learner runs ahead of slow steps: with release(after=out) the slot goes back once
+    # out is ready; without release, its arrays are deleted and JAX frees them (giving the
+    # slot back) once the pending step is done. Either way every delayed read sees its batch.
     jax = pytest.importorskip("jax")
+    buf = _jax_buffer(80)
+    step = _slow_sum(jax, 0.05)
+    with Feed(buf, seed=4) as host:
+        want = [int(next(host).state.astype(np.int64).sum()) for _ in range(8)]
+    outs = []
+    with Feed(buf, seed=4, device="jax", device_slots=3) as feed:
+        for _ in range(8):
+            batch = next(feed)
+            outs.append(step(batch.state))
+            if release:
+                feed.release(after=outs[-1])
+        got = [int(o) for o in outs]
+    assert got == want
+
+
+@dopamine
+def test_a_batch_never_released_is_deleted_at_the_next_take():
+    pytest.importorskip("jax")
     buf = _jax_buffer()
-    with Feed(buf, seed=1, device="jax", with_sample_metadata=True) as feed:
-        a = next(feed)
-        b = next(feed)
-        assert _held(feed) == 2
-        del a
-        gc.collect()
-        assert _held(feed) == 1
-        state = b[0].state  # one array of the batch keeps its slot
-        del b
-        gc.collect()
-        assert _held(feed) == 1
-        del state
-        assert _held(feed) == 0
-        assert isinstance(next(feed)[0].state, jax.Array)
+    with Feed(buf, seed=1, device="jax") as feed:
+        first = next(feed)
+        second = next(feed)
+        assert first.state.is_deleted()  # given back: using it raises
+        assert feed._lender.dropped == 1
+        with pytest.raises(RuntimeError, match="deleted"):
+            np.asarray(first.state)
+        assert not second.state.is_deleted()
+        for _ in range(3 * feed.device_slots):  # the slots come back and are imported again
+            assert next(feed).state.shape[0] == 8
+        feed.release()
+        assert feed.release() is None  # nothing lent: a no-op
+
+
+@dopamine
+def test_dlpack_batches_go_back_at_the_next_take():
+    buf = _jax_buffer()
     with Feed(buf, seed=1, device="cpu", dlpack=True) as feed:
-        batch = next(feed)
-        views = [np.from_dlpack(getattr(batch, n)) for n in FIELDS]
-        del batch
-        assert _held(feed) == 1  # numpy's views hold the DLPack tensors
-        del views
-        assert _held(feed) == 0
-        # An exported capsule nobody consumed gives its slot back when it is freed.
-        batch = next(feed)
-        capsule = batch.state.__dlpack__()
-        versioned = batch.state.__dlpack__(max_version=(1, 0))
-        del batch
+        a = next(feed)
         assert _held(feed) == 1
-        del capsule, versioned
+        views = [np.from_dlpack(getattr(a, n)) for n in FIELDS]
+        b = next(feed)
+        assert _held(feed) == 1  # a's slot went back, views or not: batches are lent
+        assert b.state.slot != a.state.slot or feed.device_slots == 1
+        # An exported capsule nobody consumed frees its export, nothing else.
+        capsule = b.state.__dlpack__()
+        versioned = b.state.__dlpack__(max_version=(1, 0))
+        del capsule, versioned, views
+        feed.release()
         assert _held(feed) == 0
 
 
 @dopamine
-def test_holding_every_device_slot_raises_and_dropping_feeds_again():
-    buf = _jax_buffer()
-    with Feed(buf, device="jax", device_slots=2) as feed:
-        held = [next(feed), next(feed)]
-        with pytest.raises(RuntimeError, match="held"):
-            next(feed)
-        del held
-        assert next(feed).state.shape[0] == 8
-
-
-@dopamine
-def test_close_with_arrays_alive_is_clean_and_they_stay_valid():
+def test_close_with_arrays_alive_is_clean_and_their_memory_stays():
     pytest.importorskip("jax")
     buf = _jax_buffer()
     feed = Feed(buf, seed=3, device="jax")
     host = Feed(buf, seed=3)
-    kept = [next(feed) for _ in range(3)]
-    want = [next(host) for _ in range(3)]
+    kept, want = next(feed), next(host)
     feed.close()
     host.close()
     feed.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         next(feed)
-    for k, w in zip(kept, want):
-        np.testing.assert_array_equal(np.asarray(k.state), w.state)
+    np.testing.assert_array_equal(np.asarray(kept.state), want.state)
     del feed
     gc.collect()
-    for k, w in zip(kept, want):  # the ring is gone from Python; its slots live on
-        np.testing.assert_array_equal(np.asarray(k.next_state), w.next_state)
+    # The ring is gone from Python; the slot's memory lives while its arrays do.
+    np.testing.assert_array_equal(np.asarray(kept.next_state), want.next_state)
 
 
 @dopamine

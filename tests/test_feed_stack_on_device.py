@@ -149,7 +149,8 @@ def test_atari_shaped_frames_move_fewer_bytes():
         next(feed)
         stacked_bytes = feed.last_transfer_bytes
     frame = 84 * 84
-    small = buf._empty_batch(32)[1].nbytes + 32 * (8 + 1 + 1)  # action, reward, two bools
+    # Action and reward as JAX holds them (x64 off: 32-bit, narrowed on the way), two bools.
+    small = 32 * (4 + 4 + 1 + 1)
     assert plain_bytes == 2 * 32 * 4 * frame + small
     # 5 distinct frames per transition (fewer where stacks share frames or start an episode),
     # padded to a multiple of 8 frames, plus the index int32[32, 2, 4].

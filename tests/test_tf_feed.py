@@ -106,7 +106,7 @@ def test_default_is_synchronous_and_explicit_indices_or_sizes_bypass_the_feed():
     assert fed.sample_transition_batch(batch_size=5)[0].shape[0] == 5
     assert "_feed" not in fed.__dict__  # neither started the feed
     assert fed.sample_transition_batch(batch_size=16)[0].shape[0] == 16
-    assert fed._feed._holder[0].taken == 1
+    assert fed._feed.taken == 1
 
 
 def test_prioritized_feed_draws_in_proportion_and_returns_the_batch_priorities():

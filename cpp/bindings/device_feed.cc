@@ -1,8 +1,14 @@
 // _core.DeviceFeed, _core.DeviceArray, _core.CudaRuntime: a ring of device slots filled from a
 // _core.Feed's host ring by a native copy thread (core/device_ring.h), handed to Python as
 // DLPack producers (`__dlpack__`, `__dlpack_device__`): JAX, PyTorch, CuPy and numpy take them
-// zero-copy. A slot goes back to the copy thread when the last array of its batch is freed
-// (the DLPack deleter, from whatever thread the consumer frees it on).
+// zero-copy.
+//
+// Slots are lent, not given: `views(slot)` builds a slot's arrays once (the framework imports
+// them once, when the slot first comes round), `take_slot()` hands out the next ready slot and
+// `release(slot, stream)` gives it back when the consumer says what read it is done. So a
+// learner's take costs a slot index, never an import. A slot whose arrays the consumer wants
+// freed instead (`DeviceArray.give_back_when_freed`) goes back when the last of them is freed:
+// the DLPack deleter, called by the framework once the work queued on them is done.
 #include <Python.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -62,16 +68,20 @@ struct DLManagedTensorVersioned {
 constexpr const char* kLegacyName = "dltensor";
 constexpr const char* kVersionedName = "dltensor_versioned";
 
-// A taken device slot; the slot goes back to the ring when the last holder (a DeviceArray, a
-// DLPack tensor a framework imported, a host view of the slot's metadata) lets go.
+// What keeps a slot's memory (and the ring) alive while arrays view it. Lent views never give
+// the slot back when freed (the consumer calls release); after give_back_when_freed, the last
+// holder's going (a DeviceArray, a DLPack tensor a framework imported) gives it back.
 struct Lease {
   std::shared_ptr<DeviceRing> ring;
   int slot;
   // The consumer's stream (DLPack's integer) its last __dlpack__ named: the next copy into the
   // slot waits for the work queued there before the release. -1: none named.
   std::atomic<int64_t> stream{-1};
+  std::atomic<bool> give_back{false};
   Lease(std::shared_ptr<DeviceRing> r, int s) : ring(std::move(r)), slot(s) {}
-  ~Lease() { ring->Release(slot, stream.load()); }
+  ~Lease() {
+    if (give_back.load()) ring->Release(slot, stream.load());
+  }
 };
 
 // What a DLPack tensor owns: the lease and its shape/strides arrays.
@@ -181,6 +191,8 @@ class DeviceArray {
   }
   uintptr_t pointer() const { return reinterpret_cast<uintptr_t>(data_); }
   int slot() const { return lease_->slot; }
+  void GiveBackWhenFreed() { lease_->give_back.store(true); }
+  int64_t stream() const { return lease_->stream.load(); }
 
  private:
   std::shared_ptr<Lease> lease_;
@@ -192,7 +204,8 @@ class DeviceArray {
 class PyDeviceFeed {
  public:
   PyDeviceFeed(const py::object& feed, const py::object& runtime, int device, int slots,
-               std::optional<std::vector<bool>> to_device, std::optional<std::vector<int64_t>> trim)
+               std::optional<std::vector<bool>> to_device, std::optional<std::vector<int64_t>> trim,
+               std::optional<std::vector<bool>> narrow)
       : feed_(feed) {
     FeedRing host = FeedRingOf(feed);
     dtypes_ = host.dtypes;
@@ -214,6 +227,20 @@ class PyDeviceFeed {
       o.trim_count_index = static_cast<int>((*trim)[2]);
       o.trim_unit = unit;
     }
+    if (narrow) {
+      if (narrow->size() != dtypes_.size())
+        ThrowInvalid("narrow: expected " + std::to_string(dtypes_.size()) + " flags, got " +
+                     std::to_string(narrow->size()));
+      o.narrow.assign(dtypes_.size(), DeviceRing::kNarrowNone);
+      for (size_t i = 0; i < dtypes_.size(); ++i) {
+        if (!(*narrow)[i]) continue;
+        const char kind = dtypes_[i].kind();
+        if (dtypes_[i].itemsize() != 8 || (kind != 'f' && kind != 'i' && kind != 'u'))
+          ThrowInvalid("narrow: part " + std::to_string(i) + " is not a 64-bit number");
+        o.narrow[i] = kind == 'f' ? DeviceRing::kNarrowFloat : DeviceRing::kNarrowInt;
+        dtypes_[i] = py::dtype(std::string(1, kind) + "4");  // what the device part holds
+      }
+    }
     std::unique_ptr<CopyEngine> engine;
     if (runtime.is_none()) {
       if (device != 0) ThrowInvalid("device: the host stand-in has device 0 only");
@@ -234,54 +261,66 @@ class PyDeviceFeed {
     }
   }
 
-  // The next batch: a DeviceArray per device part, a numpy view of the host mirror per host
-  // part, None per part the layout leaves out; or the draw's error.
-  py::object Take(bool block) {
-    if (!ring_ || closed_) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
-    std::shared_ptr<DeviceRing> ring = ring_;
+  // The next ready slot (blocks without the GIL), lent until release(slot); or the draw's
+  // error (its slot already given back).
+  int TakeSlot() {
+    std::shared_ptr<DeviceRing> ring = Ring();
     int slot = -1;
     Status s;
-    {
+    if (!ring->TryTake(&slot, &s)) {  // the GIL is let go only to wait
       GilRelease release;
       s = ring->Take(&slot);
     }
     if (slot < 0) ThrowIfError(s);
-    auto lease = std::make_shared<Lease>(ring, slot);
     if (!s.ok()) {
-      lease.reset();  // the slot goes back before the error is raised
+      ring->Release(slot, -1);
       ThrowIfError(s);
     }
+    return slot;
+  }
+
+  // Slot `slot`'s arrays: a DeviceArray per device part (its whole capacity: a trimmed part's
+  // first dimension is what it can hold), a numpy view of the slot's host mirror per host part,
+  // None per part the layout leaves out. They view the slot whatever batch it holds, and never
+  // give it back when freed (unless give_back_when_freed is called on one).
+  py::tuple Views(int slot) {
+    std::shared_ptr<DeviceRing> ring = Ring();
+    if (slot < 0 || slot >= ring->slots())
+      ThrowInvalid("slot: expected one in [0, " + std::to_string(ring->slots()) + "), got " +
+                   std::to_string(slot));
+    auto lease = std::make_shared<Lease>(ring, slot);
     py::tuple out(dtypes_.size());
-    py::object keep;  // one capsule for every host view of this batch
+    py::object keep;  // one capsule for every host view of this slot
     for (size_t i = 0; i < dtypes_.size(); ++i) {
       if (none_[i]) {
         out[i] = py::none();
-        continue;
-      }
-      std::vector<py::ssize_t> shape = shapes_[i];
-      if (ring->on_device(static_cast<int>(i))) {
-        if (!shape.empty()) {  // a trimmed part: its first dimension is what was copied
-          size_t row = static_cast<size_t>(dtypes_[i].itemsize());
-          for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
-          if (row > 0) shape[0] = static_cast<py::ssize_t>(ring->copied_bytes(slot, i) / row);
-        }
+      } else if (ring->on_device(static_cast<int>(i))) {
         out[i] = py::cast(DeviceArray(lease, ring->device_part(slot, static_cast<int>(i)),
-                                      dtypes_[i], shape));
+                                      dtypes_[i], shapes_[i]));
       } else {
         if (!keep) {
           keep = py::capsule(new std::shared_ptr<Lease>(lease), [](void* p) {
             delete static_cast<std::shared_ptr<Lease>*>(p);
           });
         }
-        out[i] = py::array(dtypes_[i], shape, ring->host_part(slot, static_cast<int>(i)), keep);
+        out[i] = py::array(dtypes_[i], shapes_[i], ring->host_part(slot, static_cast<int>(i)),
+                           keep);
       }
     }
-    if (!block) return std::move(out);
-    // The whole device block of the slot, uint8[block bytes]: one import for the batch, which
-    // the consumer splits into its parts on the device (DeviceArray.pointer gives the offsets).
-    py::object whole = py::cast(DeviceArray(lease, ring->device_block(slot), py::dtype("uint8"),
-                                            {static_cast<py::ssize_t>(ring->block_bytes())}));
-    return py::make_tuple(whole, out);
+    return out;
+  }
+
+  // Gives a taken slot back; the next copy into it waits for the work queued on `stream` so far
+  // (DLPack's integer: -1 none, as when what read the slot is known to be done).
+  void Release(int slot, int64_t stream) { Ring()->Release(slot, stream); }
+
+  // Bytes the slot's last copy moved to the device (a trimmed part's rows only).
+  int64_t CopiedBytes(int slot) const {
+    int64_t n = 0;
+    for (size_t i = 0; i < dtypes_.size(); ++i)
+      if (!none_[i] && ring_->on_device(static_cast<int>(i)))
+        n += static_cast<int64_t>(ring_->copied_bytes(slot, static_cast<int>(i)));
+    return n;
   }
 
   void Close() {
@@ -304,8 +343,13 @@ class PyDeviceFeed {
   }
 
  private:
+  std::shared_ptr<DeviceRing> Ring() const {
+    if (!ring_ || closed_) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
+    return ring_;
+  }
+
   py::object feed_;  // the host _core.Feed: its samplers fill the ring copied from
-  std::vector<py::dtype> dtypes_;
+  std::vector<py::dtype> dtypes_;  // as the device holds them (narrowed parts 32-bit)
   std::vector<std::vector<py::ssize_t>> shapes_;
   std::vector<bool> none_;
   std::shared_ptr<DeviceRing> ring_;
@@ -343,8 +387,8 @@ One array of a device batch (private: memoire.feed.Feed hands out the framework'
 A DLPack producer: `__dlpack__(stream=None, max_version=None, dl_device=None, copy=None)`
 returns a capsule viewing the device slot (zero-copy); on CUDA the consumer's `stream` is
 ordered after the slot's copy (cudaStreamWaitEvent; never blocks). `__dlpack_device__()`:
-(1, 0) for the host stand-in, (2, n) for CUDA device n. The slot is held until this object
-and every tensor imported from it are freed.
+(1, 0) for the host stand-in, (2, n) for CUDA device n. The memory stays valid while this
+object or a tensor imported from it lives; the slot itself is lent (DeviceFeed.release).
 )doc")
       .def("__dlpack__", &DeviceArray::DLPack, py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
@@ -354,29 +398,47 @@ and every tensor imported from it are freed.
       .def_property_readonly("dtype", &DeviceArray::dtype)
       .def_property_readonly("nbytes", &DeviceArray::nbytes)
       .def_property_readonly("pointer", &DeviceArray::pointer, "the data's address (int)")
-      .def_property_readonly("slot", &DeviceArray::slot, "the device slot it views");
+      .def_property_readonly("slot", &DeviceArray::slot, "the device slot it views")
+      .def_property_readonly("stream", &DeviceArray::stream,
+                             "the stream the last __dlpack__ named (-1: none)")
+      .def("give_back_when_freed", &DeviceArray::GiveBackWhenFreed,
+           "From now on the slot goes back to the ring when every array viewing it (its "
+           "DeviceArrays, what frameworks imported from them) is freed, instead of by "
+           "DeviceFeed.release.");
 
   py::class_<PyDeviceFeed>(m, "DeviceFeed", R"doc(
 A ring of device slots filled from a Feed's host ring (private: use memoire.feed.Feed(device=)).
 
-DeviceFeed(feed, runtime=None, device=0, slots=3, to_device=None, trim=None): a native copy
-thread copies each host batch of `feed` (a _core.Feed) into one of `slots` device slots: with
-`runtime` (a CudaRuntime) by cudaMemcpyAsync on its own stream into device `device`'s memory,
-the host ring page-locked; with None by memcpy into host memory (the stand-in, DLPack kDLCPU).
-`to_device[i]` False keeps part i on the host (copied into the slot's host mirror).
-`trim=(part, count_part, index)` copies only count_part[index] rows of `part`.
-take() returns the next batch: DeviceArray per device part, numpy views per host part.
+DeviceFeed(feed, runtime=None, device=0, slots=3, to_device=None, trim=None, narrow=None): a
+native copy thread copies each host batch of `feed` (a _core.Feed) into one of `slots` device
+slots: with `runtime` (a CudaRuntime) by cudaMemcpyAsync on its own stream into device
+`device`'s memory, the host ring page-locked; with None by memcpy into host memory (the
+stand-in, DLPack kDLCPU). `to_device[i]` False keeps part i on the host (copied into the slot's
+host mirror). `trim=(part, count_part, index)` copies only count_part[index] rows of `part`.
+`narrow[i]` True turns 64-bit part i into its 32-bit dtype on the way (float64 -> float32 as
+numpy's astype, integers to their low 32 bits).
+Slots are lent: take_slot() -> the next ready slot, views(slot) -> its arrays (built once per
+slot by the caller), release(slot, stream) gives it back.
 )doc")
       .def(py::init<const py::object&, const py::object&, int, int,
-                    std::optional<std::vector<bool>>, std::optional<std::vector<int64_t>>>(),
+                    std::optional<std::vector<bool>>, std::optional<std::vector<int64_t>>,
+                    std::optional<std::vector<bool>>>(),
            py::arg("feed"), py::arg("runtime") = py::none(), py::arg("device") = 0,
-           py::arg("slots") = 3, py::arg("to_device") = py::none(), py::arg("trim") = py::none())
-      .def("take", &PyDeviceFeed::Take, py::arg("block") = false,
-           "The next batch (tuple); blocks without the GIL until a slot is ready. Raises the "
-           "draw's error, or RuntimeError when closed or when every slot is held. block=True: "
-           "(DeviceArray uint8[slot bytes] viewing the slot's whole device block, the tuple), "
-           "for a consumer that imports the block once and splits it on the device (each "
-           "device part's offset is its pointer minus the block's).")
+           py::arg("slots") = 3, py::arg("to_device") = py::none(), py::arg("trim") = py::none(),
+           py::arg("narrow") = py::none())
+      .def("take_slot", &PyDeviceFeed::TakeSlot,
+           "The next ready slot (int), lent until release; blocks without the GIL. Raises the "
+           "draw's error (the slot given back), or RuntimeError when closed or when every slot "
+           "stayed lent.")
+      .def("views", &PyDeviceFeed::Views, py::arg("slot"),
+           "Slot `slot`'s arrays (tuple): DeviceArray per device part (a trimmed part at its "
+           "full capacity), a numpy view of the slot's host mirror per host part, None per part "
+           "left out. They view whatever batch the slot holds; freeing them gives nothing back.")
+      .def("release", &PyDeviceFeed::Release, py::arg("slot"), py::arg("stream") = -1,
+           "Gives a lent slot back (ignored when it is not lent); the next copy into it waits "
+           "for the work queued on `stream` (DLPack's integer; -1: nothing to wait for).")
+      .def("copied_bytes", &PyDeviceFeed::CopiedBytes, py::arg("slot"),
+           "Bytes the slot's last copy moved to the device.")
       .def("close", &PyDeviceFeed::Close,
            "Closes the host feed, then joins the copy thread (idempotent). Arrays handed out "
            "stay valid.")

@@ -342,6 +342,15 @@ receives it. Thread-safe.
            "(KeyError, IndexError, RuntimeError, ValueError as the synchronous path), or "
            "RuntimeError when closed or when every slot is held by a batch still referenced.")
       .def("close", &PyFeed::Close, "Stops and joins the sampler threads (idempotent).")
+      .def_property_readonly(
+          "dtypes",
+          [](const PyFeed& f) {
+            py::list out;
+            for (const BatchPart& p : f.parts())
+              out.append(p.none ? py::object(py::none()) : py::object(ToNumpy(p.dtype)));
+            return out;
+          },
+          "each part's numpy dtype (None for a part handed out as None)")
       .def_property_readonly("depth", &PyFeed::depth)
       .def_property_readonly("threads", &PyFeed::threads)
       .def_property_readonly("taken", &PyFeed::taken, "batches handed out so far")

@@ -1,10 +1,13 @@
 #include "core/device_ring.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <utility>
 
+#include "core/batch_scheduling.h"
 #include "core/slot_wait.h"
 #include "core/thread_name.h"
 
@@ -161,6 +164,22 @@ class CudaCopyEngine : public CopyEngine {
 
 }  // namespace
 
+float NarrowFloat64(double x) {
+  constexpr double kMax = std::numeric_limits<float>::max();  // 2**128 - 2**104
+  constexpr double kToInfinity = 3.4028235677973366e38;       // 2**128 - 2**103: ties to inf
+  if (std::isnan(x)) return static_cast<float>(x);           // defined for NaN; keeps the sign
+  const double a = std::fabs(x);
+  float y;
+  if (a >= kToInfinity) {
+    y = std::numeric_limits<float>::infinity();
+  } else if (a > kMax) {
+    y = std::numeric_limits<float>::max();
+  } else {
+    y = static_cast<float>(a);
+  }
+  return std::signbit(x) ? -y : y;
+}
+
 std::shared_ptr<HostBatches> PrefetcherBatches(std::shared_ptr<Prefetcher> ring) {
   return std::make_shared<PrefetcherAdapter>(std::move(ring));
 }
@@ -193,6 +212,16 @@ Status DeviceRing::Make(const Options& o, std::shared_ptr<HostBatches> host,
   if (static_cast<int>(opt.to_device.size()) != parts)
     return Error(Code::kInvalidArgument, "to_device: expected ", parts, " flags, got ",
                  opt.to_device.size());
+  if (opt.narrow.empty()) opt.narrow.assign(parts, kNarrowNone);
+  if (static_cast<int>(opt.narrow.size()) != parts)
+    return Error(Code::kInvalidArgument, "narrow: expected ", parts, " flags, got ",
+                 opt.narrow.size());
+  for (int p = 0; p < parts; ++p) {
+    if (opt.narrow[p] == kNarrowNone) continue;
+    if (opt.narrow[p] > kNarrowInt || !opt.to_device[p] || bytes[p] % 8 != 0 || p == opt.trim_part)
+      return Error(Code::kInvalidArgument,
+                   "narrow: expected 64-bit parts on the device (not trimmed), got part ", p);
+  }
   if (opt.trim_part >= 0) {
     if (opt.trim_part >= parts || opt.trim_count_part < 0 || opt.trim_count_part >= parts ||
         opt.to_device[opt.trim_count_part] || opt.trim_count_index < 0 ||
@@ -261,20 +290,48 @@ Status DeviceRing::CopyIn(int slot, int host_slot, int64_t* moved) {
         return Error(Code::kInternal, "device ring: trimmed part of ", want, " bytes exceeds ", n);
       n = want;
     }
+    const uint8_t* from = src[p];
+    if (opt_.narrow[p] != kNarrowNone) {
+      // Into the slot's mirror (unused by a device part), then half the bytes travel.
+      uint8_t* to = host_part(slot, static_cast<int>(p));
+      const size_t count = n / 8;
+      if (opt_.narrow[p] == kNarrowFloat) {
+        for (size_t i = 0; i < count; ++i) {
+          double x;
+          std::memcpy(&x, src[p] + 8 * i, 8);
+          const float y = NarrowFloat64(x);
+          std::memcpy(to + 4 * i, &y, 4);
+        }
+      } else {
+        for (size_t i = 0; i < count; ++i) {
+          uint64_t x;
+          std::memcpy(&x, src[p] + 8 * i, 8);
+          const uint32_t y = static_cast<uint32_t>(x);
+          std::memcpy(to + 4 * i, &y, 4);
+        }
+      }
+      from = to;
+      n = count * 4;
+    }
     copied_[slot][p] = n;
-    if (n > 0) MEMOIRE_RETURN_IF_ERROR(engine_->Copy(device_part(slot, static_cast<int>(p)), src[p], n));
+    if (n > 0) MEMOIRE_RETURN_IF_ERROR(engine_->Copy(device_part(slot, static_cast<int>(p)), from, n));
     *moved += static_cast<int64_t>(n);
   }
   return engine_->Record(slot);
 }
 
 void DeviceRing::Run() {
+  // Background work, as the samplers': woken by a learner's release, it runs when the learner
+  // sleeps or on another core, instead of preempting the learner (core/batch_scheduling.h).
+  SetBatchScheduling(true);
   Status bound = engine_->BindThread();
   for (;;) {
     int slot;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      copier_waits_ = true;
       free_cv_.wait(lock, [&] { return closing_ || !free_.empty(); });
+      copier_waits_ = false;
       if (closing_) break;
       slot = free_.front();
       free_.pop_front();
@@ -334,6 +391,17 @@ Status DeviceRing::Take(int* slot) {
                  " device slots is held by a batch still in use: drop a batch (or raise "
                  "device_slots)")
         .With("held", opt_.slots);
+  return TakeLocked(slot);
+}
+
+bool DeviceRing::TryTake(int* slot, Status* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_ || ready_.empty()) return false;
+  *status = TakeLocked(slot);
+  return true;
+}
+
+Status DeviceRing::TakeLocked(int* slot) {
   const int s = ready_.front();
   ready_.pop_front();
   state_[s] = State::kTaken;
@@ -344,17 +412,21 @@ Status DeviceRing::Take(int* slot) {
 }
 
 void DeviceRing::Release(int slot, int64_t stream) {
+  bool wake_copier, wake_takers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (slot < 0 || slot >= opt_.slots || state_[slot] != State::kTaken) return;
     engine_->Released(slot, stream);
     state_[slot] = State::kFree;
     status_[slot] = Status::OK();
-    --held_;
+    wake_takers = held_-- == opt_.slots;  // a Take may wait on a fully held ring
     free_.push_back(slot);
+    wake_copier = copier_waits_;
   }
-  free_cv_.notify_one();
-  ready_cv_.notify_all();
+  // Only the waits that this release can end are woken: a wake-up is a system call on the
+  // learner's thread, which releases a slot with every batch.
+  if (wake_copier) free_cv_.notify_one();
+  if (wake_takers) ready_cv_.notify_all();
 }
 
 void DeviceRing::Close() {

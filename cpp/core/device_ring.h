@@ -14,6 +14,10 @@
 // call), and Release (the DLPack deleter, from any thread) records the release event on the
 // consumer's stream and frees the slot.
 //
+// A consumer that cannot hold 64-bit values (JAX with x64 off) gets them narrowed on the copy
+// thread (Options::narrow): so arrays imported once per slot are already in the consumer's
+// dtypes, and nothing converts them on the learner's thread.
+//
 // CopyEngine hides how bytes move: the CUDA engine (cudaMemcpyAsync on a non-blocking stream of
 // its own, events; core/cuda_runtime.h) or the host stand-in (memcpy into host "device" slots),
 // which tests the same ring, ownership and ordering code without a GPU.
@@ -89,6 +93,11 @@ class CopyEngine {
   virtual void Released(int slot, int64_t stream) = 0;
 };
 
+// float64 -> float32 as numpy's astype: rounded to nearest even, beyond float32's range +-inf
+// (from 2**128 - 2**103 up; FLT_MAX below that), NaN stays NaN. Written out because a C++ cast
+// of a double beyond float's range is undefined.
+float NarrowFloat64(double x);
+
 // memcpy on the copy thread into aligned host memory (DLPack kDLCPU, device 0).
 std::unique_ptr<CopyEngine> MakeHostCopyEngine();
 // cudaMemcpyAsync on a non-blocking stream of its own on `device`; kFailedPrecondition (the
@@ -109,9 +118,15 @@ class DeviceRing {
     int trim_count_part = -1;
     int trim_count_index = 0;
     size_t trim_unit = 0;
+    // Per part on the device (empty: none): narrows 64-bit values to the 32-bit ones a
+    // consumer holds (JAX with x64 off), on the copy thread, before the copy: kNarrowFloat
+    // float64 -> float32 (NarrowFloat64), kNarrowInt a 64-bit integer to its low 32 bits (as
+    // numpy's astype). The device part then holds half the bytes.
+    std::vector<uint8_t> narrow;
     // How long Take waits while the consumer holds every device slot before giving up.
     int64_t held_wait_ms = 250;
   };
+  static constexpr uint8_t kNarrowNone = 0, kNarrowFloat = 1, kNarrowInt = 2;
 
   // kInvalidArgument on bad options; the engine's error when memory cannot be had. Page-locks
   // the host ring's blocks and starts the copy thread.
@@ -125,6 +140,8 @@ class DeviceRing {
   // copy. kFailedPrecondition (no slot) when closed, when the host ring closed, or when every
   // slot stayed taken for held_wait_ms (detail "held").
   Status Take(int* slot);
+  // Take without waiting: false (nothing taken) when no slot is ready yet.
+  bool TryTake(int* slot, Status* status);
   // Gives a taken slot back (the DLPack deleter); `stream` as CopyEngine::Released. Ignores a
   // slot that is not taken. Any thread.
   void Release(int slot, int64_t stream);
@@ -153,6 +170,7 @@ class DeviceRing {
              std::unique_ptr<CopyEngine> engine);
   void Run();
   Status CopyIn(int slot, int host_slot, int64_t* moved);
+  Status TakeLocked(int* slot);  // mu_ held, a slot ready
 
   Options opt_;
   std::shared_ptr<HostBatches> host_;
@@ -174,6 +192,7 @@ class DeviceRing {
   int64_t last_bytes_ = 0;       // guarded by mu_
   bool closing_ = false;         // guarded by mu_
   bool host_closed_ = false;     // guarded by mu_: the copy thread has ended
+  bool copier_waits_ = false;    // guarded by mu_: the copy thread waits for a free slot
   std::thread thread_;
   std::mutex join_mu_;
 };

@@ -35,8 +35,11 @@ restarting, ``(1 + retries) * timeout``: 120 s by default, as the TF face's
 Prefetching: ``prefetch_depth`` (default 0: today's synchronous sampling, batch for batch
 Dopamine's) > 0 makes the agent train from a prefetching feed
 (:meth:`ReplayBuffer.start_feed`, :mod:`memoire.feed`): native threads draw ``prefetch_depth``
-batches ahead, and with ``prefetch_to_device`` (default True) each batch is copied to JAX's
-default device one step ahead. The distribution is the same, the random stream is not (the
+batches ahead, and with ``prefetch_to_device`` (default True) a native thread copies each
+batch into a device slot of JAX's default device ahead of the step; the agent's step reads the
+slot's arrays (imported once), and the slot goes back once the parameters that step computed
+are ready (``_train_step``, :meth:`memoire.feed.Feed.release`). The distribution is the same,
+the random stream is not (the
 feed draws with the core's generator, seeded from the agent's seed), and a priority update
 reaches the batches at most ``prefetch_depth`` steps later (``prefetch_depth + 3`` with
 ``prefetch_to_device`` on a CUDA or CPU device: the feed's 3 device slots; ``+ 1`` on another
@@ -136,6 +139,15 @@ class _MemoireReplayMixin:
                 device="jax" if prefetch_to_device else None,
                 stack_on_device=prefetch_stack_on_device,
             )
+
+    def _train_step(self):
+        super()._train_step()
+        # With a device feed the batch is lent from a device slot: it goes back once the
+        # parameters this step computed from it are ready (the learner's thread never waits).
+        # Every Dopamine JAX agent keeps them in online_params. No batch taken: a no-op.
+        feed = getattr(self._replay, "_feed", None)
+        if feed is not None:
+            feed.release(after=self.online_params)
 
     def _build_replay_buffer(self):
         endpoint = getattr(self, "_memoire_replay_endpoint", None)
