@@ -1,12 +1,15 @@
 // DeviceRing over the host stand-in engine: every host batch reaches a device slot once, in
 // order; host-side parts land in the mirror; a trimmed part copies only its count's rows; a
 // failed draw travels as the slot's Status; a fully held ring fails instead of hanging; Close
-// with slots taken is clean and slots released after Close are ignored safely; the CUDA loader
-// names what it found.
+// with slots taken is clean and slots released after Close are ignored safely; TryTake takes
+// only what is ready; narrowed parts arrive as 32-bit values (float64 rounded as numpy does);
+// the CUDA loader names what it found.
 #include "core/device_ring.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@ using memoire::Code;
 using memoire::CudaRuntime;
 using memoire::DeviceRing;
 using memoire::MakeHostCopyEngine;
+using memoire::NarrowFloat64;
 using memoire::Prefetcher;
 using memoire::PrefetcherBatches;
 using memoire::Status;
@@ -148,6 +152,84 @@ TEST(ClosingTheHostRingEndsTheDeviceRing) {
   }
 }
 
+TEST(TryTakeTakesOnlyWhatIsReady) {
+  auto ring = Ring(Source(2), 2);
+  int slot = -1;
+  Status s;
+  // The copy thread fills the first slot soon; TryTake never waits for it.
+  while (!ring->TryTake(&slot, &s)) {
+  }
+  CHECK(slot >= 0 && s.ok());
+  int64_t v;
+  std::memcpy(&v, ring->device_part(slot, 0), 8);
+  CHECK(v == 0);
+  int other = -1;
+  while (!ring->TryTake(&other, &s)) {
+  }
+  CHECK(other >= 0 && other != slot);
+  int none = -1;
+  CHECK(!ring->TryTake(&none, &s));  // both lent: nothing can be ready
+  CHECK(none == -1);
+  ring->Release(slot, -1);
+  ring->Release(other, -1);
+  ring->Close();
+  CHECK(!ring->TryTake(&none, &s));  // closed
+}
+
+TEST(NarrowingRoundsFloat64AsNumpyAndKeepsTheIntegersLowWord) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float max = std::numeric_limits<float>::max();
+  CHECK(NarrowFloat64(1.5) == 1.5f);
+  CHECK(NarrowFloat64(-0.0) == 0.0f && std::signbit(NarrowFloat64(-0.0)));
+  CHECK(NarrowFloat64(1e300) == inf && NarrowFloat64(-1e300) == -inf);
+  CHECK(NarrowFloat64(3.4028235677973366e38) == inf);  // the tie above FLT_MAX: to even, inf
+  CHECK(NarrowFloat64(3.4028235677973362e38) == max);  // just below the tie
+  CHECK(NarrowFloat64(static_cast<double>(max)) == max);
+  CHECK(std::isnan(NarrowFloat64(std::nan(""))));
+  CHECK(NarrowFloat64(1.0 + std::ldexp(1.0, -24)) == 1.0f);  // a tie at 1: to even
+  CHECK(NarrowFloat64(1.0 + std::ldexp(3.0, -24)) == 1.0f + std::ldexp(1.0f, -22));
+
+  // A ring narrowing part 0 (the int64 counter) and a float64 part: the device holds 4 bytes
+  // per value.
+  auto next = std::make_shared<std::atomic<int64_t>>(0);
+  Prefetcher::Options po;
+  po.depth = 2;
+  po.threads = 1;
+  po.part_bytes = {8, 16};
+  std::unique_ptr<Prefetcher> p;
+  CHECK(Prefetcher::Make(
+            po,
+            [next](int, uint8_t* const* parts) {
+              const int64_t v = next->fetch_add(1) + (int64_t{5} << 32);
+              std::memcpy(parts[0], &v, 8);
+              const double d[2] = {0.1 * static_cast<double>(v & 0xffff), -1e300};
+              std::memcpy(parts[1], d, 16);
+              return Status::OK();
+            },
+            &p)
+            .ok());
+  DeviceRing::Options o;
+  o.slots = 2;
+  o.narrow = {DeviceRing::kNarrowInt, DeviceRing::kNarrowFloat};
+  std::shared_ptr<DeviceRing> ring;
+  CHECK(DeviceRing::Make(o, PrefetcherBatches(std::shared_ptr<Prefetcher>(std::move(p))),
+                         MakeHostCopyEngine(), &ring)
+            .ok());
+  for (int i = 0; i < 20; ++i) {
+    int slot = -1;
+    CHECK(ring->Take(&slot).ok());
+    int32_t low;
+    std::memcpy(&low, ring->device_part(slot, 0), 4);
+    CHECK(low == i);  // the low word of (5 << 32) + i
+    float f[2];
+    std::memcpy(f, ring->device_part(slot, 1), 8);
+    CHECK(f[0] == static_cast<float>(0.1 * i) && f[1] == -inf);
+    CHECK(ring->copied_bytes(slot, 0) == 4 && ring->copied_bytes(slot, 1) == 8);
+    ring->Release(slot, -1);
+  }
+  ring->Close();
+}
+
 TEST(BadOptionsAreRefused) {
   DeviceRing::Options o;
   o.slots = 0;
@@ -163,6 +245,14 @@ TEST(BadOptionsAreRefused) {
   o.trim_count_part = 1;  // on the device: its count cannot be read on the host
   CHECK(DeviceRing::Make(o, PrefetcherBatches(Source(2)), MakeHostCopyEngine(), &r).code() ==
         Code::kInvalidArgument);
+  o.trim_part = -1;
+  o.narrow = {DeviceRing::kNarrowFloat, DeviceRing::kNarrowNone};  // 2 flags for 3 parts
+  CHECK(DeviceRing::Make(o, PrefetcherBatches(Source(2)), MakeHostCopyEngine(), &r).code() ==
+        Code::kInvalidArgument);
+  o.to_device = {true, false, true};
+  o.narrow = {DeviceRing::kNarrowNone, DeviceRing::kNarrowInt, DeviceRing::kNarrowNone};
+  CHECK(DeviceRing::Make(o, PrefetcherBatches(Source(2)), MakeHostCopyEngine(), &r).code() ==
+        Code::kInvalidArgument);  // a host-side part is not narrowed
   CHECK(r == nullptr);
 }
 
