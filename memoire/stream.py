@@ -54,8 +54,11 @@ cannot map it, the rows travel in the messages. There, a server whose memory com
 states (``compress_states``) sends each distinct state as its stored LZ4 block (an Atari screen
 in about a tenth of its bytes), which this learner's receiving thread decodes
 (``compressed_rows`` is then True). Needs memoire's native message path (pyzmq's
-libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream; host
-batches only.
+libzmq, :func:`memoire.transport.native_libzmq`). One consumer thread per stream.
+
+A learner with a GPU passes ``device`` (as :class:`memoire.feed.Feed`'s): a native thread
+copies each batch into a device slot, on one host straight from the server's shared-memory
+slot (which goes back to the server once copied), and ``next`` lends the slot's arrays.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from __future__ import annotations
 import gc
 import math
 import weakref
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import zmq
@@ -141,6 +144,12 @@ class SamplingStream:
         large batches on a learner with cores to spare; every connection is another of each.
         With more than one the batches are still the memory's draws, each exactly once, but
         in the order they arrive (each connection keeps its own order).
+      device: where batches go, as :class:`memoire.feed.Feed`'s ``device`` (``"jax"``, a
+        ``jax.Device``, ``"cuda"``, ``"cuda:N"``, ``"cpu"``, a ``torch.device``): a native
+        thread copies each batch into a device slot, from the server's shared-memory slot
+        itself on one host (no copy in between), and ``next`` lends the slot's arrays
+        (give them back with :meth:`release`, as the feed's). None: host numpy batches.
+      device_slots: the device ring's slots (with ``device``).
 
     Attributes (fixed at the open): ``shared_memory`` (the batches are views of the server's
     slots), ``connections`` (1 with shared memory), ``compressed_rows`` (over the socket, the
@@ -166,6 +175,8 @@ class SamplingStream:
         max_bytes: int = codec.DEFAULT_MAX_BYTES,
         shared_memory: Optional[bool] = None,
         connections: int = 1,
+        device: Any = None,
+        device_slots: int = 3,
     ):
         for name, value in (
             ("batch_size", batch_size),
@@ -260,12 +271,20 @@ class SamplingStream:
             self._sources = tuple(sources)
             self._source = sources[0]  # the first connection's: priorities go through it
             self.connections = len(sources)
-            # With shared memory the server's slots are the ring: no feed, no copy.
-            self._feed_made = self.shared_memory
+            # With shared memory the server's slots are the ring: no feed, no copy; with a
+            # device they are the host ring the device path copies from.
+            self._feed_made = self.shared_memory and device is None
             self._feed = (
                 None
-                if self.shared_memory
-                else Feed(self, self._batch_size, depth=depth, threads=self.connections)
+                if self._feed_made
+                else Feed(
+                    self,
+                    self._batch_size,
+                    depth=depth,
+                    threads=self.connections,
+                    device=device,
+                    device_slots=device_slots,
+                )
             )
         except BaseException:
             # Streams the server opened (the first connection's, when another failed) hear
@@ -384,6 +403,12 @@ class SamplingStream:
     def take(self) -> Batch:
         """Same as ``next(stream)``."""
         return next(self)
+
+    def release(self, after=None) -> None:
+        """With ``device``: gives the last batch's device slot back once ``after`` is ready
+        (:meth:`memoire.feed.Feed.release`); a no-op otherwise."""
+        if self._feed is not None:
+            self._feed.release(after)
 
     def update_priorities(self, ids, weights) -> None:
         """Sets sampling weights of the server's entries by id (``batch.id``), over the

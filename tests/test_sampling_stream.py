@@ -148,6 +148,37 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads,
         assert srv.stats()["stream_batches"] >= 30
 
 
+@pytest.mark.parametrize("shm", [True, False])
+def test_a_stream_feeds_the_device_path_with_get_batchs_batches(shm, tmp_path):
+    # SamplingStream(device=...): on one host the device ring copies straight from the server's
+    # shared-memory slots (each goes back to the server once copied); over the socket from the
+    # stream's own ring. The lent batches (JAX arrays on JAX's CPU device, through the host
+    # stand-in) are the memory's draws in order, 64-bit parts as JAX holds them.
+    jax = pytest.importorskip("jax")
+    local = ReplayMemory(*_templates(), 150)
+    local.seed(7)
+    _configure(local)
+    _fill(local)
+    with _server(seed=7) as srv:
+        ep = srv.start_stream(f"ipc://{tmp_path}/stream.ipc")
+        with SamplingStream(
+            ep, 16, credit=4, depth=3, timeout=10, shared_memory=shm, device="jax", device_slots=2
+        ) as stream:
+            assert stream.shared_memory == shm
+            for _ in range(25):
+                got, want = next(stream), local.get_batch(16)
+                for x, y in zip(got.prev + got.next, want.prev + want.next):
+                    assert (x is None) == (y is None)
+                    if y is not None:
+                        assert isinstance(x, jax.Array)
+                        assert x.dtype == jax.dtypes.canonicalize_dtype(y.dtype)
+                        np.testing.assert_array_equal(np.asarray(x), y.astype(x.dtype))
+                np.testing.assert_array_equal(got.id, want.id)  # on the host, int64
+                assert got.num_sampleable == local.num_sampleable
+                stream.release()
+            assert stream._feed.taken == 25
+
+
 def _batch_key(b) -> bytes:
     """A batch's every array, as bytes: equal keys, equal batches."""
     parts = [x for x in b.prev + b.next if x is not None] + [b.weight, b.prob, b.done, b.id]

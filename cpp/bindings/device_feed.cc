@@ -250,7 +250,7 @@ class PyDeviceFeed {
                                       &engine));
     }
     CallReleased([&] {
-      return DeviceRing::Make(o, PrefetcherBatches(host.ring), std::move(engine), &ring_);
+      return DeviceRing::Make(o, host.batches, std::move(engine), &ring_);
     });
   }
 
@@ -326,7 +326,9 @@ class PyDeviceFeed {
   void Close() {
     if (!ring_ || closed_) return;
     closed_ = true;
-    feed_.attr("close")();  // stops the samplers (and a stream's receive) first
+    // Stops the samplers (and a stream's receive) first; a shared-memory stream's source
+    // stops taking notices.
+    feed_.attr(py::hasattr(feed_, "close") ? "close" : "stop")();
     std::shared_ptr<DeviceRing> ring = ring_;
     GilRelease release;
     ring->Close();
@@ -348,7 +350,7 @@ class PyDeviceFeed {
     return ring_;
   }
 
-  py::object feed_;  // the host _core.Feed: its samplers fill the ring copied from
+  py::object feed_;  // the host _core.Feed (its samplers fill the ring), or a StreamSource
   std::vector<py::dtype> dtypes_;  // as the device holds them (narrowed parts 32-bit)
   std::vector<std::vector<py::ssize_t>> shapes_;
   std::vector<bool> none_;
@@ -410,7 +412,8 @@ object or a tensor imported from it lives; the slot itself is lent (DeviceFeed.r
 A ring of device slots filled from a Feed's host ring (private: use memoire.feed.Feed(device=)).
 
 DeviceFeed(feed, runtime=None, device=0, slots=3, to_device=None, trim=None, narrow=None): a
-native copy thread copies each host batch of `feed` (a _core.Feed) into one of `slots` device
+native copy thread copies each host batch of `feed` (a _core.Feed, or a shared-memory
+StreamSource: the server's slots are the host ring) into one of `slots` device
 slots: with `runtime` (a CudaRuntime) by cudaMemcpyAsync on its own stream into device
 `device`'s memory, the host ring page-locked; with None by memcpy into host memory (the
 stand-in, DLPack kDLCPU). `to_device[i]` False keeps part i on the host (copied into the slot's

@@ -1,5 +1,6 @@
-// The host ring of a _core.Feed (bindings/feed.cc) as the device feed (bindings/device_feed.cc)
-// builds on it: the Prefetcher and what each of its parts is.
+// The host ring a device feed (bindings/device_feed.cc) copies from, and what each of its parts
+// is: a _core.Feed's Prefetcher (bindings/feed.cc), or a shared-memory stream's slots, where the
+// server writes each batch (bindings/stream.cc).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -8,18 +9,22 @@
 #include <memory>
 #include <vector>
 
-#include "core/prefetch.h"
+#include "core/device_ring.h"
 
 namespace memoire {
 namespace py = pybind11;
 
 struct FeedRing {
-  std::shared_ptr<Prefetcher> ring;
+  std::shared_ptr<HostBatches> batches;
   std::vector<py::dtype> dtypes;
   std::vector<std::vector<py::ssize_t>> shapes;
   std::vector<bool> none;  // a part handed out as None (no bytes)
 };
-// TypeError unless `feed` is a _core.Feed; RuntimeError when it is closed.
+// A _core.Feed's ring, or a shared-memory StreamSource's slots; TypeError for anything else,
+// RuntimeError when the feed is closed.
 FeedRing FeedRingOf(const py::object& feed);
+// A shared-memory StreamSource's slots (bindings/stream.cc); ValueError for a stream whose rows
+// come in messages.
+FeedRing StreamSlotsOf(const py::object& source);
 
 }  // namespace memoire

@@ -298,9 +298,10 @@ class PyFeed {
 }  // namespace
 
 FeedRing FeedRingOf(const py::object& feed) {
+  if (py::isinstance<StreamSource>(feed)) return StreamSlotsOf(feed);
   const PyFeed& f = feed.cast<const PyFeed&>();
   if (!f.ring()) ThrowIfError(Error(Code::kFailedPrecondition, "the feed is closed"));
-  FeedRing out{f.ring(), {}, {}, {}};
+  FeedRing out{PrefetcherBatches(f.ring()), {}, {}, {}};
   for (const BatchPart& p : f.parts()) {
     out.dtypes.push_back(ToNumpy(p.dtype));
     out.shapes.emplace_back(p.shape.begin(), p.shape.end());

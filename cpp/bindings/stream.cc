@@ -29,6 +29,7 @@
 
 #include "bindings/batch_views.h"
 #include "bindings/common.h"
+#include "bindings/device_feed.h"
 #include "bindings/libzmq.h"
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
@@ -612,6 +613,41 @@ std::vector<std::string> Strings(const py::list& frames) {
   return out;
 }
 
+// A shared-memory stream's slots as the host ring of a device feed: the copy thread takes each
+// batch's notice, copies the slot the server wrote, and gives it back at once.
+class StreamSlots : public HostBatches {
+ public:
+  explicit StreamSlots(std::shared_ptr<StreamSource> source) : source_(std::move(source)) {
+    const BatchLayout& l = source_->slot_layout();
+    for (const BatchPart& p : l.parts) part_bytes_.push_back(p.none ? 0 : p.bytes);
+    parts_.resize(static_cast<size_t>(source_->slots()));
+    for (int64_t s = 0; s < source_->slots(); ++s) {
+      parts_[s].resize(l.parts.size());
+      l.PartsAt(source_->slot_data(s), parts_[s].data());
+    }
+  }
+  Status Take(int* slot) override {
+    *slot = -1;
+    int64_t s = -1;
+    Status status = source_->Next(&s);
+    if (status.ok()) *slot = static_cast<int>(s);
+    return status;
+  }
+  bool closed() const override { return source_->stopped(); }
+  void Release(int slot) override { source_->Release(slot); }
+  uint8_t* const* parts(int slot) const override { return parts_[slot].data(); }
+  const std::vector<size_t>& part_bytes() const override { return part_bytes_; }
+  int slots() const override { return static_cast<int>(source_->slots()); }
+  uint8_t* block(int slot) const override { return source_->slot_data(slot); }
+  size_t block_bytes() const override { return source_->slot_layout().slot_bytes; }
+  void Close() override { source_->Stop(); }
+
+ private:
+  std::shared_ptr<StreamSource> source_;
+  std::vector<size_t> part_bytes_;
+  std::vector<std::vector<uint8_t*>> parts_;  // per slot, per part (null for none parts)
+};
+
 // A shared-memory batch handed out: its slot, held until the last view is dropped.
 struct SlotLease {
   std::shared_ptr<StreamSource> source;
@@ -619,6 +655,20 @@ struct SlotLease {
 };
 
 }  // namespace
+
+FeedRing StreamSlotsOf(const py::object& source) {
+  auto src = source.cast<std::shared_ptr<StreamSource>>();
+  if (!src->shared_memory())
+    ThrowInvalid("source: the stream's rows travel in messages (a device feed copies from a "
+                 "_core.Feed over it)");
+  FeedRing out{std::make_shared<StreamSlots>(src), {}, {}, {}};
+  for (const BatchPart& p : src->slot_layout().parts) {
+    out.dtypes.push_back(ToNumpy(p.dtype));
+    out.shapes.emplace_back(p.shape.begin(), p.shape.end());
+    out.none.push_back(p.none);
+  }
+  return out;
+}
 
 void BindStream(py::module_& m) {
   py::class_<StreamSource, std::shared_ptr<StreamSource>>(m, "StreamSource", R"doc(
@@ -717,6 +767,16 @@ refused or its draw failed (attribute server_error), when nothing came within th
              s.Post(std::move(f));
            }, py::arg("frames"), "Sends an encoded message (its frames) to the server.")
       .def("stop", &StreamSource::Stop, "Ends a receive in progress (the feed then closes).")
+      .def_property_readonly(
+          "dtypes",
+          [](const StreamSource& src) {
+            py::list out;
+            for (const BatchPart& p : src.slot_layout().parts)
+              out.append(p.none ? py::object(py::none()) : py::object(ToNumpy(p.dtype)));
+            return out;
+          },
+          "shared memory: each part's numpy dtype in a slot (None for a part left out); empty "
+          "for rows in messages")
       .def_property_readonly("received", &StreamSource::received, "batches received")
       .def_property_readonly("credit_returned", &StreamSource::credit_returned,
                              "credit given back to the server after the first grant")

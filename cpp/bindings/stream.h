@@ -110,6 +110,8 @@ class StreamSource {
            static_cast<size_t>(slot) * opt_.slot_layout.slot_bytes;
   }
   bool shared_memory() const { return opt_.shm != nullptr; }
+  int64_t slots() const { return opt_.slots; }  // shared memory: the mapping's slots
+  bool stopped() const { return stopping_.load(); }
   // Queues an encoded message (frames) for the server; it leaves at once unless another
   // thread holds the socket, and then as that thread lets go of it (within a few ms).
   void Post(std::vector<std::string> frames);

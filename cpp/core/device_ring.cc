@@ -32,6 +32,7 @@ class PrefetcherAdapter : public HostBatches {
   uint8_t* block(int slot) const override { return ring_->block(slot); }
   size_t block_bytes() const override { return ring_->block_bytes(); }
   void Close() override { ring_->Close(); }
+  bool closed() const override { return ring_->closed(); }
 
  private:
   std::shared_ptr<Prefetcher> ring_;
@@ -339,11 +340,21 @@ void DeviceRing::Run() {
     }
     int host_slot = -1;
     Status s = host_->Take(&host_slot);
-    if (host_slot < 0) {  // the host ring is closed: so is this one
+    if (host_slot < 0 && (s.ok() || host_->closed())) {  // the host ring closed: so does this
       std::lock_guard<std::mutex> lock(mu_);
       state_[slot] = State::kFree;
       free_.push_front(slot);
       break;
+    }
+    if (host_slot < 0) {  // a failed draw that came without a slot: this slot carries it
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        status_[slot] = std::move(s);
+        state_[slot] = State::kReady;
+        ready_.push_back(slot);
+      }
+      ready_cv_.notify_one();
+      continue;
     }
     int64_t moved = 0;
     if (s.ok()) s = bound;

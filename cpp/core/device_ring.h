@@ -48,13 +48,16 @@
 
 namespace memoire {
 
-// A ring of host batches in page-lockable memory (each slot one block holding every part).
+// A ring of host batches in page-lockable memory (each slot one block holding every part): a
+// feed's Prefetcher, or a shared-memory sampling stream's slots (bindings/stream.cc).
 class HostBatches {
  public:
   virtual ~HostBatches() = default;
   // Blocks until a batch is ready: *slot and its draw's Status (a failed draw keeps its slot,
-  // to be released as any other). *slot < 0 when the ring is closed.
+  // to be released as any other, or comes with none: *slot < 0 and the error). *slot < 0
+  // with closed() true when the ring is closed.
   virtual Status Take(int* slot) = 0;
+  virtual bool closed() const = 0;
   virtual void Release(int slot) = 0;
   virtual uint8_t* const* parts(int slot) const = 0;
   virtual const std::vector<size_t>& part_bytes() const = 0;

@@ -134,6 +134,11 @@ void Prefetcher::Close() {
     if (t.joinable()) t.join();
 }
 
+bool Prefetcher::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closing_;
+}
+
 int64_t Prefetcher::taken() const {
   std::lock_guard<std::mutex> lock(mu_);
   return taken_;

@@ -82,6 +82,7 @@ class Prefetcher {
   void Close();
 
   int depth() const { return opt_.depth; }
+  bool closed() const;  // Close was called
   int threads() const { return opt_.threads; }
   int64_t taken() const;  // batches handed out by Take so far
   int64_t filled() const;  // Fill calls completed so far (ok or not)

@@ -89,7 +89,7 @@ class Feed:
 
     Args:
       buffer: memoire's JAX ``ReplayBuffer``, TF-face ``OutOfGraph(Prioritized)ReplayBuffer``
-        or ``memoire.ReplayMemory``.
+        or ``memoire.ReplayMemory`` (a ``SamplingStream`` makes its own feed).
       batch_size: int >= 1 (default: the buffer's batch size; required for a ReplayMemory).
       depth: int >= 1, batches drawn ahead (host ring slots).
       threads: int in [1, depth], sampler threads.
@@ -138,6 +138,8 @@ class Feed:
             if buffer._feed_made:
                 raise ValueError("buffer: a SamplingStream has its own feed; iterate the stream")
             buffer._feed_made = True
+            if buffer.shared_memory and device is None:
+                raise ValueError("buffer: a shared-memory stream's slots are its ring (no feed)")
         if batch_size is None:
             if self._kind == "memory":
                 raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
@@ -204,11 +206,18 @@ class Feed:
         if source is not self._source:
             self._close_rings()
             n = self._batch_size
-            templates, granule = _sources.host_templates(
-                self._kind, self._buffer, n, self._stack_on_device
-            )
-            host = _core.Feed(source, templates, n, self._depth, self._threads, self._seed, granule)
-            self._holder.append(host)
+            if self._kind == "stream" and self._buffer.shared_memory:
+                # The server writes each batch into a slot of the mapping: those slots are the
+                # host ring the device ring copies from (only with a device: see the stream).
+                host = source[0]
+            else:
+                templates, granule = _sources.host_templates(
+                    self._kind, self._buffer, n, self._stack_on_device
+                )
+                host = _core.Feed(
+                    source, templates, n, self._depth, self._threads, self._seed, granule
+                )
+                self._holder.append(host)
             self._host = host
             if self._target.ring:
                 self._make_device_ring(host)
