@@ -7,12 +7,14 @@ they import. Run by benchmarks/device_gpu_feed.sh before the benchmark:
     python benchmarks/gpu_feed_smoke.py [--batch 32]
 
 Checks: the CUDA runtime loads (or, without one, names what it found); device batches equal the
-host feed's for the same seed (twin memories); sums computed asynchronously on the device from
-300 batches equal the host's (a slot reused before the learner's work on it ran would differ);
-the same through PyTorch and CuPy; error paths; then (last: they close a feed with arrays
-alive) JAX batches held hold no slot (one import per batch, split on the device), PyTorch
-tensors hold theirs (holding every slot raises, dropping feeds again), and either stays valid
-after close.
+host feed's for the same seed (twin memories), in JAX's dtypes; sums computed asynchronously on
+the device from 300 batches equal the host's, with each batch released after its sum (a slot
+reused before the learner's work on it ran would differ), and the same with a step made slow
+on purpose (a host callback it waits for) while the learner runs ahead; a batch never released
+is deleted and its slot comes back; the same through PyTorch (given back at the next take,
+after the consumer's stream) and CuPy; a step captured as a CUDA graph per slot reads each
+slot's next batch; error paths; then (last: they close a feed with arrays alive) the memory of
+arrays alive stays valid after close.
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def jax_equal(batch, n):
             h, d = fields(next(host)), fields(next(feed))
             for a, b in zip(h, d):
                 assert isinstance(b, jax.Array) and b.devices() == {dev}, type(b)
-                np.testing.assert_array_equal(np.asarray(b), a)
-        pinned = feed._holder[-1].pinned
+                assert b.dtype == jax.dtypes.canonicalize_dtype(a.dtype), (b.dtype, a.dtype)
+                np.testing.assert_array_equal(np.asarray(b), a.astype(b.dtype))
+            feed.release()
+        pinned = feed._ring.pinned
         if dev.platform != "cpu":
             assert pinned == 3, f"{pinned} of 3 host slots page-locked"
         return f"{dev}, {feed.last_transfer_bytes} bytes per batch, {pinned} host slots pinned"
@@ -135,7 +139,9 @@ def jax_async(batch, n):
         for _ in range(300):
             b = next(feed)
             sums.append(total(b.prev[0], b.next[0])[0])
+            feed.release(after=sums[-1])
             del b
+        assert feed._lender.dropped == 0
     got = np.array([int(s) for s in sums])
     want = []
     with Feed(make_memory(n, 6), batch, depth=3) as host:
@@ -146,36 +152,59 @@ def jax_async(batch, n):
     assert bad == 0, f"{bad} of 300 batches differ"
 
 
-@check("JAX: held batches hold no device slot; close with batches alive keeps them valid")
-def jax_slots(batch, n):
+@check("JAX: a slow step's delayed reads see their batches, released or not")
+def jax_slow(batch, n):
+    import jax
+    import jax.numpy as jnp
+
+    def pause(x):
+        import time
+
+        time.sleep(0.02)
+        return np.zeros((), np.uint32)
+
+    @jax.jit
+    def total(s, s2):
+        # The sums read the slot only after the host callback returns: a slot rewritten
+        # meanwhile (given back too early) would give another sum.
+        z = jax.pure_callback(pause, jax.ShapeDtypeStruct((), np.uint32), s[0, 0, 0, 0])
+        u = jnp.uint32
+        return jnp.sum(s.astype(u) + z, dtype=u) * u(3) + jnp.sum(s2.astype(u), dtype=u)
+
+    with Feed(make_memory(n, 6), batch, depth=3) as host:
+        want = [host_sum(next(host)) for _ in range(24)]
+    for release in (True, False):
+        sums = []
+        with Feed(make_memory(n, 6), batch, depth=3, device=jax_target()) as feed:
+            for _ in range(24):
+                b = next(feed)
+                sums.append(total(b.prev[0], b.next[0]))
+                if release:
+                    feed.release(after=sums[-1])
+            dropped = feed._lender.dropped
+        got = [int(x) for x in sums]
+        bad = sum(g != w for g, w in zip(got, want))
+        assert bad == 0, f"release={release}: {bad} of 24 batches differ"
+        assert dropped == (0 if release else 23), dropped
+
+
+@check("JAX: close with a batch alive keeps its memory valid")
+def jax_close(batch, n):
     import jax
 
-    import memoire.feed as feed_module
-
-    platforms = feed_module._SPLIT_PLATFORMS
-    feed_module._SPLIT_PLATFORMS = (*platforms, "cpu")  # the GPU's path on a CPU stand-in too
-    try:
-        feed = Feed(make_memory(n, 7), batch, depth=2, device=jax_target(), device_slots=2)
-    finally:
-        feed_module._SPLIT_PLATFORMS = platforms
-    assert feed._split is not None
+    feed = Feed(make_memory(n, 7), batch, depth=2, device=jax_target(), device_slots=2)
     with Feed(make_memory(n, 7), batch, depth=2) as host:
         try:
-            kept = []
-            for _ in range(6):  # more batches than slots, all held
-                kept.append(fields(next(feed)))
-                held = feed._holder[-1].held
-                assert held <= 2, held
-            want = [[x.copy() for x in fields(next(host))] for _ in range(6)]
+            kept = fields(next(feed))
+            want = [x.copy() for x in fields(next(host))]
         finally:
             feed.close()
     jax.block_until_ready(kept)
-    for k, w in zip(kept, want):  # still valid after close
-        for x, y in zip(k, w):
-            np.testing.assert_array_equal(np.asarray(x), y)
+    for x, y in zip(kept, want):
+        np.testing.assert_array_equal(np.asarray(x), y.astype(x.dtype))
 
 
-@check("PyTorch: holding every slot raises; dropping feeds again; close with tensors alive")
+@check("PyTorch: a batch goes back at the next take; close with tensors alive")
 def torch_slots(batch, n):
     try:
         import torch
@@ -184,17 +213,9 @@ def torch_slots(batch, n):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     feed = Feed(make_memory(n, 7), batch, depth=2, device=device, device_slots=2)
     try:
-        a = next(feed)
-        b = next(feed)
-        try:
+        for _ in range(5):
             next(feed)
-        except RuntimeError as e:
-            assert "held" in str(e), str(e)
-        else:
-            raise AssertionError("a third batch with 2 slots held")
-        del a, b
-        gc.collect()
-        assert feed._holder[-1].held == 0, feed._holder[-1].held
+            assert feed._ring.held == 1, feed._ring.held  # the previous one went back
         kept = fields(next(feed))
         want = [x.cpu().numpy().copy() for x in kept]
     finally:
@@ -204,6 +225,47 @@ def torch_slots(batch, n):
     del kept
     gc.collect()
     return device
+
+
+@check("PyTorch: a step captured as a CUDA graph per slot reads each slot's batches")
+def torch_graphs(batch, n):
+    try:
+        import torch
+    except ImportError:
+        raise _Skip("torch does not import") from None
+    if not torch.cuda.is_available():
+        raise _Skip("CUDA graphs need a CUDA device")
+    out = torch.zeros((), dtype=torch.int64, device="cuda")
+
+    def step(s, s2):  # writes its result into `out`, a static tensor
+        out.copy_(s.long().sum() * 3 + s2.long().sum())
+
+    with Feed(make_memory(n, 6), batch, depth=3, device="cuda", device_slots=3) as feed:
+        graphs = {}
+        side = torch.cuda.Stream()
+        while len(graphs) < feed.device_slots:  # one graph per slot, on the slot's tensors
+            b = next(feed)
+            if feed.last_slot in graphs:
+                continue
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step(b.prev[0], b.next[0])  # warm-up, as torch.cuda.graph wants
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                step(b.prev[0], b.next[0])
+            graphs[feed.last_slot] = g
+        got = []
+        for _ in range(60):
+            next(feed)
+            graphs[feed.last_slot].replay()
+            got.append(out.clone())
+        taken = feed.taken
+    got = [int(x) for x in got]
+    with Feed(make_memory(n, 6), batch, depth=3) as host:
+        want = [host_sum(next(host), wrap=False) for _ in range(taken)][-60:]
+    bad = sum(g != w for g, w in zip(got, want))
+    assert bad == 0, f"{bad} of 60 replays differ"
 
 
 @check("PyTorch: device batches equal host batches; async sums over 300 batches")
@@ -225,7 +287,7 @@ def torch_checks(batch, n):
     sums = []
     with Feed(make_memory(n, 6), batch, depth=3, device=device) as feed:
         for _ in range(300):
-            b = next(feed)
+            b = next(feed)  # gives the previous batch back, after the work queued on it
             x = b.prev[0].float()
             for _ in range(4):
                 x = torch.tanh(x * 1.0001)
@@ -291,7 +353,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     runtime_loads()
     # The checks that end a feed with arrays alive last: a crash there hides nothing else.
-    for fn in (jax_equal, jax_async, torch_checks, cupy_checks, errors, jax_slots, torch_slots):
+    checks = (jax_equal, jax_async, jax_slow, torch_checks, torch_graphs, cupy_checks, errors)
+    for fn in (*checks, jax_close, torch_slots):
         fn(args.batch, args.fill)
     failed = sum(r == "FAIL" for _, r in RESULTS)
     print(

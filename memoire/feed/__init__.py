@@ -419,6 +419,14 @@ class Feed:
         return self._last_transfer_bytes
 
     @property
+    def last_slot(self) -> int:
+        """The device path: the device slot (0..device_slots-1) whose arrays the last batch
+        is; each slot's arrays stay at the same addresses, so a step captured once per slot
+        (a CUDA graph on its tensors) replays for every batch that slot holds. -1 before the
+        first batch and without a device ring."""
+        return self._last_slot
+
+    @property
     def depth(self) -> int:
         return self._depth
 
