@@ -31,15 +31,11 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from memoire.feed import Feed  # noqa: E402
 
-FRAME = (84, 84)
-STACK = 4
-EPISODE = 1000
 
 
 def make_memory(n: int):
