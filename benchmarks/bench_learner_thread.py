@@ -31,11 +31,9 @@ import statistics
 import sys
 import time
 
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from memoire.feed import Feed  # noqa: E402
-
 
 
 def make_memory(n: int):
