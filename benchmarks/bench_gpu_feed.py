@@ -3,19 +3,29 @@
 A Nature-DQN train step (three conv layers 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512, 18 actions,
 Huber TD loss against a target network, Adam; plain jax.numpy, no flax/optax) on uint8 stacks of
 four 84x84 frames, jitted. Ways to feed it, measured in interleaved rounds in one run (the
-machine's absolute rate moves between runs; each round's rate is divided by the fixed batch's
+machine's absolute rate moves between runs; each round's rate is divided by its reference's
 rate of the same round, and the median ratio is reported):
 
   fixed            the step on one batch already on the device (the reference, 1.0)
   inline           ReplayMemory.get_batch(B) + jax.device_put on the learner's thread
   host feed + put  Feed(memory, B) host batches + jax.device_put on the learner's thread
-  device feed      Feed(memory, B, device=<jax device>): the device path (ring of device
-                   slots a native copy thread fills, handed to JAX by DLPack)
-  JAX face, ...    the same over memoire's JAX-face ReplayBuffer where it imports (Dopamine),
-                   with and without stack_on_device
+  device feed      Feed(memory, B, device=<jax device>): the device path (slots a native copy
+                   thread fills, imported once and lent; feed.release(after=params) per step)
+  stream           SamplingStream(endpoint, B, device=<jax device>) from a server in another
+                   process on this host: the device ring copies from the server's
+                   shared-memory slots (needs pyzmq)
+
+The JAX face (memoire's Dopamine JAX ReplayBuffer, where it imports) is fed the way Dopamine's
+agents read it: the same step in Dopamine's layout (state uint8[B, 84, 84, 4] channel-last,
+action int32[B], reward float32[B], terminal bool[B]), reading the fields as they are, with its
+own fixed-batch reference: the device feed with 1 and ``--threads`` sampler threads, with
+stack_on_device, and ``sample()`` + jax.device_put inline.
 
 With PyTorch importable (``--torch``), the same for an eager PyTorch step of the same net:
-fixed, inline (``torch.from_numpy(...).to(device)``), device feed (``device="cuda"``).
+fixed, inline (``torch.from_numpy(...).to(device)``), device feed (``device="cuda"``), stream;
+and on CUDA the step captured as a CUDA graph (``torch.cuda.graph``): on the fixed batch, and
+on the device feed with one graph per device slot (its tensors stay at fixed addresses;
+``feed.last_slot`` picks the graph).
 
 The replay is a memoire.ReplayMemory of random uint8[84, 84] frames (frame_stack 4, episodes of
 1,000), cache_flags keeping what the step reads (state, action, reward, next state; weight,
@@ -36,6 +46,7 @@ import copy
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -50,19 +61,23 @@ EPISODE = 1000
 # ---- replay ----
 
 
-def make_memory(n: int, seed: int = 0):
+TEMPLATES = (
+    np.zeros(FRAME, np.uint8),
+    np.zeros([], np.int64),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([], np.float32),
+    np.zeros([0], np.uint8),
+)
+
+
+def make_memory(n: int, seed: int = 0, rem=None):
+    """A ReplayMemory of n random entries (or `rem`, a server's memory, filled the same way)."""
     from memoire import ReplayMemory
 
-    rem = ReplayMemory(
-        np.zeros(FRAME, np.uint8),
-        np.zeros([], np.int64),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([0], np.uint8),
-        max(n, 2 * EPISODE),
-    )
+    if rem is None:
+        rem = ReplayMemory(*TEMPLATES, max(n, 2 * EPISODE))
     rem.seed(seed)
     rem.frame_stack = STACK
     flags = np.zeros(14, bool)
@@ -94,8 +109,12 @@ def fields(batch):
 # ---- the JAX learner ----
 
 
-def jax_learner(seed: int = 0):
-    """(init params, jitted step(params, opt, target, s, a, r, s2, done) -> (params, opt))."""
+def jax_learner(seed: int = 0, channel_last: bool = False):
+    """(init params, jitted step(params, opt, target, s, a, r, s2, done) -> (params, opt,
+    loss)), params and opt donated.
+
+    Memoire's layout (channel_last False): s uint8[B, 4, 84, 84], a and r [B, 4] (the stacks),
+    the last entry's used. Dopamine's (True): s uint8[B, 84, 84, 4], a int[B], r float[B]."""
     import jax
     import jax.numpy as jnp
 
@@ -105,7 +124,8 @@ def jax_learner(seed: int = 0):
         )
 
     def q_values(p, s):
-        x = jnp.transpose(s, (0, 2, 3, 1)).astype(jnp.float32) / 255.0  # [B, 84, 84, 4]
+        x = s if channel_last else jnp.transpose(s, (0, 2, 3, 1))
+        x = x.astype(jnp.float32) / 255.0  # [B, 84, 84, 4]
         x = jax.nn.relu(conv(x, p["c1"], 4) + p["b1"])
         x = jax.nn.relu(conv(x, p["c2"], 2) + p["b2"])
         x = jax.nn.relu(conv(x, p["c3"], 1) + p["b3"])
@@ -130,15 +150,17 @@ def jax_learner(seed: int = 0):
         return p
 
     def loss(p, target, s, a, r, s2, done):
+        if not channel_last:
+            a, r = a[:, -1], r[:, -1]
         q = q_values(p, s)
-        q_a = jnp.take_along_axis(q, (a[:, -1] % ACTIONS).astype(jnp.int32)[:, None], 1)[:, 0]
+        q_a = jnp.take_along_axis(q, (a % ACTIONS).astype(jnp.int32)[:, None], 1)[:, 0]
         next_q = q_values(target, s2).max(axis=1)
-        y = r[:, -1] + 0.99 * (1.0 - done.astype(jnp.float32)) * next_q
+        y = r + 0.99 * (1.0 - done.astype(jnp.float32)) * next_q
         err = q_a - jax.lax.stop_gradient(y)
         return jnp.mean(jnp.where(jnp.abs(err) < 1.0, 0.5 * err**2, jnp.abs(err) - 0.5))
 
     def step(params, opt, target, s, a, r, s2, done):
-        grads = jax.grad(loss)(params, target, s, a, r, s2, done)
+        value, grads = jax.value_and_grad(loss)(params, target, s, a, r, s2, done)
         m, v, t = opt
         t = t + 1
         m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
@@ -147,7 +169,7 @@ def jax_learner(seed: int = 0):
         params = jax.tree_util.tree_map(
             lambda p, m, v: p - lr * m / (jnp.sqrt(v) + 1.5e-4), params, m, v
         )
-        return params, (m, v, t)
+        return params, (m, v, t), value
 
     params = init(jax.random.PRNGKey(seed))
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -155,19 +177,28 @@ def jax_learner(seed: int = 0):
     return params, opt, jax.jit(step, donate_argnums=(0, 1))
 
 
-def run_jax(take, seconds: float, learner, warmup: int = 5) -> float:
-    """Steps/s of the jitted step fed by take() -> the step's 5 inputs (device arrays)."""
+def run_jax(take, seconds: float, learner, release=None, warmup: int = 5) -> float:
+    """Steps/s of the jitted step fed by take() -> the step's 5 inputs (device arrays); with
+    `release`, release(loss) after each step (a lent batch goes back once its step's loss is
+    ready; the loss, not the parameters, which the next step donates)."""
     import jax
 
     params, opt, target, step = learner
     params = jax.tree_util.tree_map(lambda x: x.copy(), params)
     opt = jax.tree_util.tree_map(lambda x: x.copy(), opt)
+
+    def one(params, opt):
+        params, opt, loss = step(params, opt, target, *take())
+        if release is not None:
+            release(loss)
+        return params, opt
+
     for _ in range(warmup):
-        params, opt = step(params, opt, target, *take())
+        params, opt = one(params, opt)
     jax.block_until_ready(params)
     n, start = 0, time.perf_counter()
     while True:
-        params, opt = step(params, opt, target, *take())
+        params, opt = one(params, opt)
         n += 1
         if n % 16 == 0 and time.perf_counter() - start > seconds:
             break
@@ -221,6 +252,23 @@ def torch_learner(device, seed: int = 0):
     return step
 
 
+def capture(step, inputs):
+    """A CUDA graph of step(*inputs) (warmed up on a side stream first, as torch.cuda.graph
+    asks): replay() runs the step on what `inputs` hold then."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(*inputs)
+    return graph
+
+
 def run_torch(take, seconds: float, step, device, warmup: int = 5) -> float:
     import torch
 
@@ -265,47 +313,86 @@ def jax_face_buffer(n: int, batch: int):
 
 
 def face_fields(e):
-    """The JAX face's ReplayElement as the step's inputs ([B, 84, 84, 4] -> [B, 4, 84, 84])."""
-    import jax.numpy as jnp
+    """The JAX face's ReplayElement as Dopamine's agents read it: the fields as they are."""
+    return (e.state, e.action, e.reward, e.next_state, e.is_terminal)
 
-    return (
-        jnp.moveaxis(e.state, -1, 1),
-        jnp.broadcast_to(e.action[:, None], (e.action.shape[0], STACK)),
-        jnp.broadcast_to(e.reward[:, None].astype(jnp.float32), (e.reward.shape[0], STACK)),
-        jnp.moveaxis(e.next_state, -1, 1),
-        e.is_terminal,
+
+# ---- a server in another process, for the stream rows ----
+
+SERVER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from bench_gpu_feed import TEMPLATES, make_memory
+from memoire import ReplayMemoryServer
+srv = ReplayMemoryServer(*TEMPLATES, int(sys.argv[2]), pub_endpoint=None, seed=3)
+make_memory(int(sys.argv[2]), 3, rem=srv.rem)
+ep = srv.start_stream(sys.argv[3], threads=int(sys.argv[4]))
+print(ep, flush=True)
+sys.stdin.read()  # until the benchmark ends
+srv.close()
+"""
+
+
+def start_server(fill: int, threads: int, folder: str):
+    """(the server process, its stream endpoint), or (None, why) where it cannot start."""
+    try:
+        import zmq  # noqa: F401
+    except ImportError:
+        return None, "pyzmq does not import"
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER, here, str(fill), f"ipc://{folder}/stream", str(threads)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        # Not the working directory first on sys.path: a checkout's memoire/ may lack _core.
+        env=dict(os.environ, PYTHONSAFEPATH="1"),
     )
+    line = proc.stdout.readline().strip()
+    if not line.startswith("ipc://"):
+        proc.kill()
+        return None, f"the server did not start ({line!r})"
+    return proc, line
 
 
 # ---- main ----
 
 
-def measure(ways, rounds: int, seconds: float):
-    """{name: [ratio to 'fixed' per round]} and {name: [steps/s per round]}, interleaved."""
+def measure(ways, rounds: int, seconds: float, refs=None):
+    """{name: [ratio to its reference per round]} and {name: [steps/s per round]}, interleaved.
+    `refs`: name -> the reference way's name (default "fixed")."""
+    refs = refs or {}
     rates = {name: [] for name in ways}
     for _ in range(rounds):
         for name, fn in ways.items():
             rates[name].append(fn(seconds))
-            print(f"    {name:<38} {rates[name][-1]:9.1f} steps/s", flush=True)
-    ratios = {name: [r / f for r, f in zip(rs, rates["fixed"])] for name, rs in rates.items()}
+            print(f"    {name:<44} {rates[name][-1]:9.1f} steps/s", flush=True)
+    ratios = {
+        name: [r / f for r, f in zip(rs, rates[refs.get(name, "fixed")])]
+        for name, rs in rates.items()
+    }
     return ratios, rates
 
 
-def jax_ways(args, batch: int, rem, face):
+def jax_ways(args, batch: int, rem, face, stream_ep):
+    """(ways, references, feeds to close) for the JAX step at batch size `batch`."""
     import jax
 
     from memoire.feed import Feed
 
     dev = jax.devices()[0]
-    learner = jax_learner()
-    params, opt, step = learner
-    target = jax.tree_util.tree_map(lambda x: x.copy(), params)
-    learner = (params, opt, target, step)
-    fixed = jax.device_put(fields(rem.get_batch(batch)))
-    feeds = []
 
-    def run(take):
-        return lambda seconds: run_jax(take, seconds, learner)
+    def learner(channel_last=False):
+        params, opt, step = jax_learner(channel_last=channel_last)
+        target = jax.tree_util.tree_map(lambda x: x.copy(), params)
+        return params, opt, target, step
+
+    plain, dopamine_layout = learner(), learner(channel_last=True)
+    fixed = jax.device_put(fields(rem.get_batch(batch)))
+    feeds, refs = [], {}
+
+    def run(take, release=None, lrn=plain):
+        return lambda seconds: run_jax(take, seconds, lrn, release)
 
     ways = {"fixed": run(lambda: fixed)}
     ways["inline get_batch + device_put"] = run(
@@ -316,10 +403,24 @@ def jax_ways(args, batch: int, rem, face):
     ways["host feed + device_put"] = run(lambda: jax.device_put(fields(next(host))))
     devfeed = Feed(rem, batch, depth=args.depth, threads=args.threads, seed=2, device=dev)
     feeds.append(devfeed)
-    ways["device feed (ReplayMemory)"] = run(lambda: fields(next(devfeed)))
+    ways["device feed (ReplayMemory)"] = run(lambda: fields(next(devfeed)), devfeed.release)
+    if stream_ep is not None:
+        from memoire.stream import SamplingStream
+
+        stream = SamplingStream(stream_ep, batch, device=dev, timeout=60)
+        feeds.append(stream)
+        name = "stream, shared memory" if stream.shared_memory else "stream, socket"
+        ways[f"device feed ({name})"] = run(lambda: fields(next(stream)), stream.release)
     if face is not None:
-        f1 = Feed(face, batch, depth=args.depth, threads=args.threads, seed=3, device=dev)
-        f2 = Feed(
+        face_fixed = jax.device_put(face_fields(face.sample(batch)))
+        ways["fixed (face layout)"] = run(lambda: face_fixed, lrn=dopamine_layout)
+        for threads in sorted({1, args.threads}):
+            f = Feed(face, batch, depth=args.depth, threads=threads, seed=3, device=dev)
+            feeds.append(f)
+            ways[f"device feed (JAX face, {threads} thr)"] = run(
+                lambda f=f: face_fields(next(f)), f.release, dopamine_layout
+            )
+        f = Feed(
             face,
             batch,
             depth=args.depth,
@@ -328,13 +429,19 @@ def jax_ways(args, batch: int, rem, face):
             device=dev,
             stack_on_device=True,
         )
-        feeds += [f1, f2]
-        ways["device feed (JAX face)"] = run(lambda: face_fields(next(f1)))
-        ways["device feed (JAX face, stack_on_dev)"] = run(lambda: face_fields(next(f2)))
-    return ways, feeds
+        feeds.append(f)
+        ways["device feed (JAX face, stack_on_dev)"] = run(
+            lambda: face_fields(next(f)), f.release, dopamine_layout
+        )
+        ways["inline sample + device_put (JAX face)"] = run(
+            lambda: jax.device_put(face_fields(face.sample(batch))),
+            lrn=dopamine_layout,
+        )
+        refs = {name: "fixed (face layout)" for name in ways if "face" in name}
+    return ways, refs, feeds
 
 
-def torch_ways(args, batch: int, rem, device: str):
+def torch_ways(args, batch: int, rem, device: str, stream_ep):
     import torch
 
     from memoire.feed import Feed
@@ -343,7 +450,7 @@ def torch_ways(args, batch: int, rem, device: str):
     fixed = tuple(
         torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in fields(rem.get_batch(batch))
     )
-    feeds = []
+    feeds, refs = [], {}
 
     def run(take):
         return lambda seconds: run_torch(take, seconds, step, device)
@@ -355,15 +462,58 @@ def torch_ways(args, batch: int, rem, device: str):
     devfeed = Feed(rem, batch, depth=args.depth, threads=args.threads, seed=2, device=device)
     feeds.append(devfeed)
     ways["device feed (ReplayMemory)"] = run(lambda: fields(next(devfeed)))
-    return ways, feeds
+    if stream_ep is not None:
+        from memoire.stream import SamplingStream
+
+        stream = SamplingStream(stream_ep, batch, device=device, timeout=60)
+        feeds.append(stream)
+        ways["device feed (stream)"] = run(lambda: fields(next(stream)))
+    if device.startswith("cuda"):
+        # The step captured once on the fixed batch, and once per device slot of a feed: each
+        # slot's tensors stay at their addresses, so its graph reads every batch it holds.
+        fixed_graph = capture(step, fixed)
+        graph_feed = Feed(rem, batch, depth=args.depth, threads=args.threads, seed=4, device=device)
+        feeds.append(graph_feed)
+        graphs = {}
+        while len(graphs) < graph_feed.device_slots:
+            inputs = fields(next(graph_feed))
+            graphs.setdefault(graph_feed.last_slot, capture(step, inputs))
+
+        def replay_next():
+            next(graph_feed)
+            graphs[graph_feed.last_slot].replay()
+
+        ways["fixed (captured step)"] = lambda seconds: run_graph(fixed_graph.replay, seconds)
+        ways["device feed (captured step per slot)"] = lambda seconds: run_graph(
+            replay_next, seconds
+        )
+        refs["device feed (captured step per slot)"] = "fixed (captured step)"
+    return ways, refs, feeds
 
 
-def report(title, ratios, rates):
-    print(f"  {title}: median ratio to fixed (steps/s)")
+def run_graph(replay, seconds: float, warmup: int = 5) -> float:
+    """Steps/s of replay() (a captured step's replay, and what feeds it)."""
+    import torch
+
+    for _ in range(warmup):
+        replay()
+    torch.cuda.synchronize()
+    n, start = 0, time.perf_counter()
+    while True:
+        replay()
+        n += 1
+        if n % 16 == 0 and time.perf_counter() - start > seconds:
+            break
+    torch.cuda.synchronize()
+    return n / (time.perf_counter() - start)
+
+
+def report(title, ratios, rates, refs):
+    print(f"  {title}: median ratio to its fixed batch (steps/s)")
     for name in ratios:
         print(
-            f"    {name:<38} {statistics.median(ratios[name]):6.3f}x"
-            f"  ({statistics.median(rates[name]):9.1f} steps/s)"
+            f"    {name:<44} {statistics.median(ratios[name]):6.3f}x"
+            f"  ({statistics.median(rates[name]):9.1f} steps/s, vs {refs.get(name, 'fixed')})"
         )
 
 
@@ -379,6 +529,7 @@ def main(argv=None):
     ap.add_argument("--torch-device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--no-jax", action="store_true")
     ap.add_argument("--no-face", action="store_true", help="skip the JAX face rows")
+    ap.add_argument("--no-stream", action="store_true", help="skip the stream rows")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -406,16 +557,41 @@ def main(argv=None):
             print("  (JAX face rows skipped: memoire.dopamine_compat does not import here)")
         else:
             print(f"  JAX face filled in {time.perf_counter() - t0:.1f} s", flush=True)
+    server, stream_ep = None, None
+    if not args.no_stream:
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="memoire-bench-")
+        server, stream_ep = start_server(args.fill, args.threads, folder)
+        if server is None:
+            print(f"  (stream rows skipped: {stream_ep})")
+            stream_ep = None
+    try:
+        run_all(args, rem, face, stream_ep, results)
+    finally:
+        if server is not None:
+            server.stdin.close()
+            server.wait(30)
+    with open("/proc/loadavg") as f:
+        results["load_after"] = f.read().split()[:3]
+    print(f"load after: {' '.join(results['load_after'])}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    return results
+
+
+def run_all(args, rem, face, stream_ep, results) -> None:
     for batch in args.batch:
         if not args.no_jax:
-            ways, feeds = jax_ways(args, batch, rem, face)
+            ways, refs, feeds = jax_ways(args, batch, rem, face, stream_ep)
             print(f"JAX, B={batch}", flush=True)
             try:
-                ratios, rates = measure(ways, args.rounds, args.seconds)
+                ratios, rates = measure(ways, args.rounds, args.seconds, refs)
             finally:
                 for f in feeds:
                     f.close()
-            report(f"JAX B={batch}", ratios, rates)
+            report(f"JAX B={batch}", ratios, rates, refs)
             results["runs"][f"jax B={batch}"] = {"ratios": ratios, "rates": rates}
         if args.torch:
             try:
@@ -424,22 +600,15 @@ def main(argv=None):
                 print("  (PyTorch rows skipped: torch does not import)")
                 continue
             device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
-            ways, feeds = torch_ways(args, batch, rem, device)
+            ways, refs, feeds = torch_ways(args, batch, rem, device, stream_ep)
             print(f"PyTorch ({device}), B={batch}", flush=True)
             try:
-                ratios, rates = measure(ways, args.rounds, args.seconds)
+                ratios, rates = measure(ways, args.rounds, args.seconds, refs)
             finally:
                 for f in feeds:
                     f.close()
-            report(f"PyTorch B={batch}", ratios, rates)
+            report(f"PyTorch B={batch}", ratios, rates, refs)
             results["runs"][f"torch B={batch}"] = {"ratios": ratios, "rates": rates}
-    with open("/proc/loadavg") as f:
-        results["load_after"] = f.read().split()[:3]
-    print(f"load after: {' '.join(results['load_after'])}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    return results
 
 
 if __name__ == "__main__":

@@ -302,8 +302,9 @@ class Feed:
 
         ``after``: whatever the learner computed from the batch (its step's loss, its new
         parameters: a JAX array or any pytree of them); the batch's device slot is refilled
-        once that is ready, and the learner's thread does not wait for it. None: nothing reads
-        the batch any more (its slot goes back now). PyTorch and DLPack batches go back at the
+        once that is ready, and the learner's thread does not wait for it. Best something the
+        next step does not donate (the loss): a donated one stands for its batch only through
+        a later release's. None: nothing reads the batch any more (its slot goes back now). PyTorch and DLPack batches go back at the
         next ``next`` anyway, ordered after the consumer's stream; host batches when dropped.
         A no-op where no batch is lent.
         """

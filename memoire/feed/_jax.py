@@ -166,9 +166,18 @@ class JaxLender:
             slot, self._out = self._out, None
             self._drop(slot)
         pending = self._pending
-        while pending and (len(pending) > self._keep or pending[0][1].is_ready()):
-            slot, marker = pending.popleft()
+        while pending:
+            slot, marker = pending[0]
+            if marker.is_deleted():
+                # Donated to a later step (params passed back in): that step read it, so the
+                # readiness of a later marker stands for it; none yet: wait for one.
+                marker = next((m for _, m in pending if not m.is_deleted()), None)
+                if marker is None:
+                    break
+            if len(pending) <= self._keep and not marker.is_ready():
+                break
             marker.block_until_ready()  # at once, unless the learner ran too far ahead
+            pending.popleft()
             self._ring.release(slot)
 
     def _drop(self, slot: int) -> None:
