@@ -5,6 +5,7 @@ ordering code as the CUDA engine, consumed by numpy (``np.from_dlpack``) and JAX
 The CUDA engine itself is exercised on a GPU machine by benchmarks/device_gpu_feed.sh.
 """
 
+import functools
 import gc
 import textwrap
 
@@ -289,6 +290,38 @@ def test_a_slot_is_never_rewritten_while_a_step_that_reads_it_is_pending(release
                 feed.release(after=outs[-1])
         got = [int(o) for o in outs]
     assert got == want
+
+
+@dopamine
+def test_a_release_after_an_array_the_next_step_donates_still_waits_for_its_step():
+    # Parameters passed back into the next step (donated) are deleted when that step is
+    # dispatched: the batch goes back once a later release's marker is ready (that later step
+    # consumed them, so the earlier one is done).
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    buf = _jax_buffer(80)
+
+    def pause(x):
+        import time
+
+        time.sleep(0.03)
+        return np.zeros((), np.int32)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(acc, state):
+        zero = jax.pure_callback(pause, jax.ShapeDtypeStruct((), np.int32), state[0, 0])
+        return acc + jnp.sum(state.astype(np.int32) + zero)
+
+    with Feed(buf, seed=6) as host:
+        want = int(sum(next(host).state.astype(np.int64).sum() for _ in range(10)))
+    acc = jnp.zeros((), np.int32)
+    with Feed(buf, seed=6, device="jax", device_slots=3) as feed:
+        for _ in range(10):
+            acc = step(acc, next(feed).state)
+            feed.release(after=acc)  # the next step donates it
+        assert int(acc) == want
+        assert feed._lender.dropped == 0
 
 
 @dopamine
