@@ -72,6 +72,12 @@ def _until(cond, timeout=30.0):
     return cond()
 
 
+def _dropped_episode(message):
+    """(actor uuid, episode) of a server's "dropped episode E from UUID: ..." warning."""
+    episode, rest = message.split("dropped episode ")[1].split(" from ", 1)
+    return int(rest.split(":")[0], 16), int(episode)
+
+
 def _lost_lines(records):
     """The messages of the server's peer_lost warnings among log records."""
     messages = (r.getMessage() for r in records)
@@ -155,13 +161,22 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
         stored = {(u, e) for u, e, _, _ in committed}
         assert all(rows == STEPS for _, _, rows, _ in committed)  # whole episodes only
         assert s["memory_size"] == STEPS * s["memory_episodes"] == STEPS * len(committed)
-        # The drops: exactly the killed actors' open episodes that were never completed.
-        expected = {u for u, e in killed.items() if (u, e) not in stored}
-        dropped = {int(m.split(" from ")[1].split(":")[0], 16) for m in _lost_lines(records)}
+        # The drops, as (actor, episode): only killed actors', each its last episode, never one
+        # stored; and every killed actor's episode open at its death was stored (its last chunk
+        # was on its way) or dropped. An actor may close the episode read as open just before
+        # the kill lands and open the next (this test once failed that way, once in 18 runs,
+        # when it compared actors only): then that next one is the one dropped.
+        dropped = {_dropped_episode(m) for m in _lost_lines(records)}
         live_then = {a.uuid for a in actors}
-        assert dropped == expected, (dropped, expected, killed)
-        assert s["rejected"].get("peer_lost", 0) == len(expected)
-        assert not dropped & live_then
+        assert {u for u, _ in dropped} <= set(killed), (dropped, killed)
+        assert not {u for u, _ in dropped} & live_then
+        assert not dropped & stored
+        for u in {u for u, _ in dropped}:
+            last = max(e for v, e in dropped | stored if v == u)
+            assert [e for v, e in dropped if v == u] == [last], (u, dropped, stored)
+        for u, e in killed.items():
+            assert (u, e) in stored or any(v == u and d >= e for v, d in dropped), (u, e)
+        assert s["rejected"].get("peer_lost", 0) == len(dropped)
         assert set(s["rejected"]) <= {"peer_lost"}, s["rejected"]
         assert len(killed) >= 5
 
