@@ -13,6 +13,10 @@ CPU figures of the device path (docs/FEED.md), side by side in one run.
      device, no release the same without release: each batch is given back by deleting its
                         arrays, and its slot imported again when it comes round
 
+   And the hand-over alone: next(feed) (+ release) in a tight loop, no step, on a memory of
+   uint8[4] states (a feed that never makes the learner wait): the code's own cost, with the
+   learner's caches warm.
+
 2. The JAX face's host feed at B=256: batches/s with 1 and 2 sampler threads (``Feed(buffer,
    256, threads=t)``, no step), and the ratio. The threads draw and gather under a shared hold
    of the store's lock.
@@ -30,6 +34,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,6 +107,54 @@ def learner_thread(args) -> dict:
     return out
 
 
+def hand_over(args) -> dict:
+    """CPU us per next (+ release) in a tight loop over a tiny-state memory, host vs device."""
+    import jax
+
+    from memoire import ReplayMemory
+
+    rem = ReplayMemory(
+        np.zeros([4], np.uint8),
+        np.zeros([], np.int64),
+        *[np.zeros([], np.float32)] * 4,
+        np.zeros([0], np.uint8),
+        20000,
+    )
+    rem.frame_stack = 4
+    for _ in range(10):
+        rem.new_episode()
+        rem.add_entries(
+            np.zeros((1000, 4), np.uint8),
+            np.zeros(1000, np.int64),
+            *[np.ones(1000, np.float32)] * 3,
+            np.zeros((1000, 0), np.uint8),
+            np.ones(1000, np.float32),
+        )
+        rem.close_episode()
+    marker = jax.numpy.zeros(())
+    out = {}
+    for name, device, release in (("host", None, False), ("device, release", "jax", True)):
+        runs = []
+        for _ in range(args.rounds):
+            with Feed(rem, 32, depth=8, threads=2, device=device) as feed:
+                for _ in range(100):
+                    next(feed)
+                    if release:
+                        feed.release(after=marker)
+                t0 = time.thread_time()
+                for _ in range(3000):
+                    next(feed)
+                    if release:
+                        feed.release(after=marker)
+                runs.append((time.thread_time() - t0) / 3000 * 1e6)
+        out[name] = statistics.median(runs)
+    print(
+        f"   hand-over alone (tight loop, uint8[4] states): host {out['host']:.1f} us, "
+        f"device with release {out['device, release']:.1f} us"
+    )
+    return out
+
+
 def scaling(args) -> dict:
     face = make_face(min(args.fill, 20000), 256)
     if face is None:
@@ -142,6 +196,7 @@ def main(argv=None):
     )
     if args.only != "scaling":
         learner_thread(args)
+        hand_over(args)
     if args.only != "thread":
         scaling(args)
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
