@@ -5,7 +5,10 @@
 # Dopamine/TF/gin/pyzmq); run from the repository root. Every step prints a banner and its exit
 # status, logs into $OUT, and the script goes on after a failed step.
 #
-#   OUT=/tmp/out bash benchmarks/device_gpu_feed.sh            # about 5 minutes on an H100
+#   bash benchmarks/device_wheels.sh                            # here, first: the cp312 wheels
+#   OUT=/tmp/out bash benchmarks/device_gpu_feed.sh            # there, about 5 minutes
+# (with the device tool: run(command="OUT=$OUT bash benchmarks/device_gpu_feed.sh",
+#  carry=["build/device-wheels"], timeout_s=600))
 #   ROUNDS=3 SECONDS_PER=2 FILL=20000 BATCHES="32 256" ...      # the benchmark's settings
 #   SKIP_BUILD=1 ...   # use the extension already in memoire/ (a check of the script on a CPU)
 # (The setup shared with the other device scripts: benchmarks/_device_setup.sh.)
