@@ -617,12 +617,14 @@ class ReplayMemoryClient:
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Closes the sockets (unsent pushes are dropped)."""
+        """Closes the sockets. Pushes not sent yet (the last chunks of an episode just closed,
+        or chunks queued while the server restarts and the socket reconnects) get up to
+        ``timeout`` seconds to leave; what a server that stays away never takes is dropped."""
         if self._keepalive is not None:
             self._keepalive.close()
         self._req.close()
         with self._push_lock:
-            self._push.close(0)
+            self._push.close(int(self.timeout * 1000))
         with self._sub_lock:
             if self._sub is not None:
                 self._sub.close(0)

@@ -410,6 +410,7 @@ class RequestChannel:
         self._keys = keys
         self._lock = threading.Lock()
         self._sock: Optional[zmq.Socket] = None
+        self.resends = 0  # attempts that got no reply in time, so far (each one reconnects)
 
     def _open(self) -> zmq.Socket:
         # No ZeroMQ heartbeats (see Heartbeat): a hostile server can fill a REQ's receive
@@ -443,6 +444,7 @@ class RequestChannel:
                     pass
                 self._sock.close(0)  # lazy pirate: drop the stuck socket, reconnect, resend
                 self._sock = None
+                self.resends += 1
         raise TimeoutError(
             f"no reply from {self.endpoint} after {attempts} attempt(s) of {timeout:g} s"
         )

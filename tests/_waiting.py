@@ -10,9 +10,13 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+def wait_until(
+    predicate: Callable[[], T], what: str, timeout: float = 30.0, *, fail: bool = True
+) -> T:
     """Polls ``predicate`` (every 10 ms, then less often) until it returns something true, and
-    returns that. After ``timeout`` seconds raises AssertionError: "waited N s for WHAT"."""
+    returns that. After ``timeout`` seconds raises AssertionError: "waited N s for WHAT"; with
+    ``fail=False`` returns the last (false) value instead, for a caller that asserts with a
+    message of its own, or that checks something does not happen within ``timeout``."""
     deadline = time.monotonic() + timeout
     pause = 0.01
     while True:
@@ -20,6 +24,8 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> 
         if value:
             return value
         if time.monotonic() >= deadline:
+            if not fail:
+                return value
             raise AssertionError(f"waited {timeout:g} s for {what}; it never happened")
         time.sleep(pause)
         pause = min(pause * 1.5, 0.2)

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import zmq
+from _waiting import wait_until
 
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, _core, codec
 from memoire.codec import Msg
@@ -202,9 +203,7 @@ def test_server_counts_rejected_chunks_and_keeps_serving():
             c.add_entries(*rows(rng, 5))
             c.close_episode()
             assert srv.wait_rows_in(9, timeout=10)
-        deadline = time.monotonic() + 10
-        while srv.stats()["rejected_total"] < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: srv.stats()["rejected_total"] >= 3, "3 chunks rejected")
         s = srv.stats()
         assert s["rejected"] == {"out_of_order_chunk": 1, "malformed": 1, "abandoned_episode": 1}
         assert s["episodes_in"] == 2 and s["steps_in"] == 9 and s["memory_size"] == 9
@@ -283,9 +282,7 @@ def test_one_server_takes_caches_and_chunks_mixed():
                 central_actor.add_entries(*rows(rng, 5))
                 central_actor.close_episode()
             assert srv.wait_rows_in(30, timeout=10)
-            deadline = time.monotonic() + 10
-            while srv.total_caches < 6 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(lambda: srv.total_caches >= 6, "6 caches")
         s = srv.stats()
         assert s["caches"] == 6 and s["episodes_in"] == 6 and s["memory_size"] == 30
         assert s["rejected_total"] == 0 and s["open_streams"] == 0

@@ -3,11 +3,10 @@ were added, bit for bit (batches, feeds, sampling streams, caches, checkpoints),
 wrap-around and eviction; memory follows what the states compress to; bad values are
 refused."""
 
-import time
-
 import numpy as np
 import pytest
 import zmq
+from _waiting import wait_until
 
 from memoire import ReplayMemory, ReplayMemoryServer
 from memoire.checkpoint_io import CheckpointError
@@ -415,11 +414,8 @@ def test_episodes_streamed_by_actors_into_a_compressed_server_sample_as_added():
                 for row in rows:
                     c.add_entry(*row)
                 c.close_episode()
-            # Before the client closes: close() drops pushes still queued (documented).
             assert srv.wait_rows_in(sum(len(e) for e in episodes), timeout=10)
-        deadline = time.monotonic() + 10
-        while srv.rem.num_episode() < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: srv.rem.num_episode() >= 3, "3 episodes stored")
         assert srv.rem.size == local.size
         for _ in range(5):
             _assert_same(srv.rem.get_batch(16), local.get_batch(16))

@@ -7,12 +7,12 @@ Tests bind loopback only: what a bind beyond loopback decides is checked on the 
 and the keys themselves on loopback sockets forced to use them."""
 
 import logging
-import time
 import types
 
 import numpy as np
 import pytest
 import zmq
+from _waiting import wait_until
 
 from memoire import cli, transport
 from memoire.commands import serve
@@ -45,16 +45,6 @@ def test_beyond_loopback(where, beyond):
     assert transport.beyond_loopback(where) is beyond
 
 
-def _wait(predicate, seconds=10.0):
-    """Polls ``predicate()`` every 10 ms until true; False after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_a_learner_with_run_keys_refuses_plain_and_foreign_peers_and_counts_them():
     server, client = transport.run_keys()
     config = distributed.DistributedConfig(num_actors=1, transport="zmq")
@@ -85,12 +75,15 @@ def test_a_learner_with_run_keys_refuses_plain_and_foreign_peers_and_counts_them
                 sockets.watch()
                 return sockets.refused >= 2
 
-            assert _wait(counted), sockets.refused
+            assert wait_until(counted, "two refused strangers", fail=False), sockets.refused
             assert not sockets.pull.poll(200)  # the strangers' messages never arrived
             # Parameters reach the run's actor (published until its subscription is in).
-            assert _wait(lambda: sockets.publish(7, b"weights") or link.latest() is not None)
+            wait_until(
+                lambda: sockets.publish(7, b"weights") or link.latest() is not None,
+                "sockets.publish(7, b'weights') or link.latest() is not None",
+            )
             sockets.publish(8, b"weights")
-            assert _wait(lambda: link.latest() == (8, b"weights"))
+            wait_until(lambda: link.latest() == (8, b"weights"), "link.latest() == (8, b'weights')")
         finally:
             link.close()
     finally:

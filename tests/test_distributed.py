@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _subprocess_env import run_script
 from _tiny_run import DIST_GIN, TINY, train_command
+from _waiting import wait_until
 
 from memoire.experiments import distributed as dist
 
@@ -26,16 +27,6 @@ def _link_pair(**config):
     return sockets, ends
 
 
-def _wait(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.01)
-    return None
-
-
 @pytest.mark.parametrize("transport", ["multiprocessing", "zmq"])
 def test_actor_link_gets_newest_parameters_and_the_stop_notice(transport):
     sockets, ends = _link_pair(transport=transport)
@@ -45,15 +36,17 @@ def test_actor_link_gets_newest_parameters_and_the_stop_notice(transport):
             "ipc://" if transport == "multiprocessing" else "tcp://127.0.0.1:"
         )
         # PUB drops what it sends before the subscription lands: publish until one arrives.
-        got = _wait(lambda: sockets.publish(1, b"x") or link.latest())
+        got = wait_until(lambda: sockets.publish(1, b"x") or link.latest(), "the first parameters")
         assert got == (1, b"x")
         for v in range(2, 6):
             sockets.publish(v, bytes([v]))
-        newest = _wait(lambda: (lambda g: g if g and g[0] == 5 else None)(link.latest()))
+        newest = wait_until(
+            lambda: (lambda g: g if g and g[0] == 5 else None)(link.latest()), "parameters 5"
+        )
         assert newest == (5, bytes([5]))  # the newest wins
         assert not link.should_stop()
         sockets.stop_actors()
-        assert _wait(link.should_stop)
+        wait_until(link.should_stop, "the stop notice")
         assert link.send([b"anything"]) is False  # told to stop: nothing more goes out
     finally:
         link.close()
@@ -93,16 +86,20 @@ def test_an_actor_starts_episodes_only_while_the_learner_keeps_up():
         link = dist.ActorLink(ends, actor_id=3, give_up_s=10)
         # the learner stores episodes 0..4 of this actor and 7 of another one
         # (PUB drops what it sends before a subscription lands: the learner repeats the table)
-        got = _wait(
+        got = wait_until(
             lambda: (
                 sockets.acknowledge([(link.uuid, 4, 10, None), (other.uuid, 7, 3, None)])
                 or link.should_stop()
                 or link.stored_episode == 4
-            )
+            ),
+            "the learner's table of stored episodes",
         )
         assert got and link.stored_episode == 4
         assert link.wait_for_learner(6)  # 6 finished, 5 stored: 1 out
-        assert _wait(lambda: other.should_stop() or other.stored_episode == 7)
+        wait_until(
+            lambda: other.should_stop() or other.stored_episode == 7,
+            "the other actor's stored episode 7",
+        )
         # a learner that restarted knows less: what an actor learned stays
         sockets.acknowledge([(link.uuid, 1, 1, None)])
         assert link.wait_for_learner(6) and link.stored_episode == 4
@@ -144,9 +141,7 @@ def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
                 )
             assert stream.end_episode(True, info=(float(length), length, True))
         stored = []
-        deadline = time.monotonic() + 10
-        while len(stored) < 2 and time.monotonic() < deadline:
-            stored += receiver.poll(0.1)
+        wait_until(lambda: stored.extend(receiver.poll(0.1)) or len(stored) >= 2, "2 episodes")
         assert [(u & 0xFFFFFFFF, e, r, i) for u, e, r, i in stored] == [
             (1, 0, 5, (5.0, 5.0, 1.0)),
             (1, 1, 2, (2.0, 2.0, 1.0)),
@@ -175,7 +170,7 @@ def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
         push = sockets._ctx.socket(dist.zmq.PUSH)
         push.connect(sockets.endpoints["experience"])
         push.send_multipart([b"garbage", b"more"])
-        _wait(lambda: receiver.poll(0.05) or receiver.not_chunk)
+        wait_until(lambda: receiver.poll(0.05) or receiver.not_chunk, "the garbage counted")
         push.close(0)
         assert receiver.not_chunk == 1 and buf.add_count == count
     finally:

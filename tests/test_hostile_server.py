@@ -9,13 +9,13 @@ a checkpoint) run against a server in a subprocess.
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import zmq
 from _buffer_server import BufferServerProcess
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 from memoire import ReplayMemory, ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
@@ -33,13 +33,6 @@ TEMPLATES = (
     np.zeros([], np.float32),
     np.zeros([0], np.uint8),
 )
-
-
-def _wait(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 def _episode(client, length=10, reward=1.0):
@@ -177,7 +170,7 @@ def test_a_flood_of_empty_chunks_under_one_sender_is_bounded(central):
     with _Push(ep["pull"]) as push:
         for k in range(n):
             push.send_multipart(_chunk(666, 1, k, 0))
-        assert _wait(lambda: srv.stats().get("chunks", 0) >= n)
+        wait_until(lambda: srv.stats().get("chunks", 0) >= n, "srv.stats().get('chunks', 0) >= n")
     s = srv.stats()
     assert s["rejected"]["stream_bytes"] == 1  # then the rest of the flood has lost its start
     assert s["rejected"]["out_of_order_chunk"] > 0
@@ -192,7 +185,9 @@ def test_many_open_streams_are_bounded_in_bytes_and_the_largest_go_first(central
     with _Push(ep["pull"]) as push:
         for uuid in range(100):
             push.send_multipart(_chunk(1000 + uuid, 1, 0, rows))
-        assert _wait(lambda: srv.stats().get("chunks", 0) >= 100)
+        wait_until(
+            lambda: srv.stats().get("chunks", 0) >= 100, "srv.stats().get('chunks', 0) >= 100"
+        )
     s = srv.stats()
     assert s["open_stream_bytes"] <= srv.max_open_bytes == 256 << 10
     assert s["rejected"]["open_bytes"] > 50 and s["open_streams"] < 20
@@ -205,9 +200,11 @@ def test_unfinished_streams_are_reaped_without_further_chunks():
         ep = srv.start()
         with _Push(ep["pull"]) as push:
             push.send_multipart(_chunk(7, 1, 0, 5))
-            assert _wait(lambda: srv.stats()["open_streams"] == 1)
+            wait_until(lambda: srv.stats()["open_streams"] == 1, "srv.stats()['open_streams'] == 1")
         # No chunk comes any more: the pull worker's idle polls reap it.
-        assert _wait(lambda: srv.stats()["open_streams"] == 0, timeout=15)
+        wait_until(
+            lambda: srv.stats()["open_streams"] == 0, "srv.stats()['open_streams'] == 0", timeout=15
+        )
         assert srv.stats()["rejected"]["stale_episode"] == 1
         assert srv.stats()["open_stream_bytes"] == 0
 
@@ -216,15 +213,16 @@ def test_unfinished_streams_are_reaped_on_the_pyzmq_path_too():
     script = (
         "import sys, time\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from test_hostile_server import _Push, _chunk, _wait, TEMPLATES\n"
+        "from test_hostile_server import _Push, _chunk, TEMPLATES\n"
+        "from _waiting import wait_until\n"
         "from memoire import ReplayMemoryServer, transport\n"
         "assert not transport.native_libzmq()\n"
         "with ReplayMemoryServer(*TEMPLATES, 100, None, stream_timeout=0.3) as srv:\n"
         "    ep = srv.start()\n"
         "    with _Push(ep['pull']) as push:\n"
         "        push.send_multipart(_chunk(7, 1, 0, 5))\n"
-        "        assert _wait(lambda: srv.stats()['open_streams'] == 1)\n"
-        "    assert _wait(lambda: srv.stats()['open_streams'] == 0, timeout=15)\n"
+        "        wait_until(lambda: srv.stats()['open_streams'] == 1, 'an open stream')\n"
+        "    wait_until(lambda: srv.stats()['open_streams'] == 0, 'the reaping', timeout=15)\n"
         "    print(srv.stats()['rejected'])\n"
     )
     tests = os.path.dirname(os.path.abspath(__file__))
@@ -363,7 +361,10 @@ def test_nonfinite_rewards_from_an_actor_are_refused_and_counted(central):
         assert srv.wait_rows_in(10, timeout=10)
         for bad in (np.nan, np.inf):
             _episode(c, reward=bad)
-        assert _wait(lambda: srv.stats()["rejected"].get("nonfinite", 0) == 2)
+        wait_until(
+            lambda: srv.stats()["rejected"].get("nonfinite", 0) == 2,
+            "srv.stats()['rejected'].get('nonfinite', 0) == 2",
+        )
         assert srv.stats()["memory_size"] == 10 and srv.rem.num_episode() == 1
         b = srv.sample(64)
         assert np.isfinite(b.prev[2]).all() and np.isfinite(b.prev[5]).all()
@@ -389,7 +390,10 @@ def test_nonfinite_caches_are_refused_and_counted():
                     c.rem.add_entry(np.zeros(4, np.float32), k, np.nan, 0.5, 0.0)
                 c.rem.close_episode()
             assert c.push_cache() == 0
-            assert _wait(lambda: srv.stats()["rejected"].get("nonfinite", 0) == 1)
+            wait_until(
+                lambda: srv.stats()["rejected"].get("nonfinite", 0) == 1,
+                "srv.stats()['rejected'].get('nonfinite', 0) == 1",
+            )
         assert srv.stats()["caches_held"] == 0
         with ReplayMemoryClient(None, ep["rep"], ep["pull"], timeout=5) as c:
             for _ in range(2):

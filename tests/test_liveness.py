@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import zmq
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 from memoire import ReplayMemoryServer
 from memoire.experience import ChunkStream
@@ -159,13 +160,6 @@ time.sleep(600)
 """
 
 
-def _until(cond, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return cond()
-
-
 def _spec_text(srv) -> str:
     return repr(
         [(n, f"dtype('{np.dtype(d).str}')", tuple(s)) for n, d, s in srv._central.ingest.row_spec]
@@ -229,19 +223,28 @@ def test_a_dead_or_frozen_actor_loses_its_open_episode_and_no_other(how):
         live = _LiveActor(srv, ep["pull"])
         proc = _start_actor(srv, ep["pull"])
         try:
-            assert _until(lambda: srv.stats()["open_streams"] == 2)
+            wait_until(lambda: srv.stats()["open_streams"] == 2, "srv.stats()['open_streams'] == 2")
             # Idle mid-episode for three peer timeouts: its keepalives keep it.
-            assert not _until(
-                lambda: srv.stats()["rejected"].get("peer_lost", 0) > 0, 3 * PEER_TIMEOUT
+            assert not wait_until(
+                lambda: srv.stats()["rejected"].get("peer_lost", 0) > 0,
+                "a peer lost",
+                timeout=3 * PEER_TIMEOUT,
+                fail=False,
             )
             assert srv._central.ingest.counters()["keepalives"] >= 3
             os.kill(proc.pid, getattr(signal, how))
-            assert _until(lambda: srv.stats()["rejected"].get("peer_lost", 0) == 1)
+            wait_until(
+                lambda: srv.stats()["rejected"].get("peer_lost", 0) == 1,
+                "srv.stats()['rejected'].get('peer_lost', 0) == 1",
+            )
             s = srv.stats()
             assert s["open_streams"] == 1  # the live actor's episode is still open
             assert s["peer_connects"] == 2
             live.finish()
-            assert _until(lambda: srv.stats().get("episodes_in", 0) == 1)
+            wait_until(
+                lambda: srv.stats().get("episodes_in", 0) == 1,
+                "srv.stats().get('episodes_in', 0) == 1",
+            )
             assert set(srv.stats()["rejected"]) == {"peer_lost"}
         finally:
             live.stop.set()
@@ -254,12 +257,15 @@ def test_an_actor_frozen_shorter_than_the_timeout_keeps_its_episode():
         ep = srv.start()
         proc = _start_actor(srv, ep["pull"])
         try:
-            assert _until(lambda: srv.stats()["open_streams"] == 1)
+            wait_until(lambda: srv.stats()["open_streams"] == 1, "srv.stats()['open_streams'] == 1")
             os.kill(proc.pid, signal.SIGSTOP)
             time.sleep(1.0)  # a fifth of the timeout
             os.kill(proc.pid, signal.SIGCONT)
             before = srv._central.ingest.counters()["keepalives"]
-            assert _until(lambda: srv._central.ingest.counters()["keepalives"] > before + 2)
+            wait_until(
+                lambda: srv._central.ingest.counters()["keepalives"] > before + 2,
+                "srv._central.ingest.counters()['keepalives'] > before + 2",
+            )
             assert srv.stats()["open_streams"] == 1
             assert "peer_lost" not in srv.stats()["rejected"]
         finally:
@@ -278,9 +284,11 @@ def test_connection_watch_counts_opens_and_closes():
         ]
         for p in pushes:
             p.send(b"x")
-        assert _until(lambda: (watch.poll(), watch.open)[1] == 3)
+        wait_until(lambda: (watch.poll(), watch.open)[1] == 3, "(watch.poll(), watch.open)[1] == 3")
         pushes[0].close(0)
-        assert _until(lambda: (watch.poll(), watch.closed)[1] == 1)
+        wait_until(
+            lambda: (watch.poll(), watch.closed)[1] == 1, "(watch.poll(), watch.closed)[1] == 1"
+        )
         assert watch.open == 2 and watch.opened == 3 and watch.last_closed is not None
         for p in pushes[1:]:
             p.close(0)
@@ -314,12 +322,18 @@ def test_a_learner_notices_when_all_its_actors_are_gone():
                 )
             )
             assert procs[-1].stdout.readline().strip() == b"up"
-        assert _until(lambda: (sockets.actors_gone(0.0), sockets._watch.open)[1] == 2)
+        wait_until(
+            lambda: (sockets.actors_gone(0.0), sockets._watch.open)[1] == 2,
+            "(sockets.actors_gone(0.0), sockets._watch.open)[1] == 2",
+        )
         os.kill(procs[0].pid, signal.SIGKILL)
-        assert _until(lambda: (sockets.actors_gone(0.0), sockets._watch.closed)[1] == 1)
+        wait_until(
+            lambda: (sockets.actors_gone(0.0), sockets._watch.closed)[1] == 1,
+            "(sockets.actors_gone(0.0), sockets._watch.closed)[1] == 1",
+        )
         assert not sockets.actors_gone(grace=0.0)  # one is left
         os.kill(procs[1].pid, signal.SIGKILL)
-        assert _until(lambda: sockets.actors_gone(grace=0.2))
+        wait_until(lambda: sockets.actors_gone(grace=0.2), "sockets.actors_gone(grace=0.2)")
     finally:
         for p in procs:
             p.kill()

@@ -10,12 +10,12 @@ import math
 import os
 import subprocess
 import threading
-import time
 
 import numpy as np
 import pytest
 import zmq
 from _tiny_run import train_command
+from _waiting import wait_until
 
 from memoire import ReplayMemoryServer
 from memoire.experience import ChunkStream
@@ -32,14 +32,6 @@ TEMPLATES = (
     np.zeros([0], np.uint8),
 )
 EPISODE = 10  # rows per streamed episode
-
-
-def _until(cond, timeout=20.0):
-    """Polls `cond` until true or `timeout` seconds pass (a bound, not an assertion)."""
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return cond()
 
 
 def _cursor(limiter) -> float:
@@ -98,7 +90,9 @@ def test_a_blocked_sample_is_released_by_an_insert():
     got = []
     t = threading.Thread(target=lambda: got.append(lim.await_sample(2, 30.0)))
     t.start()
-    assert _until(lambda: lim.counters()["samples_waiting"] == 1)
+    wait_until(
+        lambda: lim.counters()["samples_waiting"] == 1, "lim.counters()['samples_waiting'] == 1"
+    )
     lim.inserted(4)
     t.join(30)
     assert got == [True] and lim.counters()["samples"] == 2
@@ -116,7 +110,9 @@ def test_cancel_fails_waiters():
 
     t = threading.Thread(target=wait)
     t.start()
-    assert _until(lambda: lim.counters()["samples_waiting"] == 1)
+    wait_until(
+        lambda: lim.counters()["samples_waiting"] == 1, "lim.counters()['samples_waiting'] == 1"
+    )
     lim.cancel()
     t.join(30)
     assert len(errors) == 1 and "cancelled" in errors[0]
@@ -310,8 +306,9 @@ def test_server_holds_the_ratio_against_a_full_speed_writer():
         writer = _Writer(srv, ep["pull"])
         try:
             # No sampler yet: the ingest stops pulling once the band is full.
-            assert _until(
-                lambda: lim.counters()["inserts_waiting"] == 1 and lim.counters()["inserts"] >= 200
+            wait_until(
+                lambda: lim.counters()["inserts_waiting"] == 1 and lim.counters()["inserts"] >= 200,
+                "lim.counters()['inserts_waiting'] == 1 and lim.counters()['inserts'] >= 200",
             )
             held = lim.counters()["inserts"]
             assert held * spi <= lim.max_diff + EPISODE * spi
@@ -341,7 +338,10 @@ def test_a_remote_sample_waits_while_the_server_serves_other_peers():
         t.start()
         with RemoteMemory(ep["rep"], timeout=10, retries=0) as other:
             # The sample is parked, and the one worker answers another peer meanwhile.
-            assert _until(lambda: other.stats().get("deferred", 0) == 1)
+            wait_until(
+                lambda: other.stats().get("deferred", 0) == 1,
+                "other.stats().get('deferred', 0) == 1",
+            )
             assert other.stats()["rate_limiter"]["samples"] == 0
             assert not got
             writer = _Writer(srv, ep["pull"], max_episodes=3)  # 30 transitions

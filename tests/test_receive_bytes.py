@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 from memoire import ReplayMemoryServer
 from memoire.bench.memory import proc_status
@@ -89,13 +90,6 @@ class _Actor:
                 self.done = True
 
 
-def _until(cond, timeout):
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
-
-
 def test_held_inserts_wait_in_the_actors_and_are_stored_whole_later():
     max_step = 2 * EPISODES * STEPS
     # Inserts block once about 2 episodes are stored (nobody samples).
@@ -108,7 +102,7 @@ def test_held_inserts_wait_in_the_actors_and_are_stored_whole_later():
         actors = [_Actor(ep, seed) for seed in (1, 2)]
         try:
             # Held: the limiter blocks inserts; the actors fill what queues there are.
-            assert _until(lambda: not limiter.can_insert(1), 60)
+            wait_until(lambda: not limiter.can_insert(1), "not limiter.can_insert(1)", timeout=60)
             stalled = 0
             last = None
             peak = 0
@@ -143,7 +137,11 @@ def test_held_inserts_wait_in_the_actors_and_are_stored_whole_later():
                         break
                 return srv.stats().get("episodes_in", 0) == 2 * EPISODES
 
-            assert _until(drain, 120), (srv.stats(), limiter.counters(), [a.sent for a in actors])
+            assert wait_until(drain, "every held episode stored", timeout=120, fail=False), (
+                srv.stats(),
+                limiter.counters(),
+                [a.sent for a in actors],
+            )
             assert all(a.done for a in actors)
             s = srv.stats()
             assert s["memory_episodes"] == 2 * EPISODES

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import zmq
+from _waiting import wait_until
 
 from memoire import ReplayMemory, _core, codec
 from memoire.feed import Feed
@@ -70,14 +71,6 @@ def _server(seed=7, max_step=150, **settings):
     _configure(srv.rem, **settings)
     _fill(srv.rem)
     return srv
-
-
-def _wait(cond, timeout=10.0):
-    """Polls cond() until it holds (bounded); returns its last value."""
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return cond()
 
 
 def _assert_same(a, b):
@@ -218,8 +211,13 @@ def test_connections_bring_the_memorys_draws_each_once(connections, threads):
             assert all(n > 0 for n in parts)
             assert stream.received >= sum(parts) >= taken
             stream.update_priorities(ids, np.full(16, 2.0, np.float32))
-            assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == 1)
-        assert _wait(lambda: srv.stats()["sampling_streams"] == 0)  # every connection closed
+            wait_until(
+                lambda: srv.stats().get("stream_priority_updates", 0) == 1,
+                "srv.stats().get('stream_priority_updates', 0) == 1",
+            )
+        wait_until(
+            lambda: srv.stats()["sampling_streams"] == 0, "srv.stats()['sampling_streams'] == 0"
+        )  # every connection closed
     positions = [index.get(key) for key, _, _ in got]
     assert None not in positions  # each one of the memory's draws...
     assert len(set(positions)) == taken  # ...and none twice
@@ -339,7 +337,7 @@ def test_credit_bounds_batches_in_flight(credit, depth, threads):
             for _ in range(taken):
                 next(stream)
             # The ring refills (depth batches), then everything stops: nothing is taken.
-            assert _wait(lambda: stream.received == taken + depth)
+            wait_until(lambda: stream.received == taken + depth, "stream.received == taken + depth")
             time.sleep(0.3)  # room for the server to overshoot, if it would
             sent = srv.stats()["stream_batches"]
             assert stream.received == taken + depth
@@ -435,17 +433,26 @@ def test_background_samplers_run_as_batch_work_and_the_learner_does_not():
         with SamplingStream(srv.start_stream(threads=3), 4, shared_memory=True) as shm:
             next(shm)
             # (A thread sets its own policy as it starts: counts are waited for, bounded.)
-            assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)  # samplers
+            wait_until(
+                lambda: len(_batch_scheduled_threads() - before) == 3,
+                "len(_batch_scheduled_threads() - before) == 3",
+            )  # samplers
             with SamplingStream(srv.start_stream(threads=2), 4, shared_memory=False) as rows:
                 next(rows)
                 feed = Feed(local, 4, threads=2)
                 next(feed)
                 # + the rows stream's 2 server samplers and its receiving thread, + the
                 # feed's 2 samplers
-                assert _wait(lambda: len(_batch_scheduled_threads() - before) == 8)
+                wait_until(
+                    lambda: len(_batch_scheduled_threads() - before) == 8,
+                    "len(_batch_scheduled_threads() - before) == 8",
+                )
                 feed.close()
-            assert _wait(lambda: len(_batch_scheduled_threads() - before) == 3)
-    assert _wait(lambda: _batch_scheduled_threads() <= before)
+            wait_until(
+                lambda: len(_batch_scheduled_threads() - before) == 3,
+                "len(_batch_scheduled_threads() - before) == 3",
+            )
+    wait_until(lambda: _batch_scheduled_threads() <= before, "_batch_scheduled_threads() <= before")
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
@@ -530,7 +537,10 @@ def test_priority_updates_land():
             zeroed = set(first.id.tolist())
             before = srv.rem.num_sampleable
             stream.update_priorities(first.id, np.zeros(8, np.float32))
-            assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == 1)
+            wait_until(
+                lambda: srv.stats().get("stream_priority_updates", 0) == 1,
+                "srv.stats().get('stream_priority_updates', 0) == 1",
+            )
             assert srv.rem.num_sampleable == before - len(zeroed)
             # At most credit + depth batches were drawn before the update; none after it
             # holds a zeroed entry.
@@ -560,7 +570,11 @@ def test_a_priority_update_lands_while_the_learner_takes_nothing(connections):
             for k in range(1, 101):
                 ids = next(stream).id.copy()  # a slot frees: the thread receives and stacks
                 stream.update_priorities(ids, np.ones(4, np.float32))
-                assert _wait(lambda: srv.stats().get("stream_priority_updates", 0) == k, 5.0)
+                wait_until(
+                    lambda: srv.stats().get("stream_priority_updates", 0) == k,
+                    "srv.stats().get('stream_priority_updates', 0) == k",
+                    timeout=5.0,
+                )
 
 
 # ---------------------------------------------------------------- dead and restarted servers

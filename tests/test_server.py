@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import zmq
+from _waiting import wait_until
 
 from memoire import ReplayMemoryClient, ReplayMemoryServer, codec
 from memoire.codec import Msg
@@ -98,10 +99,9 @@ def test_wrong_version_client_gets_a_clear_error(server):
 
 
 def test_client_handshake_timeout_is_bounded():
-    t0 = time.monotonic()
+    # Bounded in attempts (the error counts them), not timed: tests never assert on time.
     with pytest.raises(TimeoutError, match="2 attempt"):
         ReplayMemoryClient(None, "tcp://127.0.0.1:9", "tcp://127.0.0.1:9", timeout=0.2, retries=1)
-    assert time.monotonic() - t0 < 10
 
 
 class Toy:
@@ -155,9 +155,7 @@ def test_remote_learner_in_central_mode(server):
         with pytest.raises(ValueError, match=r"expected float32\[4\]"):
             c.new_episode()
             c.add_entry(np.zeros(3), 0, 1.0, 0.5, 0.0)
-    deadline = time.monotonic() + 5
-    while srv.rem.num_episode() < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: srv.rem.num_episode() >= 2, "the server to store both episodes")
     with RemoteMemory(ep["rep"]) as rm:
         b = rm.sample(16)
         assert b.prev[0].shape == (16, 1, 4) and b.num_sampleable == 18
@@ -197,13 +195,10 @@ def test_close_stops_workers_and_keeps_the_logfile(tmp_path):
     with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"], input_uuid=0xAB) as c:
         assert c.write_log("line one") == 0
         c.update_counter()  # REP answered after the log went through the same server
-        deadline = time.monotonic() + 5
-        while srv.stats().get("logs", 0) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    t0 = time.monotonic()
+        wait_until(lambda: srv.stats().get("logs", 0) >= 1, "the server to take the log line")
     srv.close()
     extra.join(5)
-    assert not extra.is_alive() and time.monotonic() - t0 < 5
+    assert not extra.is_alive()
     line = (tmp_path / "log.txt").read_text()
     assert line.endswith(",000000ab,line one\n")
     with pytest.raises(RuntimeError, match="closed"):
@@ -353,9 +348,10 @@ def test_a_cache_of_another_layout_is_rejected_and_the_held_caches_stay(server):
             }
         )
         assert c._send(codec.encode(Msg.CACHE, values))
-        deadline = time.monotonic() + 10
-        while srv.stats()["rejected"].get("malformed", 0) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(
+            lambda: srv.stats()["rejected"].get("malformed", 0) >= 1,
+            "the server to count the malformed cache",
+        )
         stats = srv.stats()
         assert stats["rejected"]["malformed"] == 1
         assert stats["caches"] == 1 and stats["caches_held"] == 1
@@ -376,9 +372,10 @@ def test_get_batch_waits_for_a_cache_pushed_meanwhile(server):
 
 
 def test_settings_changed_while_the_worker_waits_take_effect_for_the_next_cache(server):
+    # The PULL worker reads the layout per message, so a change made while it waits (as it
+    # is once the previous cache is taken) shapes the next cache: no state to wait for.
     srv, ep = server
     for cache_size in (4, 6, 3):
-        time.sleep(0.15)  # the PULL worker is waiting for a message on the old layout
         srv.rem.cache_size = cache_size
         with ReplayMemoryClient(ep["pub"], ep["rep"], ep["pull"]) as c:
             _fill(c.rem)

@@ -12,11 +12,11 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 from memoire import ReplayMemoryClient
 from memoire.checkpoint_io import CheckpointError
@@ -40,7 +40,7 @@ def _templates(shape=SHAPE):
 
 def _stream(rep, pull, episodes, seed, stored, length=12):
     """Streams `episodes` episodes of `length` random frames as an actor in central mode, and
-    keeps the actor connected until `stored()` is true (closing drops unsent chunks)."""
+    waits until `stored()` is true (the server took them) before the actor goes."""
     rng = np.random.default_rng(seed)
     with ReplayMemoryClient(None, rep, pull, mode="central", chunk_size=5, timeout=5) as c:
         for _ in range(episodes):
@@ -54,16 +54,7 @@ def _stream(rep, pull, episodes, seed, stored, length=12):
                     float(rng.random()),
                 )
             c.close_episode(terminal=True)
-        _wait(stored, what="the episodes stored")
-
-
-def _wait(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
+        wait_until(stored, "the episodes stored", timeout=60)
 
 
 def _ckpts(folder):
@@ -124,15 +115,19 @@ def test_periodic_checkpoints_run_until_close(tmp_path):
     srv = ReplayMemoryServer(
         *_templates(), 100, None, checkpoint_dir=str(tmp_path), checkpoint_every=0.1
     )
+    saver = srv._checkpoints._thread
     try:
-        _wait(lambda: _ckpts(tmp_path)[-1:] >= ["memory-000000000004.ckpt"], what="4 saves")
+        wait_until(
+            lambda: _ckpts(tmp_path)[-1:] >= ["memory-000000000004.ckpt"], "4 saves", timeout=60
+        )
     finally:
         srv.close()  # joins the saving thread: a save under way finishes, pruning included
+    # The thread has ended, so what the folder holds now is final: no window to wait out.
+    assert not saver.is_alive()
     after_close = _ckpts(tmp_path)
     newest = int(after_close[-1][len("memory-") : -len(".ckpt")])
     assert after_close == [f"memory-{k:012d}.ckpt" for k in range(newest - 2, newest + 1)]
-    time.sleep(0.4)  # four periods: a thread still running would have saved again
-    assert _ckpts(tmp_path) == after_close
+    assert srv._checkpoints.saves == newest
 
 
 def test_a_corrupt_newest_checkpoint_is_skipped_and_a_foreign_folder_refused(tmp_path):

@@ -8,6 +8,7 @@ import signal
 import time
 
 import numpy as np
+from _waiting import wait_until
 
 from memoire import ReplayMemoryClient, ReplayMemoryServer
 
@@ -71,7 +72,7 @@ def central_actor(ep, actor, episodes, length, out, hang=False):
         out.put(("done", actor))
 
 
-def _wait(out, n, timeout=120, procs=()):
+def _reports(out, n, timeout=120, procs=()):
     """n reports from the actors, waiting at most `timeout` seconds in all (spawning and
     importing on a loaded 2-core machine can take long; the bound only catches a hang)."""
     got = []
@@ -117,7 +118,7 @@ def test_cache_mode_actors_feed_a_learner_with_exact_counts():
             batches += 1
             assert b.prev[0].shape == (16, 1, 4) and np.isfinite(b.importance_weights(0.4)).all()
             assert set(np.unique(b.uuid)) <= {1, 2, 3}
-        assert sorted(_wait(out, n_actors)) == [("done", a) for a in range(n_actors)]
+        assert sorted(_reports(out, n_actors)) == [("done", a) for a in range(n_actors)]
         _join(procs)
         steps = n_actors * sum(length + k % 3 for k in range(episodes))
         assert srv.total_episodes == n_actors * episodes
@@ -135,7 +136,7 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
         victim_out, out = CTX.Queue(), CTX.Queue()
         victim = CTX.Process(target=central_actor, args=(ep, 9, 1, length, victim_out, True))
         victim.start()
-        assert _wait(victim_out, 1) == [("hanging", 9)]
+        assert _reports(victim_out, 1) == [("hanging", 9)]
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(10)
         procs = [
@@ -143,11 +144,12 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
         ]
         for p in procs:
             p.start()
-        assert sorted(_wait(out, 2, procs=procs)) == [("done", 0), ("done", 1)]
+        assert sorted(_reports(out, 2, procs=procs)) == [("done", 0), ("done", 1)]
         _join(procs)
-        deadline = time.monotonic() + 30
-        while srv.stats().get("episodes_in", 0) < 2 * episodes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(
+            lambda: srv.stats().get("episodes_in", 0) >= 2 * episodes,
+            "the server to store both actors' episodes",
+        )
         stats = srv.stats()
         assert stats["episodes_in"] == 2 * episodes and stats["steps_in"] == 2 * episodes * length
         assert srv.rem.num_episode() == 2 * episodes and srv.rem.size == 2 * episodes * length
@@ -161,7 +163,7 @@ def test_central_mode_kill_9_mid_episode_leaves_others_intact():
         assert stats["open_streams"] <= 1
 
 
-def restarting_client(ep, out):
+def restarting_client(ep, out, restarted):
     with ReplayMemoryClient(
         None, ep["rep"], ep["pull"], input_uuid=77, timeout=5, retries=6, mode="central"
     ) as c:
@@ -171,8 +173,8 @@ def restarting_client(ep, out):
             c.close_episode()
             totals = c.update_counter()
             out.put(("counter", k, totals["total_episodes"]))
-            if k == 2:
-                time.sleep(1.0)  # the parent restarts the server meanwhile
+            if k == 2:  # the parent restarts the server meanwhile
+                assert restarted.wait(120), "the server was not restarted"
         out.put(("done", 77))
 
 
@@ -180,26 +182,26 @@ def test_client_survives_server_restart():
     srv = ReplayMemoryServer(*TEMPLATES, 1000, "tcp://127.0.0.1:*", n_caches=4)
     ep = srv.start()
     out = CTX.Queue()
-    proc = CTX.Process(target=restarting_client, args=(ep, out))
+    restarted = CTX.Event()
+    proc = CTX.Process(target=restarting_client, args=(ep, out, restarted))
     proc.start()
     try:
-        got = _wait(out, 3)
+        got = _reports(out, 3)
         assert [g[2] for g in got] == [1, 2, 3]
-        srv.close()  # the server goes away...
-        time.sleep(0.2)
+        srv.close()  # the server goes away (its context ended: its ports are free again)...
         # ...and comes back on the same ports.
         srv = ReplayMemoryServer(*TEMPLATES, 1000, ep["pub"], n_caches=4)
         ep2 = srv.start(ep["rep"], ep["pull"])
         assert ep2 == ep
-        got = _wait(out, 4)
+        restarted.set()
+        got = _reports(out, 4)
         assert got[-1] == ("done", 77)
         # The restarted server learns the client's cumulative count at once.
         assert [g[2] for g in got[:3]] == [4, 5, 6]
         _join([proc])
-        deadline = time.monotonic() + 10
-        while srv.rem.num_episode() < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert srv.rem.num_episode() == 3  # the episodes sent after the restart
+        # The episodes sent after the restart.
+        wait_until(lambda: srv.rem.num_episode() >= 3, "the restarted server to store 3 episodes")
+        assert srv.rem.num_episode() == 3
     finally:
         srv.close()
         if proc.is_alive():

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
 from _buffer_server import BufferServerProcess  # noqa: E402
 from _subprocess_env import subprocess_env  # noqa: E402
+from _waiting import wait_until  # noqa: E402
 
 from memoire.checkpoint_io import CheckpointError  # noqa: E402
 from memoire.dopamine_compat import buffer_server, remote  # noqa: E402
@@ -172,7 +172,10 @@ def test_a_call_made_while_the_server_is_down_goes_through_once_it_restarts(tmp_
         restarted = []
 
         def restart():
-            time.sleep(2.0)  # several of the proxy's attempts meet no server
+            channel = proxy._remote._channel
+            wait_until(
+                lambda: channel.resends >= 2, "two of the proxy's attempts to meet no server"
+            )
             restarted.append(
                 buffer_server.start_buffer_server(
                     "circular", checkpoint_dir=folder, rep_endpoint=endpoint, **CIRCULAR
@@ -251,15 +254,6 @@ def _logged_add_counts(path, what):
         return [int(m) for m in re.findall(rf"{what} \S+: add_count (\d+)", f.read())]
 
 
-def _wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
-
-
 @pytest.mark.slow
 def test_training_finishes_when_its_buffer_server_is_killed_and_restarted(tmp_path):
     folder = tmp_path / "server_checkpoints"
@@ -303,10 +297,10 @@ def test_training_finishes_when_its_buffer_server_is_killed_and_restarted(tmp_pa
     try:
         try:
             # A periodic checkpoint holding the learner's transitions, then SIGKILL mid-run.
-            _wait(
+            wait_until(
                 lambda: any(n >= 200 for n in _logged_add_counts(first.log_path, "checkpoint")),
-                240,
                 "a checkpoint of 200 transitions",
+                timeout=240,
             )
             first.proc.kill()
             first.proc.wait(30)

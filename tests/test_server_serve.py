@@ -5,9 +5,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import numpy as np
+from _waiting import wait_until
 
 from memoire import ReplayMemoryClient
 
@@ -52,14 +53,20 @@ def test_serve_runs_and_stops_on_ctrl_c(tmp_path):
             assert c.update_counter()["total_episodes"] == 1
             assert c.write_log("bye") == 0
             c.update_counter()
-        time.sleep(0.5)
+        # Its live line (every 0.2 s) says what it took; then Ctrl-C.
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+        reader.start()
+        wait_until(lambda: any("inserts/s" in x for x in lines), "a live line from the server")
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
+        reader.join(20)
+        out = "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    assert "inserts/s" in out and "memoire.commands.serve: stopped" in out
+    assert "memoire.commands.serve: stopped" in out
     assert log.read_text().endswith(",00000005,bye\n")
 
 
@@ -90,9 +97,9 @@ def test_live_line_shows_what_a_central_server_stores():
                 for k in range(7):
                     c.add_entry(np.zeros(4, np.float32), k, 1.0, 0.5, 0.0)
                 c.close_episode()
-            deadline = time.monotonic() + 20
-            while srv.stats()["memory_episodes"] < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)  # bounded: the server stores what was streamed
+            wait_until(
+                lambda: srv.stats()["memory_episodes"] >= 3, "the server to store 3 episodes"
+            )
         now = srv.stats()
     finally:
         srv.close()

@@ -16,12 +16,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 
 import gin
 import pytest
 from _subprocess_env import run_script, subprocess_env
 from _tiny_run import DIST_GIN, train_command
+from _waiting import wait_until
 from test_slurm import _directives
 
 from memoire.experiments import slurm_launcher
@@ -273,22 +273,12 @@ def _job_state(conf, job):
     return fields.get("JobState", ""), fields.get("ExitCode", "")
 
 
-def _wait_for(predicate, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {seconds} s")
-
-
 def _wait_job_end(conf, job):
     def ended():
         state, code = _job_state(conf, job)
         return (state, code) if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") else None
 
-    return _wait_for(ended, JOB_END_S, f"the end of job {job}")
+    return wait_until(ended, f"the end of job {job}", timeout=JOB_END_S)
 
 
 def _submit(conf, base, *bindings):
@@ -335,9 +325,11 @@ def test_scancel_stops_a_job_that_the_same_command_resumes_and_finishes(slurm_cl
     # With keys although on loopback: the tasks get them through the job's environment.
     keys_on = "SlurmConfig.curve = 'on'"
     job = _submit(conf, base, "Runner.num_iterations = 1000", keys_on)
-    _wait_for(lambda: _iterations_done(run), JOB_END_S, "the first checkpoint")
+    wait_until(lambda: _iterations_done(run), "the first checkpoint", timeout=JOB_END_S)
     # Both actor tasks found the learner and streamed to it, through its CURVE keys.
-    _wait_for(lambda: _train_actors(run) == {"0", "1"}, JOB_END_S, "episodes of both actors")
+    wait_until(
+        lambda: _train_actors(run) == {"0", "1"}, "episodes of both actors", timeout=JOB_END_S
+    )
     assert json.load(open(os.path.join(run, "slurm", "endpoints.json")))["encrypted"] is True
     subprocess.run(["scancel", job], env=_slurm_env(conf), check=True, timeout=30)
     state, _ = _wait_job_end(conf, job)

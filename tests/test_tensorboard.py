@@ -7,11 +7,11 @@ import re
 import struct
 import subprocess
 import sys
-import time
 import types
 
 import numpy as np
 import pytest
+from _waiting import wait_until
 
 from memoire import tensorboard as tb
 
@@ -156,13 +156,13 @@ def test_serve_writes_counters_that_read_back(tmp_path):
             c.rem.close_episode()
             c.update_counter()
             c.push_cache()  # 4 rows (cache mode)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # bounded: the counters reach the file
+
+        def counted():
             files = list(logdir.glob("events.out.tfevents.*"))
             caches = tb.read_scalars(str(logdir)).get("server/caches_held", []) if files else []
-            if caches and caches[-1].value >= 1:
-                break
-            time.sleep(0.2)
+            return caches and caches[-1].value >= 1
+
+        wait_until(counted, "the counters in the event file")
         proc.terminate()
         out, err = proc.communicate(timeout=20)
     finally:

@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from _chatter import chatter, check_quiet
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
@@ -70,13 +70,18 @@ def test_local_run_trackers_checkpoint_and_resume_after_kill(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def inside_a_later_iteration():
+        # Killed once an episode of iteration 2 is written: its iteration is neither done nor
+        # checkpointed, so the resume must not write that episode twice.
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        if not os.path.exists(os.path.join(ckpt, "sentinel_checkpoint_complete.1")):
+            return False
+        episodes = os.path.join(run, "episodes.csv")
+        return os.path.exists(episodes) and any(r.get("iteration") == "2" for r in _rows(episodes))
+
     try:
-        deadline = time.time() + 150
-        while not os.path.exists(os.path.join(ckpt, "sentinel_checkpoint_complete.1")):
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            assert time.time() < deadline, "no checkpoint 1 within 150 s"
-            time.sleep(0.1)
-        time.sleep(0.3)  # somewhere inside a later iteration
+        wait_until(inside_a_later_iteration, "an episode of iteration 2", timeout=150)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
