@@ -22,6 +22,7 @@ thread than the rest (each socket has its own lock).
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from typing import Any, Deque, Dict, Optional
@@ -56,12 +57,15 @@ from memoire.transport import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
     KEEPALIVE_S,
+    PEER_TIMEOUT_S,
     CurveKeys,
     RequestChannel,
     native_libzmq,
     open_socket,
     publication,
 )
+
+log = logging.getLogger(__name__)
 
 _SNDMORE = int(zmq.SNDMORE)
 _COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
@@ -261,6 +265,8 @@ class ReplayMemoryClient:
         self._schema = schema
         self._header_layout = None  # the schema may differ (a restarted server)
         self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
+        # A push that waits this long says so once it goes (an older server does not say).
+        self._stall_s = float(v.get("peer_timeout", PEER_TIMEOUT_S))
 
     # ------------------------------------------------------------------ counters and logs
 
@@ -295,16 +301,36 @@ class ReplayMemoryClient:
         more than the sends of a small chunk; ZeroMQ refuses only a message's first frame.)"""
         with self._push_lock:
             send = self._push.send
+            start = time.monotonic()
             try:
                 for f in frames[:-1]:
                     send(f, _SNDMORE, copy=False)
                 send(frames[-1], 0, copy=False)
+                self._say_stall(time.monotonic() - start)
                 return True
             except zmq.Again:
                 return False
             finally:
                 if self._keepalive is not None:
                     self._keepalive.sent()
+
+    def _say_stall(self, waited: float) -> None:
+        """One line when a push went after waiting at least the server's peer_timeout (its
+        queue full: the server not reading, or unreachable): what this actor lost (nothing:
+        its queue waited) and what the server may have dropped."""
+        if waited < self._stall_s:
+            return
+        log.warning(
+            "ReplayMemoryClient %08x: the server took nothing for %.1f s (its peer_timeout is "
+            "%g s) and takes messages again; nothing dropped here (the push queue waited)%s",
+            self.uuid & 0xFFFFFFFF,
+            waited,
+            self._stall_s,
+            "; an episode the server was receiving when it stopped taking them is lost if it "
+            "went on listening meanwhile (a partition, not its rate limiter), and it says so"
+            if self.mode == "central"
+            else "",
+        )
 
     def _try_send(self, frames) -> bool:
         """Sends a keepalive if the queue has room now (the caller holds _push_lock)."""

@@ -120,6 +120,30 @@ class Keepalive:
 log = logging.getLogger(__name__)
 
 
+def log_returned(logger: logging.Logger, ingest) -> int:
+    """Says, in one line each, which actors the chunk `ingest` hears from again after it
+    dropped their open episode for silence (``peer_timeout``: a partition that healed, a
+    frozen process that woke): how long they were silent and what they lost. The first ten,
+    then every thousandth (a flood of made-up actors does not flood the log). Returns how
+    many came back."""
+    returned = ingest.take_returned()
+    for uuid, silent, episode, episodes, rows, count in returned:
+        if count <= 10 or count % 1000 == 0:
+            lost = (
+                f"episode {episode}" if episodes == 1 else f"{episodes} episodes (last {episode})"
+            )
+            logger.warning(
+                "actor %08x back after %.1f s without a word; lost to peer_timeout (%g s): its "
+                "open %s, %d rows received (its chunks of it still on the way are dropped)",
+                uuid & 0xFFFFFFFF,
+                silent,
+                ingest.peer_timeout,
+                lost,
+                rows,
+            )
+    return len(returned)
+
+
 class ChunkStream:
     """Streams one actor's episodes, one row at a time, as chunk messages.
 
@@ -286,7 +310,7 @@ class ExperienceReceiver:
                 got = self.ingest.ingest(frames)
                 if got is None:
                     other = frames
-                elif got[0] == INGEST_REJECTED:
+                elif got[0] == INGEST_REJECTED and got[2] is not None:
                     transport.log_dropped(log, "a chunk", got[2], got[3], got[4])
             self._listen()
         if other is not None:
@@ -294,6 +318,7 @@ class ExperienceReceiver:
             transport.log_dropped(
                 log, "a message", "not_chunk", self.not_chunk, "it is no episode chunk"
             )
+        log_returned(log, self.ingest)
         records, dropped = self.ingest.take_committed()
         if dropped:
             log.warning("%d stored episodes were not reported (poll more often)", dropped)

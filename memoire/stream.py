@@ -64,7 +64,9 @@ slot (which goes back to the server once copied), and ``next`` lends the slot's 
 from __future__ import annotations
 
 import gc
+import logging
 import math
+import time
 import weakref
 from typing import Any, Optional
 
@@ -79,6 +81,8 @@ from memoire.remote import raise_for_error
 from memoire.transport import DEFAULT_TIMEOUT, CurveKeys, native_libzmq, open_socket
 
 __all__ = ["SamplingStream"]
+
+log = logging.getLogger(__name__)
 
 PING_S = 0.5  # while waiting for a batch, the learner pings this often (a restart is noticed)
 GOODBYE_LINGER_MS = 250  # at close, how long the goodbye may wait to leave
@@ -291,6 +295,9 @@ class SamplingStream:
             # goodbye rather than wait for the idle timeout.
             _close_stream(sources, [], self._socks, self._ctx)
             raise
+        self._last_batch = time.monotonic()  # when next last returned a batch (or the open)
+        self._timeouts = 0  # TimeoutErrors since then
+        self._gaps = 0  # ProtocolErrors since then (a batch missing in a connection's order)
         holder = [] if self._feed is None else self._feed._holder
         self._finalizer = weakref.finalize(
             self, _close_stream, self._sources, holder, self._socks, self._ctx
@@ -376,10 +383,41 @@ class SamplingStream:
     def __next__(self) -> Batch:
         """The next batch (see the module docstring); blocks until one is there.
 
+        A learner may simply call again after a TimeoutError (a partition, a server busy for
+        a while): the stream goes on where it stopped once batches come again, and says so in
+        one log line (how long it went without, and that nothing was lost: each connection
+        checks that its batches follow on, and a gap raises ProtocolError).
+
         Raises:
           TimeoutError: none came within ``timeout``. RuntimeError: the server refused (its
           reason), the stream is closed, or (shared memory) the learner holds every slot.
         """
+        try:
+            batch = self._next()
+        except TimeoutError:
+            self._timeouts += 1
+            raise
+        except ProtocolError:
+            self._gaps += 1  # a batch missing in a connection's order, among others
+            raise
+        if self._timeouts:
+            log.warning(
+                "SamplingStream %s: batches again after %.1f s without one (%d timeout(s) of "
+                "%g s); %s",
+                self.endpoint,
+                time.monotonic() - self._last_batch,
+                self._timeouts,
+                self._timeout,
+                f"{self._gaps} gap(s) in the stream's order (ProtocolError raised)"
+                if self._gaps
+                else "lost none, the stream went on in order",
+            )
+            self._timeouts = 0
+        self._gaps = 0
+        self._last_batch = time.monotonic()
+        return batch
+
+    def _next(self) -> Batch:
         if self._feed is not None:
             return next(self._feed)
         if not self._finalizer.alive:

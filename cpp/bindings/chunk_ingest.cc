@@ -68,7 +68,8 @@ class PyChunkIngest {
 
   // None for a message that is not a current-version chunk or keepalive (or whose frames
   // export no buffer); else (outcome, rows, reason, reason_count, detail) with outcome 1
-  // staged, 2 committed, 3 rejected, 4 keepalive.
+  // staged, 2 committed, 3 rejected (reason None: the quiet tail of an episode already
+  // reported lost), 4 keepalive.
   py::object Ingest(const py::sequence& frames, const py::object& now_obj) {
     const double now = now_obj.is_none() ? Now() : now_obj.cast<double>();
     const size_t n = frames.size();
@@ -85,7 +86,7 @@ class PyChunkIngest {
       GilRelease release;
       Take(std::move(owner), fr, now, &r);
     }
-    if (r.outcome == ChunkIngest::Outcome::kRejected)
+    if (r.outcome == ChunkIngest::Outcome::kRejected && !r.quiet)
       return py::make_tuple(static_cast<int>(r.outcome), r.rows, ChunkIngest::ReasonName(r.reason),
                             r.reason_count, r.detail);
     return py::make_tuple(static_cast<int>(r.outcome), r.rows, py::none(), 0, py::none());
@@ -121,7 +122,8 @@ class PyChunkIngest {
               rows += r.rows;
               return false;  // a stored episode is reported at once (wait_rows_in, the learner's pace)
             }
-            if (r.outcome == ChunkIngest::Outcome::kRejected) rejected.push_back(std::move(r));
+            if (r.outcome == ChunkIngest::Outcome::kRejected && !r.quiet)
+              rejected.push_back(std::move(r));
             return true;
           });
       ListenNow();
@@ -172,6 +174,15 @@ class PyChunkIngest {
                                  "dropped episode " + std::to_string(episode) + " from " + who +
                                      ": not heard from for peer_timeout"));
     }
+  }
+
+  // [(uuid, seconds silent, episode, episodes lost, rows lost, returns so far)]: see
+  // ChunkIngest::TakeReturned.
+  py::list TakeReturned() {
+    py::list out;
+    for (const ChunkIngest::Returned& r : core_->TakeReturned())
+      out.append(py::make_tuple(r.uuid, r.silent, r.episode, r.episodes, r.rows, r.count));
+    return out;
   }
 
   py::dict Counters() const {
@@ -338,11 +349,18 @@ KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its o
         "([(uuid, episode, rows, info)], dropped): the episodes stored since the last call, "
         "oldest first (at most 4096 kept; `dropped` counts the ones lost to that bound); info "
         "is the last chunk's (return, length, terminated) or None.");
+  c.def("take_returned", &PyChunkIngest::TakeReturned,
+        "[(uuid, seconds silent, episode, episodes lost, rows lost, returns so far)]: actors "
+        "heard from again since the last call after they lost their open episode to "
+        "peer_timeout (a healed partition, a process that woke), oldest first; the rest of "
+        "a lost episode that arrives after its actor's return is dropped without a report "
+        "(counted as out_of_order_chunk).");
   c.def("ingest", &PyChunkIngest::Ingest, py::arg("frames"), py::arg("now") = py::none(),
         "Takes one received message ([header, data...]). None when it is not a current-version "
         "chunk; else (outcome, rows, reason, reason_count, detail): outcome 1 staged (rows of "
         "the chunk), 2 committed (rows of the stored episode; 0: an empty episode, nothing "
-        "stored), 3 rejected (reason name, how many so far, what was wrong). `now`: monotonic "
+        "stored), 3 rejected (reason name, how many so far, what was wrong; None for the rest "
+        "of an episode already reported lost, see take_returned). `now`: monotonic "
         "seconds (default: the steady clock). Never raises for what a peer sent.");
   c.def("receive", &PyChunkIngest::Receive, py::arg("socket"), py::arg("timeout_ms"),
         py::arg("max_messages") = 64,

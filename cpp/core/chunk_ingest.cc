@@ -196,6 +196,17 @@ int64_t ChunkIngest::ListenLocked(double now, std::vector<uint64_t>* released) {
     if (listen_clock_ - it->second.heard > opt_.peer_timeout) {
       if (lost_.size() == kCommittedLog) lost_.pop_front();
       lost_.emplace_back(it->first, it->second.episode);
+      auto away = away_.find(it->first);
+      if (away == away_.end() && away_.size() < kCommittedLog)
+        away = away_.emplace(it->first, Away()).first;
+      if (away != away_.end()) {
+        Away& a = away->second;
+        if (a.back) a = Away();  // gone again since it came back: a new absence
+        a.last_word = it->second.last_word;
+        a.episode = it->second.episode;
+        a.episodes += 1;
+        a.rows += it->second.rows;
+      }
       DropLocked(it, kPeerLost, released);
       ++dropped;
     }
@@ -209,6 +220,29 @@ std::vector<std::pair<uint64_t, int64_t>> ChunkIngest::TakeLost() {
   std::vector<std::pair<uint64_t, int64_t>> out(lost_.begin(), lost_.end());
   lost_.clear();
   return out;
+}
+
+std::vector<ChunkIngest::Returned> ChunkIngest::TakeReturned() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Returned> out(returned_.begin(), returned_.end());
+  returned_.clear();
+  return out;
+}
+
+void ChunkIngest::HeardLocked(uint64_t uuid, double now) {
+  auto it = away_.find(uuid);
+  if (it == away_.end() || it->second.back) return;
+  Away& a = it->second;
+  a.back = true;
+  Returned r;
+  r.uuid = uuid;
+  r.silent = std::max(0.0, now - a.last_word);
+  r.episode = a.episode;
+  r.episodes = a.episodes;
+  r.rows = a.rows;
+  r.count = ++returns_;
+  if (returned_.size() == kCommittedLog) returned_.pop_front();
+  returned_.push_back(r);
 }
 
 void ChunkIngest::KeepaliveLocked(const Frame* frames, size_t n, double now, Result* out) {
@@ -227,8 +261,12 @@ void ChunkIngest::KeepaliveLocked(const Frame* frames, size_t n, double now, Res
   const uint64_t uuid = LoadUnaligned<uint64_t>(frames[1 + m.entries[0].frame].data);
   ++counts_.keepalives;
   ListenLocked(now, &out->released);
+  HeardLocked(uuid, now);
   auto it = streams_.find(uuid);
-  if (it != streams_.end()) it->second.heard = listen_clock_;
+  if (it != streams_.end()) {
+    it->second.heard = listen_clock_;
+    it->second.last_word = now;
+  }
   out->outcome = Outcome::kKeepalive;
 }
 
@@ -245,6 +283,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
   out->reason = kMalformed;
   out->reason_count = 0;
   out->detail.clear();
+  out->quiet = false;
   out->released.clear();
   uint16_t version = 0;
   uint8_t type = 0;
@@ -281,7 +320,23 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
       ReapLocked(now, &out->released);
       last_reap_ = now;
     }
+    HeardLocked(uuid, now);
     auto it = streams_.find(uuid);
+    auto away = away_.find(uuid);
+    if (away != away_.end() && it == streams_.end()) {
+      if (episode == away->second.episode && index != 0) {
+        // The rest of the episode it lost while away, still on its way then: dropped as its
+        // start was, and not logged again (its return was reported once).
+        out->released.push_back(owner);
+        Reject(kOutOfOrderChunk,
+               "dropped chunk " + std::to_string(index) + " of episode " +
+                   std::to_string(episode) + " from " + Hex8(uuid) + ": lost to peer_timeout",
+               out);
+        out->quiet = true;
+        return;
+      }
+      away_.erase(away);  // another episode: it is back for good
+    }
     if (it != streams_.end() && it->second.episode != episode) {
       DropLocked(it, kAbandonedEpisode, &out->released);  // the actor started another episode
       it = streams_.end();
@@ -330,6 +385,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
     s.next_index += 1;
     s.last_seen = now;
     s.heard = listen_clock_;
+    s.last_word = now;
     if (!(flags & kLast)) {
       out->outcome = Outcome::kStaged;
       out->rows = rows;

@@ -42,6 +42,10 @@
 //     peer_timeout (capped at kMaxListenGap s), so an owner that stops reading (a rate limiter
 //     holding inserts back, a learner busy training) never finds its live actors silent: it
 //     hears from them again once it reads their queued messages;
+//   - an actor that lost its open episode to peer_lost and is heard from again (a partition
+//     that healed, a frozen process that woke) is reported once (TakeReturned: how long it
+//     was silent, what it lost); the rest of the lost episode, still on its way then, is
+//     dropped as its start was (out_of_order_chunk) but marked `quiet` (already reported);
 //   - streams with no chunk for stream_timeout seconds are dropped (stale_episode: an actor
 //     alive but stuck mid-episode), checked every min(10, stream_timeout) seconds of `now`
 //     (by Ingest, and by Reap when no chunk comes);
@@ -120,6 +124,8 @@ class ChunkIngest {
     int reason = kMalformed;   // kRejected
     int64_t reason_count = 0;  // kRejected: chunks dropped for this reason so far (log rates)
     std::string detail;        // kRejected: what was wrong, for the log
+    bool quiet = false;        // kRejected: the tail of an episode already reported lost (a
+                               // returned actor's, see TakeReturned): counted, not logged
     std::vector<uint64_t> released;  // owners no longer referenced: their frames may go
   };
 
@@ -169,6 +175,20 @@ class ChunkIngest {
   // episode). At most kCommittedLog are kept (older ones are only counted).
   std::vector<std::pair<uint64_t, int64_t>> TakeLost();
 
+  // An actor heard from again (a chunk or a KEEPALIVE) after it lost its open episode to
+  // peer_lost: how long it had been silent and what it lost while away.
+  struct Returned {
+    uint64_t uuid = 0;
+    double silent = 0;      // seconds of `now` between its last message before and this one
+    int64_t episode = 0;    // the (last) episode it lost
+    int64_t episodes = 0;   // open episodes it lost while away (1 unless it came and went)
+    int64_t rows = 0;       // their rows received before they were dropped
+    int64_t count = 0;      // returns reported so far (log rates)
+  };
+  // Moves out the returns since the last call, oldest first. At most kCommittedLog actors are
+  // watched for their return (a further lost one is only counted as peer_lost).
+  std::vector<Returned> TakeReturned();
+
   // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
   // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
   void Reap(double now, std::vector<uint64_t>* released);
@@ -198,6 +218,7 @@ class ChunkIngest {
     int64_t bytes = 0;
     double last_seen = 0;  // `now` of its last chunk (stale_episode)
     double heard = 0;      // listening time of its actor's last message (peer_lost)
+    double last_word = 0;  // `now` of its actor's last message (a chunk or a KEEPALIVE)
     std::vector<Chunk> chunks;
   };
 
@@ -217,6 +238,15 @@ class ChunkIngest {
   // Advances listen_clock_ to `now` (a gap counted at most the listen cap) and drops the
   // streams silent past peer_timeout of it. Returns how many went. Under mu_.
   int64_t ListenLocked(double now, std::vector<uint64_t>* released);
+  // An actor whose open episode went as peer_lost, until it starts another episode.
+  struct Away {
+    double last_word = 0;  // `now` of its last message before
+    int64_t episode = 0;   // the last episode it lost (its late chunks are dropped quietly)
+    int64_t episodes = 0, rows = 0;
+    bool back = false;  // heard from again (reported)
+  };
+  // Notes that `uuid` spoke at `now`: an actor away is reported back (TakeReturned). Under mu_.
+  void HeardLocked(uint64_t uuid, double now);
   // Handles a KEEPALIVE message (header already peeked). Under mu_.
   void KeepaliveLocked(const Frame* frames, size_t n, double now, Result* out);
   void Reject(int reason, std::string detail, Result* out);
@@ -242,6 +272,9 @@ class ChunkIngest {
   std::mutex commit_mu_;  // serialises commits into store_ (episodes stay contiguous)
   std::deque<Committed> committed_;  // guarded by mu_; at most kCommittedLog
   std::deque<std::pair<uint64_t, int64_t>> lost_;  // guarded by mu_; at most kCommittedLog
+  std::unordered_map<uint64_t, Away> away_;         // guarded by mu_; at most kCommittedLog
+  std::deque<Returned> returned_;                   // guarded by mu_; at most kCommittedLog
+  int64_t returns_ = 0;                             // guarded by mu_; returns ever reported
   int64_t committed_dropped_ = 0;    // guarded by mu_
 };
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from memoire import _core, codec
+from memoire.experience import log_returned
 from memoire.memory import Batch
 from memoire.protocol import INGEST_COMMITTED, QVEST, WIRE_VERSION, Msg
 from memoire.rate_limiter import DEFAULT_TIMEOUT
@@ -118,6 +119,7 @@ class CentralService:
         self.ingest.reap()
         if self.limiter is None or self.limiter.can_insert(1):
             self._taken(0, 0, self.ingest.listen())
+        log_returned(log, self.ingest)
 
     def _taken(self, episodes: int, rows: int, rejected) -> None:
         """Stored episodes wake wait_rows_in; rejections (counted by the ingest, by reason)

@@ -472,6 +472,7 @@ class ReplayMemoryServer:
                 "n_caches": self.n_caches,
                 "settings": self.settings(),
                 "max_message_bytes": self.max_message_bytes,
+                "peer_timeout": float(self.peer_timeout),
                 "modes": ("cache", "central"),
             },
         )
