@@ -385,6 +385,40 @@ TEST(LivenessDropsExactlyTheSilentActorsEpisode) {
   CHECK(f.alive.empty() || released.size() == 1);  // actor 3's frames went one way or the other
 }
 
+TEST(AnActorBackAfterItsEpisodeWentIsReportedOnceAndTheRestIsQuiet) {
+  auto mem = MakeMemory(1000);
+  std::unique_ptr<ChunkIngest> ingest;
+  ChunkIngest::Options o;
+  o.peer_timeout = 1.0;
+  CHECK(ChunkIngest::Make(mem, o, &ingest).ok());
+  Feeder f{ingest.get()};
+  std::vector<uint64_t> released;
+  f.Feed(Chunk(7, 3, 0, Rows(0, 2), 0));
+  f.Feed(Chunk(8, 1, 0, Rows(0, 2), 0));
+  for (int k = 1; k <= 8; ++k) {  // actor 8 keeps alive, actor 7 is silent
+    f.now = 0.25 * k;
+    f.Feed(Keepalive(8));
+    ingest->Listen(f.now, &released);
+  }
+  CHECK(ingest->counters().rejected[ChunkIngest::kPeerLost] == 1);
+  CHECK(ingest->TakeReturned().empty());  // gone, not back
+  // Back at 5: the rest of episode 3 is dropped, quietly; the return is reported once.
+  f.now = 5.0;
+  ChunkIngest::Result r = f.Feed(Chunk(7, 3, 1, Rows(0, 2), 0));
+  CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.quiet);
+  CHECK(r.reason == ChunkIngest::kOutOfOrderChunk);
+  CHECK(f.Feed(Chunk(7, 3, 2, Rows(0, 2), kClose)).quiet);
+  std::vector<ChunkIngest::Returned> back = ingest->TakeReturned();
+  CHECK(back.size() == 1 && back[0].uuid == 7 && back[0].episode == 3);
+  CHECK(back[0].episodes == 1 && back[0].rows == 2 && back[0].count == 1);
+  CHECK(std::abs(back[0].silent - 5.0) < 1e-9);  // from its chunk at 0
+  // Its next episode is stored; another actor's out-of-order chunk is not quiet.
+  CHECK(f.Feed(Chunk(7, 4, 0, Rows(0, 2), kClose)).outcome == ChunkIngest::Outcome::kCommitted);
+  r = f.Feed(Chunk(9, 1, 2, Rows(0, 2), 0));
+  CHECK(r.reason == ChunkIngest::kOutOfOrderChunk && !r.quiet);
+  CHECK(ingest->TakeReturned().empty() && mem->num_episode() == 1);
+}
+
 TEST(OptionsAreValidated) {
   std::unique_ptr<ChunkIngest> ingest;
   ChunkIngest::Options o;
