@@ -395,6 +395,53 @@ def sniff(args: dict) -> None:
     say("done", count)
 
 
+def ray_probe(args: dict) -> None:
+    """A driver of the Ray cluster at ``args['address']`` that reports, every STATUS_S, the
+    nodes alive (by address) and where the run ``args['run']``'s learner and actors are (their
+    node's address, pid, chunks sent). Every call is bounded (10 s)."""
+    import ray
+
+    from memoire.experiments import ray_launcher
+
+    control = Control()
+    ray.init(address=args["address"], namespace=ray_launcher.NAMESPACE, log_to_driver=False)
+
+    def call(handle, method):
+        try:
+            return ray.get(getattr(handle, method).remote(), timeout=10)
+        except (ray.exceptions.RayError, ValueError):
+            return None
+
+    def named(name):
+        try:
+            return ray.get_actor(name, namespace=ray_launcher.NAMESPACE)
+        except ValueError:
+            return None
+
+    say("ready", {})
+    while not control.stop.wait(STATUS_S):
+        nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+        status = {"nodes": sorted(nodes.values())}
+        learner = named(ray_launcher.learner_name(args["run"]))
+        if learner is not None:
+            status["learner"] = nodes.get(call(learner, "node"))
+        actors = []
+        for i in range(int(args["actors"])):
+            actor = named(ray_launcher.actor_name(args["run"], i))
+            if actor is not None:
+                actors.append(
+                    {
+                        "node": nodes.get(call(actor, "node")),
+                        "pid": call(actor, "pid"),
+                        "chunks": call(actor, "chunks_sent"),
+                    }
+                )
+        status["actors"] = actors
+        say("status", status)
+    say("done", {})
+    ray.shutdown()
+
+
 def _assert_same(a, b) -> None:
     for side in ("prev", "next"):
         for x, y in zip(getattr(a, side), getattr(b, side)):
@@ -417,6 +464,7 @@ ROLES = {
     "dist_actor": dist_actor,
     "plain": plain,
     "sniff": sniff,
+    "ray_probe": ray_probe,
 }
 
 

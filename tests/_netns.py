@@ -253,6 +253,11 @@ class TestHosts:
         since = self._down.get(name)
         return 0.0 if since is None else time.monotonic() - since
 
+    def lose(self, name: str) -> None:
+        """Host `name` is lost: every process in it is killed at once (SIGKILL), as when a
+        machine dies. Its namespace and link stay (for :meth:`close`)."""
+        _kill_inside(self.netns[name])
+
     def link_bytes(self, name: str, toward: str) -> Dict[str, int]:
         """``{'tx': bytes, 'rx': bytes}`` counted by `name`'s end of its link to `toward`."""
         device = self.device(name, toward)
