@@ -275,7 +275,8 @@ def dist_learner(args: dict) -> None:
     """A distributed learner's sockets bound on ``args['host']`` as the launchers bind them:
     CURVE keys of the run when ``distributed.use_curve(args['curve'], host)`` (keys from the
     job's environment, as the SLURM launcher hands them). Counts the chunks that arrive,
-    anything else that arrives (``strangers``), and the connections refused for their keys."""
+    anything else that arrives (``strangers``), and the connections refused for their keys;
+    publishes parameters (a few bytes) as it goes."""
     import zmq
 
     from memoire.experiments import distributed, slurm_launcher
@@ -300,6 +301,7 @@ def dist_learner(args: dict) -> None:
                     count["strangers"] += 1
                 else:
                     count["chunks"] += 1
+            sockets.publish(count["chunks"], b"parameters")  # what a SUB would get
             sockets.watch()
             count["refused"] = sockets.refused
             say("status", count)
@@ -310,7 +312,8 @@ def dist_learner(args: dict) -> None:
 
 def dist_actor(args: dict) -> None:
     """A distributed actor's link to ``args`` (the learner's endpoints, ``encrypted``: with the
-    run's client keys from the job's environment), streaming chunks of MARKER frames."""
+    run's client keys from the job's environment), streaming chunks of MARKER frames and
+    counting the parameters it receives."""
     from memoire.experience import ChunkStream
     from memoire.experiments import distributed, slurm_launcher
 
@@ -327,16 +330,18 @@ def dist_actor(args: dict) -> None:
     size = FRAME[0] * FRAME[1]
     frame = np.frombuffer((MARKER * (size // len(MARKER) + 1))[:size], np.uint8).reshape(FRAME)
     row = {"observation": frame, "action": 0, "reward": 0.0, "terminal": False}
-    rows = 0
+    rows = parameters = 0
     try:
         say("ready", {})
         while not control.stop.is_set():
             stream.add(row)
             rows += 1
+            parameters += link.latest() is not None
             if rows % 16 == 0:
                 stream.end_episode(True)
+                say("status", {"rows": rows, "parameters": parameters})
             time.sleep(0.005)
-        say("done", {"rows": rows})
+        say("done", {"rows": rows, "parameters": parameters})
     finally:
         stream.close()
         link.close()

@@ -156,7 +156,8 @@ def _capture_run(hosts, curve: str, with_stranger: bool) -> tuple:
     """A distributed learner on host "learner" (its sockets as the launchers bind them, with
     `curve`), an actor on host "actor" sending chunks that carry a marker, a capture on the
     learner's end of the actor's link, and with `with_stranger` a plain peer on host
-    "stranger". Returns (learner's last words, capture's last words)."""
+    "stranger". Returns the last words of the learner, the capture and the stranger (None
+    without one)."""
     env = {KEYS_ENV: _encode_keys(*transport.run_keys())}  # as `memoire train` hands them
     sniff = _peer(hosts, "learner", "sniff", device=hosts.device("learner", "actor"))
     _ready(sniff)
@@ -176,29 +177,36 @@ def _capture_run(hosts, curve: str, with_stranger: bool) -> tuple:
     actor = Peer(hosts, "actor", "dist_actor", ends, subprocess_env(**env))
     _ready(actor)
     peers = [p for p in (sniff, learner, actor, stranger) if p is not None]
-    _wait(lambda: learner.status.get("chunks", 0) >= 5, "chunks at the learner", 60, *peers)
+    _wait(
+        lambda: learner.status.get("chunks", 0) >= 5 and actor.status.get("parameters", 0) > 0,
+        "chunks at the learner and parameters at the actor",
+        60,
+        *peers,
+    )
     if stranger is not None:
         _wait(lambda: learner.status.get("refused", 0) >= 2, "the plain peer refused", 30, *peers)
-    for peer in (actor, stranger):
-        if peer is not None:
-            peer.stop()
-    return learner.stop(), sniff.stop()
+    acted = actor.stop()
+    assert acted["parameters"] > 0, acted  # publications reach the run's actor
+    strange = None if stranger is None else stranger.stop()
+    return learner.stop(), sniff.stop(), strange
 
 
 def test_a_learner_beyond_loopback_keys_itself_and_refuses_a_plain_peer(hosts_ok):
     with TestHosts(("learner", "actor", "stranger"), rate=GBIT) as hosts:
-        said, seen = _capture_run(hosts, "auto", with_stranger=True)
-    assert said["encrypted"] and said["chunks"] >= 5
-    assert said["strangers"] == 0  # nothing of the plain peer's got in
-    assert said["refused"] >= 2  # its PUSH and its SUB, counted
-    assert seen["frames"] > 0 and not seen["marker"]  # the actor's bytes never in clear
+        said, seen, strange = _capture_run(hosts, "auto", with_stranger=True)
+    everything = (said, seen, strange)
+    assert said["encrypted"] and said["chunks"] >= 5, everything
+    assert said["strangers"] == 0, everything  # nothing of the plain peer's got in...
+    assert strange["queued"] > 0 and strange["received"] == 0, everything  # ...or out
+    assert said["refused"] >= 2, everything  # its handshakes (again at each reconnect)
+    assert seen["frames"] > 0 and not seen["marker"], everything  # never the actor in clear
 
 
 def test_without_keys_the_capture_reads_the_actor(hosts_ok):
     # The control of the test above: the same run with --insecure, where the capture does see
     # the marker (so not seeing it there means encryption, not a blind capture).
     with TestHosts(("learner", "actor"), rate=GBIT) as hosts:
-        said, seen = _capture_run(hosts, "off", with_stranger=False)
+        said, seen, _ = _capture_run(hosts, "off", with_stranger=False)
     assert not said["encrypted"] and said["chunks"] >= 5
     assert seen["marker"]
 
