@@ -73,11 +73,11 @@ def _ready(peer: Peer, timeout: float = 60.0) -> dict:
 
 def _wait(predicate, what: str, timeout: float, *peers: Peer):
     """wait_until, whose failure shows what the peers wrote on stderr."""
-    try:
-        return wait_until(predicate, what, timeout)
-    except AssertionError as e:
+    got = wait_until(predicate, what, timeout, fail=False)
+    if not got:
         said = "\n".join(f"--- {p.role} ({p.status}):\n{p.stderr()}" for p in peers)
-        raise AssertionError(f"{e}\n{said}") from None
+        raise AssertionError(f"waited {timeout:g} s for {what}; it never happened\n{said}")
+    return got
 
 
 def _tell(peer: Peer, word: str) -> None:
