@@ -19,7 +19,6 @@ NEEDS_EXTRAS = {
     "memoire.gin_query",  # gin
     "memoire.dopamine_compat.gin_registry",  # gin
     "memoire.dopamine_compat.jax_agents",  # dopamine
-    "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
     "memoire.dopamine_compat.tf_configurables",  # dopamine
     "memoire.bench.dopamine",  # dopamine
     # the commands of the experiment tools (memoire.experiments): gin, dopamine, plot
@@ -28,7 +27,10 @@ NEEDS_EXTRAS = {
     "memoire.commands.plot",
     "memoire.commands.actor",
 }
-NEEDS_EXTRAS_PACKAGES = ("memoire.experiments",)  # `memoire train/sweep/plot`: gin, dopamine, plot
+NEEDS_EXTRAS_PACKAGES = (
+    "memoire.experiments",  # `memoire train/sweep/plot`: gin, dopamine, plot
+    "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
+)
 EXTRAS = ("gin", "matplotlib", "dopamine", "tensorflow", "jax", "flax", "gym", "gymnasium")
 
 
