@@ -1,11 +1,8 @@
 """memoire.gin_query.query: the one "gin value or default" helper."""
 
-import subprocess
-import sys
-
 import gin
 import pytest
-from _subprocess_env import subprocess_env
+from _subprocess_env import assert_clean_exit, run_script
 
 from memoire.gin_query import query
 
@@ -39,18 +36,14 @@ def test_unknown_configurable_gives_the_default(scoped_gin):
 def test_without_gin_every_query_gives_its_default(tmp_path):
     """A process that never imported gin has bound nothing: query answers the default and
     leaves gin unimported (a core install, without the gin extra, uses the module too)."""
-    code = (
-        "import sys\n"
-        "from memoire.gin_query import query\n"
-        "assert query('create_agent.agent_name', 'dflt') == 'dflt'\n"
-        "assert 'gin' not in sys.modules, 'gin was imported'\n"
+    proc = run_script(
+        """
+        import sys
+        from memoire.gin_query import query
+        assert query("create_agent.agent_name", "dflt") == "dflt"
+        assert "gin" not in sys.modules, "gin was imported"
+        print("OK")
+        """,
+        tmp_path,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert_clean_exit(proc)
