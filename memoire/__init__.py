@@ -12,16 +12,39 @@ replay buffers (:mod:`memoire.dopamine_compat`).
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it (scikit-build-core regex)
 
+import importlib
+import importlib.util
+
 from memoire._core import CapacityError, ProtocolError
 from memoire.memory import Batch, ReplayMemory
 
+# The network layer (pyzmq, its sockets and threads) loads on first access of its classes
+# (PEP 562): the library's modules import this package for its core (`from memoire import
+# _core`), and a learner's feed or a Dopamine buffer needs no ZeroMQ. name -> its module.
+_NETWORK = {"ReplayMemoryServer": "memoire.server", "ReplayMemoryClient": "memoire.client"}
+
 __all__ = ["ReplayMemory", "Batch", "CapacityError", "ProtocolError", "__version__"]
+if importlib.util.find_spec("zmq") is not None:  # looks for pyzmq without importing it
+    __all__ += list(_NETWORK)
 
-try:  # the network layer needs pyzmq; the core does not
-    from memoire.client import ReplayMemoryClient  # noqa: F401
-    from memoire.server import ReplayMemoryServer  # noqa: F401
 
-    __all__ += ["ReplayMemoryServer", "ReplayMemoryClient"]
-except ImportError as _e:  # pragma: no cover - only without pyzmq or before the module exists
-    if "zmq" not in str(_e) and "memoire.server" not in str(_e) and "memoire.client" not in str(_e):
-        raise
+def __getattr__(name: str):
+    module = _NETWORK.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.split(".")[0] != "zmq":
+            raise
+        raise ImportError(
+            f"memoire.{name} needs pyzmq (the network layer's transport), which is not "
+            f"installed: pip install pyzmq ({e})",
+            name=e.name,
+        ) from e
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

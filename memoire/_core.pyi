@@ -229,7 +229,7 @@ class TransitionStore(metaclass=_pybind11_type):
         episode_end: np.ndarray,
     ) -> None: ...
     # Positional only (the binding names no argument): the arrays of a Dopamine checkpoint, as
-    # memoire/dopamine_compat/jax_replay_buffer.py passes them.
+    # memoire/dopamine_compat/jax_replay_buffer/replay_buffer.py passes them.
     def import_state(
         self,
         add_count: int,

@@ -2,6 +2,7 @@
 
 import gin
 import pytest
+from _subprocess_env import assert_clean_exit, run_script
 
 from memoire.gin_query import query
 
@@ -30,3 +31,19 @@ def test_bound_value_else_default(scoped_gin):
 def test_unknown_configurable_gives_the_default(scoped_gin):
     sentinel = object()
     assert query("no_such_configurable_anywhere.x", sentinel) is sentinel
+
+
+def test_without_gin_every_query_gives_its_default(tmp_path):
+    """A process that never imported gin has bound nothing: query answers the default and
+    leaves gin unimported (a core install, without the gin extra, uses the module too)."""
+    proc = run_script(
+        """
+        import sys
+        from memoire.gin_query import query
+        assert query("create_agent.agent_name", "dflt") == "dflt"
+        assert "gin" not in sys.modules, "gin was imported"
+        print("OK")
+        """,
+        tmp_path,
+    )
+    assert_clean_exit(proc)

@@ -1,31 +1,50 @@
-"""The layers of memoire/: no import cycles, the library never imports the experiment
-tooling (memoire.experiments) or the benchmark suite (memoire.bench), and the commands
-(memoire.commands, one module per ``memoire <command>``) are the top layer: nothing imports
-them but memoire.cli, by name at run time (importlib, not an import statement).
+"""The layers of memoire/, read top-down: each imports only itself and the layers below it,
+and no import runs in a circle.
+
+Bottom to top:
+
+0. ``memoire``: the core and the network (``memoire/*.py``, ``memoire.server``, ``memoire.feed``,
+   the extension ``memoire._core``);
+1. ``memoire.dopamine_compat``: Dopamine's faces;
+2. the tools, ``memoire.experiments`` and ``memoire.bench``, side by side: neither imports the
+   other;
+3. ``memoire.commands``, one module per ``memoire <command>``: nothing imports them but
+   memoire.cli, by name at run time (importlib, not an import statement). A library file that
+   is also a script (``python -m memoire.dopamine_compat.jax_agents``) hands its command line
+   to ``memoire.cli.main`` the same way, so it names no upper layer either.
 
 The import graph is read from the source with ``ast`` (nothing is imported): one node per
 module under memoire/ (a package is its ``__init__.py``), one edge per import of another of
-them, at module level or inside a function, absolute or relative. An import names its target
-only: ``from memoire.bench.systems import X`` is an edge to memoire.bench.systems, not to the
+them, anywhere in the file (at module level, inside a function, in a ``__main__`` block: a
+script's imports are the file's too), absolute or relative. An import names its target only:
+``from memoire.bench.systems import X`` is an edge to memoire.bench.systems, not to the
 package memoire.bench whose ``__init__`` Python also runs (counting every parent package would
 turn any package whose ``__init__`` imports a submodule into a cycle). ``from pkg import name``
-is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg``. Code under
-``if __name__ == "__main__":`` runs only when the file is the program, never on import, so its
-imports belong to the script, not to the module, and are left out.
+is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg``. A file importing
+itself (a ``__main__`` block running the importable copy of its module) is no edge.
+
+A subprocess checks the one import the graph cannot show: ``import memoire`` (and the feed)
+leaves the network layer's ZeroMQ unloaded until a network class is used.
 """
 
 from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
+
+from _subprocess_env import assert_clean_exit, run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "memoire")
 
-# The library: memoire/*.py and memoire/dopamine_compat/. What it must never import.
-LIBRARY_PACKAGES = ("memoire.dopamine_compat",)
-UPPER_LAYERS = ("memoire.experiments", "memoire.bench", "memoire.commands")
+# The layers above the core and network (layer 0, every other module of memoire), bottom to
+# top; packages on one line are side by side.
+LAYERS = (
+    ("memoire.dopamine_compat",),
+    ("memoire.experiments", "memoire.bench"),
+    ("memoire.commands",),
+)
 
 
 def module_files(package_dir: str) -> Dict[str, Optional[str]]:
@@ -49,32 +68,9 @@ def module_files(package_dir: str) -> Dict[str, Optional[str]]:
     return out
 
 
-def _is_main_guard(node: ast.AST) -> bool:
-    """``if __name__ == "__main__":``"""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
-    t = node.test
-    sides = [t.left] + list(t.comparators)
-    return (
-        len(t.ops) == 1
-        and isinstance(t.ops[0], ast.Eq)
-        and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-        and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
-    )
-
-
 def _imports(tree: ast.AST):
-    """Every Import / ImportFrom node of ``tree``, at any depth, outside ``__main__`` blocks."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        for child in ast.iter_child_nodes(node):
-            if _is_main_guard(child):
-                stack.extend(child.orelse)  # the else branch does run on import
-            else:
-                stack.append(child)
+    """Every Import / ImportFrom node of ``tree``, at any depth."""
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> Optional[str]:
@@ -116,7 +112,7 @@ def import_graph(files: Dict[str, Optional[str]]) -> Dict[str, Set[str]]:
                     targets.add(sub)
                 elif base in files:
                     targets.add(base)
-        graph[module] = targets
+        graph[module] = targets - {module}  # a __main__ block importing its own module
     return graph
 
 
@@ -167,25 +163,27 @@ def in_layer(module: str, layer: str) -> bool:
     return module == layer or module.startswith(layer + ".")
 
 
-def is_library(module: str) -> bool:
-    """memoire/*.py (the package itself included) and memoire/dopamine_compat/."""
-    parts = module.split(".")
-    if parts[0] != "memoire":
-        return False
-    if len(parts) <= 2:
-        return not any(in_layer(module, u) for u in UPPER_LAYERS)
-    return any(in_layer(module, p) for p in LIBRARY_PACKAGES)
+def layer_of(module: str) -> Tuple[int, str]:
+    """(level, package) of ``module``: its line of LAYERS counted from 1 and the package of
+    that line it belongs to, or (0, "memoire") for the core and network."""
+    for level, packages in enumerate(LAYERS, start=1):
+        for package in packages:
+            if in_layer(module, package):
+                return level, package
+    return 0, "memoire"
 
 
-def layer_violations(graph: Dict[str, Set[str]]) -> List[str]:
-    """``library -> upper layer`` edges, as text."""
-    return sorted(
-        f"{m} -> {t}"
-        for m, targets in graph.items()
-        if is_library(m)
-        for t in targets
-        if any(in_layer(t, u) for u in UPPER_LAYERS)
-    )
+def upward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+    """``module -> target`` edges, as text, that go up a layer or sideways between the
+    packages of one layer (one tool importing the other)."""
+    bad = []
+    for m, targets in graph.items():
+        level, package = layer_of(m)
+        for t in targets:
+            t_level, t_package = layer_of(t)
+            if t_level > level or (t_level == level and t_package != package):
+                bad.append(f"{m} -> {t}")
+    return sorted(bad)
 
 
 def command_importers(graph: Dict[str, Set[str]]) -> List[str]:
@@ -212,14 +210,61 @@ def test_memoire_has_no_import_cycles():
     assert not cycles, "import cycles in memoire/: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_the_library_imports_neither_experiments_nor_benchmarks():
+def test_each_layer_imports_only_itself_and_the_layers_below():
     graph = _memoire_graph()
     # The layers exist and are seen: the checks below would pass vacuously otherwise.
     assert "memoire.experiments.train" in graph and "memoire.bench" in graph
-    assert "memoire.dopamine_compat.jax_agents" in graph and is_library("memoire.cli")
+    assert layer_of("memoire.dopamine_compat.jax_agents") == (1, "memoire.dopamine_compat")
+    assert layer_of("memoire.cli") == layer_of("memoire.server.workers") == (0, "memoire")
+    assert layer_of("memoire.bench.systems") == (2, "memoire.bench")
     assert "memoire.experiments.trackers" in graph["memoire.experiments.runner"]
-    bad = layer_violations(graph)
-    assert not bad, "the library imports an upper layer: " + "; ".join(bad)
+    # A script's imports count: this one hands its command line to the CLI.
+    assert "memoire.cli" in graph["memoire.dopamine_compat.jax_agents"]
+    bad = upward_imports(graph)
+    assert not bad, "imports up a layer (or between the tools): " + "; ".join(bad)
+
+
+def test_importing_memoire_leaves_the_network_unloaded(tmp_path):
+    """``import memoire`` (what ``from memoire import _core`` runs first) and the feed load no
+    ZeroMQ; ``memoire.ReplayMemoryServer`` loads it on first use (PEP 562), and without pyzmq
+    says so."""
+    code = """
+        import sys
+        import memoire, memoire.feed
+        from memoire import _core, memory
+        assert "zmq" not in sys.modules, "zmq loaded by import memoire"
+        assert not any(m.startswith(("memoire.server", "memoire.client")) for m in sys.modules)
+        assert {"ReplayMemoryServer", "ReplayMemoryClient"} <= set(memoire.__all__)
+        assert {"ReplayMemoryServer", "ReplayMemoryClient"} <= set(dir(memoire))
+        from memoire import ReplayMemoryServer, ReplayMemoryClient
+        from memoire.server import ReplayMemoryServer as server_class
+        assert ReplayMemoryServer is server_class and memoire.ReplayMemoryClient is ReplayMemoryClient
+        assert "zmq" in sys.modules
+        try:
+            memoire.NoSuchName
+        except AttributeError as e:
+            assert "NoSuchName" in str(e)
+        else:
+            raise AssertionError("memoire.NoSuchName")
+        print("OK")
+    """
+    without_zmq = """
+        import sys
+
+        sys.modules["zmq"] = None  # as if pyzmq were not installed: importing it fails
+        import memoire
+        assert "ReplayMemoryServer" not in memoire.__all__
+        exec("from memoire import *", {})  # works without the network
+        try:
+            from memoire import ReplayMemoryServer
+        except ImportError as e:
+            assert "pyzmq" in str(e), e
+        else:
+            raise AssertionError("imported without pyzmq")
+        print("OK")
+    """
+    for program in (code, without_zmq):
+        assert_clean_exit(run_script(program, tmp_path))
 
 
 def test_every_command_is_a_module_of_memoire_commands_that_nothing_imports():
@@ -247,7 +292,7 @@ def _write(root, files: Dict[str, str]) -> str:
     return os.path.join(root, "memoire")
 
 
-def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
+def test_checker_sees_relative_function_level_main_and_from_imports(tmp_path):
     pkg = _write(
         str(tmp_path),
         {
@@ -256,13 +301,16 @@ def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
             "_core.cpython-311-x86_64-linux-gnu.so": "",
             "server.py": (
                 "def f():\n    from .experiments import train\n"
-                "if __name__ == '__main__':\n    import memoire.bench\n"
+                "if __name__ == '__main__':\n    import memoire.bench\n    import memoire.server\n"
                 "else:\n    from . import memory\n"
             ),
             "dopamine_compat/__init__.py": "",
             "dopamine_compat/buf.py": "from .. import Memory\nfrom ..bench import systems\n",
             "experiments/__init__.py": "",
-            "experiments/train.py": "import memoire.memory\nfrom memoire.dopamine_compat import buf\n",
+            "experiments/train.py": (
+                "import memoire.memory\nfrom memoire.dopamine_compat import buf\n"
+                "from memoire.bench import systems\n"
+            ),
             "bench/__init__.py": "",
             "bench/systems.py": "from memoire.commands import plot\n",
             "commands/__init__.py": "",
@@ -273,11 +321,23 @@ def test_checker_sees_relative_function_level_and_from_imports(tmp_path):
     assert command_importers(graph) == ["memoire.bench.systems -> memoire.commands.plot"]
     assert graph["memoire"] == {"memoire.memory"}
     assert graph["memoire.memory"] == {"memoire._core"}  # the extension, not the package
-    assert graph["memoire.server"] == {"memoire.experiments.train", "memoire.memory"}
+    # The __main__ block's imports count; its import of the file's own module does not.
+    assert graph["memoire.server"] == {
+        "memoire.experiments.train",
+        "memoire.memory",
+        "memoire.bench",
+    }
     assert graph["memoire.dopamine_compat.buf"] == {"memoire", "memoire.bench.systems"}
-    assert graph["memoire.experiments.train"] == {"memoire.memory", "memoire.dopamine_compat.buf"}
-    assert layer_violations(graph) == [
+    assert graph["memoire.experiments.train"] == {
+        "memoire.memory",
+        "memoire.dopamine_compat.buf",
+        "memoire.bench.systems",
+    }
+    assert upward_imports(graph) == [
+        "memoire.bench.systems -> memoire.commands.plot",
         "memoire.dopamine_compat.buf -> memoire.bench.systems",
+        "memoire.experiments.train -> memoire.bench.systems",  # sideways: tool to tool
+        "memoire.server -> memoire.bench",
         "memoire.server -> memoire.experiments.train",
     ]
     assert all_cycles(graph) == []

@@ -16,10 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Modules that need an extra (gin, plot, dopamine) by design; every other module of the package
 # is core and must import with none of the extras installed.
 NEEDS_EXTRAS = {
-    "memoire.gin_query",  # gin
     "memoire.dopamine_compat.gin_registry",  # gin
     "memoire.dopamine_compat.jax_agents",  # dopamine
-    "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
     "memoire.dopamine_compat.tf_configurables",  # dopamine
     "memoire.bench.dopamine",  # dopamine
     # the commands of the experiment tools (memoire.experiments): gin, dopamine, plot
@@ -28,7 +26,10 @@ NEEDS_EXTRAS = {
     "memoire.commands.plot",
     "memoire.commands.actor",
 }
-NEEDS_EXTRAS_PACKAGES = ("memoire.experiments",)  # `memoire train/sweep/plot`: gin, dopamine, plot
+NEEDS_EXTRAS_PACKAGES = (
+    "memoire.experiments",  # `memoire train/sweep/plot`: gin, dopamine, plot
+    "memoire.dopamine_compat.jax_replay_buffer",  # dopamine
+)
 EXTRAS = ("gin", "matplotlib", "dopamine", "tensorflow", "jax", "flax", "gym", "gymnasium")
 
 
@@ -116,6 +117,7 @@ def test_core_imports_without_extras(tmp_path):
         "memoire.client",
         "memoire.commands.serve",
         "memoire.dopamine_compat.remote",
+        "memoire.gin_query",
     } <= set(core), core
 
 

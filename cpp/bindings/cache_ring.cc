@@ -14,7 +14,7 @@
 
 #include "bindings/common.h"
 #include "bindings/frames.h"
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 #include "core/codec.h"
 #include "core/protocol.h"
 

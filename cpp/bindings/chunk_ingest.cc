@@ -16,7 +16,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/common.h"
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 #include "bindings/frames.h"
 #include "core/circular_buffer.h"
 #include "core/codec.h"

@@ -1,6 +1,6 @@
 // The host ring a device feed (bindings/device_feed.cc) copies from, and what each of its parts
 // is: a _core.Feed's Prefetcher (bindings/feed.cc), or a shared-memory stream's slots, where the
-// server writes each batch (bindings/stream.cc).
+// server writes each batch (core/stream_source.h).
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -23,7 +23,7 @@ struct FeedRing {
 // A _core.Feed's ring, or a shared-memory StreamSource's slots; TypeError for anything else,
 // RuntimeError when the feed is closed.
 FeedRing FeedRingOf(const py::object& feed);
-// A shared-memory StreamSource's slots (bindings/stream.cc); ValueError for a stream whose rows
+// A shared-memory StreamSource's slots (core/stream_source.h); ValueError for a stream whose rows
 // come in messages.
 FeedRing StreamSlotsOf(const py::object& source);
 

@@ -12,7 +12,7 @@
 #include "bindings/batch_views.h"
 #include "bindings/common.h"
 #include "bindings/device_feed.h"
-#include "bindings/stream.h"
+#include "core/stream_source.h"
 #include "core/circular_buffer.h"
 #include "core/prefetch.h"
 #include "core/replay_memory.h"

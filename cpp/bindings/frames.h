@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bindings/common.h"
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 #include "core/codec.h"
 
 namespace memoire {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "bindings/common.h"
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 
 namespace memoire {
 namespace {

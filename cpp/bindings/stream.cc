@@ -1,28 +1,11 @@
-// The sampling stream's native ends: see bindings/stream.h and core/stream_batch.h.
-#include "bindings/stream.h"
-
+// The sampling stream's Python face: conversions around the learner's end (StreamSource,
+// core/stream_source.h), the server's (StreamHub and its shared memory, core/stream_hub.h), and
+// the ring's layout for tests. The stream's behaviour is in those core files.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <memory>
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <map>
-#include <random>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,561 +13,15 @@
 #include "bindings/batch_views.h"
 #include "bindings/common.h"
 #include "bindings/device_feed.h"
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 #include "core/rate_limiter.h"
 #include "core/replay_memory.h"
-#include "core/stream_rows_sampler.h"
-#include "core/stream_sampler.h"
+#include "core/stream_hub.h"
+#include "core/stream_source.h"
 
 namespace memoire {
 
 namespace {
-
-constexpr int kSliceMs = 5;  // a waiting receive checks for posts and Stop this often
-// The ERROR kind of a failed draw (memoire/server/sampling_service.py DRAW_ERROR): unlike a
-// refusal, it spent a credit.
-constexpr const char* kDrawError = "SampleError";
-
-std::vector<codec::Frame> ViewsOf(const libzmq::Frames& frames) {
-  std::vector<codec::Frame> views(frames.size());
-  for (size_t i = 0; i < views.size(); ++i) views[i] = {frames.data(i), frames.bytes(i)};
-  return views;
-}
-
-// What the learner's next batch raises when the server refused a request / its draw failed.
-Status Refused(const std::string& kind, const std::string& reason) {
-  return Error(Code::kFailedPrecondition, "stream: the server refused: ", kind, ": ", reason)
-      .With("server_error", 1);
-}
-Status DrawFailed(const std::string& reason) {
-  return Error(Code::kFailedPrecondition, "stream: the server's draw failed: ", reason)
-      .With("server_error", 1);
-}
-
-void SendStrings(void* socket, const std::vector<std::string>& frames, int timeout_ms) {
-  std::vector<libzmq::OutFrame> out;
-  for (const std::string& f : frames) out.push_back({f.data(), f.size()});
-  libzmq::Send(socket, out, timeout_ms, nullptr);  // a full queue drops it: the timeout tells
-}
-
-}  // namespace
-
-void ShmRegion::RemoveOrphans(int min_age_s) {
-  DIR* dir = opendir(kDir);
-  if (dir == nullptr) return;
-  const size_t prefix = std::strlen(kPrefix);
-  const time_t now = time(nullptr);
-  while (const dirent* e = readdir(dir)) {
-    if (std::strncmp(e->d_name, kPrefix, prefix) != 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name + prefix, &end, 10);
-    if (end == e->d_name + prefix || *end != '-' || pid <= 0) continue;
-    const std::string path = std::string(kDir) + e->d_name;
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-        now - st.st_mtime < min_age_s)
-      continue;
-    // Its creator is gone (never a live process of this pid namespace): nobody maps it now.
-    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) unlink(path.c_str());
-  }
-  closedir(dir);
-}
-
-Status ShmRegion::Create(size_t bytes, std::unique_ptr<ShmRegion>* out) {
-  RemoveOrphans(kOrphanAgeS);
-  std::random_device rd;
-  char name[64];
-  std::snprintf(name, sizeof(name), "%s%d-%08x%08x", kPrefix, static_cast<int>(getpid()), rd(),
-                rd());
-  std::unique_ptr<ShmRegion> r(new ShmRegion());
-  r->path_ = std::string(kDir) + name;
-  const int fd = open(r->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Error(Code::kFailedPrecondition, "shared memory: cannot create ", r->path_,
-                           ": ", std::strerror(errno));
-  r->owner_ = true;
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    close(fd);
-    return Error(Code::kResourceExhausted, "shared memory: cannot size ", r->path_, " to ", bytes,
-                 " bytes: ", std::strerror(e));
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return Error(Code::kResourceExhausted, "shared memory: cannot map ", bytes,
-                                    " bytes: ", std::strerror(errno));
-  r->data_ = static_cast<uint8_t*>(p);
-  r->bytes_ = bytes;
-  *out = std::move(r);
-  return Status::OK();
-}
-
-Status ShmRegion::Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out) {
-  const std::string want = std::string(kDir) + kPrefix;
-  if (path.compare(0, want.size(), want) != 0 || path.find('/', want.size()) != std::string::npos ||
-      path.find("..") != std::string::npos)
-    return Error(Code::kDataLoss, "shared memory: expected a path ", want, "..., got ", path);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Error(Code::kFailedPrecondition, "shared memory: cannot open ", path, ": ",
-                           std::strerror(errno), " (is the server on another host? use "
-                           "shared_memory=False)");
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) < bytes) {
-    close(fd);
-    return Error(Code::kDataLoss, "shared memory: ", path, " is not a file of ", bytes, " bytes");
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return Error(Code::kFailedPrecondition, "shared memory: cannot map ", path,
-                                    ": ", std::strerror(errno));
-  unlink(path.c_str());  // mapped on both sides now: nothing is left behind by a crash
-  std::unique_ptr<ShmRegion> r(new ShmRegion());
-  r->path_ = path;
-  r->data_ = static_cast<uint8_t*>(p);
-  r->bytes_ = bytes;
-  *out = std::move(r);
-  return Status::OK();
-}
-
-ShmRegion::~ShmRegion() {
-  if (data_ != nullptr) munmap(data_, bytes_);
-  if (owner_) unlink(path_.c_str());  // a learner that never mapped it: ENOENT otherwise
-}
-
-void StreamSource::FlushLocked() {
-  std::deque<std::vector<std::string>> q;
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    q.swap(queue_);
-    queued_.store(false);
-  }
-  for (const auto& frames : q) SendStrings(opt_.socket, frames, opt_.timeout_ms);
-  if (owed_ >= opt_.credit_chunk) {
-    SendStrings(opt_.socket, opt_.credit_message, opt_.timeout_ms);
-    owed_ -= opt_.credit_chunk;
-    credit_returned_.fetch_add(opt_.credit_chunk);
-  }
-}
-
-void StreamSource::Post(std::vector<std::string> frames) {
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    queue_.push_back(std::move(frames));
-    queued_.store(true);
-  }
-  // Sent now, or by the thread holding the socket (the receiving thread) as it lets go.
-  SendQueued();
-}
-
-void StreamSource::SendQueued() {
-  // A Post that found the socket taken left its message to the holder: each holder comes
-  // here once it has let go, so a message never waits for a receive that may not come (the
-  // receiving thread parked on a full ring, the consumer waiting for the message's effect).
-  // The fence orders a Post's flag before its try_lock, and a holder's unlock before its
-  // look at the flag: one of the two always sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  while (queued_.load()) {
-    std::unique_lock<std::mutex> io(io_mu_, std::try_to_lock);
-    if (!io.owns_lock()) return;  // its holder sends it, and looks again as it lets go
-    FlushLocked();
-  }
-}
-
-Status StreamSource::SocketTurn(Clock::time_point* next_ping, int wait_ms,
-                                libzmq::Frames* frames, bool* got) {
-  int rc;
-  {
-    std::lock_guard<std::mutex> io(io_mu_);
-    FlushLocked();
-    const auto now = Clock::now();
-    if (now >= *next_ping) {
-      // A restarted server does not know this stream: the ping makes it say so.
-      SendStrings(opt_.socket, opt_.ping_message, kSliceMs);
-      *next_ping = now + std::chrono::milliseconds(opt_.ping_ms);
-    }
-    rc = libzmq::Receive(opt_.socket, wait_ms, frames);
-  }
-  SendQueued();
-  if (rc < 0)
-    return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-  *got = rc == 1;
-  return Status::OK();
-}
-
-Status StreamSource::TimedOut() const {
-  return Error(Code::kFailedPrecondition, "stream: no batch from the server within ",
-               opt_.timeout_ms, " ms (is it running? a dead or unreachable server is "
-               "noticed this way)")
-      .With("timeout", opt_.timeout_ms);
-}
-
-Status StreamSource::Receive(libzmq::Frames* frames) {
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
-  auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
-  bool waited = false;
-  while (true) {
-    if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
-    bool got = false;
-    MEMOIRE_RETURN_IF_ERROR(SocketTurn(&next_ping, waited ? kSliceMs : 0, frames, &got));
-    if (got) return Status::OK();
-    waited = true;
-    if (Clock::now() >= deadline) return TimedOut();
-  }
-}
-
-Status StreamSource::Fill(int thread, uint8_t* const* parts) {
-  if (thread != 0) return Error(Code::kInternal, "stream: one receiving thread per stream");
-  libzmq::Frames frames;
-  MEMOIRE_RETURN_IF_ERROR(Receive(&frames));
-  const std::vector<codec::Frame> views = ViewsOf(frames);
-  std::string kind, reason;
-  const bool error = ReadErrorMessage(views.data(), views.size(), &kind, &reason);
-  Status s;
-  if (error && kind == kDrawError) {
-    s = DrawFailed(reason);
-  } else if (error) {
-    s = Refused(kind, reason);
-  } else {
-    int64_t seq = -1;
-    s = UnstackStreamBatch(views.data(), views.size(), opt_.layout, opt_.limits, parts, &seq,
-                           &scratch_);
-    if (s.ok() && seq != last_seq_.load() + 1)  // one connection keeps order: none was lost
-      s = Error(Code::kDataLoss, "stream: batch ", seq, " came after batch ", last_seq_.load());
-    if (seq >= 0) last_seq_.store(seq);  // one error per gap, not one per later batch
-    if (s.ok()) received_.fetch_add(1);
-  }
-  if (!error || kind == kDrawError) {
-    // The server spent a credit on this message (a batch or a failed draw): give it back, now
-    // that its rows are read.
-    {
-      std::lock_guard<std::mutex> io(io_mu_);
-      ++owed_;
-      FlushLocked();
-    }
-    SendQueued();
-  }
-  return s;
-}
-
-Status StreamSource::Next(int64_t* slot) {
-  std::lock_guard<std::mutex> take(take_mu_);
-  {
-    std::lock_guard<std::mutex> l(queue_mu_);
-    if (num_held_ >= opt_.slots)
-      return Error(Code::kFailedPrecondition, "stream: the learner holds all ", opt_.slots,
-                   " batches the stream's credit allows (drop some, or open it with more "
-                   "credit)")
-          .With("held", num_held_);
-  }
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(opt_.timeout_ms);
-  auto next_ping = start + std::chrono::milliseconds(opt_.ping_ms);
-  // The socket carries no batch, only the server's refusals: it is read when no notice waits,
-  // and every ping_ms while notices keep coming (so a refusal is never held back for long).
-  bool read_socket = start >= next_socket_read_;
-  StreamRing::Notice n;
-  while (true) {
-    if (stopping_.load()) return Error(Code::kFailedPrecondition, "the stream is closed");
-    if (!read_socket && ring_.PollNotice(&n)) return TakeNotice(n, slot);
-    read_socket = false;
-    const auto now = Clock::now();
-    next_socket_read_ = now + std::chrono::milliseconds(opt_.ping_ms);
-    libzmq::Frames frames;
-    bool got = false;
-    MEMOIRE_RETURN_IF_ERROR(SocketTurn(&next_ping, 0, &frames, &got));
-    if (got) {
-      const std::vector<codec::Frame> views = ViewsOf(frames);
-      std::string kind, reason;
-      if (ReadErrorMessage(views.data(), views.size(), &kind, &reason))
-        return Refused(kind, reason);
-      return Error(Code::kDataLoss, "stream: expected only errors on a shared-memory stream's "
-                   "socket (batches come through its ring), got another message");
-    }
-    if (ring_.PollNotice(&n)) return TakeNotice(n, slot);
-    if (now >= deadline) return TimedOut();
-    ring_.WaitNotices(kSliceMs);
-  }
-}
-
-Status StreamSource::TakeNotice(const StreamRing::Notice& n, int64_t* slot) {
-  std::lock_guard<std::mutex> l(queue_mu_);
-  // The server may only name a slot it was given: never one the learner reads.
-  if (n.slot < 0 || n.slot >= opt_.slots || held_[n.slot])
-    return Error(Code::kDataLoss, "stream: ", n.error_bytes > 0 ? "a failed draw" : "a batch",
-                 " in slot ", n.slot, ", which is not the server's to write (", opt_.slots,
-                 " slots)");
-  if (n.error_bytes != 0) {
-    if (n.error_bytes < 0 || n.error_bytes > static_cast<int64_t>(StreamRing::kMaxErrorBytes))
-      return Error(Code::kDataLoss, "stream: a failed draw's reason of ", n.error_bytes,
-                   " bytes (expected 1..", StreamRing::kMaxErrorBytes, ")");
-    const std::string reason(reinterpret_cast<const char*>(slot_data(n.slot)),
-                             static_cast<size_t>(n.error_bytes));
-    // A failed draw spent the slot it would have filled: it goes straight back.
-    ring_.PublishCredit(n.slot);
-    return DrawFailed(reason);
-  }
-  const int64_t last = last_seq_.load();
-  last_seq_.store(n.seq);  // one error per gap, not one per later batch
-  if (n.seq != last + 1)  // the ring keeps order: none was lost
-    return Error(Code::kDataLoss, "stream: batch ", n.seq, " came after batch ", last);
-  *slot = n.slot;
-  held_[n.slot] = 1;
-  ++num_held_;
-  received_.fetch_add(1);
-  return Status::OK();
-}
-
-void StreamSource::Release(int64_t slot) {
-  std::lock_guard<std::mutex> l(queue_mu_);
-  if (slot < 0 || slot >= opt_.slots || !held_[slot]) return;
-  held_[slot] = 0;
-  --num_held_;
-  // At once: the server writes the slot given back last first, so a learner that takes
-  // batches as they come keeps a few slots in rotation, whose lines are still in cache.
-  ring_.PublishCredit(slot);
-  credit_returned_.fetch_add(1);
-}
-
-namespace {
-
-// Keeps a sent message's bytes (a batch, or a failed draw's reason) until libzmq's I/O thread
-// has sent them.
-struct SentMessage {
-  StreamRowsSampler::Outcome outcome;
-  std::string kind;  // a failed draw's ERROR kind
-  std::string header;
-};
-
-// A stream's shared memory on the server's side: the mapping (its ring, then its slots) and
-// the layout its batches are written in (fixed at open).
-struct ServerShm {
-  std::unique_ptr<ShmRegion> region;
-  StreamLayout layout;
-  BatchLayout slot_layout;
-  int64_t slots = 0;
-  uint8_t* ring() const { return region->data(); }
-  uint8_t* slot_base() const { return region->data() + StreamRing::Bytes(slots); }
-};
-
-// The native side of one stream worker's ROUTER socket. It keeps each stream's sampler
-// threads: a shared-memory stream's (core/stream_sampler.h, which trade notices and slots with
-// their learner through the stream's ring, no socket involved) and a rows stream's
-// (core/stream_rows_sampler.h, whose batches this hub sends as they come out, in order). It
-// waits on the socket with the GIL released (Poll), sending the rows streams' batches
-// meanwhile; every message received goes to Python, and so does a shared-memory sampler's
-// refused credit (refusals). Only the worker's thread uses the socket: Poll, and Python between
-// polls.
-class StreamHub {
- public:
-  explicit StreamHub(void* socket)
-      : socket_(socket),
-        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-        counts_(std::make_shared<StreamCounts>()) {
-    if (wake_fd_ < 0)
-      ThrowIfError(Error(Code::kResourceExhausted, "stream: eventfd: ", std::strerror(errno)));
-  }
-  ~StreamHub() {
-    Clear();
-    close(wake_fd_);
-  }
-
-  // Starts the sampler of `identity`'s shared-memory stream (its slots in `shm`), replacing
-  // any stream of that peer.
-  void Add(const std::string& identity, std::shared_ptr<ReplayMemory> rm,
-           std::shared_ptr<ServerShm> shm, int threads, int64_t ahead,
-           std::shared_ptr<RateLimiter> limiter, int error_pause_ms, int limited_pause_ms) {
-    Remove(identity);
-    StreamSampler::Options o;
-    o.memory = std::move(rm);
-    o.limiter = std::move(limiter);
-    o.layout = shm->slot_layout;
-    o.frame_stack = shm->layout.frame_stack;
-    o.control = shm->ring();
-    o.base = shm->slot_base();
-    o.keep = shm;
-    o.slots = shm->slots;
-    o.ahead = ahead;
-    o.threads = threads;
-    o.error_pause_ms = error_pause_ms;
-    o.limited_pause_ms = limited_pause_ms;
-    o.counts = counts_;
-    o.wake = [this] { Wake(&refused_); };  // a refused credit: Poll returns, Python drops it
-    std::unique_ptr<StreamSampler> sampler;
-    ThrowIfError(StreamSampler::Make(std::move(o), &sampler));
-    std::lock_guard<std::mutex> l(mu_);
-    samplers_[identity] = std::move(sampler);
-  }
-
-  // Starts the sampler of `identity`'s rows stream (its batches sent to it on this socket by
-  // Poll, each within send_timeout_ms), replacing any stream of that peer.
-  void AddRows(const std::string& identity, StreamRowsSampler::Options o, int send_timeout_ms) {
-    Remove(identity);
-    o.counts = counts_;
-    o.ready = [this] { Wake(&sends_due_); };
-    Schema schema = o.memory ? o.memory->schema() : Schema();
-    std::unique_ptr<StreamRowsSampler> sampler;
-    ThrowIfError(StreamRowsSampler::Make(std::move(o), &sampler));
-    std::lock_guard<std::mutex> l(mu_);
-    rows_[identity] = std::make_shared<const RowsStream>(
-        RowsStream{std::move(sampler), std::move(schema), send_timeout_ms});
-  }
-
-  // Stops `identity`'s sampler (joins its threads) and forgets it, with any batch not yet sent;
-  // false when there is none.
-  bool Remove(const std::string& identity) {
-    std::shared_ptr<StreamSampler> s;
-    std::shared_ptr<StreamRowsSampler> r;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (auto it = samplers_.find(identity); it != samplers_.end()) {
-        s = std::move(it->second);
-        samplers_.erase(it);
-      }
-      if (auto it = rows_.find(identity); it != rows_.end()) {
-        r = it->second->sampler;
-        rows_.erase(it);
-      }
-    }
-    if (s) s->Stop();
-    if (r) r->Stop();
-    return s || r;
-  }
-
-  void Clear() {
-    std::map<std::string, std::shared_ptr<StreamSampler>> all;
-    std::map<std::string, std::shared_ptr<const RowsStream>> rows;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      all.swap(samplers_);
-      rows.swap(rows_);
-    }
-    for (auto& kv : all) kv.second->Stop();
-    for (auto& kv : rows) kv.second->sampler->Stop();
-  }
-
-  std::shared_ptr<StreamSampler> Find(const std::string& identity) {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = samplers_.find(identity);
-    return it == samplers_.end() ? nullptr : it->second;
-  }
-  std::shared_ptr<StreamRowsSampler> FindRows(const std::string& identity) {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = rows_.find(identity);
-    return it == rows_.end() ? nullptr : it->second->sampler;
-  }
-
-  // Waits up to timeout_ms for a message (*out set to it, for Python) or a sampler's refused
-  // credit (returns with *out empty: see Refusals), sending the rows streams' batches as they
-  // come. kFailedPrecondition on a socket error.
-  Status Poll(int timeout_ms, std::unique_ptr<libzmq::Frames>* out) {
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (true) {
-      if (sends_due_.exchange(false)) SendReady();
-      if (refused_.exchange(false)) return Status::OK();
-      auto frames = std::make_unique<libzmq::Frames>();
-      int rc = libzmq::Receive(socket_, 0, frames.get());
-      if (rc < 0)
-        return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-      if (rc == 1) {
-        *out = std::move(frames);
-        return Status::OK();
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            deadline - Clock::now()).count();
-      if (left <= 0) return Status::OK();
-      rc = libzmq::WaitReadable(socket_, wake_fd_, static_cast<int>(left));
-      if (rc < 0)
-        return Error(Code::kFailedPrecondition, "stream: socket error: ", libzmq::LastError());
-      if (rc & 2) {
-        uint64_t v;
-        (void)!read(wake_fd_, &v, sizeof(v));
-      }
-    }
-  }
-
-  // (identity, why) of each sampler that refused its learner's credit and draws no more.
-  std::vector<std::pair<std::string, std::string>> Refusals() {
-    std::vector<std::pair<std::string, std::string>> out;
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& kv : samplers_) {
-      std::string why = kv.second->refusal();
-      if (!why.empty()) out.emplace_back(kv.first, std::move(why));
-    }
-    return out;
-  }
-
-  StreamCounts& counts() { return *counts_; }
-
- private:
-  struct RowsStream {
-    std::shared_ptr<StreamRowsSampler> sampler;
-    Schema schema;  // the memory's, for the batches' headers
-    int send_timeout_ms = 1000;
-  };
-
-  // Sets *flag and wakes Poll (a full eventfd counter still wakes it).
-  void Wake(std::atomic<bool>* flag) {
-    flag->store(true);
-    const uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
-  }
-
-  // Sends each rows stream's finished outcomes, in order: a batch, or a failed draw as an
-  // ERROR of kind SampleError (its credit spent, as a batch's). A message that cannot be
-  // queued in time (a peer gone) is dropped and counted: the learner notices by its timeout.
-  void SendReady() {
-    std::vector<std::pair<std::string, std::shared_ptr<const RowsStream>>> rows;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      rows.assign(rows_.begin(), rows_.end());
-    }
-    std::vector<StreamRowsSampler::Outcome> ready;
-    std::vector<codec::Frame> data;
-    for (auto& [identity, stream] : rows) {
-      ready.clear();
-      stream->sampler->TakeReady(&ready);
-      for (StreamRowsSampler::Outcome& o : ready) {
-        auto m = std::make_shared<SentMessage>();
-        m->outcome = std::move(o);
-        Status s;
-        if (m->outcome.batch) {
-          s = EncodeStreamBatch(*m->outcome.batch, stream->schema, &m->header, &data);
-        } else {
-          m->kind = kDrawError;
-          s = EncodeErrorMessage(m->kind, m->outcome.error, &m->header, &data);
-        }
-        std::vector<libzmq::OutFrame> frames{{identity.data(), identity.size()},
-                                             {m->header.data(), m->header.size()}};
-        for (const codec::Frame& f : data) frames.push_back({f.data, f.size});
-        if (!s.ok() || !libzmq::Send(socket_, frames, stream->send_timeout_ms,
-                                     std::shared_ptr<const void>(m, m.get())))
-          counts_->send_errors.fetch_add(1);
-      }
-    }
-  }
-
-  void* const socket_;
-  const int wake_fd_;
-  std::shared_ptr<StreamCounts> counts_;
-  std::atomic<bool> sends_due_{false};  // a rows sampler has outcomes ready
-  std::atomic<bool> refused_{false};    // a shared-memory sampler refused a credit
-  std::mutex mu_;  // guards samplers_ and rows_
-  std::map<std::string, std::shared_ptr<StreamSampler>> samplers_;
-  std::map<std::string, std::shared_ptr<const RowsStream>> rows_;
-};
-
-// The layout of a stream of batches of n from `rm` as it is set now.
-StreamLayout MemoryStreamLayout(const ReplayMemory& rm, int64_t n) {
-  const ReplayMemory::Options o = rm.options();
-  StreamLayout l;
-  l.schema = rm.schema();
-  l.batch_size = n;
-  l.frame_stack = o.frame_stack;
-  l.multi_step = o.multi_step;
-  for (size_t i = 0; i < l.flags.size(); ++i) l.flags[i] = o.cache_flags[i];
-  return l;
-}
 
 StreamLayout LayoutFrom(const py::list& templates, int64_t batch_size, int frame_stack,
                         int multi_step, const std::vector<bool>& flags) {
@@ -612,41 +49,6 @@ std::vector<std::string> Strings(const py::list& frames) {
   }
   return out;
 }
-
-// A shared-memory stream's slots as the host ring of a device feed: the copy thread takes each
-// batch's notice, copies the slot the server wrote, and gives it back at once.
-class StreamSlots : public HostBatches {
- public:
-  explicit StreamSlots(std::shared_ptr<StreamSource> source) : source_(std::move(source)) {
-    const BatchLayout& l = source_->slot_layout();
-    for (const BatchPart& p : l.parts) part_bytes_.push_back(p.none ? 0 : p.bytes);
-    parts_.resize(static_cast<size_t>(source_->slots()));
-    for (int64_t s = 0; s < source_->slots(); ++s) {
-      parts_[s].resize(l.parts.size());
-      l.PartsAt(source_->slot_data(s), parts_[s].data());
-    }
-  }
-  Status Take(int* slot) override {
-    *slot = -1;
-    int64_t s = -1;
-    Status status = source_->Next(&s);
-    if (status.ok()) *slot = static_cast<int>(s);
-    return status;
-  }
-  bool closed() const override { return source_->stopped(); }
-  void Release(int slot) override { source_->Release(slot); }
-  uint8_t* const* parts(int slot) const override { return parts_[slot].data(); }
-  const std::vector<size_t>& part_bytes() const override { return part_bytes_; }
-  int slots() const override { return static_cast<int>(source_->slots()); }
-  uint8_t* block(int slot) const override { return source_->slot_data(slot); }
-  size_t block_bytes() const override { return source_->slot_layout().slot_bytes; }
-  void Close() override { source_->Stop(); }
-
- private:
-  std::shared_ptr<StreamSource> source_;
-  std::vector<size_t> part_bytes_;
-  std::vector<std::vector<uint8_t*>> parts_;  // per slot, per part (null for none parts)
-};
 
 // A shared-memory batch handed out: its slot, held until the last view is dropped.
 struct SlotLease {
@@ -709,22 +111,8 @@ read-write.
              o.credit_chunk = credit_chunk;
              o.credit_message = Strings(credit_message);
              o.ping_message = Strings(ping_message);
-             if (!shm_path.empty()) {
-               // The server's slots must be exactly this layout's: every view stays inside.
-               o.slot_layout = StreamSlotLayout(o.layout);
-               if (shm_slots < 1 || shm_slots > (int64_t(1) << 20) ||
-                   shm_slot_bytes != o.slot_layout.slot_bytes)
-                 ThrowIfError(Error(Code::kDataLoss, "shared memory: expected slots of ",
-                                    o.slot_layout.slot_bytes, " bytes, got ", shm_slots,
-                                    " slots of ", shm_slot_bytes));
-               std::unique_ptr<ShmRegion> r;
-               o.slots_at = StreamRing::Bytes(shm_slots);
-               ThrowIfError(
-                   ShmRegion::Open(shm_path, o.slots_at + shm_slot_bytes * shm_slots, &r));
-               ThrowIfError(StreamRing::Attach(r->data(), shm_slots, &o.ring));
-               o.shm = std::move(r);
-               o.slots = shm_slots;
-             }
+             if (!shm_path.empty())
+               ThrowIfError(StreamSource::MapSlots(shm_path, shm_slots, shm_slot_bytes, &o));
              return std::make_shared<StreamSource>(std::move(o));
            }),
            py::arg("socket"), py::arg("templates"), py::arg("batch_size"),
@@ -793,13 +181,8 @@ memory's layout now (frame_stack, cache_flags), each written as the learner read
       .def(py::init([](const ReplayMemory& rm, int64_t batch_size, int64_t slots) {
              if (batch_size < 1 || slots < 1)
                ThrowInvalid("batch_size and slots: expected >= 1");
-             auto shm = std::make_shared<ServerShm>();
-             shm->layout = MemoryStreamLayout(rm, batch_size);
-             shm->slot_layout = StreamSlotLayout(shm->layout);
-             shm->slots = slots;
-             ThrowIfError(ShmRegion::Create(
-                 StreamRing::Bytes(slots) + shm->slot_layout.slot_bytes * slots, &shm->region));
-             StreamRing::Init(shm->ring(), slots);
+             std::shared_ptr<ServerShm> shm;
+             ThrowIfError(ServerShm::Create(MemoryStreamLayout(rm, batch_size), slots, &shm));
              return shm;
            }),
            py::arg("memory"), py::arg("batch_size"), py::arg("slots"))
@@ -847,7 +230,9 @@ credit and stopped.
              if (!libzmq::Attached())
                ThrowIfError(Error(Code::kFailedPrecondition, "StreamHub: needs attach_libzmq"));
              if (socket == 0) ThrowInvalid("socket: expected a socket address, got 0");
-             return std::make_shared<StreamHub>(reinterpret_cast<void*>(socket));
+             std::shared_ptr<StreamHub> hub;
+             ThrowIfError(StreamHub::Make(reinterpret_cast<void*>(socket), &hub));
+             return hub;
            }),
            py::arg("socket"))
       .def("add",
@@ -859,9 +244,13 @@ credit and stopped.
                ThrowInvalid("threads: expected 1..256, got " + std::to_string(threads));
              if (ahead < 0) ThrowInvalid("ahead: expected >= 0, got " + std::to_string(ahead));
              const std::string id = identity;
-             GilRelease release;  // Add may stop a previous sampler (joins)
-             h.Add(id, std::move(rm), std::move(shm), threads, ahead, std::move(limiter),
-                   error_pause_ms, limited_pause_ms);
+             Status s;
+             {
+               GilRelease release;  // Add may stop a previous sampler (joins)
+               s = h.Add(id, std::move(rm), std::move(shm), threads, ahead, std::move(limiter),
+                         error_pause_ms, limited_pause_ms);
+             }
+             ThrowIfError(s);
            },
            py::arg("identity"), py::arg("memory"), py::arg("shm"), py::arg("threads"),
            py::arg("ahead"), py::arg("limiter"), py::arg("error_pause_ms"),
@@ -892,8 +281,12 @@ credit and stopped.
              o.error_pause_ms = error_pause_ms;
              o.limited_pause_ms = limited_pause_ms;
              const std::string id = identity;
-             GilRelease release;  // AddRows may stop a previous sampler (joins)
-             h.AddRows(id, std::move(o), send_timeout_ms);
+             Status s;
+             {
+               GilRelease release;  // AddRows may stop a previous sampler (joins)
+               s = h.AddRows(id, std::move(o), send_timeout_ms);
+             }
+             ThrowIfError(s);
            },
            py::arg("identity"), py::arg("memory"), py::arg("batch_size"), py::arg("window"),
            py::arg("send"), py::arg("compressed_state"), py::arg("credit"), py::arg("threads"),

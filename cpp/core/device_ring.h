@@ -49,7 +49,8 @@
 namespace memoire {
 
 // A ring of host batches in page-lockable memory (each slot one block holding every part): a
-// feed's Prefetcher, or a shared-memory sampling stream's slots (bindings/stream.cc).
+// feed's Prefetcher, or a shared-memory sampling stream's slots (StreamSlots,
+// core/stream_source.h).
 class HostBatches {
  public:
   virtual ~HostBatches() = default;

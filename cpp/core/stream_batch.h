@@ -153,6 +153,10 @@ Status UnstackStreamBatch(const codec::Frame* frames, size_t n_frames, const Str
 // weight, prob, done, id, num_sampleable, total_weight) as core/batch_layout.h places them.
 BatchLayout StreamSlotLayout(const StreamLayout& layout);
 
+// The ERROR kind of a failed draw (memoire/server/sampling_service.py DRAW_ERROR): unlike a
+// refusal, it spent a credit. The server's hub sends it; the learner's source reads it.
+inline constexpr const char* kDrawError = "SampleError";
+
 // The header frame of an ERROR message {"error": kind, "reason": reason} (as
 // memoire.server.workers.error_reply writes it) and its two data frames (*data: kind, then
 // reason).

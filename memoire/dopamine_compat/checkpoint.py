@@ -25,9 +25,8 @@ Reading treats every file as hostile (see :func:`load`): .npy files must have th
 the constructor implies and a plain numeric dtype (no fields, offsets, subarrays or objects),
 checked from the header before any data is read; the two pickles are inflated under a size
 budget that the capacity implies and read by an unpickler that only knows ``set``, numpy arrays
-and scalars, and Dopamine's SumTree (as plain data). numpy dtypes and arrays in a pickle are
-kept as inert records and rebuilt only as plain numeric dtypes with exactly their bytes (numpy's
-own ``dtype.__setstate__`` would trust a crafted field offset or subarray). ``add_count`` must
+and scalars, and Dopamine's SumTree (as plain data; :mod:`memoire.dopamine_compat.safe_pickle`,
+which keeps numpy dtypes and arrays as inert records until they are checked). ``add_count`` must
 lie in [0, 2**62] (the native core's bound). An added attribute's file is read only because the
 loading buffer has that attribute (the folder's other files are never opened), and only as plain
 data: a .npy file of a plain numeric dtype (any shape), or a pickle of None, bools, numbers,
@@ -53,6 +52,14 @@ import numpy as np
 
 from memoire.checkpoint_io import CheckpointError, open_regular  # noqa: F401 (re-exported)
 from memoire.dopamine_compat._ring import STORE_FILENAME_PREFIX, invalid_range
+from memoire.dopamine_compat.safe_pickle import (  # noqa: F401 (PickledSumTree re-exported)
+    PickledSumTree,
+    UnnamedError,
+    check_plain_dtype,
+    plain_data,
+    resolve_array,
+    safe_unpickle,
+)
 
 _SLICE_BYTES = 1 << 20  # save and load pass a store column through slices of this size
 _READ_BYTES = 4 << 20  # load decompresses this much per call (fewer calls: faster)
@@ -322,248 +329,7 @@ def save(buffer, checkpoint_dir, iteration_number):
 
 # ---- reading ---------------------------------------------------------------------------------
 
-
-class _UnnamedError(CheckpointError):
-    """A CheckpointError raised where the file is not known (while unpickling bytes):
-    _read_file names the file."""
-
-
-_PLAIN_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 _BUDGET_SLACK = 1 << 16  # bytes of pickle framing allowed on top of a payload's own size
-
-
-def _check_plain_dtype(dtype, filename, error=CheckpointError):
-    """Raises ``error`` unless ``dtype`` is a plain numeric dtype: no fields, offsets, subarrays,
-    objects. ``filename`` starts the message (_UnnamedError's callers pass what they read)."""
-    if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise error(
-            "{}: expected a plain numeric dtype (bool, int, uint or float), got {}".format(
-                filename, dtype
-            )
-        )
-
-
-class PickledSumTree(object):
-    """What a pickled Dopamine SumTree becomes: plain data, no methods run."""
-
-
-class _PickledDType(object):
-    """A dtype as a pickle spells it: ``numpy.dtype``'s arguments, then (BUILD) its state.
-
-    Never a numpy dtype: numpy's ``dtype.__setstate__`` trusts its state (field offsets, item
-    size, subarrays), so a crafted one makes arrays that read outside their memory. Only
-    :func:`_resolve_dtype` turns this into a dtype, and only into a plain numeric one.
-    """
-
-    __slots__ = ("args", "state")
-
-    def __init__(self, args):
-        self.args = args
-        self.state = None
-
-    def __setstate__(self, state):
-        self.state = state
-
-
-class _PickledArray(object):
-    """An ndarray as a pickle spells it (``_reconstruct`` then BUILD with numpy's array state);
-    made into an array only by :func:`_resolve_array`, after checking dtype, shape and size."""
-
-    __slots__ = ("state",)
-
-    def __init__(self):
-        self.state = None
-
-    def __setstate__(self, state):
-        self.state = state
-
-
-_NDARRAY = object()  # what the global numpy.ndarray resolves to: valid only inside _reconstruct
-
-
-def _pickled_dtype(*args):
-    return _PickledDType(args)
-
-
-def _pickled_reconstruct(subtype, shape, dtype):
-    del shape, dtype  # numpy's placeholder; the real ones arrive in the state (BUILD)
-    if subtype is not _NDARRAY:
-        raise _UnnamedError("checkpoint pickle reconstructs something other than numpy.ndarray")
-    return _PickledArray()
-
-
-def _resolve_dtype(spelled):
-    """The plain numeric numpy dtype a :class:`_PickledDType` spells, else CheckpointError."""
-    if not isinstance(spelled, _PickledDType):
-        raise _UnnamedError(
-            "checkpoint pickle: expected a numpy dtype, got {}".format(type(spelled).__name__)
-        )
-    args, state = spelled.args, spelled.state
-    if not 1 <= len(args) <= 3 or not isinstance(args[0], str) or len(args[0]) > 8:
-        raise _UnnamedError(
-            "checkpoint pickle: expected a numeric dtype code such as 'f8', got dtype{!r}".format(
-                args[:1]
-            )
-        )
-    try:
-        dtype = np.dtype(args[0])
-    except TypeError:
-        raise _UnnamedError("checkpoint pickle: unknown dtype {!r}".format(args[0])) from None
-    _check_plain_dtype(dtype, "checkpoint pickle", _UnnamedError)
-    if state is not None:
-        # numpy's dtype state: (version, byte order, subarray, names, fields, item size, alignment,
-        # flags[, metadata]); for a plain dtype only the byte order may vary.
-        if (
-            not isinstance(state, tuple)
-            or len(state) not in (8, 9)
-            or state[1] not in ("<", ">", "|", "=")
-            or any(s is not None for s in state[2:5])
-            or state[5] not in (-1, dtype.itemsize)
-        ):
-            raise _UnnamedError(
-                "checkpoint pickle: dtype {} with a state other than a plain "
-                "numeric dtype's (fields, offsets or subarrays)".format(dtype)
-            )
-        if state[1] in "<>":
-            dtype = dtype.newbyteorder(state[1])
-    return dtype
-
-
-def _resolve_array(spelled, what):
-    """The native-order C-contiguous array a :class:`_PickledArray` spells, after checking its
-    dtype (plain numeric), shape and that its data holds exactly shape x itemsize bytes."""
-    if not isinstance(spelled, _PickledArray) or not isinstance(spelled.state, tuple):
-        raise CheckpointError("{}: expected a numpy array".format(what))
-    state = spelled.state
-    if len(state) == 4:
-        state = (1,) + state
-    if len(state) != 5 or state[0] != 1:
-        raise CheckpointError(
-            "{}: expected numpy's array state (1, shape, dtype, fortran, data)".format(what)
-        )
-    _, shape, dtype, fortran, data = state
-    dtype = _resolve_dtype(dtype)
-    if (
-        not isinstance(shape, tuple)
-        or len(shape) > 32
-        or not all(type(d) is int and d >= 0 for d in shape)
-    ):  # pylint: disable=unidiomatic-typecheck
-        raise CheckpointError("{}: bad array shape {!r}".format(what, shape))
-    if not isinstance(fortran, bool) or not isinstance(data, (bytes, bytearray)):
-        raise CheckpointError("{}: expected an array's raw bytes".format(what))
-    size = 1
-    for d in shape:
-        size *= d
-    if len(data) != size * dtype.itemsize:
-        raise CheckpointError(
-            "{}: array {}{} needs {} data bytes, the pickle holds {}".format(
-                what, dtype, list(shape), size * dtype.itemsize, len(data)
-            )
-        )
-    array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-    return np.ascontiguousarray(array, dtype=dtype.newbyteorder("="))
-
-
-def _pickled_scalar(dtype, data=None):
-    dtype = _resolve_dtype(dtype)
-    if not isinstance(data, bytes) or len(data) != dtype.itemsize:
-        raise _UnnamedError(
-            "checkpoint pickle: a numpy {} scalar needs {} bytes".format(dtype, dtype.itemsize)
-        )
-    return np.frombuffer(data, dtype=dtype)[0]
-
-
-def _pickled_reconstructor(cls, base, state):
-    if cls is not PickledSumTree or base is not object or state is not None:
-        raise _UnnamedError("checkpoint pickle builds an unexpected object")
-    return object.__new__(PickledSumTree)
-
-
-# Every global a Dopamine replay checkpoint's pickles name, and what each becomes here: numpy's
-# are spelled out as inert records (see _PickledDType) and checked when read.
-_ALLOWED_GLOBALS = {
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("numpy", "ndarray"): _NDARRAY,
-    ("numpy", "dtype"): _pickled_dtype,
-    ("numpy.core.multiarray", "_reconstruct"): _pickled_reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _pickled_reconstruct,
-    ("numpy.core.multiarray", "scalar"): _pickled_scalar,
-    ("numpy._core.multiarray", "scalar"): _pickled_scalar,
-    ("copyreg", "_reconstructor"): _pickled_reconstructor,
-    ("dopamine.tf.replay_memory.sum_tree", "SumTree"): PickledSumTree,
-    ("dopamine.replay_memory.sum_tree", "SumTree"): PickledSumTree,
-}
-
-
-class _SafeUnpickler(pickle.Unpickler):
-    """Resolves only the globals a Dopamine replay checkpoint needs."""
-
-    def find_class(self, module, name):
-        try:
-            return _ALLOWED_GLOBALS[(module, name)]
-        except KeyError:
-            raise _UnnamedError(
-                "checkpoint pickle refers to {}.{}, which memoire does not load".format(
-                    module, name
-                )
-            ) from None
-
-
-def safe_unpickle(data):
-    """Unpickles ``data`` with only the globals above: sets, ints, floats, lists, dicts, numpy
-    scalars of plain dtypes, :class:`PickledSumTree` and inert array records (resolve those with
-    :func:`_resolve_array`)."""
-    return _SafeUnpickler(io.BytesIO(data)).load()
-
-
-_PLAIN_ATOMS = (type(None), bool, int, float, complex, str, bytes, np.generic)
-_MAX_NESTING = 100  # containers within containers a plain-data pickle may hold
-_IN_PROGRESS = object()
-
-
-def plain_data(value, what):
-    """``value`` (from :func:`safe_unpickle`) with its inert numpy records made into arrays and
-    dtypes, when it is plain data: None, bools, numbers, strings, bytes, numpy scalars, and
-    lists, tuples, dicts, sets and frozensets of them, nested at most _MAX_NESTING deep.
-
-    Raises:
-      CheckpointError: anything else (an object of another class, a SumTree, a type, a container
-        holding itself); ``what`` starts the message.
-    """
-    done = {}  # id -> resolved, so shared sub-objects are walked once
-
-    def walk(v, depth):
-        if isinstance(v, _PLAIN_ATOMS) and not isinstance(v, np.object_):
-            return v
-        if depth > _MAX_NESTING:
-            raise CheckpointError("{}: nested deeper than {}".format(what, _MAX_NESTING))
-        key = id(v)
-        if key in done:
-            if done[key] is _IN_PROGRESS:
-                raise CheckpointError("{}: a container holds itself".format(what))
-            return done[key]
-        done[key] = _IN_PROGRESS
-        kind = type(v)
-        if kind is _PickledArray:
-            out = _resolve_array(v, what)
-        elif kind is _PickledDType:
-            out = _resolve_dtype(v)
-        elif kind in (list, tuple):
-            out = kind(walk(x, depth + 1) for x in v)
-        elif kind in (set, frozenset):
-            out = kind(walk(x, depth + 1) for x in v)  # unhashable items: TypeError
-        elif kind is dict:
-            out = {walk(k, depth + 1): walk(x, depth + 1) for k, x in v.items()}
-        else:
-            raise CheckpointError(
-                "{}: expected plain data (numbers, strings, lists, dicts, sets, numpy arrays), "
-                "got {}".format(what, "a type" if isinstance(v, type) else kind.__name__)
-            )
-        done[key] = out
-        return out
-
-    return walk(value, 0)
 
 
 def _read_limited(f, budget, filename):
@@ -593,7 +359,7 @@ def _read_npy_header(f, filename, shape, dtype=None, budget=None):
     except (SyntaxError, tokenize.TokenError) as e:  # numpy parses the header as Python source
         raise CheckpointError("{}: bad .npy header ({})".format(filename, e)) from None
     got_shape, fortran, got_dtype = header
-    _check_plain_dtype(got_dtype, filename)
+    check_plain_dtype(got_dtype, filename)
     if shape is None:
         nbytes = got_dtype.itemsize
         for d in got_shape:
@@ -676,7 +442,7 @@ def _read_file(fs, filename, reader):
         with fs.open_read(filename) as raw:
             with gzip.GzipFile(fileobj=raw, mode="rb") as f:
                 return reader(f)
-    except _UnnamedError as e:
+    except UnnamedError as e:
         raise CheckpointError("{}: {}".format(filename, e)) from None
     except CheckpointError:
         raise
@@ -835,7 +601,7 @@ def _check_sum_tree(tree, filename, capacity, padded):
             )
         )
     levels = [
-        _resolve_array(level, "{}: SumTree level {}".format(filename, depth))
+        resolve_array(level, "{}: SumTree level {}".format(filename, depth))
         for depth, level in enumerate(nodes)
     ]
     for depth, level in enumerate(levels):

@@ -56,8 +56,8 @@ Running. Dopamine's ``create_runner`` passes its own ``create_agent`` positional
 ``Runner``, and gin never overrides a positional argument, so a binding
 ``Runner.create_agent_fn = ...`` would be silently ignored by ``dopamine.discrete_domains.train``.
 Run this module instead, with Dopamine's gin files unchanged (the agent is chosen by the usual
-``create_agent.agent_name``); it is ``memoire train`` (:mod:`memoire.commands.train`) under
-Dopamine's module name, same flags, same run layout::
+``create_agent.agent_name``); it runs ``memoire train`` (through :func:`memoire.cli.main`)
+under Dopamine's module name, same flags, same run layout::
 
     python -m memoire.dopamine_compat.jax_agents --base_dir=/tmp/run \\
         --gin_files=configs/dqn_cartpole_jax.gin
@@ -70,14 +70,15 @@ runner factory; its agents for the JAX names are :func:`create_memoire_agent`'s)
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # `python -m` runs this file as __main__. The entry point is the experiment tooling's (the
-    # library never imports it, so this runs only as a script); it imports the real module,
-    # whose gin names this copy must not register a second time.
+    # `python -m` runs this file as __main__: Dopamine's module name for `memoire train`. The
+    # CLI (memoire.cli, below this layer) runs the command, finding it by name in cli.COMMANDS
+    # as for `memoire train`, so this file names no upper layer. Before the imports below: the
+    # command imports the real module, whose gin names this copy must not register again.
     import sys
 
-    from memoire.commands import train
+    from memoire import cli
 
-    sys.exit(train.main())
+    sys.exit(cli.main(["train", *sys.argv[1:]]))
 
 import gin
 from dopamine.discrete_domains import run_experiment  # noqa: F401  registers create_agent, Runner

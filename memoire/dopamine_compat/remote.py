@@ -50,7 +50,6 @@ the hosted buffer serves calls one at a time.
 from __future__ import annotations
 
 import math
-import runpy
 import sys
 import weakref
 from typing import Any, Optional
@@ -597,5 +596,9 @@ class _UniformView:
 # imports neither gin_registry nor the serving side, so neither imports it back.
 
 if __name__ == "__main__":  # the buffer server's old entry: memoire serve --buffer KIND ...
-    sys.argv[1:] = ["--buffer" if a == "--serve" else a for a in sys.argv[1:]]
-    runpy.run_module("memoire.commands.serve", run_name="__main__", alter_sys=True)
+    # The CLI (memoire.cli, below this layer) runs the command, found by name as for `memoire
+    # serve`: this file names no upper layer.
+    from memoire import cli
+
+    args = ["--buffer" if a == "--serve" else a for a in sys.argv[1:]]
+    sys.exit(cli.main(["serve", *args]))

@@ -1,4 +1,4 @@
-#include "bindings/libzmq.h"
+#include "core/libzmq.h"
 
 #include <dlfcn.h>
 

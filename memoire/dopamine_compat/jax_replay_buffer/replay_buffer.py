@@ -1,377 +1,46 @@
-"""A drop-in for Dopamine's JAX replay buffer (``dopamine.jax.replay_memory``), on memoire's core.
-
-:class:`ReplayBuffer` has the constructor, methods and results of Dopamine 4.1.2's
-``dopamine.jax.replay_memory.replay_buffer.ReplayBuffer``; for the same stream of
-``TransitionElement`` adds and the same seed it stores the same keys, returns the same
-``ReplayElement`` batches (same fields, dtypes, shapes and values), the same sampled keys and
-probabilities, and the same priorities and ``max_recorded_priority``. What differs is inside:
-
-- Dopamine stores every element as two stacked (and snappy-compressed) observations. memoire's
-  C++ ``TransitionStore`` keeps each frame once in a ring and assembles stacks at sample time,
-  in C++, with the GIL released. ``compress`` only chooses the checkpoint format.
-- Accumulation, eviction, the sampler's key maps and the sum tree run in C++ with Dopamine's
-  arithmetic (see ``cpp/core/transition_store.h``). Random draws still come from the numpy
-  ``Generator`` that Dopamine's sampler would own (same seed, same stream, checkpointed).
-
-Dopamine behaviours kept on purpose (an agent would see them):
-
-- ``TransitionAccumulator`` quirks: with update horizon ``n`` an element whose n-step window ends
-  at a terminal step leaves that step's reward out (with ``n == 1`` the last reward of an episode
-  is never stored); an element's ``episode_end`` equals its ``is_terminal``; a truncated episode
-  (``episode_end`` without ``is_terminal``) yields no shorter-horizon tail elements.
-- With ``stack_size > 1`` a terminal step yields the same transition ``stack_size - 1`` extra
-  times, each with one more zeroed frame (google/dopamine#228). Pass
-  ``TransitionAccumulator(..., fix_terminal_duplicates=True)`` (or the agent argument of the same
-  name) to yield each terminal transition once, with its full stack.
-- ``max_recorded_priority`` starts at 1.0, survives ``clear()`` and is not checkpointed.
-- Keys and sampled keys are ``int32`` arrays; rewards are ``float64``; flags are ``bool``.
-
-Deliberate differences (Dopamine fails where memoire does not):
-
-- A prioritized buffer whose ``max_capacity`` is a power of two gets one more tree level:
-  Dopamine raises ``IndexError`` at its first eviction there.
-- ``update(key, priorities=p)`` with a single key works (Dopamine's assertion rejects it).
-- Bad input raises ``ValueError`` / ``KeyError`` / ``TypeError`` before anything changes
-  (Dopamine asserts, or fails half way).
-- Observations of the first add fix the observation shape and dtype, and actions fix the action
-  dtype and shape; later adds are cast to them (numpy's ``same_kind``) or rejected.
-
-Agents reach into ``buffer._sampling_distribution._sum_tree.max_recorded_priority`` after an
-``isinstance(..., samplers.PrioritizedSamplingDistribution)`` check. The sampling distribution
-classes here subclass Dopamine's, so that check passes, and ``_sum_tree`` is a small view whose
-``max_recorded_priority`` is the buffer's and whose ``get(indices)`` reads the leaves at
-Dopamine's sampler indices (as Dopamine's agent tests do). Prefer the public
-``ReplayBuffer.max_recorded_priority`` and ``ReplayBuffer.priorities(keys)``.
-
-Checkpoints: ``save``/``load`` use Dopamine's orbax ``CheckpointManager`` and msgpack
-``CheckpointHandler`` with the same state dict layout, so either buffer loads the other's files.
-Loading never unpickles: the pickled tree definitions in Dopamine's files are ignored and the
-element layout is checked instead.
-
-Thread-safety: the C++ store is thread-safe; the Python object is thread-compatible (guard
-concurrent ``add``/``sample``/``update`` from several threads with your own lock).
+"""The JAX face's ``ReplayBuffer`` (Dopamine's ``replay_memory/replay_buffer.py``): the
+composition of an accumulator's settings, a sampling distribution and memoire's C++
+``TransitionStore``, with Dopamine's methods, results and state dict (see the package
+docstring, :mod:`memoire.dopamine_compat.jax_replay_buffer`).
 """
 
 from __future__ import annotations
 
-import ast
-import copy
-import dataclasses
 import os
 import pickle
 from typing import Any, Optional
 
 import jax
-import msgpack
 import numpy as np
-import snappy
-from dopamine.jax import checkpointers
-from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
-from dopamine.jax.replay_memory import elements
+from dopamine.jax import checkpointers as dopamine_checkpointers
+from dopamine.jax.replay_memory import elements as dopamine_elements
 from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
-from dopamine.jax.replay_memory import samplers as dopamine_samplers
 from orbax import checkpoint as orbax
 
 from memoire import _core
+from memoire.checkpoint_io import CheckpointError
 from memoire.dopamine_compat import _dropin
-from memoire.dopamine_compat.checkpoint import CheckpointError, open_regular
-
-ReplayElement = elements.ReplayElement
-TransitionElement = elements.TransitionElement
-SampleMetadata = dopamine_samplers.SampleMetadata
-PrioritizedSampleMetadata = dopamine_samplers.PrioritizedSampleMetadata
+from memoire.dopamine_compat.jax_replay_buffer import checkpointers
+from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
+    TransitionAccumulator,
+    accumulator_settings,
+)
+from memoire.dopamine_compat.jax_replay_buffer.elements import (
+    ELEMENT_FIELDS,
+    ReplayElement,
+    TransitionElement,
+)
+from memoire.dopamine_compat.jax_replay_buffer.samplers import (
+    PrioritizedSamplingDistribution,
+    as_memoire_distribution,
+)
 
 # Dopamine's class, kept before anyone assigns memoire's to its module attribute.
 _DOPAMINE_REPLAY_BUFFER = dopamine_replay_buffer.ReplayBuffer
 
-_ELEMENT_FIELDS = ("state", "action", "reward", "next_state", "is_terminal", "episode_end")
 
-
-class TransitionAccumulator:
-    """Settings of Dopamine's ``TransitionAccumulator`` for memoire's buffer.
-
-    The accumulation itself runs in the buffer's C++ store; this object only carries the
-    settings (Dopamine's own ``TransitionAccumulator`` is accepted by :class:`ReplayBuffer` too).
-
-    Args:
-      stack_size: int >= 1, frames per state (stacked on a new last axis).
-      update_horizon: int >= 1, the n of n-step returns.
-      gamma: float, the discount.
-      fix_terminal_duplicates: bool, False (Dopamine's behaviour, google/dopamine#228) or True
-        (each terminal transition once, with its full stack).
-
-    Raises:
-      ValueError: a non-positive stack size or horizon.
-    """
-
-    def __init__(
-        self,
-        stack_size: int,
-        update_horizon: int,
-        gamma: float,
-        *,
-        fix_terminal_duplicates: bool = False,
-    ):
-        if int(stack_size) < 1:
-            raise ValueError(f"stack_size: expected >= 1, got {stack_size}")
-        if int(update_horizon) < 1:
-            raise ValueError(f"update_horizon: expected >= 1, got {update_horizon}")
-        self._stack_size = int(stack_size)
-        self._update_horizon = int(update_horizon)
-        self._gamma = float(gamma)
-        self.fix_terminal_duplicates = bool(fix_terminal_duplicates)
-        self._buffer = None
-
-    def clear(self) -> None:
-        """Drops the partial trajectory (the buffer's elements stay)."""
-        if self._buffer is not None:
-            self._buffer._clear_window()
-
-
-def _accumulator_settings(acc) -> tuple[int, int, float, bool]:
-    if isinstance(acc, (TransitionAccumulator, dopamine_accumulator.TransitionAccumulator)):
-        return (
-            int(acc._stack_size),
-            int(acc._update_horizon),
-            float(acc._gamma),
-            bool(getattr(acc, "fix_terminal_duplicates", False)),
-        )
-    raise TypeError(
-        "transition_accumulator: expected a TransitionAccumulator (memoire's or "
-        f"dopamine.jax.replay_memory.accumulator's), got {type(acc).__name__}"
-    )
-
-
-class _SumTreeView:
-    """What Dopamine's agents and tests read at ``_sampling_distribution._sum_tree``:
-    ``max_recorded_priority`` (read and write), ``root`` and ``get(index)`` over the buffer's
-    C++ tree.
-
-    Leaf ``i`` is Dopamine's: the leaf value (``priority ** priority_exponent``) of the key
-    the sampler holds at index ``i`` (``to_state_dict()['sampling_distribution']
-    ['key_by_index'][i]``), 0.0 for an index past the stored elements. Unlike Dopamine's
-    ``SumTree.get`` (which reads inner nodes for negative indices), an index outside
-    ``[0, leaves)`` raises IndexError.
-    """
-
-    def __init__(self, dist: "PrioritizedSamplingDistribution"):
-        self._dist = dist
-        self.max_recorded_priority = 1.0
-
-    @property
-    def root(self) -> float:
-        store = self._dist._store()
-        return 0.0 if store is None else store.tree_root
-
-    def get(self, index):
-        """The leaf values at sampler indices ``index``: a float for an int, ``float64[n]``
-        for an int array (numpy's fancy indexing of Dopamine's leaves)."""
-        indices = np.asarray(index)
-        if indices.dtype.kind not in "iu":
-            raise IndexError(f"sum tree index: expected integers, got {indices.dtype}")
-        flat = indices.astype(np.int64).reshape(-1)
-        store = self._dist._store()
-        leaves = _tree_leaves(self._dist._max_capacity, self._dist._max_capacity)
-        bad = flat[(flat < 0) | (flat >= leaves)]
-        if bad.size:
-            raise IndexError(f"sum tree index {int(bad[0])} is outside [0, {leaves})")
-        values = np.zeros(flat.shape, np.float64)
-        size = 0 if store is None else store.size
-        live = flat < size
-        if live.any():
-            values[live] = store.priorities(store.keys_at(flat[live]))
-        return float(values[0]) if indices.ndim == 0 else values.reshape(indices.shape)
-
-
-class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution):
-    """Dopamine's uniform sampling distribution over memoire's store.
-
-    Passes ``isinstance(x, dopamine...samplers.UniformSamplingDistribution)``. Keys are added
-    and removed by the buffer; ``sample`` draws dense indices with the owned numpy Generator
-    (as Dopamine does) and maps them to keys in C++.
-
-    Args:
-      seed: what ``numpy.random.default_rng`` takes (an int, a SeedSequence, a Generator or None).
-    """
-
-    def __init__(self, seed) -> None:  # pylint: disable=super-init-not-called
-        self._rng = np.random.default_rng(seed)
-        self._buffer = None
-
-    def _store(self):
-        return None if self._buffer is None else self._buffer._store
-
-    @property
-    def size(self) -> int:
-        store = self._store()
-        return 0 if store is None else store.size
-
-    def add(self, key, **kwargs) -> None:
-        raise TypeError("keys of memoire's buffer are added by ReplayBuffer.add")
-
-    def remove(self, key) -> None:
-        raise TypeError("keys of memoire's buffer are removed by ReplayBuffer.add (eviction)")
-
-    def update(self, keys, *args, **kwargs) -> None:
-        """A no-op, as in Dopamine."""
-
-    def sample(self, size: int) -> SampleMetadata:
-        n = self.size
-        if n == 0:
-            raise ValueError("No keys to sample from.")
-        if size <= 0:
-            raise ValueError("Sample size must be positive.")
-        indices = self._rng.integers(n, size=size)
-        return SampleMetadata(keys=self._store().keys_at(indices))
-
-    def clear(self) -> None:
-        if self._buffer is not None:
-            self._buffer._store_clear()
-
-    def to_state_dict(self) -> dict[str, Any]:
-        store = self._store()
-        keys = [] if store is None else store.export_sampler()[0].tolist()
-        return {
-            "key_by_index": keys,
-            "index_by_key": {k: i for i, k in enumerate(keys)},
-            "rng_state": self._rng.bit_generator.state,
-        }
-
-    def from_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # The key maps are restored by ReplayBuffer.from_state_dict (with the elements).
-        self._rng.bit_generator.state = state_dict["rng_state"]
-
-
-class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistribution):
-    """Dopamine's prioritized sampling distribution over memoire's store.
-
-    Passes ``isinstance(x, dopamine...samplers.PrioritizedSamplingDistribution)``; ``_sum_tree``
-    is a view whose ``max_recorded_priority`` is what Dopamine's agents read. Leaf values are
-    ``priority ** priority_exponent`` (0 stays 0), kept in a C++ tree with Dopamine's layout and
-    arithmetic; ``sample`` draws targets with the owned numpy Generator (as Dopamine does).
-
-    Args:
-      seed: what ``numpy.random.default_rng`` takes.
-      priority_exponent: float, the exponent applied to priorities on add and update.
-      max_capacity: int, leaves of the tree (Dopamine's sampler capacity).
-    """
-
-    def __init__(self, seed, *, priority_exponent: float = 1.0, max_capacity: int) -> None:  # pylint: disable=super-init-not-called
-        self._rng = np.random.default_rng(seed)
-        self._priority_exponent = priority_exponent
-        self._max_capacity = int(max_capacity)
-        self._sum_tree = _SumTreeView(self)
-        self._buffer = None
-
-    _store = UniformSamplingDistribution._store
-    size = UniformSamplingDistribution.size
-    add = UniformSamplingDistribution.add
-    remove = UniformSamplingDistribution.remove
-    clear = UniformSamplingDistribution.clear
-
-    @property
-    def max_recorded_priority(self):
-        return self._sum_tree.max_recorded_priority
-
-    def _record(self, values: np.ndarray) -> None:
-        # Dopamine: max(max_recorded_priority, max(values)), keeping the winner's type.
-        if values.size:
-            top = values.max()
-            if top > self._sum_tree.max_recorded_priority:
-                self._sum_tree.max_recorded_priority = top
-
-    def leaf_value(self, priority) -> float:
-        """The leaf value of a new element's priority (None counts as 0), as Dopamine's add."""
-        if priority is None:
-            priority = 0.0
-        if not priority >= 0.0:
-            raise ValueError(f"priority: expected a value >= 0, got {priority}")
-        return 0.0 if priority == 0.0 else priority**self._priority_exponent
-
-    def update(self, keys, *, priorities) -> None:
-        """Sets the priorities of stored ``keys``.
-
-        Args:
-          keys: ``int[n]`` keys (or one key).
-          priorities: ``float[n]`` priorities >= 0 (or one, for one key); raised to
-            ``priority_exponent``.
-
-        Raises:
-          KeyError: a key is not stored. ValueError: lengths differ, or a value is negative/NaN.
-        """
-        if not isinstance(keys, np.ndarray):
-            keys = np.asarray([keys], dtype=np.int32)
-        raw = np.asarray(priorities, dtype=np.float64)
-        if np.isnan(raw).any() or (raw < 0).any():
-            raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
-        values = np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
-        values = np.asarray(values)
-        flat = values.reshape(-1).astype(np.float64, copy=False)
-        if flat.size == 1 and keys.size != 1:
-            raise ValueError(f"priorities: expected {keys.size} values (one per key), got 1")
-        if np.isnan(flat).any() or (flat < 0).any():
-            raise ValueError(f"priorities: expected values >= 0, got {flat.tolist()}")
-        store = self._store()
-        if store is None:
-            raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
-        store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)  # KeyError(key)
-        self._record(values.reshape(-1))
-
-    def sample(self, size: int) -> PrioritizedSampleMetadata:
-        store = self._store()
-        root = 0.0 if store is None else store.tree_root
-        if root == 0.0:
-            keys = UniformSamplingDistribution.sample(self, size).keys
-            return PrioritizedSampleMetadata(
-                keys=keys, probabilities=np.full_like(keys, 1.0 / self.size, dtype=np.float64)
-            )
-        targets = self._rng.uniform(0.0, root, size=size)
-        keys, probabilities = store.query(targets)
-        return PrioritizedSampleMetadata(keys=keys, probabilities=probabilities)
-
-    def to_state_dict(self) -> dict[str, Any]:
-        state = UniformSamplingDistribution.to_state_dict(self)
-        store = self._store()
-        nodes = (
-            np.zeros(2 * _tree_leaves(self._max_capacity, self._max_capacity) - 1)
-            if store is None
-            else store.export_sampler()[1]
-        )
-        return {"sum_tree": {"nodes": nodes}, **state}
-
-    from_state_dict = UniformSamplingDistribution.from_state_dict
-
-
-def _tree_leaves(tree_capacity: int, max_capacity: int) -> int:
-    leaves = 1
-    while leaves < tree_capacity:
-        leaves *= 2
-    while leaves < max_capacity + 1:
-        leaves *= 2
-    return leaves
-
-
-def _as_memoire_distribution(dist):
-    if isinstance(dist, (UniformSamplingDistribution, PrioritizedSamplingDistribution)):
-        return dist
-    if isinstance(dist, dopamine_samplers.PrioritizedSamplingDistribution):
-        ours = PrioritizedSamplingDistribution(
-            dist._rng, priority_exponent=dist._priority_exponent, max_capacity=dist._max_capacity
-        )
-        ours._sum_tree.max_recorded_priority = dist._sum_tree.max_recorded_priority
-        return ours
-    if isinstance(dist, dopamine_samplers.UniformSamplingDistribution) and not isinstance(
-        dist, dopamine_samplers.SequentialSamplingDistribution
-    ):
-        return UniformSamplingDistribution(dist._rng)
-    raise TypeError(
-        "sampling_distribution: expected a Uniform- or PrioritizedSamplingDistribution "
-        f"(memoire's or Dopamine's), got {type(dist).__name__}"
-    )
-
-
-class ReplayBuffer(checkpointers.Checkpointable):
-    """Dopamine's JAX ``ReplayBuffer`` on memoire's C++ store (see the module docstring).
+class ReplayBuffer(dopamine_checkpointers.Checkpointable):
+    """Dopamine's JAX ``ReplayBuffer`` on memoire's C++ store (see the package docstring).
 
     Args:
       transition_accumulator: a :class:`TransitionAccumulator` (memoire's or Dopamine's; only its
@@ -433,7 +102,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
                     f"ReplayBuffer.{name} in gin)"
                 )
         (self._stack_size, self._update_horizon, self._gamma, self._fix_terminal_duplicates) = (
-            _accumulator_settings(transition_accumulator)
+            accumulator_settings(transition_accumulator)
         )
         if checkpoint_duration < 1:
             raise ValueError(f"Invalid checkpoint_duration: {checkpoint_duration}")
@@ -446,7 +115,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         self._transition_accumulator = transition_accumulator
         if isinstance(transition_accumulator, TransitionAccumulator):
             transition_accumulator._buffer = self
-        self._sampling_distribution = _as_memoire_distribution(sampling_distribution)
+        self._sampling_distribution = as_memoire_distribution(sampling_distribution)
         self._sampling_distribution._buffer = self
         self._prioritized = isinstance(self._sampling_distribution, PrioritizedSamplingDistribution)
         self._store = None  # built by the first add (it fixes observation and action layouts)
@@ -466,7 +135,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         its stream. This is how :mod:`memoire.dopamine_compat.jax_agents` builds its buffers
         from what the parent agent's ``_build_replay_buffer`` configured (gin included).
         """
-        stack, horizon, gamma, _ = _accumulator_settings(buffer._transition_accumulator)
+        stack, horizon, gamma, _ = accumulator_settings(buffer._transition_accumulator)
         acc = TransitionAccumulator(
             stack, horizon, gamma, fix_terminal_duplicates=fix_terminal_duplicates
         )
@@ -815,7 +484,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
         keys = np.asarray(keys).reshape(-1)
         out = self._empty_batch(keys.size)
         self._store.gather(keys.astype(np.int64, copy=False), *out)  # KeyError(key)
-        return ReplayElement(**dict(zip(_ELEMENT_FIELDS, out)))
+        return ReplayElement(**dict(zip(ELEMENT_FIELDS, out)))
 
     def sample(self, size: Optional[int] = None, *, with_sample_metadata: bool = False):
         """A batch of stored elements, drawn by the sampling distribution.
@@ -979,7 +648,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             for k in range(len(b.reward)):
                 s, ns = states[k], next_states[k]
                 if self._compress:
-                    s, ns = elements.compress(s), elements.compress(ns)
+                    s, ns = dopamine_elements.compress(s), dopamine_elements.compress(ns)
                 values.append(
                     [
                         s,
@@ -1081,7 +750,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
 
         def unpack(x):
             x = np.asarray(x)
-            return _uncompress_checked(x) if x.dtype.names is not None else x
+            return checkpointers.uncompress_checked(x) if x.dtype.names is not None else x
 
         s = self._stack_size
         states = [unpack(x) for x in cols[0]]
@@ -1197,7 +866,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             # either buffer loads the other's checkpoints.
             managers[checkpoint_dir] = orbax.CheckpointManager(
                 checkpoint_dir,
-                item_handlers={"replay": _CheckedCheckpointHandler()},
+                item_handlers={"replay": checkpointers.CheckedCheckpointHandler()},
                 options=orbax.CheckpointManagerOptions(
                     max_to_keep=self._checkpoint_duration, create=True
                 ),
@@ -1217,7 +886,10 @@ class ReplayBuffer(checkpointers.Checkpointable):
             # resumes at the same iteration and saves it again; orbax never overwrites a step,
             # so the stale one (another run's transitions) would stay. Replace it.
             manager.delete(iteration_number)
-        manager.save(iteration_number, args=orbax.args.Composite(replay=ReplayCheckpointArgs(self)))
+        manager.save(
+            iteration_number,
+            args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs(self)),
+        )
         # orbax saves asynchronously: the checkpoint is whole when save returns (Dopamine's
         # runner writes its completion sentinel next, and a resumed run may load it at once).
         manager.wait_until_finished()
@@ -1225,7 +897,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
 
-        The file is decoded strictly (see :class:`_CheckedCheckpointHandler`) and the state
+        The file is decoded strictly (see :class:`.checkpointers.CheckedCheckpointHandler`) and the state
         checked against this buffer (shapes, dtypes, keys, ``add_count`` in ``[0, 2**31]``)
         before anything changes.
 
@@ -1234,7 +906,7 @@ class ReplayBuffer(checkpointers.Checkpointable):
             one, or one that does not fit this buffer; the buffer is unchanged.
         """
         state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(
-            iteration_number, args=orbax.args.Composite(replay=ReplayCheckpointArgs())
+            iteration_number, args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs())
         )
         try:
             self.from_state_dict(state_dict["replay"])
@@ -1245,192 +917,3 @@ class ReplayBuffer(checkpointers.Checkpointable):
                 str(checkpoint_dir), str(iteration_number), "replay", "checkpoint.msgpack"
             )
             raise CheckpointError(f"{path}: {e}") from e
-
-
-# ---- strict checkpoint decoding ----
-
-_COMPRESSED_FIELDS = ("data", "shape", "dtype")
-_MAX_NDIM = 32
-
-
-def _plain_dtype(spelled, what: str) -> np.dtype:
-    """The numpy dtype ``spelled`` names when it is a plain numeric one, else ValueError."""
-    try:
-        dtype = np.dtype(spelled)
-    except TypeError:
-        raise ValueError(f"{what}: unknown dtype {spelled!r}") from None
-    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-        raise ValueError(f"{what}: expected a plain numeric dtype, got {dtype}")
-    return dtype
-
-
-def _checked_shape(shape, what: str) -> tuple:
-    if (
-        not isinstance(shape, (list, tuple))
-        or len(shape) > _MAX_NDIM
-        or not all(type(d) is int and d >= 0 for d in shape)
-    ):  # noqa: E721 (no bools)
-        raise ValueError(f"{what}: bad shape {shape!r}")
-    return tuple(shape)
-
-
-def _nbytes(shape: tuple, dtype: np.dtype) -> int:
-    n = dtype.itemsize
-    for d in shape:
-        n *= d
-    return n
-
-
-def _snappy_length(data: bytes) -> int:
-    """The uncompressed length a raw snappy stream declares (its leading varint)."""
-    n = 0
-    for i, b in enumerate(data[:5]):
-        n |= (b & 0x7F) << (7 * i)
-        if b < 0x80:
-            return n
-    raise ValueError("compressed stack: not a snappy stream")
-
-
-def _uncompress_checked(record: np.ndarray) -> np.ndarray:
-    """Dopamine's ``elements.uncompress`` after checking the record: a 0-d structured array
-    (data uint8[n], shape int32[k], dtype bytes) naming a plain numeric dtype, whose snappy
-    stream declares exactly that shape's bytes (checked before inflating: nothing inflates to
-    more than the record says, and the record says no more than the stack holds)."""
-    if record.shape != () or record.dtype.names != _COMPRESSED_FIELDS:
-        raise ValueError(
-            "compressed stack: expected Dopamine's record (data, shape, dtype), got "
-            f"{record.dtype}{list(record.shape)}"
-        )
-    try:
-        spelled = record["dtype"].item().decode("ascii")
-    except (AttributeError, UnicodeDecodeError):
-        raise ValueError("compressed stack: dtype is not a dtype code") from None
-    dtype = _plain_dtype(spelled, "compressed stack")
-    shape = _checked_shape(
-        [int(d) for d in np.asarray(record["shape"]).reshape(-1)], "compressed stack"
-    )
-    data = np.ascontiguousarray(record["data"]).reshape(-1).view(np.uint8).tobytes()
-    nbytes = _nbytes(shape, dtype)
-    if _snappy_length(data) != nbytes:
-        raise ValueError(
-            f"compressed stack: {dtype}{list(shape)} is {nbytes} bytes, the snappy "
-            f"stream declares {_snappy_length(data)}"
-        )
-    return np.frombuffer(snappy.uncompress(data), dtype=dtype).reshape(shape)
-
-
-def _compressed_descr_ok(descr) -> bool:
-    """Whether ``descr`` is the layout of Dopamine's ``elements.compress`` records."""
-    if not isinstance(descr, list) or len(descr) != 3:
-        return False
-    names = tuple(f[0] if isinstance(f, tuple) and f else None for f in descr)
-    if names != _COMPRESSED_FIELDS:
-        return False
-    (_, data_t, data_shape), (_, shape_t, shape_shape), dtype_field = descr
-    return (
-        data_t == "|u1"
-        and shape_t == "<i4"
-        and len(dtype_field) == 2
-        and isinstance(dtype_field[1], str)
-        and dtype_field[1].startswith("|S")
-        and dtype_field[1][2:].isdigit()
-        and int(dtype_field[1][2:]) <= 16
-        and isinstance(data_shape, tuple)
-        and len(data_shape) == 1
-        and isinstance(shape_shape, tuple)
-        and len(shape_shape) == 1
-        and 0 <= shape_shape[0] <= _MAX_NDIM
-    )
-
-
-def _decode_checked(obj: Any) -> Any:
-    """msgpack object hook: Dopamine's ``serialization.decode`` for what a replay checkpoint
-    holds, refusing anything else (ValueError): arrays of a plain numeric dtype, or of the
-    compressed-stack record layout, whose data is exactly shape x itemsize bytes; long ints."""
-    if isinstance(obj, dict) and "dtype" in obj and "shape" in obj and "data" in obj:
-        spelled = obj["dtype"]
-        if not isinstance(spelled, str) or len(spelled) > 512:
-            raise ValueError("array: dtype is not a dtype literal")
-        try:
-            descr = ast.literal_eval(spelled)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raise ValueError(f"array: dtype {spelled[:64]!r} is not a literal") from None
-        if isinstance(descr, str):
-            dtype = _plain_dtype(descr, "array")
-        elif _compressed_descr_ok(descr):
-            dtype = np.dtype(descr)
-        else:
-            raise ValueError(f"array: expected a plain numeric dtype, got {spelled[:64]!r}")
-        shape = _checked_shape(obj["shape"], "array")
-        data = obj["data"]
-        order = obj.get("order")
-        if (
-            not isinstance(data, bytes)
-            or len(data) != _nbytes(shape, dtype)
-            or order not in (None, "C", "F")
-        ):
-            raise ValueError(
-                f"array {dtype}{list(shape)}: expected {_nbytes(shape, dtype)} data "
-                f"bytes and order C or F"
-            )
-        return np.ndarray(shape=shape, dtype=dtype, buffer=data, order=order)
-    if isinstance(obj, dict) and "integer" in obj:
-        text = obj["integer"]
-        if not isinstance(text, str) or len(text) > 64:  # a PCG64 state is 39 digits
-            raise ValueError("long integer: expected at most 64 digits")
-        return int(text)
-    return obj
-
-
-def _read_bytes(path) -> bytes:
-    """The bytes of checkpoint file `path` (an epath); a local one is opened safely
-    (:func:`memoire.dopamine_compat.checkpoint.open_regular`: no FIFO, device or symlink)."""
-    if "://" in str(path):
-        return path.read_bytes()
-    with open_regular(str(path)) as f:
-        return f.read()
-
-
-class _CheckedCheckpointHandler(checkpointers.CheckpointHandler):
-    """Dopamine's msgpack checkpoint handler (same files, same save) whose restore decodes
-    strictly (:func:`_decode_checked`) and raises CheckpointError naming the file. Its orbax
-    arguments are :class:`ReplayCheckpointArgs` (registered with orbax below), so orbax uses it
-    through its current API; ``item`` keeps Dopamine's legacy calls working."""
-
-    def save(self, directory, item=None, args=None):
-        super().save(directory, args.item if args is not None else item)
-
-    def restore(self, directory, item=None, args=None):
-        if args is not None:
-            item = args.item
-        filename = directory / self._filename
-        try:
-            data = _read_bytes(filename)
-        except CheckpointError:
-            raise
-        except OSError as e:  # as Dopamine's read_bytes would
-            raise CheckpointError(
-                f"{filename}: not a readable replay checkpoint ({type(e).__name__}: {e})"
-            ) from e
-        try:
-            state_dict = msgpack.unpackb(
-                data, object_hook=_decode_checked, raw=False, strict_map_key=False
-            )
-        except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
-            raise CheckpointError(
-                f"{filename}: not a readable replay checkpoint ({type(e).__name__}: {e})"
-            ) from None
-        if item is None:
-            return state_dict
-        item = copy.deepcopy(item)
-        item.from_state_dict(state_dict)
-        return item
-
-
-@orbax.args.register_with_handler(_CheckedCheckpointHandler, for_save=True, for_restore=True)
-@dataclasses.dataclass
-class ReplayCheckpointArgs(orbax.args.CheckpointArgs):
-    """orbax's arguments of the replay checkpoint handler: to save, the buffer (``item``); to
-    restore, None (the state dict comes back) or a buffer to restore a copy of."""
-
-    item: Any = None

@@ -1,5 +1,6 @@
-// The sampling stream's native ends (core/stream_batch.h is the batch and its wire layout).
-// StreamSource, a learner's connection, works one of two ways:
+// StreamSource: the learner's end of a sampling stream (core/stream_batch.h is the batch and its
+// wire layout; core/stream_hub.h the server's end). A learner's connection works one of two
+// ways:
 // - rows in the messages: a source of the prefetching feed (bindings/feed.cc): the feed's
 //   sampler thread receives each batch from a DEALER socket and stacks it into a ring slot,
 //   with no GIL (Fill);
@@ -8,8 +9,9 @@
 //   learner hands out views of the slot, which goes back to the server through the ring
 //   (Release) once the batch's arrays are dropped. No copy, and no message per batch: the
 //   socket carries the open, pings, priorities and the server's refusals.
-// The server's end: rows in messages from a ReplayMemory (`_core.stream_send`); shared-memory
-// streams sampled by native threads (core/stream_sampler.h) behind a StreamHub (stream.cc).
+// StreamSlots hands a shared-memory stream's slots to a device feed (core/device_ring.h) as its
+// host ring. The socket is a libzmq handle (core/libzmq.h): pyzmq's socket, which its owner
+// does not use while the source lives.
 //
 // Thread safety: StreamSource's socket is used by one thread at a time (its io mutex): the
 // receiving thread, any thread posting a message (Post) in between. Next takes notices one
@@ -25,51 +27,15 @@
 #include <string>
 #include <vector>
 
-#include "bindings/libzmq.h"
 #include "core/codec.h"
+#include "core/device_ring.h"
+#include "core/libzmq.h"
+#include "core/shm_region.h"
 #include "core/status.h"
 #include "core/stream_batch.h"
 #include "core/stream_ring.h"
 
 namespace memoire {
-
-// A file in /dev/shm mapped read-write by a server (its creator) and one learner: a
-// shared-memory stream's ring (core/stream_ring.h) and slots (core/stream_batch.h).
-class ShmRegion {
- public:
-  static constexpr const char* kDir = "/dev/shm/";
-  static constexpr const char* kPrefix = "memoire-stream-";
-  // A file whose creator died before its learner mapped it (a server killed by SIGKILL: its
-  // destructor never ran) is removed by the next Create on this host, once it is this old.
-  static constexpr int kOrphanAgeS = 60;
-  // Creates a new file of `bytes` (mode 0600, a fresh unique name: the creator's pid, then
-  // random bits) and maps it read-write; first removes orphans (RemoveOrphans).
-  static Status Create(size_t bytes, std::unique_ptr<ShmRegion>* out);
-  // Removes this user's files kDir/kPrefix<pid>-... at least min_age_s seconds old (last
-  // modified) whose creator pid is no process of this pid namespace. The age spares a live
-  // creator in another pid namespace sharing /dev/shm: a learner maps a file within its open
-  // handshake, so an older unmapped file has no learner coming (one that came would fall back
-  // to the socket).
-  static void RemoveOrphans(int min_age_s);
-  // Maps an existing file (a path under kDir named kPrefix...) of at least `bytes` read-write
-  // (a learner may write into its batches, as into get_batch's; the server never reads them),
-  // then removes its name (the creator's mapping and this one stay).
-  static Status Open(const std::string& path, size_t bytes, std::unique_ptr<ShmRegion>* out);
-  ~ShmRegion();  // unmaps; the creator also removes the name if it is still there
-  ShmRegion(const ShmRegion&) = delete;
-  ShmRegion& operator=(const ShmRegion&) = delete;
-
-  uint8_t* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-  const std::string& path() const { return path_; }
-
- private:
-  ShmRegion() = default;
-  std::string path_;
-  uint8_t* data_ = nullptr;
-  size_t bytes_ = 0;
-  bool owner_ = false;
-};
 
 class StreamSource {
  public:
@@ -92,6 +58,10 @@ class StreamSource {
   };
   explicit StreamSource(Options o)
       : opt_(std::move(o)), ring_(opt_.ring), held_(static_cast<size_t>(opt_.slots), 0) {}
+  // Shared memory: maps the server's StreamShm at `path` (its ring, then `slots` slots of
+  // `slot_bytes`, which must be the slots of o->layout exactly) into *o (shm, ring, slots_at,
+  // slots, slot_layout). kDataLoss when the sizes differ; the name is removed once mapped.
+  static Status MapSlots(const std::string& path, int64_t slots, uint64_t slot_bytes, Options* o);
 
   // Receives the next batch into `parts` (the feed's ReplayMemory layout plus num_sampleable
   // and total_weight, see UnstackStreamBatch). kFailedPrecondition with the detail "timeout"
@@ -156,6 +126,42 @@ class StreamSource {
   UnstackScratch scratch_;  // the receiving thread's: its helper, decoded rows
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> received_{0}, credit_returned_{0}, last_seq_{-1};
+};
+
+// A shared-memory stream's slots as the host ring of a device feed: the copy thread takes each
+// batch's notice, copies the slot the server wrote, and gives it back at once. Thread safety:
+// the source's (Take one thread at a time, Release from any).
+class StreamSlots : public HostBatches {
+ public:
+  explicit StreamSlots(std::shared_ptr<StreamSource> source) : source_(std::move(source)) {
+    const BatchLayout& l = source_->slot_layout();
+    for (const BatchPart& p : l.parts) part_bytes_.push_back(p.none ? 0 : p.bytes);
+    parts_.resize(static_cast<size_t>(source_->slots()));
+    for (int64_t s = 0; s < source_->slots(); ++s) {
+      parts_[s].resize(l.parts.size());
+      l.PartsAt(source_->slot_data(s), parts_[s].data());
+    }
+  }
+  Status Take(int* slot) override {
+    *slot = -1;
+    int64_t s = -1;
+    Status status = source_->Next(&s);
+    if (status.ok()) *slot = static_cast<int>(s);
+    return status;
+  }
+  bool closed() const override { return source_->stopped(); }
+  void Release(int slot) override { source_->Release(slot); }
+  uint8_t* const* parts(int slot) const override { return parts_[slot].data(); }
+  const std::vector<size_t>& part_bytes() const override { return part_bytes_; }
+  int slots() const override { return static_cast<int>(source_->slots()); }
+  uint8_t* block(int slot) const override { return source_->slot_data(slot); }
+  size_t block_bytes() const override { return source_->slot_layout().slot_bytes; }
+  void Close() override { source_->Stop(); }
+
+ private:
+  std::shared_ptr<StreamSource> source_;
+  std::vector<size_t> part_bytes_;
+  std::vector<std::vector<uint8_t*>> parts_;  // per slot, per part (null for none parts)
 };
 
 }  // namespace memoire
