@@ -341,9 +341,8 @@ def test_credit_bounds_batches_in_flight(credit, depth, threads):
             for _ in range(taken):
                 next(stream)
             # The ring refills (depth batches), then everything stops: nothing is taken.
-            wait_until(lambda: stream.received == taken + depth, "stream.received == taken + depth")
-            time.sleep(0.3)  # room for the server to overshoot, if it would
-            sent = srv.stats()["stream_batches"]
+            wait_until(lambda: stream.received == taken + depth, "the ring refilled")
+            sent = _settled(srv, threads)  # final: the samplers wait for credit
             assert stream.received == taken + depth
             assert sent - stream.received <= credit
             assert sent <= taken + depth + credit
@@ -364,8 +363,7 @@ def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit
             taken = 5
             for _ in range(taken):
                 next(stream)  # dropped at once: its slot goes back
-            time.sleep(0.3)  # room for the server to overshoot, if it would
-            assert taken <= srv.stats()["stream_batches"] <= taken + credit
+            assert taken <= _settled(srv, threads) <= taken + credit
             # Each batch kept holds its slot (its arrays are views of it, never rewritten).
             kept = [next(stream) for _ in range(credit)]
             copies = [b.prev[0].copy() for b in kept]
@@ -381,13 +379,16 @@ def test_shared_memory_slots_bound_batches_and_kept_batches_hold_one_each(credit
             assert srv.stats()["stream_batches"] <= taken + 5 * credit + 2
 
 
-def _batches_settle(srv, want, seconds=30.0):
-    """The server's stream_batches once it reached `want` (or `seconds` passed), 0.3 s later:
-    room for it to overshoot, if it would."""
-    deadline = time.monotonic() + seconds
-    while srv.stats().get("stream_batches", 0) < want and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)
+def _settled(srv, threads, want=0):
+    """The server's stream_batches once it drew at least `want` and every one of its `threads`
+    sampler threads waits for its learner: then it draws nothing more until the learner
+    moves, so the count is final (a server that would overshoot has done so)."""
+
+    def waiting():
+        s = srv.stats()
+        return s.get("stream_batches", 0) >= want and s["stream_samplers_waiting"] == threads
+
+    wait_until(waiting, f"{want} batches drawn and {threads} sampler(s) waiting for the learner")
     return srv.stats().get("stream_batches", 0)
 
 
@@ -401,15 +402,15 @@ def test_shared_memory_keeps_only_ahead_batches_drawn_and_not_taken(threads, ahe
     with _server() as srv:
         ep = srv.start_stream(threads=threads)
         with SamplingStream(ep, 4, credit=credit, ahead=ahead, shared_memory=True) as stream:
-            assert _batches_settle(srv, k) == k
+            assert _settled(srv, threads, k) == k
             kept = [next(stream) for _ in range(3)]  # taken and held: 3 more drawn
-            assert _batches_settle(srv, 3 + k) == 3 + k
+            assert _settled(srv, threads, 3 + k) == 3 + k
             kept += [next(stream) for _ in range(credit - 3)]  # all 8 slots held
-            assert _batches_settle(srv, credit) == credit
+            assert _settled(srv, threads, credit) == credit
             with pytest.raises(RuntimeError, match="holds all"):
                 next(stream)
             del kept[:2]  # 2 slots back, nothing untaken: 2 drawn (at most ahead)
-            assert _batches_settle(srv, credit + min(2, k)) == credit + min(2, k)
+            assert _settled(srv, threads, credit + min(2, k)) == credit + min(2, k)
             assert next(stream).prev[0].shape[0] == 4
 
 
@@ -483,6 +484,16 @@ def test_ahead_is_checked_on_both_sides():
             ctx.term()
 
 
+def _held_back_again(srv, threads):
+    """Waits until the limiter has held the stream's samplers back `threads` more times from
+    now: they tried to draw again and were refused, so the count of batches is final."""
+    before = srv.stats().get("stream_rate_limited", 0)
+    wait_until(
+        lambda: srv.stats().get("stream_rate_limited", 0) >= before + threads,
+        "the limiter to hold the samplers back again",
+    )
+
+
 @pytest.mark.parametrize("shm", [True, False])
 @pytest.mark.parametrize("threads", [1, 4])
 def test_the_servers_rate_limiter_holds_streams_in_its_band(threads, shm):
@@ -500,14 +511,14 @@ def test_the_servers_rate_limiter_holds_streams_in_its_band(threads, shm):
         with SamplingStream(ep, 8, credit=8, depth=2, timeout=10, shared_memory=shm) as stream:
             for _ in range(29):  # (2 * 135 - 36) // 8
                 next(stream)
-            time.sleep(0.3)  # room for the server to overshoot, if it would
+            _held_back_again(srv, threads)  # a server that would overshoot has done so
             assert srv.stats()["stream_batches"] == 29
             assert limiter.counters()["samples"] == 29 * 8
             assert srv.stats()["stream_rate_limited"] > 0
             limiter.inserted(40)  # 80 more rows: 10 more batches
             for _ in range(10):
                 next(stream)
-            time.sleep(0.3)
+            _held_back_again(srv, threads)
             assert srv.stats()["stream_batches"] == 39
             assert limiter.counters()["samples"] == 39 * 8
 

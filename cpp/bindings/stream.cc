@@ -376,7 +376,10 @@ then the message), or None at the timeout or when a sampler refused a credit (se
                              py::arg("stream_rate_limited") = c.rate_limited.exchange(0),
                              py::arg("stream_send_errors") = c.send_errors.exchange(0));
            },
-           "The samplers' counts since the last call (each counted once).");
+           "The samplers' counts since the last call (each counted once).")
+      .def_property_readonly(
+          "samplers_waiting", [](StreamHub& h) { return h.counts().waiting.load(); },
+          "Sampler threads waiting for their learner now (credit, a slot, a take).");
 }
 
 }  // namespace memoire

@@ -67,6 +67,7 @@ void StreamRowsSampler::Run() {
           continue;
         }
         if (credit_ > 0) break;
+        WaitingForLearner waiting(opt_.counts.get());
         cv_.wait(l);
       }
       --credit_;

@@ -154,7 +154,10 @@ void StreamSampler::Run() {
         }
         if (!free_.empty() && ring_.Untaken() + in_flight_ < opt_.ahead) break;
         l.unlock();
-        ring_.WaitLearner(events, opt_.credit_wait_ms);
+        {
+          WaitingForLearner waiting(opt_.counts.get());
+          ring_.WaitLearner(events, opt_.credit_wait_ms);
+        }
         l.lock();
       }
       slot = free_.back();

@@ -57,6 +57,26 @@ struct StreamCounts {
   std::atomic<int64_t> draw_errors{0};   // stream_draw_errors
   std::atomic<int64_t> rate_limited{0};  // stream_rate_limited
   std::atomic<int64_t> send_errors{0};   // stream_send_errors: rows messages not queued
+  // A gauge, not a count: sampler threads waiting for their learner now (for credit, a slot,
+  // or the learner to take what was drawn ahead). All of a stream's waiting means it draws
+  // nothing more until its learner moves (stream_samplers_waiting).
+  std::atomic<int64_t> waiting{0};
+};
+
+// Counts the calling thread in counts->waiting (null: nothing) while it lives.
+class WaitingForLearner {
+ public:
+  explicit WaitingForLearner(StreamCounts* counts) : counts_(counts) {
+    if (counts_ != nullptr) counts_->waiting.fetch_add(1);
+  }
+  ~WaitingForLearner() {
+    if (counts_ != nullptr) counts_->waiting.fetch_sub(1);
+  }
+  WaitingForLearner(const WaitingForLearner&) = delete;
+  WaitingForLearner& operator=(const WaitingForLearner&) = delete;
+
+ private:
+  StreamCounts* counts_;
 };
 
 // What both samplers do around a draw (core/stream_rows_sampler.h too):

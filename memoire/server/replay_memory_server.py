@@ -384,7 +384,8 @@ class ReplayMemoryServer:
         batches and rows sampled, logs, calls, ``rejected`` by reason, sizes (``open_streams``
         and ``open_stream_bytes`` held for unfinished episodes, ``reply_cache_bytes``,
         ``counter_clients``, ``stored_state_bytes``: what the memory's states take, compressed
-        or raw); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
+        or raw; ``stream_samplers_waiting``: sampling streams' sampler threads waiting for
+        their learner now); ``peer_connects``/``peer_disconnects`` (PULL connections, ever);
         with a rate limiter, ``rate_limiter`` (its counters: ``inserts``, ``samples``, calls
         ``*_blocked`` and seconds ``*_blocked_s`` spent blocked, ``*_timeouts``, waiting now)
         and ``deferred`` (remote samples parked, ever)."""
@@ -404,6 +405,7 @@ class ReplayMemoryServer:
         s["reply_cache_bytes"] = self._rpc.reply_bytes
         s["counter_clients"] = self._counters.clients
         s["sampling_streams"] = self._sampling.open_streams
+        s["stream_samplers_waiting"] = self._sampling.samplers_waiting
         s["stored_state_bytes"] = self._rem.stored_state_bytes
         s.update(central)
         return s

@@ -148,6 +148,11 @@ class SamplingService:
     def open_streams(self) -> int:
         return sum(len(t) for t in list(self._tables))
 
+    @property
+    def samplers_waiting(self) -> int:
+        """Sampler threads waiting for their learner now, over every stream."""
+        return sum(hub.samplers_waiting for hub in list(self._hubs))
+
     def worker_main(self, endpoint: str, mode: str = "Bind", threads: Optional[int] = None) -> None:
         """Serves sampling streams on a ROUTER socket until the server closes (each call its
         own socket and streams: several endpoints may run side by side, e.g. tcp and ipc).
