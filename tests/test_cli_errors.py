@@ -157,6 +157,11 @@ def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
             "memoire serve",
             "'nope.gin': no such file",
         ),
+        (
+            ["-m", "memoire.cli", "serve", "--max_ste", "5"],
+            "memoire serve",
+            "unrecognized arguments: --max_ste 5; --max_ste: did you mean --max_step?",
+        ),
         (["-m", "memoire.cli", "sweep", "list", "nope.gin"], "memoire sweep", "no such file"),
         (
             [
@@ -364,6 +369,37 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
         assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 49
     # Every command takes --log-level (memoire.cli.ArgumentParser).
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
+
+
+@pytest.mark.dopamine
+def test_an_option_is_spelled_out_or_refused(tmp_path):
+    """argparse would take --gin_file for memoire train's --gin_files (a prefix) without a
+    word; memoire's parsers take no prefixes and name the option meant."""
+    out = _run(TRAIN + ["--gin_file", LOCAL_GIN, "--base_dir", "runs"], tmp_path)
+    assert _error_line(out, "memoire train") == (
+        f"memoire train: error: unrecognized arguments: --gin_file {LOCAL_GIN}; --gin_file: "
+        "did you mean --gin_files? (see memoire train --help)"
+    )
+    assert _tree(tmp_path) == []
+
+
+def test_serve_help_is_short_and_its_numbers_are_the_codes(capsys):
+    """The help of memoire serve fits a screen or two, says each default the server uses from
+    the constant the server uses, and no text breaks off."""
+    from memoire.commands import serve
+    from memoire.server.rpc_host import DEFAULT_MAX_BATCH
+    from memoire.transport import KEEPALIVE_S, PEER_TIMEOUT_S, RECEIVE_HWM
+
+    with pytest.raises(SystemExit):
+        serve.main(["--help"])
+    text = capsys.readouterr().out
+    assert len(text.splitlines()) <= 110
+    flat = " ".join(text.split())
+    assert f"receive queues hold {RECEIVE_HWM} per connection" in flat
+    assert f"(default {PEER_TIMEOUT_S:g}; longer than clients' keepalive, {KEEPALIVE_S:g})" in flat
+    assert f"(default {DEFAULT_MAX_BATCH})" in flat
+    for help_ in serve.HELP.values():
+        assert help_.count("(") == help_.count(")"), help_
 
 
 @pytest.mark.dopamine
