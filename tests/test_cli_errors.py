@@ -252,6 +252,25 @@ def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("flag", ["rep", "pub", "pull", "stream"])
+def test_serve_on_a_port_in_use_names_the_endpoint(tmp_path, flag):
+    """An endpoint in use stops memoire serve at once (not after the workers' start timeout):
+    one line naming the option, its endpoint and the fix, status 2, nothing on stdout."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        endpoint = "tcp://127.0.0.1:%d" % taken.getsockname()[1]
+        out = _run(["-m", "memoire.cli", "serve", f"--{flag}", endpoint], tmp_path, timeout=60)
+    assert _error_line(out, "memoire serve") == (
+        f"memoire serve: error: --{flag} {endpoint}: Address already in use; another process "
+        f"listens there: stop it, or give another port (--{flag} tcp://HOST:* lets the OS "
+        "choose)"
+    )
+    assert out.stdout == ""
+
+
 @pytest.mark.dopamine
 def test_jax_agents_entry_point_mistakes_are_one_line(tmp_path):
     prog = "memoire train"  # the entry point is memoire train under Dopamine's module name

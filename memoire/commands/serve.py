@@ -33,6 +33,7 @@ describe them.
 from __future__ import annotations
 
 import ast
+import errno
 import logging
 import os
 import signal
@@ -48,7 +49,7 @@ from memoire import cli
 from memoire.server.central_service import DEFAULT_MAX_COUNTER_CLIENTS
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES
 from memoire.server.sampling_service import default_stream_threads
-from memoire.server.workers import DEFAULT_MAX_MESSAGE_BYTES
+from memoire.server.workers import DEFAULT_MAX_MESSAGE_BYTES, BindError
 from memoire.transport import KEEPALIVE_S, PEER_TIMEOUT_S, RECEIVE_HWM
 
 log = logging.getLogger(__name__)
@@ -413,6 +414,8 @@ def build_buffer_server(cfg: dict):
             **_checkpoint_settings(cfg),
             **kwargs,
         )
+    except BindError as e:
+        raise cli.UsageError(bind_error(e)) from None
     except (
         OSError,
         ValueError,
@@ -680,22 +683,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _serve_buffer(cfg)
     try:
         srv = build_server(cfg)
+    except BindError as e:  # --pub
+        raise cli.UsageError(bind_error(e)) from None
     except (ValueError, TypeError, OSError) as e:  # settings the memory or the keys refuse
         raise cli.UsageError(e) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     writer = None
+    serving = False
     try:
         try:
             ep = srv.start(cfg["rep"], cfg["pull"])
-        except (zmq.ZMQError, TimeoutError) as e:  # an endpoint in use or malformed
+        except BindError as e:  # an endpoint in use, or not this machine's
+            raise cli.UsageError(bind_error(e)) from None
+        except (zmq.ZMQError, TimeoutError) as e:
             raise cli.UsageError(
-                f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: {e}"
+                f"cannot start --rep {cfg['rep']} / --pull {cfg['pull']}: {e}"
             ) from None
+        stream = _start_stream(srv, cfg)
         writer = _tensorboard_writer(cfg)
         cli.emit(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}")
-        _start_stream(srv, cfg)
+        if stream is not None:
+            cli.emit(f"memoire serve: stream {stream}")
+        serving = True
         t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
         last, t_last = srv.stats(), time.monotonic()
         cs = int(srv.rem.cache_size)
@@ -717,21 +728,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         srv.close()  # flushes and closes the logfile
         if writer is not None:
             writer.close()
-        log.info("stopped")
+        if serving:
+            log.info("stopped")
     return _last_checkpoint(None if srv.checkpoint_dir is None else srv.checkpoint)
 
 
-def _start_stream(srv, cfg: dict) -> None:
-    """Starts the sampling stream worker when ``--stream`` names an endpoint; prints it."""
+def bind_error(e: BindError, flag: Optional[str] = None) -> str:
+    """The one line of a socket that could not bind: which option's endpoint, why, and what to
+    do (``flag``: the option, when the socket's label is not its name)."""
+    flag = flag or {"pub": "pub", "rep": "rep", "pull": "pull"}.get(e.label, e.label)
+    hint = ""
+    if e.errno == errno.EADDRINUSE:
+        hint = (
+            "; another process listens there: stop it, or give another port "
+            f"(--{flag} tcp://HOST:* lets the OS choose)"
+        )
+    elif e.errno == errno.EADDRNOTAVAIL:
+        hint = "; not an address of this machine (--bind_host names one of its interfaces)"
+    return f"--{flag} {e.endpoint}: {e.reason}{hint}"
+
+
+def _start_stream(srv, cfg: dict) -> Optional[str]:
+    """Starts the sampling stream worker when ``--stream`` names an endpoint; returns the
+    endpoint bound (None without ``--stream``)."""
     if cfg["stream"] is None:
-        return
+        return None
     try:
         ep = srv.start_stream(cfg["stream"], threads=cfg["stream_threads"])
     except ValueError as e:
         raise cli.UsageError(f"--stream_threads: {e}") from None
+    except BindError as e:
+        raise cli.UsageError(bind_error(e, "stream")) from None
     except (zmq.ZMQError, TimeoutError) as e:
         raise cli.UsageError(f"cannot bind --stream {cfg['stream']}: {e}") from None
-    cli.emit(f"memoire serve: stream {ep}")
+    return ep
 
 
 def _serve_buffer(cfg: dict) -> int:
