@@ -15,6 +15,7 @@ import pytest
 from _subprocess_env import subprocess_env
 
 from memoire import cli
+from memoire.experiments.distributed import LEARNER_WAIT_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
@@ -267,6 +268,23 @@ def test_serve_on_a_port_in_use_names_the_endpoint(tmp_path, flag):
         f"memoire serve: error: --{flag} {endpoint}: Address already in use; another process "
         f"listens there: stop it, or give another port (--{flag} tcp://HOST:* lets the OS "
         "choose)"
+    )
+    assert out.stdout == ""
+
+
+def test_an_actor_without_a_learner_says_so_and_fails(tmp_path):
+    """memoire actor pointed at an endpoint where no learner listens: one line within seconds
+    (before it imports anything heavy), status 2."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        experience = "tcp://127.0.0.1:%d" % s.getsockname()[1]
+        args = ["-m", "memoire.cli", "actor", "--gin_files", LOCAL_GIN]
+        out = _run(args + ["--experience", experience, "--params", experience], tmp_path)
+    assert _error_line(out, "memoire actor") == (
+        f"memoire actor: error: no learner at {experience}: nothing accepted a connection in "
+        f"{LEARNER_WAIT_S:g} s; start the learner first, or check the endpoint"
     )
     assert out.stdout == ""
 

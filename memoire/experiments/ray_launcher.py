@@ -316,6 +316,9 @@ class ActorProcess:
     def _act(self, actor_id: int, facts: dict, config: dict) -> None:
         try:
             distributed.actor_main(actor_id, facts, config, self._ends)
+        except distributed.NoLearner as e:  # the process ends, so Ray restarts it
+            log.error("actor %d: %s; its process exits", actor_id, e)
+            os._exit(1)
         except BaseException:  # the process ends, so Ray restarts it (within actor_restarts)
             log.exception("actor %d failed; its process exits", actor_id)
             os._exit(1)
