@@ -299,6 +299,13 @@ def quiet_third_party(quiet: bool = True) -> None:
         sys.meta_path.insert(0, _ThirdPartyImporter())
 
 
+def third_party_quiet() -> bool:
+    """Whether other packages' chatter is kept out now (every log level but debug): what a
+    launcher asks before it lets a tool's own output through (Ray's, see
+    :mod:`memoire.experiments.ray_report`)."""
+    return _quiet
+
+
 class _WarningRouter:
     """``warnings.showwarning`` that sends developer warnings raised outside memoire to the
     ``py.warnings`` logger at DEBUG while chatter is kept out, and shows the rest as before."""

@@ -303,6 +303,9 @@ def _run(facts: dict, config: distributed.DistributedConfig, slurm_task: bool) -
         write_record(facts)
         return 0
     check_replay_server()
+    ray_session = None
+    if config.num_actors > 0 and config.launcher == "ray":
+        ray_session = ray_launcher.open_session(config)  # no cluster, no room: said here
     if not slurm_task:
         write_record(facts)
     runner_lib.seed_everything(facts["seed"])
@@ -319,8 +322,8 @@ def _run(facts: dict, config: distributed.DistributedConfig, slurm_task: bool) -
     )
     if config.launcher == "slurm":
         return slurm_launcher.run_task(facts, config)
-    if config.num_actors > 0 and config.launcher == "ray":
-        return ray_launcher.run(facts, config)
+    if ray_session is not None:
+        return ray_launcher.run(facts, config, ray_session)
     if config.num_actors > 0:
         return distributed.run(facts, config)
     return run_local(facts)
