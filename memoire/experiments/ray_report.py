@@ -53,6 +53,9 @@ def forward_worker_output() -> None:
     dispatcher = worker.global_worker_stdstream_dispatcher
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", functools.partial(_print, sys.stderr))
+    # The driver's listener of the cluster's error notices ("Task ActorProcess.join failed.
+    # There are infinite retries remaining, ...", as from the raylet) prints through this one.
+    worker.print_to_stdstream = lambda data, ignore_prefix=False: _print(sys.stderr, data)
 
 
 def is_ray_line(line: str) -> bool:
@@ -270,9 +273,13 @@ class ActorWatch:
                     self.lost += 1
                     number = max(row["restarts"], (before or row)["restarts"] + 1)
                     limit = "" if self._restarts < 0 else f" of {self._restarts}"
+                    if nodes is None:
+                        nodes = self._nodes()
+                    cause = _cause(row["info"])
+                    if before and before["node"] and all(n["id"] != before["node"] for n in nodes):
+                        cause = "its node was lost"  # Ray may name its process's death first
                     lines.append(
-                        f"ray: actor {k} lost ({_cause(row['info'])}); Ray restarts it "
-                        f"(restart {number}{limit})"
+                        f"ray: actor {k} lost ({cause}); Ray restarts it (restart {number}{limit})"
                     )
                 continue
             if not self._has_process(row):
