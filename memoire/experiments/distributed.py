@@ -370,6 +370,14 @@ class ActorEndpoints:
         return ActorLink(self, actor_id)
 
 
+class NoActors(RuntimeError):
+    """The learner has no actor left to take experience from: the run ends with one line."""
+
+
+# A learner whose actors have sent nothing for this long gives up (seconds).
+NO_EXPERIENCE_S = 600.0
+
+
 class NoLearner(ConnectionError):
     """No learner answered at an actor's experience endpoint (:meth:`ActorLink.connect`)."""
 
@@ -828,11 +836,14 @@ def _learner_class():
                 trained = self._train_limited()
                 if not stored and not trained:
                     if not self._actors_alive():
-                        raise RuntimeError(
-                            "all actors have exited or disconnected (killed); see their output"
+                        raise NoActors(
+                            "all actors have exited or disconnected (killed); see their lines above"
                         )
-                    if time.time() - idle_since > 600:
-                        raise TimeoutError("no experience from any actor for 600 s")
+                    if time.time() - idle_since > NO_EXPERIENCE_S:
+                        raise NoActors(
+                            f"no experience from any actor for {NO_EXPERIENCE_S:g} s (actors "
+                            f"reach the learner at {self._sockets.endpoints['experience']})"
+                        )
                     continue
                 idle_since = time.time()
                 steps += trained

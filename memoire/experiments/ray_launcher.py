@@ -256,8 +256,8 @@ def _connect_error(address: str, error: Exception, said: str) -> str:
 @contextlib.contextmanager
 def _held_stderr(said: list):
     """Holds what is written to file descriptor 2 while the block runs and appends it to
-    ``said``; afterwards writes out what is not Ray's own logging (all of it at debug, or when
-    the block raised something else than a refusal)."""
+    ``said``; afterwards writes out what is not Ray's own logging below ERROR (all of it with
+    ``--log-level debug``)."""
     sys_stderr = sys.stderr
     sys_stderr.flush()
     held = tempfile.TemporaryFile()
@@ -583,9 +583,9 @@ def _await_learner(learner, want: dict) -> dict:
 
 
 def _await_placement(watch: ray_report.ActorWatch, want: dict) -> None:
-    """Waits until every actor has a process, or the ones without can only wait for room (no
-    node has ``want`` free), at most :data:`PLACEMENT_WAIT_S` seconds; then says how many
-    are placed, and why the others wait."""
+    """Waits until every actor has a process or waits in a raylet's queue for room (asking for
+    ``want``), at most :data:`PLACEMENT_WAIT_S` seconds; then says how many are placed, and
+    what the others wait for."""
     deadline = time.monotonic() + PLACEMENT_WAIT_S
     while True:
         watch.poll(say=False)
@@ -662,7 +662,8 @@ def run(
                 ),
             )
         except RayActorError as e:  # its constructor failed (gin, a socket) or its node died
-            log.error("the learner did not start: %s", cli.one_line(e).split(" (")[0])
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            log.error("the learner did not start: %s", first)
             return 1
         ends = dict(
             endpoints,
@@ -717,7 +718,10 @@ def run(
             log.error("%s", learner_died)
             return 1
         except RayTaskError as e:  # the learner raised: Ray's message holds its traceback
-            log.error("the learner failed: %s", e)
+            if isinstance(e.cause, distributed.NoActors):
+                log.error("the learner stops: %s", e.cause)
+            else:
+                log.error("the learner failed: %s", e)
             return 1
         ray.wait(joins, num_returns=len(joins), timeout=15.0)  # actors heard the stop notice
         return 0

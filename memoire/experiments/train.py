@@ -320,10 +320,14 @@ def _run(facts: dict, config: distributed.DistributedConfig, slurm_task: bool) -
         facts["seed"],
         facts["dir"],
     )
-    if config.launcher == "slurm":
-        return slurm_launcher.run_task(facts, config)
     if ray_session is not None:
-        return ray_launcher.run(facts, config, ray_session)
-    if config.num_actors > 0:
-        return distributed.run(facts, config)
+        return ray_launcher.run(facts, config, ray_session)  # says its own failures
+    try:
+        if config.launcher == "slurm":
+            return slurm_launcher.run_task(facts, config)
+        if config.num_actors > 0:
+            return distributed.run(facts, config)
+    except distributed.NoActors as e:
+        log.error("the learner stops: %s", e)
+        return 1
     return run_local(facts)
