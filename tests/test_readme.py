@@ -526,6 +526,7 @@ def test_cluster_block(block, tmp_path):
             log.close()
         for folder in temp_dirs:
             shutil.rmtree(folder, ignore_errors=True)
+    (tmp_path / "train.err").write_text(done.stderr)  # kept for a look after a failure
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.stdout == "" and all(
