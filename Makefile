@@ -13,8 +13,10 @@ demo: bootstrap
 	$(VENV)/bin/memoire plot runs/demo
 	@echo "learning curves: runs/demo/learning_curves.png"
 
-# The whole test suite against the installed package (pytest, not `python -m pytest`, so the
-# source tree does not shadow the installed extension), in two worker processes (pytest-xdist),
+# The whole test suite against the installed package, as a wheel installs it (pytest, not
+# `python -m pytest`, so the source tree is not on sys.path; the tests that run from the
+# repository root, as a user does there, import the checkout, which bootstrap gave the same
+# extension), in two worker processes (pytest-xdist),
 # each taking whole modules, so a module's fixtures are set up once: most tests wait on a
 # training subprocess or a socket, and one process leaves a 2-core machine a third idle. The 15
 # slowest tests are listed at the end, to keep CI's time in view.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import gc
 import importlib
@@ -114,6 +115,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
+        # No prefixes: argparse would take --gin_file for --gin_files (or any unique start of an
+        # option) without a word; an option is spelled out or refused (see error()).
+        kwargs.setdefault("allow_abbrev", False)
         for key in ("description", "epilog"):
             kwargs[key] = plain_text(kwargs.get(key))
         super().__init__(*args, **kwargs)
@@ -145,7 +149,30 @@ class ArgumentParser(argparse.ArgumentParser):
         return namespace, rest
 
     def error(self, message):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {one_line(message)}{self._did_you_mean(message)} "
+            f"(see {self.prog} --help)\n",
+        )
+
+    def _did_you_mean(self, message: str) -> str:
+        """``; did you mean --gin_files?`` for an unrecognized option close to one of ours
+        (a prefix, or a letter or two off); '' otherwise."""
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        ours = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for word in message[len(prefix) :].split():
+            given = word.partition("=")[0]
+            if not given.startswith("--"):
+                continue
+            close = [o for o in ours if o.startswith(given)] or difflib.get_close_matches(
+                given, ours, n=1, cutoff=0.8
+            )
+            if close:
+                hints.append(f"{given}: did you mean {' or '.join(sorted(close))}?")
+        return "; " + "; ".join(hints) if hints else ""
 
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
@@ -270,6 +297,13 @@ def quiet_third_party(quiet: bool = True) -> None:
         warnings.showwarning = _WarningRouter(warnings.showwarning)
     if not any(isinstance(f, _ThirdPartyImporter) for f in sys.meta_path):
         sys.meta_path.insert(0, _ThirdPartyImporter())
+
+
+def third_party_quiet() -> bool:
+    """Whether other packages' chatter is kept out now (every log level but debug): what a
+    launcher asks before it lets a tool's own output through (Ray's, see
+    :mod:`memoire.experiments.ray_report`)."""
+    return _quiet
 
 
 class _WarningRouter:

@@ -55,8 +55,17 @@ class Progress:
         tqdm = _tqdm()
         if bar is None:
             bar = tqdm is not None and sys.stderr.isatty()
+        # leave=False: at the end the bar goes, leaving the terminal as the log lines left it
+        # (a bar left behind ends in a line of its own, blank where log lines cleared it).
         self._bar = (
-            tqdm.tqdm(total=self.total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+            tqdm.tqdm(
+                total=self.total,
+                desc=desc,
+                unit=unit,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
             if bar and tqdm is not None
             else None
         )

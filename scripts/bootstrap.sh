@@ -97,8 +97,11 @@ if [ ! -f "$stamp" ]; then
   # compile TensorFlow's thousands of modules again.
   stage "installing uv" pip_progress \
     "$VENV/bin/python" -m pip install "$(grep '^uv==' constraints/dev.txt)"
+  # --system-certs: uv trusts the system's certificate store, as pip does (pip's truststore),
+  # not only the roots uv carries: an index behind a TLS-intercepting proxy whose CA is in the
+  # system store works for both. (uv's older name for it: --native-tls, UV_NATIVE_TLS.)
   stage "installing dependencies" uv_progress \
-    "$VENV/bin/uv" pip install --compile-bytecode --python "$VENV/bin/python" \
+    "$VENV/bin/uv" pip install --system-certs --compile-bytecode --python "$VENV/bin/python" \
     -c constraints/dopamine.txt -r constraints/dev.txt
   # Dopamine imports baselines.common.atari_wrappers without declaring it.
   stage "installing baselines (no dependencies)" pip_progress \
@@ -108,3 +111,12 @@ fi
 stage "building and installing memoire (C++ extension: a minute or two on 2 cores)" build_progress \
   "$VENV/bin/python" -m pip install -v --no-deps --no-build-isolation \
   --config-settings=build-dir='build/{wheel_tag}' .
+# The installed extension, also beside the sources: from the repository root, Python finds the
+# checkout's memoire/ before the installed package (`python -c`, `python -m memoire`, a script
+# run there), and that folder must import too. The tests still import the installed package
+# (pytest puts tests/, not the root, on sys.path); scripts/build_wheel.sh builds from the files
+# git does not ignore (*.so is ignored), so a wheel never takes this copy. -I: the interpreter's own
+# sys.path, without the working directory.
+installed=$("$VENV/bin/python" -I -c 'import memoire._core as c; print(c.__file__)')
+cmp -s "$installed" "memoire/${installed##*/}" || cp -f "$installed" memoire/
+say "memoire/${installed##*/}: the extension beside the sources (the checkout imports from its root)"

@@ -15,6 +15,7 @@ import pytest
 from _subprocess_env import subprocess_env
 
 from memoire import cli
+from memoire.experiments.distributed import LEARNER_WAIT_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")
@@ -157,6 +158,11 @@ def test_plot_with_nothing_to_draw_fails_and_says_so(tmp_path):
             "memoire serve",
             "'nope.gin': no such file",
         ),
+        (
+            ["-m", "memoire.cli", "serve", "--max_ste", "5"],
+            "memoire serve",
+            "unrecognized arguments: --max_ste 5; --max_ste: did you mean --max_step?",
+        ),
         (["-m", "memoire.cli", "sweep", "list", "nope.gin"], "memoire sweep", "no such file"),
         (
             [
@@ -245,6 +251,42 @@ def test_other_commands_mistakes_are_one_line(tmp_path, args, prog, expect):
     before = _tree(tmp_path)
     assert expect in _error_line(_run(args, tmp_path, timeout=60), prog)
     assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("flag", ["rep", "pub", "pull", "stream"])
+def test_serve_on_a_port_in_use_names_the_endpoint(tmp_path, flag):
+    """An endpoint in use stops memoire serve at once (not after the workers' start timeout):
+    one line naming the option, its endpoint and the fix, status 2, nothing on stdout."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        endpoint = "tcp://127.0.0.1:%d" % taken.getsockname()[1]
+        out = _run(["-m", "memoire.cli", "serve", f"--{flag}", endpoint], tmp_path, timeout=60)
+    assert _error_line(out, "memoire serve") == (
+        f"memoire serve: error: --{flag} {endpoint}: Address already in use; another process "
+        f"listens there: stop it, or give another port (--{flag} tcp://HOST:* lets the OS "
+        "choose)"
+    )
+    assert out.stdout == ""
+
+
+def test_an_actor_without_a_learner_says_so_and_fails(tmp_path):
+    """memoire actor pointed at an endpoint where no learner listens: one line within seconds
+    (before it imports anything heavy), status 2."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        experience = "tcp://127.0.0.1:%d" % s.getsockname()[1]
+        args = ["-m", "memoire.cli", "actor", "--gin_files", LOCAL_GIN]
+        out = _run(args + ["--experience", experience, "--params", experience], tmp_path)
+    assert _error_line(out, "memoire actor") == (
+        f"memoire actor: error: no learner at {experience}: nothing accepted a connection in "
+        f"{LEARNER_WAIT_S:g} s; start the learner first, or check the endpoint"
+    )
+    assert out.stdout == ""
 
 
 @pytest.mark.dopamine
@@ -364,6 +406,37 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
         assert sum(1 for w, a in actions if a.option_strings and a.dest != "help") == 49
     # Every command takes --log-level (memoire.cli.ArgumentParser).
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
+
+
+@pytest.mark.dopamine
+def test_an_option_is_spelled_out_or_refused(tmp_path):
+    """argparse would take --gin_file for memoire train's --gin_files (a prefix) without a
+    word; memoire's parsers take no prefixes and name the option meant."""
+    out = _run(TRAIN + ["--gin_file", LOCAL_GIN, "--base_dir", "runs"], tmp_path)
+    assert _error_line(out, "memoire train") == (
+        f"memoire train: error: unrecognized arguments: --gin_file {LOCAL_GIN}; --gin_file: "
+        "did you mean --gin_files? (see memoire train --help)"
+    )
+    assert _tree(tmp_path) == []
+
+
+def test_serve_help_is_short_and_its_numbers_are_the_codes(capsys):
+    """The help of memoire serve fits a screen or two, says each default the server uses from
+    the constant the server uses, and no text breaks off."""
+    from memoire.commands import serve
+    from memoire.server.rpc_host import DEFAULT_MAX_BATCH
+    from memoire.transport import KEEPALIVE_S, PEER_TIMEOUT_S, RECEIVE_HWM
+
+    with pytest.raises(SystemExit):
+        serve.main(["--help"])
+    text = capsys.readouterr().out
+    assert len(text.splitlines()) <= 110
+    flat = " ".join(text.split())
+    assert f"receive queues hold {RECEIVE_HWM} per connection" in flat
+    assert f"(default {PEER_TIMEOUT_S:g}; longer than clients' keepalive, {KEEPALIVE_S:g})" in flat
+    assert f"(default {DEFAULT_MAX_BATCH})" in flat
+    for help_ in serve.HELP.values():
+        assert help_.count("(") == help_.count(")"), help_
 
 
 @pytest.mark.dopamine

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+from _checkout import checkout_imports, root_env
 from _subprocess_env import subprocess_env
 
 import memoire
@@ -56,6 +58,32 @@ def test_python_dash_m_memoire(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: memoire <command>") and "serve" in out.stdout
+
+
+def test_the_checkout_imports_from_its_root():
+    """From the repository root, where Python finds the checkout's memoire/ before the installed
+    package, `import memoire` and `python -m memoire serve --help` work (make bootstrap puts the
+    extension beside the sources), as a user's shell there runs them: nothing on PYTHONPATH."""
+    ok, why = checkout_imports()
+    if not ok:
+        pytest.skip(why)
+
+    def at_root(*args):
+        return subprocess.run(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=root_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    imported = at_root("-c", "import memoire; print(memoire.__file__)")
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert imported.stdout.strip() == os.path.join(ROOT, "memoire", "__init__.py")
+    served = at_root("-m", "memoire", "serve", "--help")
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert served.stdout.startswith("usage: memoire serve") and served.stderr == ""
 
 
 def test_version_is_the_distributions():

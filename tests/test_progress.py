@@ -47,7 +47,10 @@ def test_bar_draws_on_stderr_and_keeps_log_lines_out_of_it(monkeypatch, caplog):
             p.stage("atari")
             p.stage("vector")
     assert p.done == 2
-    assert "bench" in err.getvalue() and "2/2" in err.getvalue()
+    # The bar drew the stages, and went at the end (no line of its own left behind).
+    shown = err.getvalue()
+    assert "bench" in shown and "atari" in shown and "vector" in shown
+    assert shown.endswith("\r") and "\n" not in shown, repr(shown)
     assert _messages(caplog) == []  # the bar shows the stages; no log lines besides
 
 

@@ -157,3 +157,16 @@ def test_heavy_imports_run_with_the_collector_paused_and_freeze_what_they_built(
         assert not gc.isenabled()  # the program's choice, kept
     finally:
         gc.enable()
+
+
+def test_a_finished_progress_bar_leaves_no_line_behind(capsys):
+    """A bar on a terminal goes at its end: no line of its own (blank where log lines cleared
+    it) is left on stderr after the command's last log line."""
+    pytest.importorskip("tqdm")
+    from memoire import progress
+
+    with progress.Progress(2, "iterations", logging.getLogger("memoire.test"), bar=True) as bar:
+        bar.update(1)
+        bar.update(1)
+    err = capsys.readouterr().err
+    assert err.startswith("\riterations:") and "\n" not in err, repr(err)

@@ -5,6 +5,7 @@ that leaves the local launcher's records. Without Ray, one line says what to ins
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import types
@@ -109,6 +110,9 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
         ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
         _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
         assert proc.poll() is None and os.path.exists(ckpt0)
+        # Iteration 0's records, as its checkpoint left them (both actors, unless one was slow
+        # enough to start that the other filled the iteration alone).
+        iteration0 = [r for r in _rows(episodes_csv) if r["iteration"] == "0"]
         # 2. The learner's process dies during iteration 1: the command fails and says how to
         # go on.
         ray.kill(_named(ray_launcher.learner_name(run)))
@@ -121,6 +125,16 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     assert proc.returncode == 1, out[-3000:]
     assert "run the same command again to resume" in out
     assert "learner with 2 Ray actor(s) (experience tcp://127.0.0.1:" in out
+    assert "(raylet)" not in out and "(pid=" not in out  # Ray's own notices: at debug only
+    # What Ray did, one line each: both actors placed, each lost and restarted (a loss and its
+    # restart that fall between two of the driver's looks are one line).
+    said = "INFO memoire.experiments.ray_launcher: ray: "
+    assert f"{said}2 of 2 actors placed" in out.splitlines()
+    for i in range(2):
+        lost = f"{said}actor {i} lost (its process died); Ray restarts it (restart 1 of 3)"
+        restarted = re.search(rf"^{re.escape(said)}actor {i} restarted on \S+ \(\w+\)$", out, re.M)
+        both = re.search(rf"^{re.escape(said)}actor {i} lost and restarted on \S+", out, re.M)
+        assert (lost in out.splitlines() and restarted) or both, out[-3000:]
 
     # 3. The same command again resumes after checkpoint 0 and finishes. (Proved by the files:
     # a run from scratch would write checkpoint 0 again. The learner's "resuming" log line is
@@ -135,7 +149,8 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     rows = _rows(os.path.join(run, "episodes.csv"))
     train = [r for r in rows if r["phase"] == "train"]
     assert {r["actor"] for r in rows if r["phase"] == "eval"} == {"-1"}
-    assert {r["actor"] for r in train if r["iteration"] == "0"} == {"0", "1"}
+    assert [r for r in rows if r["iteration"] == "0"] == iteration0  # kept as they were
+    assert {r["actor"] for r in train} == {"0", "1"}
     replay = _rows(os.path.join(run, "replay.csv"))
     assert [r["iteration"] for r in replay] == ["0", "1"]  # the interrupted one was dropped
     for it, rec in enumerate(replay):
@@ -254,6 +269,75 @@ def test_without_ray_one_line_says_what_to_install(tmp_path, monkeypatch, capsys
     assert code == 2
     assert err == "memoire sweep: error: the Ray launcher needs Ray: pip install memoire[ray]\n"
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+@pytest.mark.dopamine
+@pytest.mark.ray
+def test_a_resource_no_node_has_fails_within_seconds_with_its_fix(cluster, tmp_path):
+    """RayConfig.learner_resources naming a resource no node of the cluster has: one line
+    naming it and the fix, status 2, nothing written (Ray would wait for ever)."""
+    out = subprocess.run(
+        train_command(
+            "runs",
+            "RayConfig.learner_resources = {'learner': 1}",
+            launcher="ray",
+            ray_address=cluster,
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(),
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [
+        "memoire train: error: the learner asks Ray for 1 CPU, 1 learner "
+        "(RayConfig.learner_resources), and no node of the cluster has 'learner': start such a "
+        """node (ray start --address HEAD:PORT --resources '{"learner": 1}'), or change """
+        "RayConfig.learner_resources"
+    ]
+    assert out.stdout == "" and not (tmp_path / "runs").exists()
+
+
+# `memoire train` where no Ray cluster can be found by `auto`: Ray's lookup of the clusters of
+# this machine (other users' clusters included) finds none, and its temp folder is the test's.
+_NO_CLUSTER = (
+    "import functools, sys, ray._private.services as s; "
+    "s.find_gcs_addresses = functools.lru_cache(lambda: []); "
+    "from memoire.cli import main; sys.exit(main())"
+)
+
+
+@pytest.mark.dopamine
+@pytest.mark.ray
+@pytest.mark.parametrize("address", ["auto", "nothing listening"])
+def test_no_ray_cluster_is_one_line(tmp_path, address):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        given = "auto" if address == "auto" else f"127.0.0.1:{port}"
+        out = subprocess.run(
+            [sys.executable, "-c", _NO_CLUSTER, "train", "--gin_files", DIST_GIN]
+            + ["--base_dir", "runs", "--launcher", "ray", "--ray_address", given],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=subprocess_env(RAY_TMPDIR=str(tmp_path), RAY_ADDRESS=""),
+        )
+    expect = {
+        "auto": "--ray_address auto: no Ray cluster runs on this machine; start one (ray start "
+        "--head), give the head's HOST:PORT, or leave --ray_address out for a cluster of this "
+        "command's own",
+        "nothing listening": f"--ray_address 127.0.0.1:{port}: nothing listens there; start the "
+        f"head there (ray start --head --port {port}), or give the address its `ray start "
+        "--head` printed",
+    }[address]
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.splitlines() == [f"memoire train: error: {expect}"]
+    assert out.stdout == "" and not (tmp_path / "runs").exists()
 
 
 LOCAL_GIN = os.path.join(ROOT, "configs", "dqn_cartpole_jax_local.gin")

@@ -21,12 +21,22 @@ MODE:
   gin-tf   the block is gin: its lines are added to Dopamine's TF DQN CartPole settings
            (``configs/dqn_cartpole_tf.gin`` without its memoire lines) and Dopamine's own
            ``python -m dopamine.discrete_domains.train`` runs that for a TINY budget.
+  cluster  the block starts a Ray cluster with ``ray start`` (token authentication included):
+           its commands run as written, as processes of this test on 127.0.0.1, each node a
+           home of its own (``ssh NODE ... scp`` becomes a copy between homes), then the next
+           block's ``memoire train`` command runs on it (TINY), and the nodes are stopped
+           however the test ends. See :func:`test_cluster_block`.
   skip     not run; ``reason=`` is required.
 
 ``needs=`` lists repository files the block uses; while one is missing the block is skipped
 with that reason. ``xfail=`` marks a block known to fail, strictly (it must fail; once fixed,
-the marker must go). Shell and gin blocks run in a scratch directory where ``configs/`` is the
-repository's; shell blocks run two at a time (tests/_two_at_a_time.py).
+the marker must go). Blocks run as from the repository root, the folder the README's commands
+are written for: python blocks run there (where Python finds the checkout's memoire/ first),
+and shell and gin blocks in a scratch folder where ``configs/`` and ``memoire/`` are the
+repository's (so what they write stays out of the checkout). Where the checkout's memoire/
+does not import (a wheel tested in a fresh environment: tests/_checkout.py), they run in a
+folder without it, against the memoire under test. Shell blocks run two at a time
+(tests/_two_at_a_time.py).
 """
 
 import functools
@@ -37,12 +47,13 @@ import subprocess
 import sys
 
 import pytest
+from _checkout import checkout_imports, root_env
 from _two_at_a_time import TwoAtATime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 STOCK_GIN = os.environ.get("MEMOIRE_DOPAMINE_STOCK_GIN", "/work/shared/dopamine-stock-gin")
-MODES = ("python", "shell", "help", "gin-tf", "skip")
+MODES = ("python", "shell", "help", "gin-tf", "cluster", "skip")
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 TRAINING = re.compile(
     r"^(memoire train|memoire sweep run|python -m memoire\.dopamine_compat\."
@@ -175,13 +186,14 @@ def _actors(command, cwd):
     return max(counts, default=0)
 
 
-def _with_tiny(command, cwd):
-    """``command`` with TINY bindings (and ONE_ACTOR where its gin files bind more actors)
-    inserted before any trailing comment; ``cwd``: the folder it runs in."""
+def _with_tiny(command, cwd, one_actor=True):
+    """``command`` with TINY bindings (and ONE_ACTOR where its gin files bind more actors,
+    unless not ``one_actor``) inserted before any trailing comment; ``cwd``: the folder it
+    runs in."""
     if not TRAINING.match(command):
         return command
     code, sep, comment = command.partition("  #")
-    bindings = TINY + ([ONE_ACTOR] if _actors(code, cwd) > 1 else [])
+    bindings = TINY + ([ONE_ACTOR] if one_actor and _actors(code, cwd) > 1 else [])
     extra = " ".join(f"--gin_bindings {shlex.quote(b)}" for b in bindings)
     return f"{code.rstrip()} {extra}" + (f"  #{comment}" if sep else "")
 
@@ -191,6 +203,8 @@ def _scratch(tmp_path, block):
     work = tmp_path / "work"
     work.mkdir()
     os.symlink(os.path.join(ROOT, "configs"), work / "configs")
+    if checkout_imports()[0]:  # as at the root: `python -m ...` finds the checkout's memoire/
+        os.symlink(os.path.join(ROOT, "memoire"), work / "memoire")
     if "stock" in block.flags:
         os.symlink(os.path.join(STOCK_GIN, "dopamine"), work / "dopamine")
     bin_dir = tmp_path / "bin"
@@ -227,6 +241,8 @@ def _params(mode):
             marks += [pytest.mark.dopamine, pytest.mark.slow]
         if mode == "help":
             marks.append(pytest.mark.dopamine)  # memoire train and actor import Dopamine's gin
+        if mode == "cluster":
+            marks += [pytest.mark.dopamine, pytest.mark.ray, pytest.mark.slow]
         if b.options.get("xfail"):
             marks.append(pytest.mark.xfail(strict=True, reason=b.options["xfail"]))
         out.append(pytest.param(b, id=b.id, marks=marks))
@@ -254,13 +270,14 @@ def _skip_unless_present(block):
 @pytest.mark.parametrize("block", _params("python"))
 def test_python_block(block, tmp_path):
     _skip_unless_present(block)
+    at_root = checkout_imports()[0]
     out = subprocess.run(
         [sys.executable, "-c", block.text],
-        cwd=tmp_path,
+        cwd=ROOT if at_root else tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
-        env=dict(os.environ),
+        env=root_env() if at_root else dict(os.environ),
     )
     assert out.returncode == 0, out.stderr[-3000:]
 
@@ -340,3 +357,184 @@ def test_gin_tf_block(block, tmp_path):
     out = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (work / "runs" / "tf" / "checkpoints").is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# The multi-node Ray recipe, with `ray start` processes of the test's own.
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Flags a node needs beside others on one machine, on 127.0.0.1: ports the OS chose for what Ray
+# would put on fixed ports (they would collide with other clusters here), no dashboard (one
+# process less per node), one CPU per node (a known number of places for actors), and --block,
+# so that each node is one process group of this test's, stopped however the test ends.
+def _one_machine_flags(head, temp_dir):
+    flags = ["--block", "--node-ip-address", "127.0.0.1", "--temp-dir", temp_dir]
+    flags += ["--dashboard-agent-listen-port", str(_free_port())]
+    if head:
+        flags += ["--include-dashboard", "false", "--ray-client-server-port", str(_free_port())]
+    return flags
+
+
+def _cluster_env(tmp_path):
+    """The environment of every node and of the driver: the memoire under test, `ray` and
+    `memoire` on PATH, no address or token of the tester's own, nothing reported to ray.io.
+    (Ray names a node started on 127.0.0.1 by this machine's address, as it must for nodes
+    that join: its own traffic stays on this machine, memoire's binds 127.0.0.1.)"""
+    from _subprocess_env import subprocess_env
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -c "import sys; from ray.scripts.scripts import '
+        f'main; sys.argv[0] = \'ray\'; sys.exit(main())" "$@"\n'
+    )
+    (bin_dir / "memoire").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memoire.cli "$@"\n')
+    for f in ("ray", "memoire"):
+        os.chmod(bin_dir / f, 0o755)
+    env = subprocess_env()
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0")
+    return env
+
+
+@pytest.mark.parametrize("block", _params("cluster"))
+def test_cluster_block(block, tmp_path):
+    """The README's recipe for a Ray cluster of several nodes, run as a user runs it on three
+    machines, here three homes on 127.0.0.1: token authentication on, a token made on the head
+    and copied to the others, the head, the learner's node and an actor node started with
+    `ray start`; then the next block's `memoire train --launcher ray --ray_address auto` (TINY)
+    on the learner's machine. It asks for 8 actors where the nodes have room for 2: the command
+    says so (2 placed, 6 pending, and why), trains with those 2 and counts them at the end, and
+    nothing of Ray's reaches its output. The nodes are stopped however the test ends."""
+    pytest.importorskip("ray")
+    import shutil
+    import signal
+    import tempfile
+
+    from _waiting import wait_until
+
+    after = BLOCKS[BLOCKS.index(block) + 1]
+    train = next(c for c in _commands(after.text) if c.startswith("memoire train"))
+    env = _cluster_env(tmp_path)
+    homes = {name: tmp_path / name for name in ("head", "learner", "actor")}
+    for home in homes.values():
+        home.mkdir()
+    port = _free_port()
+    # Each node's files (its sockets among them: a short path, as AF_UNIX paths are 107 bytes at
+    # most) in a folder of its own, as on machines of their own: nodes sharing one would each
+    # forward every node's worker output to the driver.
+    temp_dirs = []
+    nodes, logs = [], []
+
+    def run(line, home, **kw):
+        return subprocess.run(
+            ["bash", "-e", "-c", line],
+            env=dict(env, HOME=str(home)),
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            **kw,
+        )
+
+    try:
+        for line in _commands(block.text):
+            words = shlex.split(line, comments=True)
+            line = shlex.join(words) if ">" not in words else line.split("#")[0]
+            if words[0] == "export":
+                env.update(w.split("=", 1) for w in words[1:])
+            elif words[:2] == ["ssh", "NODE"]:  # the token file, to each other node's home
+                for name in ("learner", "actor"):
+                    (homes[name] / ".ray").mkdir()
+                    shutil.copy(homes["head"] / ".ray" / "auth_token", homes[name] / ".ray")
+            elif words[:2] == ["ray", "start"]:
+                head = "--head" in words
+                name = "head" if head else ("learner" if "--resources" in words else "actor")
+                words = [w.replace("HEAD:6379", f"127.0.0.1:{port}") for w in words]
+                words = [str(port) if w == "6379" else w for w in words]
+                if "--num-cpus" not in words:
+                    words += ["--num-cpus", "1"]
+                log = open(tmp_path / f"{name}.log", "w")
+                logs.append(log)
+                temp_dirs.append(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+                nodes.append(
+                    subprocess.Popen(
+                        words + _one_machine_flags(head, temp_dirs[-1]),
+                        env=dict(env, HOME=str(homes[name])),
+                        cwd=homes[name],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # a process group: stopped as one
+                    )
+                )
+                # One node at a time (a node that takes over 30 s to register gives up).
+                wait_until(
+                    lambda name=name: (
+                        "Ray runtime started" in (tmp_path / f"{name}.log").read_text()
+                        or nodes[-1].poll() is not None
+                    ),
+                    f"the {name} node",
+                    timeout=120,
+                )
+                assert nodes[-1].poll() is None, (tmp_path / f"{name}.log").read_text()[-3000:]
+            else:
+                out = run(line, homes["head"])
+                assert out.returncode == 0, f"{line}\n{out.stderr[-3000:]}"
+        assert (homes["head"] / ".ray" / "auth_token").is_file()
+
+        def active_nodes():
+            out = run(f"ray status --address 127.0.0.1:{port}", homes["learner"])
+            return out.stdout.count(" node_") if out.returncode == 0 else 0
+
+        wait_until(lambda: active_nodes() == 3, "3 nodes in the cluster", timeout=180)
+
+        # The training command, on the learner's machine; `auto` is this cluster (RAY_ADDRESS:
+        # another cluster of this machine, a tester's own, must not be taken for it).
+        (tmp_path / "driver").mkdir()
+        work, _ = _scratch(tmp_path / "driver", after)
+        # (The learner binds 127.0.0.1, not its node's address: every node is this machine.)
+        train = _with_tiny(train, work, one_actor=False)  # the README's 8 actors: 2 have room
+        train += " --gin_bindings \"RayConfig.learner_host = '127.0.0.1'\""
+        done = subprocess.run(
+            ["bash", "-e", "-c", train],
+            env=dict(env, HOME=str(homes["learner"]), RAY_ADDRESS=f"127.0.0.1:{port}"),
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        for node in reversed(nodes):  # `ray stop` would stop every Ray of this machine
+            try:
+                os.killpg(node.pid, signal.SIGTERM)
+                node.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
+                node.wait(timeout=30)
+            except ProcessLookupError:
+                pass
+        for log in logs:
+            log.close()
+        for folder in temp_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+    (tmp_path / "train.err").write_text(done.stderr)  # kept for a look after a failure
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.stdout == "" and all(
+        line.startswith(("INFO memoire.", "WARNING memoire.")) for line in lines
+    ), done.stdout[-2000:] + done.stderr[-3000:]
+    said = "WARNING memoire.experiments.ray_launcher: ray: "
+    assert (
+        f"{said}2 of 8 actors placed, 6 pending: each asks for 1 CPU and the cluster has 0 CPU "
+        "free of 3; they start when room frees or a node joins"
+    ) in lines, done.stderr[-3000:]
+    assert lines[-1].endswith("; Ray actors: 2 of 8 placed, 0 lost, 0 restarted"), lines[-1]

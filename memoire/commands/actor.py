@@ -6,10 +6,17 @@ Parses the command line; :func:`memoire.experiments.distributed.actor_main` runs
 
 from __future__ import annotations
 
+import inspect
 import sys
 
-from memoire import cli, transport
+from memoire import cli
 from memoire.experiments import distributed
+
+# The defaults of a learner's own actors (DistributedConfig's), written once there.
+_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(distributed.DistributedConfig).parameters.items()
+}
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -55,22 +62,28 @@ def build_parser() -> cli.ArgumentParser:
         help="stop after this many environment steps (default: no limit)",
     )
     parser.add_argument(
-        "--chunk_size", type=int, default=64, help="steps per episode chunk streamed to the learner"
+        "--chunk_size",
+        type=int,
+        default=_DEFAULTS["chunk_size"],
+        help="steps per episode chunk streamed to the learner",
     )
     parser.add_argument(
-        "--queue_chunks", type=int, default=32, help="chunks queued before this actor's sends wait"
+        "--queue_chunks",
+        type=int,
+        default=_DEFAULTS["queue_chunks"],
+        help="chunks queued before this actor's sends wait",
     )
     parser.add_argument(
         "--keepalive",
         type=float,
-        default=transport.KEEPALIVE_S,
+        default=_DEFAULTS["keepalive"],
         help="seconds with an open episode and nothing sent before a keepalive goes out "
         "(shorter than the learner's peer_timeout)",
     )
     parser.add_argument(
         "--episodes_ahead",
         type=int,
-        default=1,
+        default=_DEFAULTS["episodes_ahead"],
         help="finished episodes not yet stored by the learner before this "
         "actor waits (0: lockstep)",
     )
@@ -85,9 +98,11 @@ def main(argv=None) -> int:
         memoire actor --gin_files F [--gin_bindings B] --experience tcp://HOST:PORT
                       --params tcp://HOST:PORT [--actor_id K] [--seed S] [--max_steps N]
 
-    The gin files are the learner's (same agent and environment). It runs until ``--max_steps``
-    environment steps, Ctrl-C, the learner's stop notice, or the learner taking nothing for
-    60 s. (``--rep`` and ``--pub`` are older names of ``--experience`` and ``--params``.)
+    The gin files are the learner's (same agent and environment). It says when it has
+    connected to the learner, and stops with an error when nothing answers at ``--experience``
+    within {wait:g} s. It runs until ``--max_steps`` environment steps, Ctrl-C, the learner's
+    stop notice (exit status 0), or the learner taking nothing of it for {silence:g} s (status
+    1). (``--rep`` and ``--pub`` are older names of ``--experience`` and ``--params``.)
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -102,19 +117,26 @@ def main(argv=None) -> int:
 
     facts = {"gin_files": args.gin_files, "bindings": args.gin_bindings, "seed": args.seed}
     config = {"chunk_size": args.chunk_size, "actor_threads": 1, "max_steps": args.max_steps}
-    distributed.actor_main(
-        args.actor_id,
-        facts,
-        config,
-        distributed.ActorEndpoints(
-            args.experience,
-            args.params,
-            args.queue_chunks,
-            args.episodes_ahead,
-            keepalive=args.keepalive,
-        ),
-    )
-    return 0
+    try:
+        return distributed.actor_main(
+            args.actor_id,
+            facts,
+            config,
+            distributed.ActorEndpoints(
+                args.experience,
+                args.params,
+                args.queue_chunks,
+                args.episodes_ahead,
+                keepalive=args.keepalive,
+            ),
+        )
+    except distributed.NoLearner as e:
+        raise cli.UsageError(e) from None
+
+
+main.__doc__ = main.__doc__.format(
+    wait=distributed.LEARNER_WAIT_S, silence=distributed.LEARNER_SILENCE_S
+)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ describe them.
 from __future__ import annotations
 
 import ast
+import errno
 import logging
 import os
 import signal
@@ -45,8 +46,24 @@ import numpy as np
 import zmq
 
 from memoire import cli
+from memoire.server.central_service import DEFAULT_MAX_COUNTER_CLIENTS
+from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES
+from memoire.server.sampling_service import default_stream_threads
+from memoire.server.workers import DEFAULT_MAX_MESSAGE_BYTES, BindError
+from memoire.transport import KEEPALIVE_S, PEER_TIMEOUT_S, RECEIVE_HWM
 
 log = logging.getLogger(__name__)
+
+MIN_SIZE_TO_SAMPLE = 1  # the rate limiter's minimum size when only the ratio is given
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes as help text shows them: ``64 MiB``, ``1 GiB``, ``4096 B``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
 
 DEFAULTS = dict(
     state_shape="4",
@@ -98,58 +115,50 @@ LIMITS = (
 )
 
 
-# --NAME help texts (each NAME is also the gin parameter serve_config.NAME).
+# --NAME help texts (each NAME is also the gin parameter serve_config.NAME): one short line
+# each; what a setting means at length is in the README and docs/LIMITS.md. Defaults that are
+# the server's own are read from the constants the server uses, never written here again.
 HELP = dict(
-    state_shape="state shape, comma-separated ints ('84,84'; '' for a scalar)",
-    state_dtype="state dtype (a numpy name: uint8, float32, ...)",
-    action_shape="action shape, comma-separated ints ('' for a scalar)",
-    action_dtype="action dtype (a numpy name)",
-    reward_shape="shape of reward, value and qvest (float32), comma-separated ints",
-    info_shape="info shape, comma-separated ints ('0': no info)",
-    info_dtype="info dtype (a numpy name)",
-    max_step="entries the server memory holds",
+    state_shape="state shape: comma-separated ints ('84,84'; '': scalar)",
+    state_dtype="state dtype (numpy's name)",
+    action_shape="action shape",
+    action_dtype="action dtype",
+    reward_shape="shape of reward, value and qvest (float32)",
+    info_shape="info shape ('0': no info)",
+    info_dtype="info dtype",
+    max_step="entries the memory holds",
     n_caches="caches kept for get_batch (cache mode)",
-    pub="PUB endpoint the server publishes settings on (port * or 0: chosen by the OS)",
-    rep="REP endpoint for requests (get_batch, priorities, ...)",
-    pull="PULL endpoint actors push caches and episode chunks to",
+    pub="PUB endpoint of the settings (port *: the OS's choice)",
+    rep="REP endpoint of requests",
+    pull="PULL endpoint of caches and episode chunks",
     bind_host="interface that '*' hosts bind to",
-    cache_size="transitions per cache, sent to clients (default: the memory's)",
-    frame_stack="frames stacked per state, sent to clients (default: the memory's)",
-    multi_step="steps between prev and next, sent to clients (default: the memory's)",
-    priority_exponent="priority exponent, sent to clients (default: the memory's)",
-    discount_factor="discount factor, sent to clients (default: the memory's)",
+    cache_size="transitions per cache",
+    frame_stack="frames stacked per state",
+    multi_step="steps between prev and next",
+    priority_exponent="priority exponent",
+    discount_factor="discount factor",
     logfile="append actors' log lines to this file",
-    logmode="open mode of --logfile: 'a' appends, 'w' truncates",
-    curve_secret="CURVE secret key file of the server (see memoire.transport.CurveKeys)",
-    curve_authorized="directory of the CURVE public keys of the clients allowed in",
+    logmode="'a' appends to --logfile, 'w' truncates it",
+    curve_secret="the server's CURVE secret key file",
+    curve_authorized="folder of the clients' CURVE public keys",
     interval="seconds between counter lines",
-    duration="stop after this many seconds (default: run until Ctrl-C or SIGTERM)",
-    max_stream_bytes="bytes one actor's unfinished episodes may hold (default: from the "
-    "memory's size; docs/LIMITS.md)",
-    max_open_bytes="bytes all unfinished episodes may hold (default: from the memory's size)",
-    reply_cache_bytes="bytes of replies kept to answer retried calls (default 64 MiB)",
-    max_batch="rows one remote sample call may ask for (default 16384)",
-    max_counter_clients="client ids whose counters are kept (default 65536)",
-    allow_nonfinite="1 (or the bare flag) stores NaN/inf rewards, probabilities and values "
-    "from peers; 0 refuses them, counted as 'nonfinite' (default 0)",
-    buffer="serve one Dopamine-compatible buffer of this kind instead of a replay memory "
-    f"({', '.join(BUFFER_KINDS)})",
-    name="--buffer: the name clients ask for (an agent's replay_name)",
-    arg="--buffer: a buffer argument KEY=VALUE as a Python literal, wins over gin "
-    "(repeatable), e.g. observation_shape=(4,1)",
-    checkpoint_root="--buffer: folder remote save/load are confined to ('none' refuses "
-    "remote checkpoints)",
-    seed="seeds the server's sampling (its memory, or the --buffer's)",
-    tensorboard="write the counters as TensorBoard scalars to event files in this directory "
-    "every interval (no TensorFlow needed)",
-)
-HELP.update(
-    checkpoint_dir="folder of the memory's (or the --buffer's) checkpoints: the newest is "
-    "loaded at start, one is written on request (RemoteMemory.checkpoint(), a remote buffer's "
-    "checkpoint()), every --checkpoint_every seconds, and on SIGTERM or Ctrl-C; the newest 3 "
-    "are kept. A loaded memory checkpoint brings its settings (flags given here win) and its "
-    "generator state (--seed only seeds a fresh memory)",
-    checkpoint_every="seconds between periodic checkpoints (needs --checkpoint_dir)",
+    duration="stop after this many seconds (default: never)",
+    max_stream_bytes="bytes of one actor's unfinished episodes",
+    max_open_bytes="bytes of all unfinished episodes",
+    reply_cache_bytes="bytes of replies kept for retried calls "
+    f"(default {_bytes(DEFAULT_REPLY_CACHE_BYTES)})",
+    max_batch=f"rows of one remote sample call (default {DEFAULT_MAX_BATCH})",
+    max_counter_clients=f"clients whose counters are kept (default {DEFAULT_MAX_COUNTER_CLIENTS})",
+    allow_nonfinite="1 (or bare): store NaN/inf r, p, v from peers (default 0)",
+    buffer=f"the buffer's kind: {', '.join(BUFFER_KINDS)}",
+    name="the name clients ask for (an agent's replay_name)",
+    arg="a buffer argument as a Python literal (repeatable)",
+    checkpoint_root="folder remote save/load stay in ('none': refused)",
+    seed="seed of the sampling",
+    tensorboard="also write the counters as TensorBoard scalars here",
+    checkpoint_dir="the newest is loaded at start; one is written on request, "
+    "every --checkpoint_every s and at the stop; 3 are kept",
+    checkpoint_every="seconds between periodic checkpoints",
 )
 _TYPES = {
     "max_step": int,
@@ -169,49 +178,56 @@ _TYPES = {
     "seed": int,
     "checkpoint_every": float,
 }
-_ALIASES = {"gin_file": "--gin_files", "gin_binding": "--gin_bindings", "rep": "--endpoint"}
+_ALIASES = {"rep": "--endpoint"}
 # The sampling stream's endpoint (memoire.stream.SamplingStream), off unless given.
 DEFAULTS["stream"] = None
-HELP["stream"] = (
-    "endpoint of sampling streams to learners in other processes, e.g. "
-    "'ipc:///tmp/memoire-stream' or 'tcp://*:*' (default: none; docs/STREAM.md)"
-)
+HELP["stream"] = "endpoint of sampling streams (docs/STREAM.md; default: none)"
 DEFAULTS["stream_threads"] = None
-HELP["stream_threads"] = (
-    "native sampler threads per sampling stream, 1..64 (default: 1 below 4 "
-    "cores, else 2; docs/STREAM.md)"
-)
+HELP["stream_threads"] = f"sampler threads per stream (default here: {default_stream_threads()})"
 _TYPES["stream_threads"] = int
 
 # The rate limiter (memoire.rate_limiter, Reverb's semantics), off unless a flag sets it.
 DEFAULTS.update(samples_per_insert=None, min_size_to_sample=None, rate_error_buffer=None)
 HELP.update(
-    samples_per_insert="rate limiter: transitions sampled per transition stored (Reverb's "
-    "SampleToInsertRatio; needs --rate_error_buffer; default: no limiter)",
-    min_size_to_sample="rate limiter: transitions stored before the first sample (default 1; "
-    "alone: Reverb's MinSize)",
-    rate_error_buffer="rate limiter: the band's half width around samples_per_insert * "
-    "min_size_to_sample, in samples (a batch of B needs B <= 2 * this - samples_per_insert)",
+    samples_per_insert="transitions sampled per one stored (with --rate_error_buffer)",
+    min_size_to_sample=f"stored before the first sample (default {MIN_SIZE_TO_SAMPLE})",
+    rate_error_buffer="half width of the band around the ratio, in samples",
 )
 _TYPES.update(samples_per_insert=float, min_size_to_sample=int, rate_error_buffer=float)
 
 # Compressed states in the server's memory (ReplayMemory's compress_states), off unless given.
 DEFAULTS["compress_states"] = None
-HELP["compress_states"] = (
-    "1 (or the bare flag) stores the memory's states LZ4-compressed (an Atari screen in about "
-    "a tenth of its bytes; sampling decodes them, bit for bit); 0 stores them raw (default 0)"
-)
+HELP["compress_states"] = "1 (or bare): states LZ4-compressed, read bit for bit (default 0)"
 # Liveness and the receive queues' bytes (docs/LIMITS.md), the server's defaults unless given.
 DEFAULTS.update(peer_timeout=None, max_message_bytes=None)
 HELP.update(
-    peer_timeout="seconds of the server's listening after which an actor not heard from (no "
-    "chunk, no keepalive: killed or frozen) loses its open episode, and only its (default 10; "
-    "clients' keepalive must be shorter)",
-    max_message_bytes="the largest message a peer may send (larger: disconnected); with the "
-    "receive queue of 4 messages per connection it bounds the bytes waiting in the server's "
-    "receive queues (default 1 GiB)",
+    peer_timeout="seconds of an actor's silence before its open episode is dropped "
+    f"(default {PEER_TIMEOUT_S:g}; longer than clients' keepalive, {KEEPALIVE_S:g})",
+    max_message_bytes="bytes of a peer's largest message; receive queues hold "
+    f"{RECEIVE_HWM} per connection (default {_bytes(DEFAULT_MAX_MESSAGE_BYTES)})",
 )
 _TYPES.update(peer_timeout=float, max_message_bytes=int)
+# The options' groups in --help, in order (every setting of DEFAULTS is in one).
+GROUPS = {
+    "the memory": (
+        "state_shape state_dtype action_shape action_dtype reward_shape info_shape info_dtype "
+        "max_step n_caches compress_states seed"
+    ),
+    "endpoints and keys": "pub rep pull bind_host stream stream_threads curve_secret curve_authorized",
+    "settings sent to clients (default: the memory's)": (
+        "cache_size frame_stack multi_step priority_exponent discount_factor"
+    ),
+    "rate limiter (default: none)": "samples_per_insert min_size_to_sample rate_error_buffer",
+    "limits on what peers make the server hold (docs/LIMITS.md; bytes default from --max_step)": (
+        "max_stream_bytes max_open_bytes reply_cache_bytes max_batch max_counter_clients "
+        "max_message_bytes peer_timeout allow_nonfinite"
+    ),
+    "checkpoints (--checkpoint_dir: the memory's, or the --buffer's)": (
+        "checkpoint_dir checkpoint_every"
+    ),
+    "output": "interval duration logfile logmode tensorboard",
+    "a Dopamine buffer instead (--buffer)": "buffer name arg checkpoint_root",
+}
 _BOOLEAN_FLAGS = ("allow_nonfinite", "compress_states")  # --NAME alone means 1
 
 
@@ -301,7 +317,9 @@ def _rate_limiter(cfg: dict):
         raise ValueError(
             "--samples_per_insert: needs --rate_error_buffer (the band's half width in samples)"
         )
-    return SampleToInsertRatio(float(spi), 1 if size is None else int(size), float(error))
+    return SampleToInsertRatio(
+        float(spi), MIN_SIZE_TO_SAMPLE if size is None else int(size), float(error)
+    )
 
 
 def _checkpoint_settings(cfg: dict) -> dict:
@@ -396,6 +414,8 @@ def build_buffer_server(cfg: dict):
             **_checkpoint_settings(cfg),
             **kwargs,
         )
+    except BindError as e:
+        raise cli.UsageError(bind_error(e)) from None
     except (
         OSError,
         ValueError,
@@ -409,42 +429,96 @@ def build_buffer_server(cfg: dict):
         raise cli.UsageError(e) from None
 
 
+# What --help shows: a few lines; the module docstring and the README say the rest.
+USAGE = "memoire serve [options]\n       memoire serve --buffer KIND [options]"
+DESCRIPTION = """\
+Runs a replay memory server, or with --buffer one Dopamine-compatible buffer for remote agents.
+It prints its endpoints on stdout ("memoire serve: pub EP  rep EP  pull EP", or "ENDPOINT EP"
+with --buffer), then a line of live counters every --interval seconds on stderr, until Ctrl-C or
+SIGTERM. Each option is also the gin parameter serve_config.NAME (--gin_binding
+"serve_config.max_step = 1000"); options win over gin. More: README.md ("Distributed"),
+docs/LIMITS.md, docs/STREAM.md."""
+_METAVARS = dict(
+    state_shape="SHAPE",
+    action_shape="SHAPE",
+    reward_shape="SHAPE",
+    info_shape="SHAPE",
+    state_dtype="DTYPE",
+    action_dtype="DTYPE",
+    info_dtype="DTYPE",
+    pub="EP",
+    rep="EP",
+    pull="EP",
+    stream="EP",
+    bind_host="HOST",
+    logfile="FILE",
+    curve_secret="FILE",
+    curve_authorized="DIR",
+    checkpoint_dir="DIR",
+    checkpoint_root="DIR",
+    tensorboard="DIR",
+    logmode="MODE",
+    name="NAME",
+    buffer="KIND",
+    interval="S",
+    duration="S",
+    checkpoint_every="S",
+    peer_timeout="S",
+    samples_per_insert="X",
+    rate_error_buffer="X",
+    priority_exponent="X",
+    discount_factor="X",
+)
+
+
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
-    setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`)."""
-    p = cli.ArgumentParser(prog="memoire serve", description=__doc__)
+    setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`), in the
+    groups of :data:`GROUPS`."""
+    p = cli.ArgumentParser(
+        prog="memoire serve",
+        usage=USAGE,
+        description=DESCRIPTION,
+        formatter_class=lambda prog: cli.HelpFormatter(prog, max_help_position=26),
+    )
     p.add_argument(
         "--gin_file",
         "--gin_files",
         action="append",
         default=[],
-        help="gin file binding serve_config.NAME, or the buffer's classes with "
-        "--buffer (repeatable); flags win over it",
+        metavar="FILE",
+        help="gin file binding serve_config.NAME, or the buffer's classes (repeatable)",
     )
     p.add_argument(
         "--gin_binding",
         "--gin_bindings",
         action="append",
         default=[],
+        metavar="B",
         help='gin binding such as "serve_config.max_step = 1000" (repeatable)',
     )
+    grouped = {name: title for title, names in GROUPS.items() for name in names.split()}
+    groups = {title: p.add_argument_group(title) for title in GROUPS}
     for name, default in DEFAULTS.items():
+        g = groups[grouped[name]]
         shown = "" if default is None or "(default" in HELP[name] else f" (default: {default!r})"
         flags = [f"--{name}"] + ([_ALIASES[name]] if name in _ALIASES else [])
         if name == "arg":
-            p.add_argument(
+            g.add_argument(
                 *flags, action="append", default=None, metavar="KEY=VALUE", help=HELP[name]
             )
         elif name in _BOOLEAN_FLAGS:
-            p.add_argument(
+            g.add_argument(
                 *flags, nargs="?", const="1", default=None, metavar="0|1", help=HELP[name]
             )
         else:
-            p.add_argument(
+            kind = _TYPES.get(name, str)
+            g.add_argument(
                 *flags,
-                type=_TYPES.get(name, str),
+                type=kind,
                 default=None,
                 choices=BUFFER_KINDS if name == "buffer" else None,
+                metavar=_METAVARS.get(name, "N" if kind is int else "X"),
                 help=HELP[name] + shown,
             )
     return p
@@ -609,22 +683,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _serve_buffer(cfg)
     try:
         srv = build_server(cfg)
+    except BindError as e:  # --pub
+        raise cli.UsageError(bind_error(e)) from None
     except (ValueError, TypeError, OSError) as e:  # settings the memory or the keys refuse
         raise cli.UsageError(e) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     writer = None
+    serving = False
     try:
         try:
             ep = srv.start(cfg["rep"], cfg["pull"])
-        except (zmq.ZMQError, TimeoutError) as e:  # an endpoint in use or malformed
+        except BindError as e:  # an endpoint in use, or not this machine's
+            raise cli.UsageError(bind_error(e)) from None
+        except (zmq.ZMQError, TimeoutError) as e:
             raise cli.UsageError(
-                f"cannot bind {cfg['pub']} / {cfg['rep']} / {cfg['pull']}: {e}"
+                f"cannot start --rep {cfg['rep']} / --pull {cfg['pull']}: {e}"
             ) from None
+        stream = _start_stream(srv, cfg)
         writer = _tensorboard_writer(cfg)
         cli.emit(f"memoire serve: pub {ep['pub']}  rep {ep['rep']}  pull {ep['pull']}")
-        _start_stream(srv, cfg)
+        if stream is not None:
+            cli.emit(f"memoire serve: stream {stream}")
+        serving = True
         t_end = None if cfg["duration"] is None else time.monotonic() + float(cfg["duration"])
         last, t_last = srv.stats(), time.monotonic()
         cs = int(srv.rem.cache_size)
@@ -646,21 +728,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         srv.close()  # flushes and closes the logfile
         if writer is not None:
             writer.close()
-        log.info("stopped")
+        if serving:
+            log.info("stopped")
     return _last_checkpoint(None if srv.checkpoint_dir is None else srv.checkpoint)
 
 
-def _start_stream(srv, cfg: dict) -> None:
-    """Starts the sampling stream worker when ``--stream`` names an endpoint; prints it."""
+def bind_error(e: BindError, flag: Optional[str] = None) -> str:
+    """The one line of a socket that could not bind: which option's endpoint, why, and what to
+    do (``flag``: the option, when the socket's label is not its name)."""
+    flag = flag or {"pub": "pub", "rep": "rep", "pull": "pull"}.get(e.label, e.label)
+    hint = ""
+    if e.errno == errno.EADDRINUSE:
+        hint = (
+            "; another process listens there: stop it, or give another port "
+            f"(--{flag} tcp://HOST:* lets the OS choose)"
+        )
+    elif e.errno == errno.EADDRNOTAVAIL:
+        hint = "; not an address of this machine (--bind_host names one of its interfaces)"
+    return f"--{flag} {e.endpoint}: {e.reason}{hint}"
+
+
+def _start_stream(srv, cfg: dict) -> Optional[str]:
+    """Starts the sampling stream worker when ``--stream`` names an endpoint; returns the
+    endpoint bound (None without ``--stream``)."""
     if cfg["stream"] is None:
-        return
+        return None
     try:
         ep = srv.start_stream(cfg["stream"], threads=cfg["stream_threads"])
     except ValueError as e:
         raise cli.UsageError(f"--stream_threads: {e}") from None
+    except BindError as e:
+        raise cli.UsageError(bind_error(e, "stream")) from None
     except (zmq.ZMQError, TimeoutError) as e:
         raise cli.UsageError(f"cannot bind --stream {cfg['stream']}: {e}") from None
-    cli.emit(f"memoire serve: stream {ep}")
+    return ep
 
 
 def _serve_buffer(cfg: dict) -> int:

@@ -81,6 +81,12 @@ def insecure_warning(setting: str, endpoint: str) -> Optional[str]:
     )
 
 
+# An actor waits this long for its first connection to the learner before it gives up (the
+# learner binds before any actor starts, so a connection comes at once when it is there).
+LEARNER_WAIT_S = 5.0
+# An actor whose learner takes nothing of it for this long stops (the learner is gone).
+LEARNER_SILENCE_S = 60.0
+
 PARAMS_TOPIC = b"params"
 STOP_TOPIC = b"stop"
 STORED_TOPIC = b"stored"  # uint64 pairs (actor uuid, last episode stored)
@@ -364,35 +370,89 @@ class ActorEndpoints:
         return ActorLink(self, actor_id)
 
 
+class NoActors(RuntimeError):
+    """The learner has no actor left to take experience from: the run ends with one line."""
+
+
+# A learner whose actors have sent nothing for this long gives up (seconds).
+NO_EXPERIENCE_S = 600.0
+
+
+class NoLearner(ConnectionError):
+    """No learner answered at an actor's experience endpoint (:meth:`ActorLink.connect`)."""
+
+
 class ActorLink:
     """An actor's sockets: PUSH for its chunks, SUB for parameters, the learner's table of
     stored episodes and the stop notice. :attr:`uuid` is the actor's stream id.
 
-    ``send`` waits while ``queue_chunks`` chunks are queued; :meth:`wait_for_learner` waits
-    while ``episodes_ahead`` finished episodes are not stored. Both give up after ``give_up_s``
-    seconds without progress (the learner is gone) or on a stop.
+    :meth:`connect` waits for the learner's first connection. ``send`` waits while
+    ``queue_chunks`` chunks are queued; :meth:`wait_for_learner` waits while ``episodes_ahead``
+    finished episodes are not stored. Both give up after ``give_up_s`` seconds without
+    progress (the learner is gone: :attr:`gave_up` says so) or on a stop.
     """
 
-    def __init__(self, ends: ActorEndpoints, actor_id: int = 0, give_up_s: float = 60.0):
+    def __init__(
+        self, ends: ActorEndpoints, actor_id: int = 0, give_up_s: float = LEARNER_SILENCE_S
+    ):
         # the low half names the actor in the learner's records; the high half tells apart
         # actors started with the same id
         self.uuid = (int.from_bytes(os.urandom(4), "little") << 32) | (int(actor_id) & 0xFFFFFFFF)
         self._ctx = zmq.Context()
         keys = dict(keys=ends.keys, server_side=False)
-        self._push = transport.open_socket(
-            self._ctx, zmq.PUSH, ends.experience, "Conn", hwm=ends.queue_chunks, **keys
-        )
+        # The experience socket is watched from before it connects (connect() reads whether it
+        # did): a watch attached later can miss the connection's one event.
+        self._push = self._ctx.socket(zmq.PUSH)
+        self._push.linger = 0
+        self._push.sndhwm = ends.queue_chunks
+        if ends.keys is not None:
+            ends.keys.apply_client(self._push)
+        self._watch: Optional[transport.ConnectionWatch] = transport.ConnectionWatch(self._push)
+        self._push.connect(ends.experience)
         self._sub = transport.open_socket(self._ctx, zmq.SUB, ends.params, "Conn", **keys)
         self._sub.setsockopt(zmq.SUBSCRIBE, PARAMS_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STOP_TOPIC)
         self._sub.setsockopt(zmq.SUBSCRIBE, STORED_TOPIC)
+        self.experience = ends.experience
         self._event = ends.stop
         self._stopped = False
+        self.gave_up: Optional[str] = None  # why the link stopped waiting for the learner
         self._newest: Optional[tuple] = None
         self._give_up = give_up_s
         self._ahead = ends.episodes_ahead
         self.keepalive = float(ends.keepalive)
         self.stored_episode = -1  # the last of this actor's episodes the learner stored
+
+    def connect(self, timeout: float = LEARNER_WAIT_S) -> None:
+        """Waits until the experience socket has connected to the learner (seconds).
+
+        Raises:
+          NoLearner: nothing accepted a connection at the endpoint within `timeout` seconds,
+            or the learner refused this actor's handshake (CURVE keys).
+        """
+        watch = self._watch
+        if watch is None:  # connected before
+            return
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                watch.poll()
+                if watch.opened:
+                    return
+                if watch.refused:
+                    raise NoLearner(
+                        f"the learner at {self.experience} refused this actor's handshake "
+                        "(it takes the run's CURVE keys only)"
+                    )
+                if time.monotonic() >= deadline:
+                    raise NoLearner(
+                        f"no learner at {self.experience}: nothing accepted a connection in "
+                        f"{timeout:g} s; start the learner first, or check the endpoint"
+                    )
+                time.sleep(0.01)
+        finally:
+            watch.close()
+            self._watch = None
 
     def should_stop(self) -> bool:
         self._drain()
@@ -435,7 +495,8 @@ class ActorLink:
             if ready():
                 return True
             if time.monotonic() - since > self._give_up:
-                log.warning("the learner %s for %g s; stopping", what, self._give_up)
+                self.gave_up = f"the learner at {self.experience} {what} for {self._give_up:g} s"
+                log.warning("%s; stopping", self.gave_up)
                 self._stopped = True
                 return False
             time.sleep(0.002)
@@ -467,6 +528,9 @@ class ActorLink:
                 self._newest = (version, data[_VERSION.size :])
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         self._push.close(0)
         self._sub.close(0)
         self._ctx.term()
@@ -611,25 +675,33 @@ def _act(agent, environment, link, stream, chunk_size, seed, max_steps) -> int:
     return steps
 
 
-def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -> None:
-    """Entry point of an actor process: loads gin, seeds, connects (``ends.open()``) and runs
-    :func:`run_actor`."""
+def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -> int:
+    """Entry point of an actor process: connects (``ends.open()``, then
+    :meth:`ActorLink.connect`: one line once connected), loads gin, seeds and runs
+    :func:`run_actor`. Returns 0, or 1 when it stopped because the learner went silent
+    (:attr:`ActorLink.gave_up`, logged).
+
+    Raises:
+      NoLearner: no learner at ``ends.experience`` (before anything heavy is imported).
+    """
     cli.configure_logging()  # as every memoire process: level from $MEMOIRE_LOG_LEVEL, no chatter
     os.environ.setdefault(
         "XLA_FLAGS",
         "--xla_cpu_multi_thread_eigen=false "
         f"intra_op_parallelism_threads={config['actor_threads']}",
     )
-    from absl import logging as absl_logging
-
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    from memoire.experiments import runner
-
-    seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
-    runner.load_gin(facts["gin_files"], facts["bindings"])
-    runner.seed_everything(seed)
     link = ends.open(actor_id)
     try:
+        link.connect()
+        log.info("actor %d connected to the learner at %s", actor_id, ends.experience)
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.WARNING)
+        from memoire.experiments import runner
+
+        seed = int(np.random.SeedSequence([facts["seed"], actor_id + 1]).generate_state(1)[0])
+        runner.load_gin(facts["gin_files"], facts["bindings"])
+        runner.seed_everything(seed)
         run_actor(
             actor_id,
             link,
@@ -641,6 +713,7 @@ def actor_main(actor_id: int, facts: dict, config: dict, ends: ActorEndpoints) -
         pass
     finally:
         link.close()
+    return 0 if link.gave_up is None else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -763,11 +836,14 @@ def _learner_class():
                 trained = self._train_limited()
                 if not stored and not trained:
                     if not self._actors_alive():
-                        raise RuntimeError(
-                            "all actors have exited or disconnected (killed); see their output"
+                        raise NoActors(
+                            "all actors have exited or disconnected (killed); see their lines above"
                         )
-                    if time.time() - idle_since > 600:
-                        raise TimeoutError("no experience from any actor for 600 s")
+                    if time.time() - idle_since > NO_EXPERIENCE_S:
+                        raise NoActors(
+                            f"no experience from any actor for {NO_EXPERIENCE_S:g} s (actors "
+                            f"reach the learner at {self._sockets.endpoints['experience']})"
+                        )
                     continue
                 idle_since = time.time()
                 steps += trained
@@ -868,17 +944,63 @@ def run(facts: dict, config: DistributedConfig) -> int:
     return 0
 
 
+def experience_summary(
+    counters: dict, row_offsets: dict, refused: Optional[int] = None, actors: str = ""
+) -> str:
+    """The learner's closing line: what its actors' experience came to, in labelled figures.
+
+    Args:
+      counters: the chunk ingest's counters (``chunks``, ``keepalives``, ``rejected`` by reason).
+      row_offsets: {stored rows minus the actor's steps: episodes} (one value when every episode
+        was stored whole; Dopamine's JAX buffer stores as many rows as steps).
+      refused: connections refused for their CURVE keys (None: the sockets have no keys).
+      actors: what the launcher says of its actors (e.g. ``Ray actors: 8 placed, 1 lost, 1
+        restarted``), or ''.
+
+    E.g. ``experience: 41 episodes stored (rows = actor steps in each); 226 chunks and 12
+    keepalives received, 3 rejected (peer_lost 3); CURVE: 0 connections refused``.
+    """
+    episodes = sum(row_offsets.values())
+
+    def rows(offset: int) -> str:
+        if not offset:
+            return "rows = actor steps"
+        return f"rows = actor steps {'+' if offset > 0 else '-'} {abs(offset)}"
+
+    if len(row_offsets) == 1:
+        stored = f"{episodes} episodes stored ({rows(next(iter(row_offsets)))} in each)"
+    elif row_offsets:
+        parts = ", ".join(f"{n} with {rows(k)}" for k, n in sorted(row_offsets.items()))
+        stored = f"{episodes} episodes stored ({parts})"
+    else:
+        stored = "0 episodes stored"
+    rejected = dict(counters.get("rejected", {}))
+    why = (
+        " (" + ", ".join(f"{k} {v}" for k, v in sorted(rejected.items())) + ")" if rejected else ""
+    )
+    text = (
+        f"experience: {stored}; {counters.get('chunks', 0)} chunks and "
+        f"{counters.get('keepalives', 0)} keepalives received, "
+        f"{sum(rejected.values())} rejected{why}"
+    )
+    if refused is not None:
+        text += f"; CURVE: {refused} connection(s) refused"
+    return text + (f"; {actors}" if actors else "")
+
+
 def run_learner(
     facts: dict,
     config: DistributedConfig,
     sockets: LearnerSockets,
     who: str,
     actors_alive=lambda: True,
+    actors_report=lambda: "",
 ) -> None:
     """Runs the learner on bound ``sockets`` until its last iteration (resuming from
     ``facts['dir']``'s checkpoints), in this process, with gin loaded. ``who`` names the actors
-    in the log; ``actors_alive()`` False ends the run with an error. The caller stops the
-    actors and closes the sockets."""
+    in the log; ``actors_alive()`` False ends the run with an error; ``actors_report()`` is
+    what the launcher says of its actors in the closing line (:func:`experience_summary`). The
+    caller stops the actors and closes the sockets."""
     from memoire.experiments import replay_routing, runner
 
     learner = _learner_class()(
@@ -903,13 +1025,16 @@ def run_learner(
             sockets.endpoints["params"],
         )
         learner.run_experiment()
-        # What the actors' experience cost: stored, dropped by reason (peer_lost: actors
+        # What the actors' experience came to: stored, dropped by reason (peer_lost: actors
         # killed or frozen mid-episode), keepalives.
         log.info(
-            "experience ingest: %s; stored rows minus actor steps per episode: %s%s",
-            learner._receiver.ingest.counters(),
-            dict(learner.row_offsets),
-            f"; CURVE: {sockets.refused} connection(s) refused" if sockets.encrypted else "",
+            "%s",
+            experience_summary(
+                learner._receiver.ingest.counters(),
+                dict(learner.row_offsets),
+                sockets.refused if sockets.encrypted else None,
+                actors_report(),
+            ),
         )
         runner.write_operative_config(facts["dir"])
     finally:

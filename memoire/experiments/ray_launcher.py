@@ -43,10 +43,14 @@ memoire[ray]``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import os
+import socket
+import sys
 import tempfile
 import threading
 import time
@@ -55,13 +59,19 @@ from typing import Any, Optional
 import gin
 
 from memoire import cli, transport
-from memoire.experiments import distributed
+from memoire.experiments import distributed, ray_report
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "memoire"
 INSTALL_HINT = "the Ray launcher needs Ray: pip install memoire[ray]"
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its node id
+# Seconds a HOST:PORT address has to accept a connection before the command says nothing
+# answers there (Ray itself would retry for a minute).
+REACH_S = 3.0
+# Seconds the driver waits for the learner, or the actors, to be given processes before it says
+# which still wait and for what (a process Ray can place starts within a second or two).
+PLACEMENT_WAIT_S = 10.0
 
 
 @gin.configurable(module="memoire.ray")
@@ -146,16 +156,41 @@ def import_ray():
     return ray
 
 
+# Ray's token authentication (Ray 2.60): what a refused connection says, and the fix.
+_AUTH_REFUSED = ("Unauthenticated", "InvalidAuthToken", "AuthenticationError")
+AUTH_HINT = (
+    "the cluster uses Ray's token authentication: export RAY_AUTH_MODE=token, and put the "
+    "cluster's token (the head's ~/.ray/auth_token) in ~/.ray/auth_token here, or point "
+    "RAY_AUTH_TOKEN_PATH at it"
+)
+
+
 def connect(address: str, cpus_needed: float = 0.0) -> bool:
     """Connects this process to Ray (``address`` '' starts a local cluster with at least
     ``cpus_needed`` logical CPUs, so a run that the local launcher would start here also fits
     Ray's bookkeeping). Returns True when this call started Ray here (the caller then calls
-    ``ray.shutdown()`` at the end)."""
+    ``ray.shutdown()`` at the end).
+
+    Ray's own output stays out below ``--log-level debug`` (its loggers at ERROR, its C++
+    logging at error, the cluster's output through :func:`ray_report.forward_worker_output`).
+
+    Raises:
+      cli.UsageError: one line: no cluster at ``address``, nothing listening there, or the
+        cluster refused this process (token authentication), with what to do.
+    """
     ray = import_ray()
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
+    quiet = ray_report.quiet()
+    if quiet:  # as TF_CPP_MIN_LOG_LEVEL for TensorFlow: the user's own setting wins
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    kwargs: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "log_to_driver": True,
+        "logging_level": logging.ERROR if quiet else logging.INFO,
+    }
     if address:
+        _check_reachable(address)
         kwargs["address"] = address
     else:  # a cluster of this machine alone: keep it on loopback, without its dashboard
         kwargs.update(
@@ -164,8 +199,88 @@ def connect(address: str, cpus_needed: float = 0.0) -> bool:
             num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)),
         )
     kwargs.update(_off_the_checkout())
-    ray.init(**kwargs)
+    said: list = []
+    try:
+        # The driver's C++ side logs to stderr as it starts (each refused attempt to join, its
+        # log level): held, to tell an authentication refusal from other failures, and written
+        # out without Ray's own lines (Ray's daemons and workers log to their own files).
+        with _held_stderr(said):
+            ray.init(**kwargs)
+    except ConnectionError as e:
+        raise cli.UsageError(_connect_error(address, e, "".join(said))) from None
+    except Exception as e:  # noqa: BLE001 - e.g. ray.exceptions.AuthenticationError
+        if any(word in f"{type(e).__name__} {e}" for word in _AUTH_REFUSED):
+            raise cli.UsageError(f"--ray_address {address or '(none)'}: {AUTH_HINT}") from None
+        raise
+    ray_report.forward_worker_output()
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """For a ``HOST:PORT`` address: something accepts a TCP connection there within
+    :data:`REACH_S` seconds (Ray would try for a minute before saying no).
+
+    Raises:
+      cli.UsageError: nothing listens there, or nothing answers.
+    """
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_S).close()
+    except ConnectionRefusedError:
+        raise cli.UsageError(
+            f"--ray_address {address}: nothing listens there; start the head there "
+            f"(ray start --head --port {port}), or give the address its `ray start --head` printed"
+        ) from None
+    except OSError as e:  # a timeout, an unknown host, an unreachable network
+        raise cli.UsageError(
+            f"--ray_address {address}: cannot reach it ({e or 'no answer in %g s' % REACH_S}); "
+            "check the head's address and that its port is open to this machine"
+        ) from None
+
+
+def _connect_error(address: str, error: Exception, said: str) -> str:
+    """The one line of a failed ``ray.init``: why, and what to do."""
+    if any(word in said for word in _AUTH_REFUSED):
+        return f"--ray_address {address}: the cluster refused this process; {AUTH_HINT}"
+    if address == "auto":
+        return (
+            "--ray_address auto: no Ray cluster runs on this machine; start one (ray start "
+            "--head), give the head's HOST:PORT, or leave --ray_address out for a cluster of "
+            "this command's own"
+        )
+    return f"--ray_address {address or '(none)'}: {cli.one_line(error)}"
+
+
+@contextlib.contextmanager
+def _held_stderr(said: list):
+    """Holds what is written to file descriptor 2 while the block runs and appends it to
+    ``said``; afterwards writes out what is not Ray's own logging below ERROR (all of it with
+    ``--log-level debug``)."""
+    sys_stderr = sys.stderr
+    sys_stderr.flush()
+    held = tempfile.TemporaryFile()
+    saved = os.dup(2)
+    os.dup2(held.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys_stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        text = held.read().decode("utf-8", "replace")
+        held.close()
+        said.append(text)
+        keep = [
+            line
+            for line in text.splitlines(keepends=True)
+            if not (ray_report.quiet() and ray_report.is_ray_line(line))
+        ]
+        if keep:
+            sys_stderr.write("".join(keep))
+            sys_stderr.flush()
 
 
 def _off_the_checkout() -> dict:
@@ -231,6 +346,7 @@ class LearnerProcess:
         self._sockets = distributed.LearnerSockets(config, host=host, keys=keys)
         self._host = host
         self._actors_gone = threading.Event()
+        self._actors_report = ""
 
     def endpoints(self) -> dict:
         """``{'experience': 'tcp://IP:PORT', 'params': 'tcp://IP:PORT'}``, as actors reach
@@ -266,6 +382,11 @@ class LearnerProcess:
         """Told by the driver when every actor has ended for good: the learner stops waiting."""
         self._actors_gone.set()
 
+    def set_actors_report(self, text: str) -> None:
+        """Told by the driver: what Ray did with the actors (:meth:`ActorWatch.report`), for
+        the learner's closing line."""
+        self._actors_report = str(text)
+
     def run(self, who: str) -> int:
         try:
             distributed.run_learner(
@@ -274,6 +395,7 @@ class LearnerProcess:
                 self._sockets,
                 who,
                 lambda: not self._actors_gone.is_set(),
+                lambda: self._actors_report,
             )
         finally:
             self._sockets.stop_actors()
@@ -316,6 +438,9 @@ class ActorProcess:
     def _act(self, actor_id: int, facts: dict, config: dict) -> None:
         try:
             distributed.actor_main(actor_id, facts, config, self._ends)
+        except distributed.NoLearner as e:  # the process ends, so Ray restarts it
+            log.error("actor %d: %s; its process exits", actor_id, e)
+            os._exit(1)
         except BaseException:  # the process ends, so Ray restarts it (within actor_restarts)
             log.exception("actor %d failed; its process exits", actor_id)
             os._exit(1)
@@ -357,8 +482,142 @@ def actor_placement(ray_config: RayConfig, learner_node: str) -> dict:
     return options
 
 
-def run(facts: dict, config: distributed.DistributedConfig) -> int:
-    """Runs the learner and ``config.num_actors`` actors on Ray (see the module docstring).
+@dataclasses.dataclass
+class Session:
+    """A Ray connection checked for a run (:func:`open_session`)."""
+
+    ray_config: RayConfig
+    started_here: bool  # this command started a local cluster (it stops it at the end)
+
+    def close(self) -> None:
+        if self.started_here:
+            import ray
+
+            ray.shutdown()
+
+
+def _placement_fix(what: str, want: dict, why: str, session_address: str) -> str:
+    """What to do about a process no node can hold."""
+    custom = [k for k in want if k not in ("CPU", "GPU")]
+    if not session_address and custom:
+        return (
+            "a cluster this command starts for itself has no custom resources: give "
+            "--ray_address of a cluster with such a node"
+        )
+    if "no node of the cluster has" in why and custom:
+        amounts = ", ".join(f'"{k}": {want[k]:g}' for k in custom)
+        return (
+            f"start such a node (ray start --address HEAD:PORT --resources '{{{amounts}}}'), "
+            f"or change {what}"
+        )
+    return f"lower {what}, or add a node that has that much"
+
+
+def open_session(config: distributed.DistributedConfig) -> Session:
+    """Connects to Ray (:func:`connect`) and checks that some node can hold the learner and
+    some node an actor, before anything is written or started.
+
+    Raises:
+      cli.UsageError: no cluster (see :func:`connect`), or a process no node of the cluster
+        can ever hold (a custom resource no node has, more than any node has), naming the
+        resource and the fix.
+    """
+    ray_config = RayConfig()
+    started_here = connect(
+        ray_config.address, ray_config.learner_cpus + config.num_actors * ray_config.actor_cpus
+    )
+    session = Session(ray_config, started_here)
+    try:
+        nodes = ray_report.alive_nodes()
+        asks = (
+            (
+                "the learner",
+                "RayConfig.learner_resources"
+                if ray_config.learner_resources
+                else "RayConfig.learner_cpus / learner_gpus",
+                ray_report.demand(
+                    ray_config.learner_cpus,
+                    ray_config.learner_gpus,
+                    ray_config.learner_resources,
+                ),
+            ),
+            (
+                "each actor",
+                "RayConfig.actor_cpus",
+                ray_report.demand(ray_config.actor_cpus),
+            ),
+        )
+        for who, setting, want in asks:
+            why = ray_report.never_placed(want, nodes)
+            if why:
+                raise cli.UsageError(
+                    f"{who} asks Ray for {ray_report.resources_text(want)} ({setting}), and "
+                    f"{why}: {_placement_fix(setting, want, why, ray_config.address)}"
+                )
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def _await_learner(learner, want: dict) -> dict:
+    """The learner's endpoints, once it runs; says once what it waits for when no node has
+    room for it within :data:`PLACEMENT_WAIT_S` seconds."""
+    import ray
+
+    ref = learner.endpoints.remote()
+    start, said = time.monotonic(), False
+    while not ray.wait([ref], timeout=1.0)[0]:
+        if said or time.monotonic() - start < PLACEMENT_WAIT_S:
+            continue
+        if not ray_report.queued(want):
+            continue  # placed: its process is starting (TensorFlow, JAX, gin)
+        nodes = ray_report.alive_nodes()
+        log.info(
+            "ray: the learner waits for a node with %s free (%s)",
+            ray_report.resources_text(want),
+            ray_report.free_text(want, nodes),
+        )
+        said = True
+    return ray.get(ref)
+
+
+def _await_placement(watch: ray_report.ActorWatch, want: dict) -> None:
+    """Waits until every actor has a process or waits in a raylet's queue for room (asking for
+    ``want``), at most :data:`PLACEMENT_WAIT_S` seconds; then says how many are placed, and
+    what the others wait for."""
+    deadline = time.monotonic() + PLACEMENT_WAIT_S
+    while True:
+        watch.poll(say=False)
+        pending = watch.pending()
+        # Done when each actor has its process or waits in a raylet's queue for room (one
+        # given room, whose process is starting, is in neither yet).
+        if len(pending) <= ray_report.queued(want) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    nodes = ray_report.alive_nodes()
+    total = len(pending) + len(watch.placed)
+    if not pending:
+        log.info("ray: %d of %d actors placed", total, total)
+        return
+    log.warning(
+        "ray: %d of %d actors placed, %d pending: each asks for %s and the cluster has %s; "
+        "they start when room frees or a node joins",
+        len(watch.placed),
+        total,
+        len(pending),
+        ray_report.resources_text(want),
+        ray_report.free_text(want, nodes),
+    )
+
+
+def run(
+    facts: dict, config: distributed.DistributedConfig, session: Optional[Session] = None
+) -> int:
+    """Runs the learner and ``config.num_actors`` actors on Ray (see the module docstring),
+    in ``session`` (None: :func:`open_session` here), and reports what Ray did: where the
+    learner runs, how many actors were placed and why others wait, each actor lost or
+    restarted (one line each), and those counts in the learner's closing line.
 
     Returns 0 when the learner finished, 1 when it died (the command can be run again to
     resume).
@@ -366,10 +625,8 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
     ray = import_ray()
     from ray.exceptions import RayActorError, RayTaskError
 
-    ray_config = RayConfig()
-    started_here = connect(
-        ray_config.address, ray_config.learner_cpus + config.num_actors * ray_config.actor_cpus
-    )
+    session = session or open_session(config)
+    ray_config = session.ray_config
     facts = dict(
         facts,
         dir=os.path.abspath(facts["dir"]),
@@ -378,7 +635,7 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
     config = copy.copy(config)
     config.transport = "zmq"  # actors may be on other nodes: TCP, not ipc://
     host = ray_config.learner_host
-    if host == "auto" and started_here:
+    if host == "auto" and session.started_here:
         host = "127.0.0.1"
     server_keys, client_keys = transport.run_keys() if ray_config.curve != "off" else (None, None)
     learner_cls = ray.remote(LearnerProcess).options(
@@ -387,14 +644,29 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
         num_gpus=ray_config.learner_gpus,
         resources=ray_config.learner_resources,
         max_restarts=0,
-        max_concurrency=4,  # run() with actors_gone(), node(), refused()
+        max_concurrency=4,  # run() with actors_gone(), set_actors_report(), node(), refused()
     )
     actor_cls = ray.remote(ActorProcess)
     learner = learner_cls.remote(facts, config, host, server_keys, ray_config.curve)
     actors: list = []
+    learner_died = (
+        "the learner's process died; run the same command again to resume from its last "
+        f"checkpoint in {facts['dir']}"
+    )
     try:
+        try:
+            endpoints = _await_learner(
+                learner,
+                ray_report.demand(
+                    ray_config.learner_cpus, ray_config.learner_gpus, ray_config.learner_resources
+                ),
+            )
+        except RayActorError as e:  # its constructor failed (gin, a socket) or its node died
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            log.error("the learner did not start: %s", first)
+            return 1
         ends = dict(
-            ray.get(learner.endpoints.remote()),
+            endpoints,
             queue_chunks=config.queue_chunks,
             episodes_ahead=config.episodes_ahead,
             keys=client_keys if ray.get(learner.encrypted.remote()) else None,
@@ -402,7 +674,15 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
         warning = distributed.insecure_warning(ray_config.curve, ends["experience"])
         if warning:
             log.warning("%s", warning)
-        placement = actor_placement(ray_config, ray.get(learner.node.remote()))
+        learner_node = ray.get(learner.node.remote())
+        log.info(
+            "ray: the learner runs on %s (experience %s, parameters %s, %s)",
+            ray_report.node_name(learner_node, ray_report.alive_nodes()),
+            ends["experience"],
+            ends["params"],
+            "CURVE keys of the run" if ends["keys"] is not None else "no CURVE",
+        )
+        placement = actor_placement(ray_config, learner_node)
         actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
         for i in range(config.num_actors):
             actors.append(
@@ -416,17 +696,15 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
                     **placement,
                 ).remote(i, actor_facts, config.as_dict(), ends)
             )
-        log.info(
-            "ray: learner and %d actor(s) started (experience %s, parameters %s, %s)",
-            len(actors),
-            ends["experience"],
-            ends["params"],
-            "CURVE keys of the run" if ends["keys"] is not None else "no CURVE",
-        )
+        watch = ray_report.ActorWatch(actors, ray_config.actor_restarts)
+        _await_placement(watch, ray_report.demand(ray_config.actor_cpus))
+        learner.set_actors_report.remote(watch.report())
         done = learner.run.remote(f"{len(actors)} Ray actor(s)")
         joins = [a.join.remote() for a in actors]
         told = False
         while not ray.wait([done], timeout=1.0)[0]:
+            if watch.poll():
+                learner.set_actors_report.remote(watch.report())
             if (
                 not told
                 and joins
@@ -437,14 +715,13 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
         try:
             ray.get(done)
         except RayActorError:
-            log.error(
-                "the learner's process died; run the same command again to resume "
-                "from its last checkpoint in %s",
-                facts["dir"],
-            )
+            log.error("%s", learner_died)
             return 1
         except RayTaskError as e:  # the learner raised: Ray's message holds its traceback
-            log.error("the learner failed: %s", e)
+            if isinstance(e.cause, distributed.NoActors):
+                log.error("the learner stops: %s", e.cause)
+            else:
+                log.error("the learner failed: %s", e)
             return 1
         ray.wait(joins, num_returns=len(joins), timeout=15.0)  # actors heard the stop notice
         return 0
@@ -452,8 +729,7 @@ def run(facts: dict, config: distributed.DistributedConfig) -> int:
         for a in actors:
             ray.kill(a, no_restart=True)
         ray.kill(learner, no_restart=True)
-        if started_here:
-            ray.shutdown()
+        session.close()
 
 
 # ---------------------------------------------------------------------------------------------

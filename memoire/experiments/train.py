@@ -51,6 +51,8 @@ writes and submits a SLURM job whose tasks are the learner and the actors (see
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
 import gin
 
@@ -63,8 +65,14 @@ from memoire.experiments import (
 )
 from memoire.experiments import runner as runner_lib
 from memoire.experiments import sweep as sweep_lib
+from memoire.gin_query import query
 
 log = logging.getLogger(__name__)
+
+# How long the learner waits for the replay server gin points it at before it says there is
+# none (seconds; a running server answers at once). Once it has answered, the agent's proxy
+# rides out restarts for its own (1 + retries) * timeout seconds.
+SERVER_WAIT_S = 5.0
 
 
 def _launcher_bindings(args) -> list[str]:
@@ -142,9 +150,15 @@ def prepare(args, write: bool = True) -> dict:
         _check_launcher()
     except ValueError as e:
         raise cli.UsageError(e) from None
-    if write:
-        sweep_lib.write_setting_record(
-            directory,
+    facts = dict(
+        sweep=sweep,
+        setting=setting,
+        run=run,
+        seed=seed,
+        dir=directory,
+        gin_files=gin_files,
+        bindings=bindings + seed_bindings,
+        record=dict(
             index=args.index,
             setting=setting,
             run=run,
@@ -153,16 +167,74 @@ def prepare(args, write: bool = True) -> dict:
             gin_files=gin_files,
             sweep_file=args.sweep,
             extra_bindings=extra,
-        )
-    return dict(
-        sweep=sweep,
-        setting=setting,
-        run=run,
-        seed=seed,
-        dir=directory,
-        gin_files=gin_files,
-        bindings=bindings + seed_bindings,
+        ),
     )
+    if write:
+        write_record(facts)
+    return facts
+
+
+def write_record(facts: dict) -> None:
+    """Writes the run's ``setting.json`` (what :func:`prepare` found)."""
+    sweep_lib.write_setting_record(facts["dir"], **facts["record"])
+
+
+def iterations_left(facts: dict) -> int:
+    """Iterations the run in ``facts['dir']`` has still to train: ``Runner.num_iterations``
+    minus those its last complete checkpoint holds (Dopamine's runner resumes after it)."""
+    import inspect
+
+    from dopamine.discrete_domains import checkpointer, run_experiment
+
+    default = inspect.signature(run_experiment.Runner.__init__).parameters["num_iterations"]
+    total = int(query("Runner.num_iterations", default.default))
+    done = checkpointer.get_latest_checkpoint_number(os.path.join(facts["dir"], "checkpoints")) + 1
+    return max(0, total - done)
+
+
+def _replay_servers() -> list:
+    """``(selector, endpoint, name)`` of each replay server gin points an agent at (a JAX
+    agent's ``replay_endpoint``, a TF agent's ``MemoireRemoteOutOfGraphReplayBuffer``)."""
+    from memoire.dopamine_compat import jax_agents
+
+    agents = [n for n in vars(jax_agents) if n.startswith("MemoireJax") and n.endswith("Agent")]
+    selectors = [(f"{a}.replay_endpoint", f"{a}.replay_name") for a in sorted(agents)]
+    remote = "MemoireRemoteOutOfGraphReplayBuffer"
+    selectors.append((f"{remote}.endpoint", f"{remote}.name"))
+    out = []
+    for endpoint, name in selectors:
+        where = query(endpoint, None)
+        if where:
+            out.append((endpoint, str(where), str(query(name, "replay"))))
+    return out
+
+
+def check_replay_server(wait: float = SERVER_WAIT_S) -> None:
+    """Says which replay server the run's agent uses, once, and checks within ``wait``
+    seconds that it answers (nothing is asked of a run with its replay in process).
+
+    Raises:
+      cli.UsageError: nothing answered at the endpoint, or it serves no buffer of that name.
+    """
+    from memoire.remote import RemoteError, RemoteObject
+
+    for selector, endpoint, name in _replay_servers():
+        log.info(
+            "replay on the server at %s (buffer %r); waiting up to %g s for it",
+            endpoint,
+            name,
+            wait,
+        )
+        try:
+            with RemoteObject(endpoint, name, timeout=wait, retries=0) as server:
+                server.call("describe")
+        except TimeoutError:
+            raise cli.UsageError(
+                f"no replay server answers at {endpoint} (waited {wait:g} s): start it first "
+                f"(memoire serve --buffer KIND --gin_files F), or check {selector}"
+            ) from None
+        except (RemoteError, ValueError) as e:
+            raise cli.UsageError(f"the replay server at {endpoint} ({selector}): {e}") from None
 
 
 def run_local(facts: dict) -> int:
@@ -182,19 +254,60 @@ def run_local(facts: dict) -> int:
 def launch(args) -> int:
     """Runs ``memoire train`` as parsed into ``args`` (see :mod:`memoire.commands.train`):
     prepares the run (:func:`prepare`), then a local run, or a distributed one (the learner
-    and its actors, spawned or on Ray). Returns the process exit code.
+    and its actors, spawned or on Ray). SIGTERM and Ctrl-C stop it cleanly (actors stopped,
+    records closed) with one line. Returns the process exit code (128 + the signal's number
+    when a signal stopped it).
 
     Raises:
-      cli.UsageError: as :func:`prepare`.
+      cli.UsageError: as :func:`prepare`; no replay server, or no Ray cluster, where gin
+        names one (before anything is written).
     """
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.INFO if args.verbose else absl_logging.WARNING)
     slurm_task = slurm_launcher.in_task()
-    facts = prepare(args, write=not slurm_task or slurm_launcher.task_rank() == 0)
+    facts = prepare(args, write=False)
     config = distributed.DistributedConfig()
     if config.launcher == "slurm" and not slurm_task:
+        write_record(facts)
         return slurm_launcher.submit_run(args, facts, config)
+    if slurm_task:
+        if slurm_launcher.task_rank() == 0:
+            write_record(facts)
+        return _run(facts, config, slurm_task)
+    # SIGTERM as Ctrl-C: every `finally` runs (actors stopped, sockets and records closed)
+    # instead of the process vanishing; the second one is ignored while that cleanup runs.
+    slurm_launcher.catch_sigterm()
+    try:
+        return _run(facts, config, slurm_task)
+    except (slurm_launcher.Terminated, KeyboardInterrupt) as e:
+        how = signal.SIGTERM if isinstance(e, slurm_launcher.Terminated) else signal.SIGINT
+        log.info(
+            "stopped by %s; the same command resumes from the last checkpoint in %s",
+            "SIGTERM" if how == signal.SIGTERM else "Ctrl-C",
+            facts["dir"],
+        )
+        return 128 + int(how)
+
+
+def _run(facts: dict, config: distributed.DistributedConfig, slurm_task: bool) -> int:
+    """What :func:`launch` runs once the run is prepared (nothing written yet, but in a SLURM
+    task): checks the replay server, writes the record, then trains."""
+    if config.num_actors > 0 and config.launcher != "slurm" and not iterations_left(facts):
+        # A finished distributed run starts nothing: no actors, no Ray cluster.
+        log.info(
+            "%s: all its iterations are done; nothing to train, no actor started. Delete the "
+            "folder, or choose another --base_dir, to start over",
+            facts["dir"],
+        )
+        write_record(facts)
+        return 0
+    check_replay_server()
+    ray_session = None
+    if config.num_actors > 0 and config.launcher == "ray":
+        ray_session = ray_launcher.open_session(config)  # no cluster, no room: said here
+    if not slurm_task:
+        write_record(facts)
     runner_lib.seed_everything(facts["seed"])
     import tensorflow as tf
 
@@ -207,10 +320,14 @@ def launch(args) -> int:
         facts["seed"],
         facts["dir"],
     )
-    if config.launcher == "slurm":
-        return slurm_launcher.run_task(facts, config)
-    if config.num_actors > 0 and config.launcher == "ray":
-        return ray_launcher.run(facts, config)
-    if config.num_actors > 0:
-        return distributed.run(facts, config)
+    if ray_session is not None:
+        return ray_launcher.run(facts, config, ray_session)  # says its own failures
+    try:
+        if config.launcher == "slurm":
+            return slurm_launcher.run_task(facts, config)
+        if config.num_actors > 0:
+            return distributed.run(facts, config)
+    except distributed.NoActors as e:
+        log.error("the learner stops: %s", e)
+        return 1
     return run_local(facts)

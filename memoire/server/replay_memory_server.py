@@ -35,6 +35,7 @@ from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES
 from memoire.server.sampling_service import SamplingService, check_native, check_threads
 from memoire.server.workers import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    BindError,
     Logfile,
     Publisher,
     Stats,
@@ -285,7 +286,11 @@ class ReplayMemoryServer:
         self._pub: Optional[Publisher] = None
         self.pub_endpoint: Optional[str] = None
         if pub_endpoint is not None:
-            self._pub = Publisher(self._workers, pub_endpoint)
+            try:
+                self._pub = Publisher(self._workers, pub_endpoint)
+            except BindError:  # nothing runs yet: the context goes with it
+                self._workers.terminate()
+                raise
             self.pub_endpoint = self._pub.endpoint
             self.endpoints["pub"].append(self.pub_endpoint)
         if checkpoint_every is not None:
@@ -619,6 +624,7 @@ class ReplayMemoryServer:
         Raises:
           ValueError: `threads` is not an int in [1, 64].
           RuntimeError: memoire's native message path is off (the stream needs it).
+          BindError: its socket could not bind (a ZMQError naming the endpoint).
           TimeoutError: it did not bind within `timeout` seconds (its error is logged).
         """
         if threads is not None:
@@ -658,6 +664,7 @@ class ReplayMemoryServer:
         returns ``{"pub": ..., "rep": ..., "pull": ...}`` with the ports filled in.
 
         Raises:
+          BindError: a socket could not bind (a ZMQError naming the endpoint).
           TimeoutError: a worker did not bind within `timeout` seconds (its error is logged).
         """
         got = self._workers.start_threads(

@@ -48,6 +48,31 @@ DEFERRED_WAIT_S = 0.002  # a deferring loop with parked requests looks at its so
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 
+class BindError(zmq.ZMQError):
+    """A server's socket could not bind its endpoint (in use, or not this machine's address).
+
+    Attributes:
+      label: which socket ('pub', 'rep', 'pull', 'stream').
+      endpoint: the endpoint it was to bind, as given.
+      reason: libzmq's reason (e.g. "Address already in use").
+    """
+
+    def __init__(self, label: str, endpoint: str, error: zmq.ZMQError):
+        self.label, self.endpoint = label, endpoint
+        self.reason = str(error.strerror).split(" (addr=")[0]
+        super().__init__(error.errno, f"the {label} endpoint {endpoint}: {self.reason}")
+
+
+def bind_socket(label: str, endpoint: str, open_: Callable[[], zmq.Socket]) -> zmq.Socket:
+    """``open_()`` (a socket bound to `endpoint`), its ZMQError raised as :class:`BindError`."""
+    try:
+        return open_()
+    except BindError:
+        raise
+    except zmq.ZMQError as e:
+        raise BindError(label, endpoint, e) from None
+
+
 class Stats:
     """Counters of a server: ``counts`` by name and ``rejected`` by reason. Thread-safe."""
 
@@ -198,15 +223,19 @@ class Workers:
         :attr:`endpoints` under `label` (with the OS-chosen port when bound)."""
         if self.closing.is_set():
             raise RuntimeError(f"{label}: the server is closed")
-        sock = open_socket(
-            self.ctx,
-            kind,
-            endpoint,
-            mode,
-            keys=self.keys if (is_bind(mode) and server_side) else None,
-            bind_host=self.bind_host,
-            max_bytes=self.max_message_bytes,
-        )
+
+        def open_():
+            return open_socket(
+                self.ctx,
+                kind,
+                endpoint,
+                mode,
+                keys=self.keys if (is_bind(mode) and server_side) else None,
+                bind_host=self.bind_host,
+                max_bytes=self.max_message_bytes,
+            )
+
+        sock = bind_socket(label, endpoint, open_) if is_bind(mode) else open_()
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
             self.stats.cond.notify_all()
@@ -419,13 +448,29 @@ class Workers:
         a daemon thread and returns ``{label: endpoint bound}`` once each has bound.
 
         Raises:
+          BindError: a loop's socket could not bind (at once, not after `timeout`).
           TimeoutError: a loop did not bind within `timeout` seconds (its error is logged).
         """
         with self.stats.lock:
             before = {label: len(self.endpoints[label]) for _, _, label in targets}
-        for main, endpoint, _ in targets:
+        failed: Dict[str, BaseException] = {}  # label -> what stopped its loop before it bound
+
+        def run(main, label):
+            def loop(*args):
+                try:
+                    main(*args)
+                except BindError as e:  # start_threads raises it (the caller's to report)
+                    with self.stats.cond:
+                        failed[label] = e
+                        self.stats.cond.notify_all()
+                except Exception:  # noqa: BLE001 - after binding: the loop's own failure
+                    log.exception("%s failed", main.__name__)
+
+            return loop
+
+        for main, endpoint, label in targets:
             t = threading.Thread(
-                target=_logged(main),
+                target=run(main, label),
                 args=(endpoint, "Bind"),
                 daemon=True,
                 name=f"memoire-{main.__name__}",
@@ -435,6 +480,8 @@ class Workers:
         deadline = time.monotonic() + timeout
         with self.stats.cond:
             while any(len(self.endpoints[label]) <= n for label, n in before.items()):
+                if failed:
+                    raise next(iter(failed.values()))
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("start: the workers did not bind in time (see the log)")
@@ -471,13 +518,17 @@ class Publisher:
     def __init__(self, workers: Workers, endpoint: str):
         self._lock = threading.Lock()
         self._closing = workers.closing
-        self._sock = open_socket(
-            workers.ctx,
-            zmq.PUB,
+        self._sock = bind_socket(
+            "pub",
             endpoint,
-            "Bind",
-            keys=workers.keys,
-            bind_host=workers.bind_host,
+            lambda: open_socket(
+                workers.ctx,
+                zmq.PUB,
+                endpoint,
+                "Bind",
+                keys=workers.keys,
+                bind_host=workers.bind_host,
+            ),
         )
         self.endpoint = last_endpoint(self._sock)
 
@@ -545,13 +596,3 @@ class Logfile:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-
-
-def _logged(fn):
-    def run(*args):
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001 - a failed bind is reported by start()'s timeout
-            log.exception("%s failed", fn.__name__)
-
-    return run
