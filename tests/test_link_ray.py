@@ -5,8 +5,7 @@ authentication on, with a token of the test's own). The learner binds on its hos
 (beyond loopback: the run's CURVE keys), the actors run on the other host and their episodes
 cross the link; that host lost (every process on it killed), Ray restarts the actors on the
 head, and the run finishes with whole episodes only. With the default learner_host ('auto')
-the launcher binds loopback when given --ray_address (a strict xfail says why: the fix belongs
-to the launcher).
+the learner binds its node's address too.
 
 One run of the tiny CartPole config (a real Dopamine learner and actors) on a real two-node
 cluster: slow, and root only (skipped elsewhere, saying why).
@@ -139,14 +138,10 @@ def test_actors_on_the_other_host_and_its_loss(cluster):
     assert int(replay[-1]["add_count"]) == sum(int(r["length"]) - 1 for r in train_rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with --ray_address the Ray launcher's learner_host 'auto' binds 127.0.0.1: "
-    "ray_launcher.connect() returns True whenever it called ray.init (also to join a "
-    "cluster), and run() takes that for 'a cluster of this machine alone'; actors on other "
-    "hosts are then handed a loopback endpoint (their own), and nothing is keyed",
-)
 def test_auto_binds_the_learners_node_address(cluster):
+    # With --ray_address, learner_host 'auto' is the learner's node address as the cluster
+    # registered it, keyed (it bound 127.0.0.1, unkeyed, until the launcher told a joined
+    # cluster from one of its own).
     # Only the learner's first line is needed: the command is stopped once it says where the
     # learner bound.
     hosts, head, env, folder = cluster
@@ -164,7 +159,7 @@ def test_auto_binds_the_learners_node_address(cluster):
         )
     try:
         wait_until(
-            lambda: "started (experience" in out_path.read_text() or train.poll() is not None,
+            lambda: "(experience tcp://" in out_path.read_text() or train.poll() is not None,
             "where the learner bound",
             300,
         )
@@ -174,3 +169,4 @@ def test_auto_binds_the_learners_node_address(cluster):
             train.wait(60)
     out = out_path.read_text()
     assert f"experience tcp://{head}:" in out, out[-3000:]
+    assert "CURVE keys of the run" in out, out[-3000:]

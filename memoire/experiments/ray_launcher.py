@@ -168,8 +168,8 @@ AUTH_HINT = (
 def connect(address: str, cpus_needed: float = 0.0) -> bool:
     """Connects this process to Ray (``address`` '' starts a local cluster with at least
     ``cpus_needed`` logical CPUs, so a run that the local launcher would start here also fits
-    Ray's bookkeeping). Returns True when this call started Ray here (the caller then calls
-    ``ray.shutdown()`` at the end).
+    Ray's bookkeeping). Returns True when this call connected the process (``ray.init``: a
+    cluster of its own, or one joined); the caller then calls ``ray.shutdown()`` at the end.
 
     Ray's own output stays out below ``--log-level debug`` (its loggers at ERROR, its C++
     logging at error, the cluster's output through :func:`ray_report.forward_worker_output`).
@@ -324,6 +324,18 @@ def _prepare_process(facts: dict) -> None:
     tf.compat.v1.disable_v2_behavior()
 
 
+def _node_address() -> str:
+    """The address of the node this Ray worker runs on, as the cluster registered it (what
+    ``ray start --node-ip-address`` said), else the one Ray finds for this process."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    for entry in ray.nodes():
+        if entry.get("NodeID") == node and entry.get("NodeManagerAddress"):
+            return entry["NodeManagerAddress"]
+    return ray.util.get_node_ip_address()
+
+
 class LearnerProcess:
     """The learner in a Ray actor: binds its sockets when built; :meth:`run` trains."""
 
@@ -336,9 +348,7 @@ class LearnerProcess:
         curve: str = "auto",
     ):
         if host == "auto":
-            import ray
-
-            host = ray.util.get_node_ip_address()
+            host = _node_address()
         _prepare_process(facts)
         self._facts = facts
         self._config = config
@@ -487,10 +497,16 @@ class Session:
     """A Ray connection checked for a run (:func:`open_session`)."""
 
     ray_config: RayConfig
-    started_here: bool  # this command started a local cluster (it stops it at the end)
+    connected_here: bool  # this command called ray.init (it lets go at the end)
+
+    @property
+    def local(self) -> bool:
+        """A cluster of this machine alone, started by this command (no --ray_address): its
+        learner stays on loopback. Joined to a cluster, the learner binds its node's address."""
+        return self.connected_here and not self.ray_config.address
 
     def close(self) -> None:
-        if self.started_here:
+        if self.connected_here:
             import ray
 
             ray.shutdown()
@@ -523,10 +539,10 @@ def open_session(config: distributed.DistributedConfig) -> Session:
         resource and the fix.
     """
     ray_config = RayConfig()
-    started_here = connect(
+    connected_here = connect(
         ray_config.address, ray_config.learner_cpus + config.num_actors * ray_config.actor_cpus
     )
-    session = Session(ray_config, started_here)
+    session = Session(ray_config, connected_here)
     try:
         nodes = ray_report.alive_nodes()
         asks = (
@@ -635,7 +651,7 @@ def run(
     config = copy.copy(config)
     config.transport = "zmq"  # actors may be on other nodes: TCP, not ipc://
     host = ray_config.learner_host
-    if host == "auto" and session.started_here:
+    if host == "auto" and session.local:
         host = "127.0.0.1"
     server_keys, client_keys = transport.run_keys() if ray_config.curve != "off" else (None, None)
     learner_cls = ray.remote(LearnerProcess).options(
@@ -758,7 +774,7 @@ def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float =
       ``(index, exit status)`` as each task ends (-1: Ray could not run it).
     """
     ray = import_ray()
-    started_here = connect(address, cpus)
+    connected_here = connect(address, cpus)
     try:
         task = ray.remote(_run_command).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
         refs = {task.remote(command, log_path): index for index, command, log_path in jobs}
@@ -773,5 +789,5 @@ def run_sweep(jobs: list, *, address: str = "", cpus: float = 1.0, gpus: float =
                 code = -1
             yield index, code
     finally:
-        if started_here:
+        if connected_here:
             ray.shutdown()
