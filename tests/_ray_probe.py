@@ -1,22 +1,8 @@
-"""Polling and probing Ray actors from a test (tests/test_ray.py, tests/test_ray_cluster.py)."""
+"""Probing Ray actors from a test (tests/test_ray.py, tests/test_ray_cluster.py); tests wait
+with tests/_waiting.wait_until."""
 
 import csv
 import os
-import time
-
-import pytest
-
-
-def _wait(predicate, seconds, what):
-    """Polls ``predicate()`` every 0.2 s until it returns something true; fails after
-    ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"no {what} within {seconds} s")
 
 
 def _call(handle, method, default=None):

@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 from _subprocess_env import subprocess_env
+from _waiting import wait_until
 
 from memoire import ReplayMemoryServer
 from memoire.rate_limiter import SampleToInsertRatio
@@ -63,13 +64,6 @@ class _Actor:
             cwd=tempfile.gettempdir(),
         )
         assert self.proc.stdout.readline().strip() == b"up"
-
-
-def _until(cond, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return cond()
 
 
 def _dropped_episode(message):
@@ -121,8 +115,11 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
                 held.set() if event % 5 in (2, 3) else held.clear()  # some events under a hold
                 # Killed mid-episode once the server has its episode open (under a hold, a
                 # new incarnation may not have one yet: then it is frozen instead).
-                if rng.random() < 0.5 and _until(
-                    lambda: a.uuid in {u for u, _, _ in srv.open_episodes()}, 3.0
+                if rng.random() < 0.5 and wait_until(
+                    lambda: a.uuid in {u for u, _, _ in srv.open_episodes()},
+                    "a.uuid in {u for u, _, _ in srv.open_episodes()}",
+                    timeout=3.0,
+                    fail=False,
                 ):
                     open_ep = {u: e for u, e, _ in srv.open_episodes()}.get(a.uuid)
                     a.proc.kill()
@@ -139,14 +136,22 @@ def test_central_server_survives_actors_killed_and_frozen_under_a_limiter(caplog
             # Every killed actor's episode is settled: stored (its last chunk was on its way)
             # or dropped; the live ones go on storing.
             stored_before = srv.stats().get("episodes_in", 0)
-            assert _until(lambda: srv.stats().get("episodes_in", 0) > stored_before + 6, 60)
-            assert _until(lambda: not set(killed) & {u for u, _, _ in srv.open_episodes()})
+            assert wait_until(
+                lambda: srv.stats().get("episodes_in", 0) > stored_before + 6,
+                "srv.stats().get('episodes_in', 0) > stored_before + 6",
+                timeout=60,
+            )
+            assert wait_until(
+                lambda: not set(killed) & {u for u, _, _ in srv.open_episodes()},
+                "not set(killed) & {u for u, _, _ in srv.open_episodes()}",
+            )
             # The ingest counts a drop when it closes the episode; its warning is logged just
             # after, by the server's thread: wait for every counted drop's line.
-            assert _until(
+            assert wait_until(
                 lambda: (
                     len(_lost_lines(caplog.records)) == srv.stats()["rejected"].get("peer_lost", 0)
-                )
+                ),
+                "len(_lost_lines(caplog.records)) == srv.stats()['rejected'].get('peer_lost', 0)",
             )
             stop.set()
             s = srv.stats()
@@ -227,7 +232,11 @@ def test_distributed_learner_survives_actors_killed_and_frozen(tmp_path):
     killed: set = set()
     rng = random.Random(7)
     try:
-        assert _until(lambda: any("actors started by endpoint" in x for x in lines), 150)
+        assert wait_until(
+            lambda: any("actors started by endpoint" in x for x in lines),
+            "any('actors started by endpoint' in x for x in lines)",
+            timeout=150,
+        )
         m = re.search(
             r"experience (\S+), parameters (\S+)\)",
             next(x for x in lines if "actors started by endpoint" in x),

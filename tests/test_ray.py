@@ -11,9 +11,10 @@ import sys
 import types
 
 import pytest
-from _ray_probe import _call, _named, _rows, _wait
+from _ray_probe import _call, _named, _rows
 from _subprocess_env import subprocess_env
 from _tiny_run import DIST_GIN, train_command
+from _waiting import wait_until
 
 from memoire.commands import sweep as sweep_command
 from memoire.experiments import sweep as sw
@@ -74,22 +75,26 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
     )
     try:
         actors = [
-            _wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150, f"Ray actor {i}")
+            wait_until(
+                lambda i=i: _named(ray_launcher.actor_name(run, i)), f"Ray actor {i}", timeout=150
+            )
             for i in range(2)
         ]
         for a in actors:
-            _wait(
-                lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2, 300, "chunks from an actor"
+            wait_until(
+                lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2,
+                "chunks from an actor",
+                timeout=300,
             )  # the learner starts first (TF, JAX)
         # Chunks counted as sent may still sit in a killed process's send queue: wait until the
         # learner has stored an episode of each actor, so iteration 0 holds both.
         episodes_csv = os.path.join(run, "episodes.csv")
-        _wait(
+        wait_until(
             lambda: (
                 {r["actor"] for r in _rows(episodes_csv) if r["phase"] == "train"} >= {"0", "1"}
             ),
-            150,
             "an episode stored from each actor",
+            timeout=150,
         )
         import ray
 
@@ -98,17 +103,21 @@ def test_ray_run_survives_killed_actors_and_resumes_after_the_learner_dies(clust
             pids.append(_call(a, "pid"))
             ray.kill(a, no_restart=False)  # the process dies; Ray restarts it
         for a, pid in zip(actors, pids):
-            _wait(lambda a=a, pid=pid: _call(a, "pid", pid) != pid, 150, "restarted actor")
+            wait_until(
+                lambda a=a, pid=pid: _call(a, "pid", pid) != pid, "restarted actor", timeout=150
+            )
         # The new processes rejoin: each streams chunks again (a counter of the
         # new process, which starts at 0), and the run goes on to its first checkpoint.
         for a in actors:
-            _wait(
+            wait_until(
                 lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 2,
-                150,
                 "chunks from a restarted actor",
+                timeout=150,
             )
         ckpt0 = os.path.join(run, "checkpoints", "sentinel_checkpoint_complete.0")
-        _wait(lambda: os.path.exists(ckpt0) or proc.poll() is not None, 300, "checkpoint 0")
+        wait_until(
+            lambda: os.path.exists(ckpt0) or proc.poll() is not None, "checkpoint 0", timeout=300
+        )
         assert proc.poll() is None and os.path.exists(ckpt0)
         # Iteration 0's records, as its checkpoint left them (both actors, unless one was slow
         # enough to start that the other filled the iteration alone).

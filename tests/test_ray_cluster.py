@@ -13,9 +13,10 @@ import re
 import subprocess
 
 import pytest
-from _ray_probe import _call, _named, _rows, _wait
+from _ray_probe import _call, _named, _rows
 from _subprocess_env import subprocess_env
 from _tiny_run import train_command
+from _waiting import wait_until
 
 pytestmark = [pytest.mark.dopamine, pytest.mark.ray, pytest.mark.slow]
 
@@ -84,14 +85,25 @@ def test_nodes_lost_mid_run(cluster, tmp_path):
     )
     ctx = zmq.Context()
     try:
-        learner = _wait(lambda: _named(ray_launcher.learner_name(run)), 150, "the learner")
-        assert _wait(lambda: _call(learner, "node"), 150, "learner node") == learner_node.node_id
+        learner = wait_until(
+            lambda: _named(ray_launcher.learner_name(run)), "the learner", timeout=150
+        )
+        assert (
+            wait_until(lambda: _call(learner, "node"), "learner node", timeout=150)
+            == learner_node.node_id
+        )
         actors = [
-            _wait(lambda i=i: _named(ray_launcher.actor_name(run, i)), 150, f"actor {i}")
+            wait_until(
+                lambda i=i: _named(ray_launcher.actor_name(run, i)), f"actor {i}", timeout=150
+            )
             for i in range(2)
         ]
         for a in actors:
-            _wait(lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 1, 300, "chunks from an actor")
+            wait_until(
+                lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 1,
+                "chunks from an actor",
+                timeout=300,
+            )
             assert _call(a, "node") == actor_node.node_id
 
         # 2. The actors' node is lost (its raylet and every process on it): Ray restarts both
@@ -105,20 +117,22 @@ def test_nodes_lost_mid_run(cluster, tmp_path):
         plain.linger = 0
         plain.connect(endpoint)
         plain.send(b"not a chunk", zmq.NOBLOCK)
-        _wait(lambda: (_call(learner, "refused", 0) or 0) >= 1, 60, "a refused connection")
+        wait_until(
+            lambda: (_call(learner, "refused", 0) or 0) >= 1, "a refused connection", timeout=60
+        )
         plain.close(0)
         # (The run may end meanwhile: restarted actors stream fast. Where they ran and that
         # they streamed is then read from the command's lines below.)
         for a, pid in zip(actors, pids):
-            _wait(
+            wait_until(
                 lambda a=a, pid=pid: _call(a, "pid", pid) != pid or proc.poll() is not None,
-                150,
                 "restarted actor",
+                timeout=150,
             )
-            _wait(
+            wait_until(
                 lambda a=a: (_call(a, "chunks_sent", 0) or 0) >= 1 or proc.poll() is not None,
-                150,
                 "chunks again",
+                timeout=150,
             )
         proc.wait(timeout=300)
     finally:
@@ -159,9 +173,13 @@ def test_nodes_lost_mid_run(cluster, tmp_path):
         again, cwd=base, stdout=open(out_path, "w"), stderr=subprocess.STDOUT, env=subprocess_env()
     )
     try:
-        learner = _wait(lambda: _named(ray_launcher.learner_name(run)), 150, "the learner")
-        actor = _wait(lambda: _named(ray_launcher.actor_name(run, 0)), 150, "an actor")
-        _wait(lambda: (_call(actor, "chunks_sent", 0) or 0) >= 1, 300, "chunks from an actor")
+        learner = wait_until(
+            lambda: _named(ray_launcher.learner_name(run)), "the learner", timeout=150
+        )
+        actor = wait_until(lambda: _named(ray_launcher.actor_name(run, 0)), "an actor", timeout=150)
+        wait_until(
+            lambda: (_call(actor, "chunks_sent", 0) or 0) >= 1, "chunks from an actor", timeout=300
+        )
         c.remove_node(learner_node)  # the learner is in iteration 2 (it took that chunk)
         proc.wait(timeout=120)
     finally:
