@@ -85,8 +85,9 @@ class RayConfig:
       actor_cpus: CPUs Ray reserves for each actor.
       actor_restarts: times Ray restarts an actor whose process died or whose loop raised
         (-1: without limit).
-      learner_host: the address the learner binds on; 'auto' is loopback on a local cluster,
-        else the learner's node IP address as Ray knows it.
+      learner_host: the address the learner binds on; 'auto' is loopback on a cluster of
+        this machine alone (one this command starts, or ``ray start`` nodes of one machine),
+        else the learner's node address as the cluster registered it.
       learner_resources: custom Ray resources the learner asks for, e.g. ``{'learner': 1}``
         for the node started with ``ray start --resources '{"learner": 1}'`` (with
         ``learner_gpus``, the node with GPUs).
@@ -501,9 +502,16 @@ class Session:
 
     @property
     def local(self) -> bool:
-        """A cluster of this machine alone, started by this command (no --ray_address): its
-        learner stays on loopback. Joined to a cluster, the learner binds its node's address."""
-        return self.connected_here and not self.ray_config.address
+        """A cluster of this machine alone: one this command started (no --ray_address), or
+        one whose nodes, live or lost, all had one address (``ray start`` nodes of one
+        machine). Its learner stays on loopback; on a cluster of several hosts it binds its
+        node's address. (A node of another host that joins later finds the learner on
+        loopback: give ``RayConfig.learner_host`` for such a cluster.)"""
+        if not self.ray_config.address:
+            return True
+        import ray
+
+        return len({node.get("NodeManagerAddress") for node in ray.nodes()}) == 1
 
     def close(self) -> None:
         if self.connected_here:
