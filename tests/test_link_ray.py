@@ -13,9 +13,11 @@ cluster: slow, and root only (skipped elsewhere, saying why).
 
 import csv
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from _link_peers import Peer
@@ -43,13 +45,16 @@ def cluster(tmp_path_factory):
         RAY_AUTH_TOKEN=os.urandom(32).hex(),  # this cluster's own: ~/.ray is left alone
     )
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    # Ray's sockets live under its temp folder, and a socket's path may not pass 107 bytes:
+    # pytest's per-worker temp paths are too deep for it (a pytest-xdist run failed so).
+    ray_temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     with TestHosts(("head", "worker"), rate=1e9) as hosts:
         head, worker = hosts.address("head"), hosts.address("worker")
         hosts.run(
             "head",
             [RAY, "start", "--head", "--node-ip-address", head, "--port", "6379"]
             + ["--num-cpus", "3", "--resources", '{"learner": 1}', "--include-dashboard=false"]
-            + ["--temp-dir", str(folder / "ray"), "--disable-usage-stats"],
+            + ["--temp-dir", ray_temp, "--disable-usage-stats"],
             timeout=300,
             env=env,
         )
@@ -60,7 +65,11 @@ def cluster(tmp_path_factory):
             timeout=300,
             env=env,
         )
-        yield hosts, head, env, folder
+        try:
+            yield hosts, head, env, folder
+        finally:
+            hosts.close()  # Ray's processes go before the folder they write in
+            shutil.rmtree(ray_temp, ignore_errors=True)
 
 
 def _rows(path):
