@@ -51,9 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-FRAME = (84, 84)
-STACK = 4
-EPISODE = 1000
+from bench_remote_sampling import FRAME, fill  # noqa: E402
+
 BATCH = 32
 
 
@@ -87,29 +86,6 @@ def _templates():
     return templates(FRAME, np.uint8)
 
 
-def _fill(rem, n: int, frames) -> None:
-    """n entries in episodes of EPISODE: random frames, or `frames` cycled."""
-    rem.frame_stack = STACK
-    rng = np.random.default_rng(0)
-    for start in range(0, n, EPISODE):
-        k = min(EPISODE, n - start)
-        if frames is None:
-            states = rng.integers(0, 255, (k,) + FRAME, dtype=np.uint8)
-        else:
-            states = frames[np.arange(start, start + k) % len(frames)]
-        rem.new_episode()
-        rem.add_entries(
-            states,
-            np.zeros(k, np.int64),
-            np.ones(k, np.float32),
-            np.full(k, 0.5, np.float32),
-            np.zeros(k, np.float32),
-            np.zeros((k, 0), np.uint8),
-            np.ones(k, np.float32),
-        )
-        rem.close_episode()
-
-
 def serve(args: dict) -> None:
     """Server host: one ReplayMemoryServer per (memory, keys), each streaming on
     ``args['bind']`` and on loopback (the one-host learner). Answers ``cpu`` lines on stdin
@@ -133,7 +109,7 @@ def serve(args: dict) -> None:
                 keys=keyed if keys == "curve" else None,
                 compress_states=memory == "compressed",
             )
-            _fill(srv.rem, args["fill"], frames)
+            fill(srv.rem, args["fill"], frames)
             servers.append(srv)
             for where, host in (("link", args["bind"]), ("loopback", "127.0.0.1")):
                 ep = srv.start_stream(f"tcp://{host}:*", threads=args["threads"])
