@@ -68,7 +68,7 @@ from typing import Any, Optional
 import numpy as np
 
 from memoire import _core
-from memoire.feed import _sources
+from memoire.feed import _jax, _sources, _torch
 from memoire.feed._targets import target_of
 
 __all__ = ["Feed"]
@@ -230,8 +230,6 @@ class Feed:
         layout = _sources.device_layout(self._kind, len(dtypes), self._stack_on_device)
         narrow = None
         if t.framework == "jax":
-            from memoire.feed import _jax
-
             narrow = _jax.narrowed(dtypes, layout.to_device)
         ring = _core.DeviceFeed(
             host,
@@ -247,23 +245,18 @@ class Feed:
         # (Nothing the holder keeps may reference the feed: the finalizer holds the holder.)
         share = _sources.slot_share(self._kind, self._stack_on_device)
         if t.framework == "jax":
-            from memoire.feed import _jax
-
             convert = _jax.jax_convert(t.jax_device, committed=t.committed)
             self._lender = _jax.JaxLender(ring, convert, self._device_slots, share)
         else:
-            from memoire.feed import _torch
-
-            if t.framework == "dlpack":
-                convert, stream = None, _torch.dlpack_stream if t.cuda else _torch.no_stream
+            if t.framework == "dlpack":  # memoire's DLPack arrays themselves
+                convert = lambda a: a  # noqa: E731
+                stream = _torch.dlpack_stream if t.cuda else _torch.no_stream
             else:
                 import torch
 
                 convert = torch.from_dlpack
                 stream = _torch.torch_stream(t.device_id) if t.cuda else _torch.no_stream
-            self._lender = _torch.StreamLender(
-                ring, convert or (lambda a: a), self._device_slots, stream, share
-            )
+            self._lender = _torch.StreamLender(ring, convert, self._device_slots, stream, share)
         self._holder.append(self._lender)
 
     def _close_rings(self) -> None:
@@ -282,8 +275,6 @@ class Feed:
             return self._take_lent()
         if self._target.put:
             if self._put is None:
-                from memoire.feed import _jax
-
                 self._put = _jax.PutAhead(
                     self._target.put_to,
                     self._stack_on_device,
@@ -348,8 +339,6 @@ class Feed:
             return _sources.memory_batch(kind, views, *shared, views[17].copy())
         self._buffer._sample_count += self._batch_size
         if self._stack_on_device:
-            from memoire.feed import _jax
-
             batch = _jax.stack_distinct(_jax.Distinct(*views[2:4], *views[5:]))
         else:
             batch = shared
@@ -387,8 +376,6 @@ class Feed:
         if kind == "tf":
             return parts
         if self._stack_on_device:  # only on the device_put path: the frames up to the padding
-            from memoire.feed import _jax
-
             frames, index, counts = parts[2:5]
             batch = _jax.Distinct(frames[: int(counts[1])], index, *parts[5:])
         else:

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from memoire import _core
+from memoire.feed._slots import SlotLender
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,9 +113,8 @@ def ready_marker(after):
     return None
 
 
-class JaxLender:
-    """Device slots lent to a JAX learner: each slot's parts are imported once (the first time
-    the slot comes round) and handed out again with every batch the slot holds.
+class JaxLender(SlotLender):
+    """Device slots lent to a JAX learner (``_slots.SlotLender``: arrays imported once).
 
     A lent slot goes back to the copy thread once the learner has said what read it
     (``release(after)``: when ``after`` is ready) -- the learner's thread never waits for it,
@@ -125,30 +125,16 @@ class JaxLender:
     """
 
     def __init__(self, ring, convert, slots: int, share) -> None:
-        self._ring = ring
-        self._convert = convert
-        self._share = share  # views -> what every batch of the slot shares (built once)
-        self._views: list = [None] * slots  # per slot: its parts as JAX/numpy arrays
-        self._raw: list = [None] * slots  # per slot: the DeviceArrays those were imported from
-        self._out = None  # the slot lent and not yet released by the learner
+        super().__init__(ring, convert, slots, share)
         self._pending: collections.deque = collections.deque()  # (slot, marker)
         # Taking a batch leaves one slot for the copy thread to fill meanwhile.
         self._keep = max(0, slots - 2)
         self.dropped = 0  # batches given back by deleting their arrays (no release came)
 
     def take(self):
-        """(slot, its arrays, what its batches share): JAX arrays for the device parts, numpy
-        views of the slot's host mirror for the host parts (the caller copies what it hands
-        out: they hold the slot), None for absent."""
+        """(slot, its arrays, what its batches share): see ``SlotLender._lend``."""
         self._settle()
-        slot = self._ring.take_slot()
-        views = self._views[slot]
-        if views is None:
-            raw = self._raw[slot] = self._ring.views(slot)
-            views = tuple(self._convert(p) if isinstance(p, _core.DeviceArray) else p for p in raw)
-            views = self._views[slot] = (views, self._share(views))
-        self._out = slot
-        return slot, *views
+        return self._lend()
 
     def release(self, after=None) -> None:
         slot = self._out
@@ -192,11 +178,8 @@ class JaxLender:
                 p.delete()  # JAX frees it (and runs the DLPack deleter) once its work is done
 
     def close(self) -> None:
-        """Forgets every slot's arrays (the learner's still view valid memory)."""
         self._pending.clear()
-        self._out = None
-        self._views = [None] * len(self._views)
-        self._raw = [None] * len(self._raw)
+        super().close()
 
 
 class Distinct(NamedTuple):

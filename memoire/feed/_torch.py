@@ -5,41 +5,31 @@ its stream so far."""
 from __future__ import annotations
 
 from memoire import _core
+from memoire.feed._slots import SlotLender
 
 
-class StreamLender:
+class StreamLender(SlotLender):
     """Device slots lent to a consumer whose work on a batch is queued in order on a CUDA
     stream when its thread returns (PyTorch's eager ops and graph replays, CuPy), or done by
     then (a CPU device).
 
-    A slot's arrays are built once (``convert``: ``torch.from_dlpack``, or none for memoire's
-    DLPack arrays) and handed out with every batch the slot holds, at the same addresses (a
-    CUDA graph captured on a slot's tensors reads the next batch that slot holds). The learner's
-    next ``take`` (or ``release``) gives the batch back: the copy thread's next write into the
-    slot waits, on the device, for the work queued on the consumer's stream before that point
-    (an event; no thread waits). A batch kept longer must be copied (``.clone()``).
+    A slot's arrays are built once (``_slots.SlotLender``; ``convert``: ``torch.from_dlpack``,
+    or none for memoire's DLPack arrays) and handed out with every batch the slot holds, at the
+    same addresses (a CUDA graph captured on a slot's tensors reads the next batch that slot
+    holds). The learner's next ``take`` (or ``release``) gives the batch back: the copy
+    thread's next write into the slot waits, on the device, for the work queued on the
+    consumer's stream before that point (an event; no thread waits). A batch kept longer must
+    be copied (``.clone()``).
     """
 
     def __init__(self, ring, convert, slots: int, stream, share) -> None:
-        self._ring = ring
-        self._convert = convert
-        self._share = share  # views -> what every batch of the slot shares (built once)
-        self._stream = stream  # () -> the consumer's stream (DLPack's integer), -1 on a CPU
-        self._views: list = [None] * slots
-        self._out = None
+        super().__init__(ring, convert, slots, share)
+        self._stream = stream  # a slot's arrays -> the consumer's stream (DLPack's integer)
 
     def take(self):
         """(slot, its arrays, what its batches share), giving the previous batch back first."""
         self.release()
-        slot = self._ring.take_slot()
-        views = self._views[slot]
-        if views is None:
-            raw = self._ring.views(slot)
-            convert = self._convert
-            views = tuple(convert(p) if isinstance(p, _core.DeviceArray) else p for p in raw)
-            views = self._views[slot] = (views, self._share(views))
-        self._out = slot
-        return slot, *views
+        return self._lend()
 
     def release(self, after=None) -> None:
         """Gives the lent batch back now (``after`` is not needed: the consumer's stream orders
@@ -47,10 +37,6 @@ class StreamLender:
         slot, self._out = self._out, None
         if slot is not None:
             self._ring.release(slot, self._stream(self._views[slot][0]))
-
-    def close(self) -> None:
-        self._out = None
-        self._views = [None] * len(self._views)
 
 
 def torch_stream(device_id: int):
