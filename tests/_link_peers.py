@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
 
 import numpy as np
+from _batches import assert_same_batch
 
 FRAME = (84, 84)
 STACK = 4
@@ -42,15 +44,10 @@ def rss_mib() -> float:
 
 
 def templates():
-    return (
-        np.zeros(FRAME, np.uint8),
-        np.zeros([], np.int64),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([], np.float32),
-        np.zeros([0], np.uint8),
-    )
+    """The memory's field templates: Atari-like uint8 frames and memoire's usual scalars."""
+    from memoire.bench.ingest import templates as ingest_templates
+
+    return ingest_templates(FRAME, np.uint8)
 
 
 def frames(rng, steps: int, compressible: bool) -> np.ndarray:
@@ -255,7 +252,7 @@ def learner(args: dict) -> None:
                 batch = next(stream)
                 count["batches"] += 1
                 if local is not None:
-                    _assert_same(batch, local.get_batch(int(args.get("batch", 32))))
+                    assert_same_batch(batch, local.get_batch(int(args.get("batch", 32))))
                     count["equal"] += 1
             except TimeoutError:
                 count["timeouts"] += 1
@@ -447,20 +444,6 @@ def ray_probe(args: dict) -> None:
     ray.shutdown()
 
 
-def _assert_same(a, b) -> None:
-    for side in ("prev", "next"):
-        for x, y in zip(getattr(a, side), getattr(b, side)):
-            if x is None or y is None:
-                assert x is None and y is None
-            else:
-                assert x.dtype == y.dtype and x.shape == y.shape
-                np.testing.assert_array_equal(x, y)
-    for name in ("weight", "prob", "done", "id"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
-
-
 ROLES = {
     "server": server,
     "actor": actor,
@@ -489,6 +472,9 @@ class Peer:
         self.ready = self.done = None
         self.status: dict = {}
         self.log: list = []
+        # The script imports the tests' helpers (_batches): their folder goes on its path.
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")])))
         self.proc = hosts.popen(
             host,
             [sys.executable, __file__, role, json.dumps(args)],

@@ -6,6 +6,7 @@ refused."""
 import numpy as np
 import pytest
 import zmq
+from _batches import assert_same_batch
 from _waiting import wait_until
 
 from memoire import ReplayMemory, ReplayMemoryServer
@@ -81,20 +82,6 @@ def _pair(seed=7, **settings):
     return out
 
 
-def _assert_same(a, b):
-    for side in ("prev", "next"):
-        for x, y in zip(getattr(a, side), getattr(b, side)):
-            if x is None or y is None:
-                assert x is None and y is None
-            else:
-                assert x.dtype == y.dtype and x.shape == y.shape
-                np.testing.assert_array_equal(x, y)
-    for name in ("weight", "prob", "done", "id"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
-
-
 SETTINGS = [
     dict(frame_stack=4, multi_step=1),  # Atari: overlapping stacks
     dict(frame_stack=3, multi_step=5),  # next does not overlap prev
@@ -113,16 +100,16 @@ def test_compressed_and_raw_memories_sample_the_same_batches(settings):
     assert packed.total_added == sum(EPISODES)  # the ring wrapped: most entries were evicted
     for batch_size in (1, 16, 200):  # 200: the copy is split across two threads
         for _ in range(5):
-            _assert_same(packed.get_batch(batch_size), raw.get_batch(batch_size))
+            assert_same_batch(packed.get_batch(batch_size), raw.get_batch(batch_size))
     # Priority updates keep them in step; then more episodes evict and overwrite slots.
     b = raw.get_batch(32)
-    _assert_same(packed.get_batch(32), b)  # (both generators step)
+    assert_same_batch(packed.get_batch(32), b)  # (both generators step)
     w = np.linspace(0.1, 3, 32).astype(np.float32)
     assert packed.update_weights(b.id, w) == raw.update_weights(b.id, w)
     _fill(packed, episodes=(33, 61, 5), seed=9)
     _fill(raw, episodes=(33, 61, 5), seed=9)
     for _ in range(5):
-        _assert_same(packed.get_batch(64), raw.get_batch(64))
+        assert_same_batch(packed.get_batch(64), raw.get_batch(64))
 
 
 def test_an_open_episode_discarded_and_rewritten_reads_back_exactly():
@@ -140,7 +127,7 @@ def test_an_open_episode_discarded_and_rewritten_reads_back_exactly():
     _fill(raw, episodes=(20,), seed=4)
     assert packed.size == raw.size
     for _ in range(5):
-        _assert_same(packed.get_batch(16), raw.get_batch(16))
+        assert_same_batch(packed.get_batch(16), raw.get_batch(16))
 
 
 def _rows(rng, steps):
@@ -175,7 +162,7 @@ def test_single_adds_and_odd_state_dtypes_round_trip():
                     rem.add_entry(s, k, 0.5, 0.1, 0.2, np.array([k, e], np.int16))
                 rem.close_episode()
         for _ in range(5):
-            _assert_same(rems[0].get_batch(8), rems[1].get_batch(8))
+            assert_same_batch(rems[0].get_batch(8), rems[1].get_batch(8))
 
 
 def test_random_frames_are_stored_raw_and_read_back():
@@ -192,7 +179,7 @@ def test_random_frames_are_stored_raw_and_read_back():
     assert packed.stored_state_bytes == raw.stored_state_bytes == noise.nbytes
     for _ in range(5):
         b = packed.get_batch(16)
-        _assert_same(b, raw.get_batch(16))
+        assert_same_batch(b, raw.get_batch(16))
         np.testing.assert_array_equal(b.prev[0][:, -1], noise[b.id])
 
 
@@ -218,7 +205,7 @@ def test_feed_batches_of_a_compressed_memory_equal_the_raw_ones():
     packed, raw = _pair()
     with Feed(packed, 8, threads=1) as a, Feed(raw, 8, threads=1) as b:
         for _ in range(10):
-            _assert_same(next(a), next(b))
+            assert_same_batch(next(a), next(b))
 
 
 def test_checkpoints_hold_raw_states_and_load_into_either_kind(tmp_path):
@@ -235,7 +222,7 @@ def test_checkpoints_hold_raw_states_and_load_into_either_kind(tmp_path):
         if compress:
             assert back.stored_state_bytes == packed.stored_state_bytes
         for _ in range(3):
-            _assert_same(back.get_batch(16), raw.get_batch(16))
+            assert_same_batch(back.get_batch(16), raw.get_batch(16))
         raw.load(tmp_path / "raw")  # rewinds raw's generator for the next round
     # A damaged state section is refused and the compressed memory is unchanged.
     data = bytearray((tmp_path / "packed").read_bytes())
@@ -252,7 +239,7 @@ def test_checkpoints_hold_raw_states_and_load_into_either_kind(tmp_path):
         target.load(tmp_path / "bad")
     assert target.stored_state_bytes == before and target.size == 30
     target.seed(3)
-    _assert_same(target.get_batch(8), want)
+    assert_same_batch(target.get_batch(8), want)
 
 
 def test_bad_values_are_refused():
@@ -304,7 +291,7 @@ def test_sampling_stream_of_a_compressed_server_equals_in_process_batches(shm):
         assert 0 < srv.stats()["stored_state_bytes"] == srv.rem.stored_state_bytes
         with SamplingStream(srv.start_stream(), 16, credit=4, timeout=10, shared_memory=shm) as s:
             for _ in range(20):
-                _assert_same(next(s), local.get_batch(16))
+                assert_same_batch(next(s), local.get_batch(16))
 
 
 @needs_native
@@ -418,4 +405,4 @@ def test_episodes_streamed_by_actors_into_a_compressed_server_sample_as_added():
         wait_until(lambda: srv.rem.num_episode() >= 3, "3 episodes stored")
         assert srv.rem.size == local.size
         for _ in range(5):
-            _assert_same(srv.rem.get_batch(16), local.get_batch(16))
+            assert_same_batch(srv.rem.get_batch(16), local.get_batch(16))

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import zmq
+from _batches import assert_same_batch
 from _waiting import wait_until
 
 from memoire import ReplayMemory, _core, codec
@@ -73,20 +74,6 @@ def _server(seed=7, max_step=150, **settings):
     return srv
 
 
-def _assert_same(a, b):
-    for side in ("prev", "next"):
-        for x, y in zip(getattr(a, side), getattr(b, side)):
-            if x is None or y is None:
-                assert x is None and y is None
-            else:
-                assert x.dtype == y.dtype and x.shape == y.shape
-                np.testing.assert_array_equal(x, y)
-    for name in ("weight", "prob", "done", "id"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
-
-
 # ---------------------------------------------------------------- batches equal in-process
 
 SETTINGS = [
@@ -134,7 +121,7 @@ def test_batches_equal_in_process_bit_for_bit(settings, transport, shm, threads,
             assert stream.shared_memory == shm
             for _ in range(30):
                 got, want = next(stream), local.get_batch(16)
-                _assert_same(got, want)
+                assert_same_batch(got, want)
                 assert got.num_sampleable == local.num_sampleable
                 assert got.total_weight == pytest.approx(local.total_weight, rel=1e-12)
         # Fewer bytes on the wire: distinct rows, not stacks
@@ -288,7 +275,7 @@ def test_compressed_states_travel_as_blocks_and_stack_bit_for_bit(frame, batch, 
         with SamplingStream(ep, batch, credit=4, timeout=10, shared_memory=False) as stream:
             assert stream.compressed_rows
             for _ in range(20):
-                _assert_same(next(stream), local.get_batch(batch))
+                assert_same_batch(next(stream), local.get_batch(batch))
         # Over shared memory the server writes decoded stacks: nothing to agree on.
         with SamplingStream(ep, batch, credit=4, timeout=10, shared_memory=True) as stream:
             assert not stream.compressed_rows
