@@ -39,19 +39,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_gpu_feed import jax_face_buffer, make_memory  # noqa: E402
+
 from memoire.feed import Feed  # noqa: E402
-
-
-def make_memory(n: int):
-    from bench_gpu_feed import make_memory as gpu_memory
-
-    return gpu_memory(n)
-
-
-def make_face(n: int, batch: int):
-    from bench_gpu_feed import jax_face_buffer
-
-    return jax_face_buffer(n, batch)
 
 
 def per_next(feed, takes: int, step_s: float, release: bool):
@@ -80,7 +70,7 @@ def per_next(feed, takes: int, step_s: float, release: bool):
 
 def learner_thread(args) -> dict:
     rem = make_memory(args.fill)
-    face = make_face(min(args.fill, 20000), 32)
+    face = jax_face_buffer(min(args.fill, 20000), 32)
     sources = {"ReplayMemory": rem}
     if face is not None:
         sources["JAX face"] = face
@@ -112,14 +102,9 @@ def hand_over(args) -> dict:
     import jax
 
     from memoire import ReplayMemory
+    from memoire.bench.ingest import templates
 
-    rem = ReplayMemory(
-        np.zeros([4], np.uint8),
-        np.zeros([], np.int64),
-        *[np.zeros([], np.float32)] * 4,
-        np.zeros([0], np.uint8),
-        20000,
-    )
+    rem = ReplayMemory(*templates((4,), np.uint8), 20000)
     rem.frame_stack = 4
     for _ in range(10):
         rem.new_episode()
@@ -156,7 +141,7 @@ def hand_over(args) -> dict:
 
 
 def scaling(args) -> dict:
-    face = make_face(min(args.fill, 20000), 256)
+    face = jax_face_buffer(min(args.fill, 20000), 256)
     if face is None:
         print("2. (skipped: the JAX face needs dopamine-rl)")
         return {}
