@@ -87,7 +87,7 @@ def test_actors_on_the_other_host_and_its_loss(cluster):
         str(base),
         "Runner.training_steps = 6000",  # long enough to need the actors after the loss
         "RayConfig.learner_resources = {'learner': 1}",
-        # The head's address, said: 'auto' does not find it (the test above).
+        # The head's address, said explicitly (the test below checks what 'auto' finds).
         f"RayConfig.learner_host = '{head}'",
         "DistributedConfig.peer_timeout = 3.0",
         "DistributedConfig.keepalive = 0.5",
