@@ -119,9 +119,13 @@ def run_batch_size(
         "feed": obtained("feed", lambda: next(feed)),
         "dopamine": obtained("dopamine", lambda: jax.device_put(theirs.sample(batch_size))),
     }
-    for get in feeds.values():  # untimed: a new argument layout would compile here
+    # The device feed's batches are lent: each goes back once the step's loss is ready.
+    release = {"feed": feed.release}
+    for name, get in feeds.items():  # untimed: a new argument layout would compile here
         for _ in range(2):
-            learner.step(get()).block_until_ready()
+            loss = learner.step(get())
+            release.get(name, lambda after: None)(loss)
+            loss.block_until_ready()
     for w in waits.values():
         w.clear()
     per_step = {name: [] for name in feeds}
@@ -131,6 +135,7 @@ def run_batch_size(
             start = time.perf_counter()
             for _ in range(steps):
                 loss = learner.step(get())
+                release.get(name, lambda after: None)(loss)
             loss.block_until_ready()
             per_step[name].append((time.perf_counter() - start) / steps)
     feed.close()
@@ -167,8 +172,16 @@ def obtain_only(
         lambda: jax.block_until_ready(jax.device_put(ours.sample(batch_size)))
     )
     with Feed(ours, batch_size, depth=depth, threads=threads, seed=1, device="jax") as feed:
-        out["feed, device"] = median_of(lambda: jax.block_until_ready(next(feed)))
+        out["feed, device"] = median_of(lambda: _take_device(feed))
     return out
+
+
+def _take_device(feed):
+    """The device feed's next batch, ready on the device; lent, and given back at once (nothing
+    reads it)."""
+    batch = jax.block_until_ready(next(feed))
+    feed.release()
+    return batch
 
 
 def stack_compare(
@@ -193,11 +206,11 @@ def stack_compare(
                 stack_on_device=on_device,
             ) as feed:
                 for _ in range(3):  # compile the device gather for the usual shapes
-                    jax.block_until_ready(next(feed))
+                    _take_device(feed)
                 for _ in range(n):
                     time.sleep(step_s)
                     t = time.perf_counter()
-                    jax.block_until_ready(next(feed))
+                    _take_device(feed)
                     times[mode].append(time.perf_counter() - t)
                     sent[mode].append(feed.last_transfer_bytes)
     return {m: (statistics.median(times[m]), statistics.median(sent[m])) for m in modes}
