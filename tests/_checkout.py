@@ -11,6 +11,8 @@ tests run elsewhere or say why they cannot.
 import filecmp
 import os
 
+from _subprocess_env import environ
+
 import memoire._core
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +36,7 @@ def checkout_imports() -> tuple:
 
 def root_env() -> dict:
     """The environment of a user's shell at the repository root: nothing on PYTHONPATH."""
-    env = dict(os.environ)
+    env = environ()
     for name in ("PYTHONPATH", "PYTHONSAFEPATH"):
         env.pop(name, None)
     return env

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import memoire
 
@@ -16,18 +17,49 @@ import memoire
 MEMOIRE_PATH = os.path.dirname(os.path.dirname(os.path.abspath(memoire.__file__)))
 
 
+# The environment a worker thread of tests/_two_at_a_time.py sees (set by its pool's initializer).
+_worker = threading.local()
+
+# pytest sets and removes this one around each phase of every test; it names the test of the
+# moment in pytest's own process, nothing a child should inherit.
+_PYTEST_OWN = "PYTEST_CURRENT_TEST"
+
+
+def environ() -> dict:
+    """A copy of the environment, safe in any thread the tests start.
+
+    pytest's main thread sets and removes PYTEST_CURRENT_TEST in ``os.environ`` around each phase
+    of every test. Copying ``os.environ`` lists its keys and then reads each value, so a copy made
+    in another thread can meet a key removed in between (``KeyError: 'PYTEST_CURRENT_TEST'``,
+    once CI's only failure). A worker thread therefore gets the copy its pool took in the main
+    thread (:func:`adopt_environ`); only the thread that runs the tests reads ``os.environ``
+    itself, and tests/conftest.py fails a test whose worker thread lists it directly.
+    """
+    taken = getattr(_worker, "environ", None)
+    env = dict(os.environ) if taken is None else dict(taken)
+    env.pop(_PYTEST_OWN, None)
+    return env
+
+
+def adopt_environ(taken: dict) -> None:
+    """Makes ``taken`` (an :func:`environ` copy made in the main thread) the environment that
+    :func:`environ` gives in the calling thread: a pool's initializer."""
+    _worker.environ = dict(taken)
+
+
 def subprocess_env(*paths: str, **variables: str) -> dict:
     """os.environ plus `variables`, with PYTHONPATH = MEMOIRE_PATH, then `paths`, then the
     current PYTHONPATH, and PYTHONSAFEPATH=1: a child never puts its working directory (or a
     script's folder) first on sys.path, so it never imports a checkout by accident."""
-    env = dict(os.environ, PYTHONSAFEPATH="1", **variables)
+    inherited = environ()
+    env = dict(inherited, PYTHONSAFEPATH="1", **variables)
     # Importing the test modules (TensorFlow among them) sets TF_CPP_MIN_LOG_LEVEL=1 in pytest's
     # own process; a child inheriting it would take it for the user's choice and show
     # TensorFlow's C++ errors (memoire's commands keep them out by default: memoire.cli).
     if "TF_CPP_MIN_LOG_LEVEL" not in variables:
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     env["PYTHONPATH"] = os.pathsep.join(
-        [MEMOIRE_PATH, *paths] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        [MEMOIRE_PATH, *paths] + [p for p in [inherited.get("PYTHONPATH")] if p]
     )
     return env
 

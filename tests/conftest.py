@@ -7,12 +7,17 @@ of this run's (removed at its end), lets each network compile once. A size limit
 file lock around every read and write, so the two pytest-xdist workers and their children share
 the folder safely. What the tests check is memoire's, not XLA's: a cached executable is the one
 XLA compiled for the same program.
+
+It also loads tests/_environ_guard.py: a test fails when a worker thread of the tests lists
+os.environ, which races with pytest's own changes to it.
 """
 
 import importlib.util
 import os
 import shutil
 import tempfile
+
+pytest_plugins = ["_environ_guard"]
 
 _CACHE_VARIABLES = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",

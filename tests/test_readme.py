@@ -48,6 +48,7 @@ import sys
 
 import pytest
 from _checkout import checkout_imports, root_env
+from _subprocess_env import environ
 from _two_at_a_time import TwoAtATime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,7 +215,8 @@ def _scratch(tmp_path, block):
     (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     for f in ("memoire", "python"):
         os.chmod(bin_dir / f, 0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    inherited = environ()  # a worker thread's (shell_runs): never os.environ itself
+    env = dict(inherited, PATH=f"{bin_dir}{os.pathsep}{inherited.get('PATH', '')}")
     return work, env
 
 
@@ -277,7 +279,7 @@ def test_python_block(block, tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env=root_env() if at_root else dict(os.environ),
+        env=root_env() if at_root else environ(),
     )
     assert out.returncode == 0, out.stderr[-3000:]
 
