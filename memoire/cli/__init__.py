@@ -49,6 +49,7 @@ from memoire.cli.third_party import filtered_stderr, quiet_third_party, third_pa
 
 __all__ = [
     "COMMANDS",
+    "COMMAND_EXTRAS",
     "EXIT_USAGE",
     "LOG_FORMAT",
     "LOG_LEVELS",
@@ -94,10 +95,10 @@ def entry_point(prog: str) -> Callable:
             except UsageError as e:
                 return report(prog, e)
             except ModuleNotFoundError as e:  # an optional package this command needs
-                hint = missing_extra(e)
+                hint = missing_extra(e, COMMAND_EXTRAS.get(prog))
                 if hint is None:
                     raise
-                return report(prog, f"{prog} {hint}")
+                return report(prog, hint)
 
         return run
 
@@ -117,6 +118,10 @@ COMMANDS = {
     "serve": ("memoire.commands.serve", "run a standalone replay memory server"),
     "bench": ("memoire.commands.bench", "run the benchmark suite and print a table of ratios"),
 }
+
+# The extra a command needs as a whole (pyproject.toml's optional dependencies), named when a
+# package of it is missing (missing_extra); other commands name the missing package's extra.
+COMMAND_EXTRAS = {"memoire train": "dopamine", "memoire actor": "dopamine"}
 
 
 def _usage() -> str:
@@ -172,8 +177,9 @@ def main(argv=None) -> int:
     try:
         module = importlib.import_module(COMMANDS[command][0])
     except ModuleNotFoundError as e:  # the command's tools need an optional package
-        hint = missing_extra(e)
+        prog = f"memoire {command}"
+        hint = missing_extra(e, COMMAND_EXTRAS.get(prog))
         if hint is None:
             raise
-        return report(f"memoire {command}", f"memoire {command} {hint}")
+        return report(prog, hint)
     return int(module.main(rest) or 0)

@@ -89,14 +89,25 @@ EXTRA_OF_MODULE = {
 }
 
 
-def missing_extra(error: BaseException) -> Optional[str]:
+# Extras that install another's packages too: the dopamine extra brings gin.
+_EXTRA_INCLUDES = {"dopamine": ("gin",)}
+
+
+def missing_extra(error: BaseException, needs: Optional[str] = None) -> Optional[str]:
     """The one line telling a user which extra to install, for ``error`` an import of an
-    optional package that failed (:data:`EXTRA_OF_MODULE`): ``needs the dopamine extra (No
-    module named 'absl'): pip install "memoire[dopamine]"``. None for any other error (a
-    module memoire itself should have, or no import error at all)."""
+    optional package that failed (:data:`EXTRA_OF_MODULE`): ``No module named 'absl' (a
+    package of the dopamine extra): pip install "memoire[dopamine]"``. None for any other
+    error (a module memoire itself should have, or no import error at all).
+
+    ``needs``: the extra the command needs as a whole (``memoire train``: dopamine); named
+    instead of the package's own when it brings that package too (gin), so one install
+    fixes the command, not the first of several missing packages.
+    """
     if not isinstance(error, ModuleNotFoundError) or not error.name:
         return None
     extra = EXTRA_OF_MODULE.get(error.name.partition(".")[0])
     if extra is None:
         return None
-    return f'needs the {extra} extra ({error}): pip install "memoire[{extra}]"'
+    if needs is not None and extra in (needs, *_EXTRA_INCLUDES.get(needs, ())):
+        extra = needs
+    return f'{error} (a package of the {extra} extra): pip install "memoire[{extra}]"'
