@@ -49,13 +49,10 @@ from memoire.dopamine_compat.buffer_server_from_settings import build_buffer_ser
 from memoire.server.counters import ServerCounters, counter_scalars, live_line
 from memoire.server.from_settings import build_server
 from memoire.server.serve_settings import (
-    ALIASES,
     BOOLEAN_FLAGS,
     DEFAULTS,
-    GROUPS,
     HELP,
-    METAVARS,
-    TYPES,
+    SETTINGS,
     read_flag,
     read_shape,
     serve_config,
@@ -95,8 +92,8 @@ docs/LIMITS.md, docs/STREAM.md."""
 
 def build_parser() -> cli.ArgumentParser:
     """The parser of ``memoire serve``: ``--gin_file``, ``--gin_binding`` and one option per
-    setting of :data:`DEFAULTS` (default None: the gin binding, else :data:`DEFAULTS`), in the
-    groups of :data:`GROUPS`."""
+    setting of :data:`~memoire.server.serve_settings.SETTINGS`, in its groups (default None:
+    the gin binding, else the setting's default)."""
     p = cli.ArgumentParser(
         prog="memoire serve",
         usage=USAGE,
@@ -119,32 +116,28 @@ def build_parser() -> cli.ArgumentParser:
         metavar="B",
         help='gin binding such as "serve_config.max_step = 1000" (repeatable)',
     )
-    grouped = {name: title for title, names in GROUPS.items() for name in names.split()}
     # The kinds are the buffer server's (one list, where the buffers are built).
     help_ = dict(HELP, buffer=f"{HELP['buffer']}: {', '.join(BUFFER_KINDS)}")
-    groups = {title: p.add_argument_group(title) for title in GROUPS}
-    for name, default in DEFAULTS.items():
-        g = groups[grouped[name]]
-        shown = "" if default is None or "(default" in HELP[name] else f" (default: {default!r})"
-        flags = [f"--{name}"] + ([ALIASES[name]] if name in ALIASES else [])
-        if name == "arg":
-            g.add_argument(
-                *flags, action="append", default=None, metavar="KEY=VALUE", help=help_[name]
+    for title, settings in SETTINGS.items():
+        group = p.add_argument_group(title)
+        for name, setting in settings.items():
+            default = setting.default
+            shown = (
+                "" if default is None or "(default" in setting.help else f" (default: {default!r})"
             )
-        elif name in BOOLEAN_FLAGS:
-            g.add_argument(
-                *flags, nargs="?", const="1", default=None, metavar="0|1", help=help_[name]
-            )
-        else:
-            kind = TYPES.get(name, str)
-            g.add_argument(
-                *flags,
-                type=kind,
-                default=None,
-                choices=BUFFER_KINDS if name == "buffer" else None,
-                metavar=METAVARS.get(name, "N" if kind is int else "X"),
+            flags = [f"--{name}", *setting.aliases]
+            common = dict(
+                default=None,  # None: given by neither flag; gin, then DEFAULTS, decide
+                metavar=setting.metavar or ("N" if setting.type is int else "X"),
                 help=help_[name] + shown,
             )
+            if setting.form == "repeated":
+                group.add_argument(*flags, action="append", **common)
+            elif setting.form == "flag":
+                group.add_argument(*flags, nargs="?", const="1", **common)
+            else:
+                choices = BUFFER_KINDS if name == "buffer" else None
+                group.add_argument(*flags, type=setting.type, choices=choices, **common)
     return p
 
 

@@ -1,6 +1,6 @@
-"""The settings of ``memoire serve``: one registry that names each setting, its default, type,
-help line, group in ``--help`` and metavar, and the readers that turn a setting (a flag's
-string, or a gin value) into what a server takes.
+"""The settings of ``memoire serve``: one registry (:data:`SETTINGS`) that gives each setting
+its default, type, help line, group in ``--help`` and metavar, and the readers that turn a
+setting (a flag's string, or a gin value) into what a server takes.
 
 Each setting NAME is the flag ``--NAME`` and the gin parameter ``serve_config.NAME``; a
 settings dict (``cfg``, see :func:`serve_config`) holds every name. Builders of servers read
@@ -12,7 +12,8 @@ never written here again.
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from memoire.server.central_service import DEFAULT_MAX_COUNTER_CLIENTS
 from memoire.server.rpc_host import DEFAULT_MAX_BATCH, DEFAULT_REPLY_CACHE_BYTES
@@ -31,45 +32,165 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-DEFAULTS = dict(
-    state_shape="4",
-    state_dtype="float32",
-    action_shape="",
-    action_dtype="int64",
-    reward_shape="",
-    info_shape="0",
-    info_dtype="uint8",
-    max_step=1_000_000,
-    n_caches=64,
-    pub="tcp://*:*",
-    rep="tcp://*:*",
-    pull="tcp://*:*",
-    bind_host="127.0.0.1",
-    cache_size=None,
-    frame_stack=None,
-    multi_step=None,
-    priority_exponent=None,
-    discount_factor=None,
-    logfile=None,
-    logmode="a",
-    curve_secret=None,
-    curve_authorized=None,
-    interval=2.0,
-    duration=None,
-    max_stream_bytes=None,
-    max_open_bytes=None,
-    reply_cache_bytes=None,
-    max_batch=None,
-    max_counter_clients=None,
-    allow_nonfinite=None,
-    buffer=None,
-    name="replay",
-    arg=None,
-    checkpoint_root=".",
-    seed=None,
-    tensorboard=None,
-)
-DEFAULTS.update(checkpoint_dir=None, checkpoint_every=None)  # the memory server's checkpoints
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting of ``memoire serve``: the option ``--NAME`` and the gin parameter
+    ``serve_config.NAME``.
+
+    Attributes:
+      default: the value when neither a flag nor gin gives one (None: the server's own, or off).
+      help: one short line for ``--help``; what a setting means at length is in the README and
+        docs/LIMITS.md. A default that is the server's own is said here, read from its constant.
+      type: what a flag's text becomes (``int``, ``float``, ``str``).
+      metavar: its value in ``--help`` (None: ``N`` for an int, ``X`` otherwise).
+      form: ``"value"``; ``"flag"``: 0 or 1, ``--NAME`` alone meaning 1 (:func:`read_flag`);
+        ``"repeated"``: given once per item.
+      aliases: other spellings of the option.
+    """
+
+    default: Any
+    help: str
+    type: Callable = str
+    metavar: Optional[str] = None
+    form: str = "value"
+    aliases: Tuple[str, ...] = ()
+
+
+# Every setting, by its group in --help, in the order --help shows them.
+SETTINGS: Dict[str, Dict[str, Setting]] = {
+    "the memory": dict(
+        state_shape=Setting(
+            "4", "state shape: comma-separated ints ('84,84'; '': scalar)", metavar="SHAPE"
+        ),
+        state_dtype=Setting("float32", "state dtype (numpy's name)", metavar="DTYPE"),
+        action_shape=Setting("", "action shape", metavar="SHAPE"),
+        action_dtype=Setting("int64", "action dtype", metavar="DTYPE"),
+        reward_shape=Setting("", "shape of reward, value and qvest (float32)", metavar="SHAPE"),
+        info_shape=Setting("0", "info shape ('0': no info)", metavar="SHAPE"),
+        info_dtype=Setting("uint8", "info dtype", metavar="DTYPE"),
+        max_step=Setting(1_000_000, "entries the memory holds", int),
+        n_caches=Setting(64, "caches kept for get_batch (cache mode)", int),
+        seed=Setting(None, "seed of the sampling", int),
+        # ReplayMemory's compress_states.
+        compress_states=Setting(
+            None,
+            "1 (or bare): states LZ4-compressed, read bit for bit (default 0)",
+            metavar="0|1",
+            form="flag",
+        ),
+    ),
+    "endpoints and keys": dict(
+        pub=Setting(
+            "tcp://*:*", "PUB endpoint of the settings (port *: the OS's choice)", metavar="EP"
+        ),
+        rep=Setting("tcp://*:*", "REP endpoint of requests", metavar="EP", aliases=("--endpoint",)),
+        pull=Setting("tcp://*:*", "PULL endpoint of caches and episode chunks", metavar="EP"),
+        bind_host=Setting("127.0.0.1", "interface that '*' hosts bind to", metavar="HOST"),
+        curve_secret=Setting(None, "the server's CURVE secret key file", metavar="FILE"),
+        curve_authorized=Setting(None, "folder of the clients' CURVE public keys", metavar="DIR"),
+        # The sampling stream's endpoint (memoire.stream.SamplingStream).
+        stream=Setting(
+            None, "endpoint of sampling streams (docs/STREAM.md; default: none)", metavar="EP"
+        ),
+        stream_threads=Setting(
+            None, f"sampler threads per stream (default here: {default_stream_threads()})", int
+        ),
+    ),
+    "settings sent to clients (default: the memory's)": dict(
+        cache_size=Setting(None, "transitions per cache", int),
+        frame_stack=Setting(None, "frames stacked per state", int),
+        multi_step=Setting(None, "steps between prev and next", int),
+        priority_exponent=Setting(None, "priority exponent", float),
+        discount_factor=Setting(None, "discount factor", float),
+    ),
+    # memoire.rate_limiter (Reverb's semantics).
+    "rate limiter (default: none)": dict(
+        samples_per_insert=Setting(
+            None, "transitions sampled per one stored (with --rate_error_buffer)", float
+        ),
+        min_size_to_sample=Setting(
+            None, f"stored before the first sample (default {MIN_SIZE_TO_SAMPLE})", int
+        ),
+        rate_error_buffer=Setting(
+            None, "half width of the band around the ratio, in samples", float
+        ),
+    ),
+    "limits on what peers make the server hold (docs/LIMITS.md; bytes default from --max_step)": dict(
+        max_stream_bytes=Setting(None, "bytes of one actor's unfinished episodes", int),
+        max_open_bytes=Setting(None, "bytes of all unfinished episodes", int),
+        reply_cache_bytes=Setting(
+            None,
+            f"bytes of replies kept for retried calls (default {_bytes(DEFAULT_REPLY_CACHE_BYTES)})",
+            int,
+        ),
+        max_batch=Setting(
+            None, f"rows of one remote sample call (default {DEFAULT_MAX_BATCH})", int
+        ),
+        max_counter_clients=Setting(
+            None, f"clients whose counters are kept (default {DEFAULT_MAX_COUNTER_CLIENTS})", int
+        ),
+        allow_nonfinite=Setting(
+            None,
+            "1 (or bare): store NaN/inf r, p, v from peers (default 0)",
+            metavar="0|1",
+            form="flag",
+        ),
+        # Liveness and the receive queues' bytes.
+        peer_timeout=Setting(
+            None,
+            "seconds of an actor's silence before its open episode is dropped "
+            f"(default {PEER_TIMEOUT_S:g}; longer than clients' keepalive, {KEEPALIVE_S:g})",
+            float,
+            metavar="S",
+        ),
+        max_message_bytes=Setting(
+            None,
+            "bytes of a peer's largest message; receive queues hold "
+            f"{RECEIVE_HWM} per connection (default {_bytes(DEFAULT_MAX_MESSAGE_BYTES)})",
+            int,
+        ),
+    ),
+    "checkpoints (--checkpoint_dir: the memory's, or the --buffer's)": dict(
+        checkpoint_dir=Setting(
+            None,
+            "the newest is loaded at start; one is written on request, "
+            "every --checkpoint_every s and at the stop; 3 are kept",
+            metavar="DIR",
+        ),
+        checkpoint_every=Setting(None, "seconds between periodic checkpoints", float, metavar="S"),
+    ),
+    "output": dict(
+        logfile=Setting(None, "append actors' log lines to this file", metavar="FILE"),
+        logmode=Setting("a", "'a' appends to --logfile, 'w' truncates it", metavar="MODE"),
+        interval=Setting(2.0, "seconds between counter lines", float, metavar="S"),
+        duration=Setting(None, "stop after this many seconds (default: never)", float, metavar="S"),
+        tensorboard=Setting(
+            None, "also write the counters as TensorBoard scalars here", metavar="DIR"
+        ),
+    ),
+    "a Dopamine buffer instead (--buffer)": dict(
+        # memoire serve adds the kinds to the help (buffer_server.BUFFER_KINDS, a layer above).
+        buffer=Setting(None, "the buffer's kind", metavar="KIND"),
+        name=Setting("replay", "the name clients ask for (an agent's replay_name)", metavar="NAME"),
+        arg=Setting(
+            None,
+            "a buffer argument as a Python literal (repeatable)",
+            metavar="KEY=VALUE",
+            form="repeated",
+        ),
+        checkpoint_root=Setting(
+            ".", "folder remote save/load stay in ('none': refused)", metavar="DIR"
+        ),
+    ),
+}
+
+# Views of SETTINGS by name.
+_ALL = {name: s for group in SETTINGS.values() for name, s in group.items()}
+DEFAULTS = {name: s.default for name, s in _ALL.items()}
+HELP = {name: s.help for name, s in _ALL.items()}
+BOOLEAN_FLAGS = tuple(name for name, s in _ALL.items() if s.form == "flag")
+
+# The limits a ReplayMemoryServer takes as keyword arguments of the same names.
 LIMITS = (
     "max_stream_bytes",
     "max_open_bytes",
@@ -77,160 +198,6 @@ LIMITS = (
     "max_batch",
     "max_counter_clients",
     "allow_nonfinite",
-)
-
-
-# --NAME help texts (each NAME is also the gin parameter serve_config.NAME): one short line
-# each; what a setting means at length is in the README and docs/LIMITS.md.
-HELP = dict(
-    state_shape="state shape: comma-separated ints ('84,84'; '': scalar)",
-    state_dtype="state dtype (numpy's name)",
-    action_shape="action shape",
-    action_dtype="action dtype",
-    reward_shape="shape of reward, value and qvest (float32)",
-    info_shape="info shape ('0': no info)",
-    info_dtype="info dtype",
-    max_step="entries the memory holds",
-    n_caches="caches kept for get_batch (cache mode)",
-    pub="PUB endpoint of the settings (port *: the OS's choice)",
-    rep="REP endpoint of requests",
-    pull="PULL endpoint of caches and episode chunks",
-    bind_host="interface that '*' hosts bind to",
-    cache_size="transitions per cache",
-    frame_stack="frames stacked per state",
-    multi_step="steps between prev and next",
-    priority_exponent="priority exponent",
-    discount_factor="discount factor",
-    logfile="append actors' log lines to this file",
-    logmode="'a' appends to --logfile, 'w' truncates it",
-    curve_secret="the server's CURVE secret key file",
-    curve_authorized="folder of the clients' CURVE public keys",
-    interval="seconds between counter lines",
-    duration="stop after this many seconds (default: never)",
-    max_stream_bytes="bytes of one actor's unfinished episodes",
-    max_open_bytes="bytes of all unfinished episodes",
-    reply_cache_bytes="bytes of replies kept for retried calls "
-    f"(default {_bytes(DEFAULT_REPLY_CACHE_BYTES)})",
-    max_batch=f"rows of one remote sample call (default {DEFAULT_MAX_BATCH})",
-    max_counter_clients=f"clients whose counters are kept (default {DEFAULT_MAX_COUNTER_CLIENTS})",
-    allow_nonfinite="1 (or bare): store NaN/inf r, p, v from peers (default 0)",
-    buffer="the buffer's kind",  # memoire serve adds the kinds (buffer_server.BUFFER_KINDS)
-    name="the name clients ask for (an agent's replay_name)",
-    arg="a buffer argument as a Python literal (repeatable)",
-    checkpoint_root="folder remote save/load stay in ('none': refused)",
-    seed="seed of the sampling",
-    tensorboard="also write the counters as TensorBoard scalars here",
-    checkpoint_dir="the newest is loaded at start; one is written on request, "
-    "every --checkpoint_every s and at the stop; 3 are kept",
-    checkpoint_every="seconds between periodic checkpoints",
-)
-TYPES = {
-    "max_step": int,
-    "n_caches": int,
-    "cache_size": int,
-    "frame_stack": int,
-    "multi_step": int,
-    "priority_exponent": float,
-    "discount_factor": float,
-    "interval": float,
-    "duration": float,
-    "max_stream_bytes": int,
-    "max_open_bytes": int,
-    "reply_cache_bytes": int,
-    "max_batch": int,
-    "max_counter_clients": int,
-    "seed": int,
-    "checkpoint_every": float,
-}
-ALIASES = {"rep": "--endpoint"}
-# The sampling stream's endpoint (memoire.stream.SamplingStream), off unless given.
-DEFAULTS["stream"] = None
-HELP["stream"] = "endpoint of sampling streams (docs/STREAM.md; default: none)"
-DEFAULTS["stream_threads"] = None
-HELP["stream_threads"] = f"sampler threads per stream (default here: {default_stream_threads()})"
-TYPES["stream_threads"] = int
-
-# The rate limiter (memoire.rate_limiter, Reverb's semantics), off unless a flag sets it.
-DEFAULTS.update(samples_per_insert=None, min_size_to_sample=None, rate_error_buffer=None)
-HELP.update(
-    samples_per_insert="transitions sampled per one stored (with --rate_error_buffer)",
-    min_size_to_sample=f"stored before the first sample (default {MIN_SIZE_TO_SAMPLE})",
-    rate_error_buffer="half width of the band around the ratio, in samples",
-)
-TYPES.update(samples_per_insert=float, min_size_to_sample=int, rate_error_buffer=float)
-
-# Compressed states in the server's memory (ReplayMemory's compress_states), off unless given.
-DEFAULTS["compress_states"] = None
-HELP["compress_states"] = "1 (or bare): states LZ4-compressed, read bit for bit (default 0)"
-# Liveness and the receive queues' bytes (docs/LIMITS.md), the server's defaults unless given.
-DEFAULTS.update(peer_timeout=None, max_message_bytes=None)
-HELP.update(
-    peer_timeout="seconds of an actor's silence before its open episode is dropped "
-    f"(default {PEER_TIMEOUT_S:g}; longer than clients' keepalive, {KEEPALIVE_S:g})",
-    max_message_bytes="bytes of a peer's largest message; receive queues hold "
-    f"{RECEIVE_HWM} per connection (default {_bytes(DEFAULT_MAX_MESSAGE_BYTES)})",
-)
-TYPES.update(peer_timeout=float, max_message_bytes=int)
-# The options' groups in --help, in order (every setting of DEFAULTS is in one).
-GROUPS = {
-    "the memory": (
-        "state_shape state_dtype action_shape action_dtype reward_shape info_shape info_dtype "
-        "max_step n_caches compress_states seed"
-    ),
-    "endpoints and keys": "pub rep pull bind_host stream stream_threads curve_secret curve_authorized",
-    "settings sent to clients (default: the memory's)": (
-        "cache_size frame_stack multi_step priority_exponent discount_factor"
-    ),
-    "rate limiter (default: none)": "samples_per_insert min_size_to_sample rate_error_buffer",
-    "limits on what peers make the server hold (docs/LIMITS.md; bytes default from --max_step)": (
-        "max_stream_bytes max_open_bytes reply_cache_bytes max_batch max_counter_clients "
-        "max_message_bytes peer_timeout allow_nonfinite"
-    ),
-    "checkpoints (--checkpoint_dir: the memory's, or the --buffer's)": (
-        "checkpoint_dir checkpoint_every"
-    ),
-    "output": "interval duration logfile logmode tensorboard",
-    "a Dopamine buffer instead (--buffer)": "buffer name arg checkpoint_root",
-}
-BOOLEAN_FLAGS = ("allow_nonfinite", "compress_states")  # --NAME alone means 1
-
-
-def _shape(text: str):
-    text = str(text).strip()
-    return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
-
-
-# The metavar of each setting's option in --help (others: N for an int, X for the rest).
-METAVARS = dict(
-    state_shape="SHAPE",
-    action_shape="SHAPE",
-    reward_shape="SHAPE",
-    info_shape="SHAPE",
-    state_dtype="DTYPE",
-    action_dtype="DTYPE",
-    info_dtype="DTYPE",
-    pub="EP",
-    rep="EP",
-    pull="EP",
-    stream="EP",
-    bind_host="HOST",
-    logfile="FILE",
-    curve_secret="FILE",
-    curve_authorized="DIR",
-    checkpoint_dir="DIR",
-    checkpoint_root="DIR",
-    tensorboard="DIR",
-    logmode="MODE",
-    name="NAME",
-    buffer="KIND",
-    interval="S",
-    duration="S",
-    checkpoint_every="S",
-    peer_timeout="S",
-    samples_per_insert="X",
-    rate_error_buffer="X",
-    priority_exponent="X",
-    discount_factor="X",
 )
 
 
