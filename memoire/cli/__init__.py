@@ -15,7 +15,8 @@ in what the user typed is one line on stderr, ``<prog>: error: <what was expecte
 traceback, exit status 2, and nothing written (commands check before they write). Parsers are
 :class:`ArgumentParser` (argparse with that ``error``), mains are wrapped by
 :func:`entry_point` (a :class:`UsageError` raised inside becomes that line, and logging is
-configured once, see :func:`configure_logging`).
+configured once, see :func:`configure_logging`). An optional package that is not installed is
+such a mistake too: its line names the extra to install (:func:`missing_extra`).
 
 The package, one concept per module: :mod:`~memoire.cli.errors` (the one-line mistakes),
 :mod:`~memoire.cli.parser` (the parser and docstrings turned into help),
