@@ -408,6 +408,38 @@ def test_every_option_has_a_help_text(index, monkeypatch, capsys):
     assert any("--log-level" in a.option_strings for w, a in actions if not w)
 
 
+def _parsers(parser):
+    """``parser`` and every sub-parser under it."""
+    yield parser
+    for _, action in _actions(parser):
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_help_says_each_default_once(index, monkeypatch):
+    """An option whose help says its default itself ("(default 2000)") gets no second one
+    from the formatter: over the help of every command and sub-command."""
+    prog, main = _entry_points()[index]
+    for parser in _parsers(_parser_of(main, monkeypatch)):
+        text = " ".join(parser.format_help().split())
+        assert "(default" in text, parser.prog  # each shows some default: the check has teeth
+        twice = re.findall(r"\(default\b[^()]*\)\s*\(default\b[^()]*\)", text)
+        assert not twice, (parser.prog, twice)
+
+
+def test_help_formatter_adds_a_default_only_where_the_help_has_none():
+    p = cli.ArgumentParser(prog="p")
+    p.add_argument("--a", type=int, default=5, help="says it (default 5)")
+    p.add_argument("--b", type=int, default=5, help="says it (Default: five)")
+    p.add_argument("--c", type=int, default=5, help="says nothing")
+    p.add_argument("--d", type=int, default=0, help="zero (default 0: off)")
+    text = " ".join(p.format_help().split())
+    assert "says it (default 5) --b" in text and "(Default: five) --c" in text
+    assert "says nothing (default: 5)" in text and text.count("(default") == 4  # a, c, d, log
+
+
 @pytest.mark.dopamine
 def test_an_option_is_spelled_out_or_refused(tmp_path):
     """argparse would take --gin_file for memoire train's --gin_files (a prefix) without a
@@ -489,6 +521,116 @@ def test_entry_point_turns_usage_errors_into_one_line(capsys):
     assert main([]) == 0
     assert main(["x"]) == 2
     assert capsys.readouterr().err == "prog: error: bad (detail)\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# A missing optional package is one line naming the extra to install.
+
+# Put on a child's PYTHONPATH as sitecustomize: the modules named in $MEMOIRE_TEST_UNIMPORTABLE
+# (comma-separated top-level names) cannot be imported, as if not installed.
+_UNIMPORTABLE = """\
+import os
+import sys
+
+_NAMES = set(filter(None, os.environ["MEMOIRE_TEST_UNIMPORTABLE"].split(",")))
+
+
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _NAMES:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+# What `pip install memoire` lacks that the dopamine extra brings (gin among them).
+_DOPAMINE_EXTRA = "dopamine,absl,tensorflow,tensorflow_probability,gin,jax,flax,optax,orbax,gym"
+
+
+def _run_without(modules, args, tmp_path):
+    """``python args`` in ``tmp_path/cwd`` with ``modules`` (comma-separated) unimportable."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_UNIMPORTABLE)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(str(site), MEMOIRE_TEST_UNIMPORTABLE=modules),
+    )
+
+
+def test_the_blocker_makes_its_modules_unimportable(tmp_path):
+    out = _run_without("json", ["-c", "import json"], tmp_path)
+    assert out.returncode == 1 and "No module named 'json'" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    "modules, missing",
+    [(_DOPAMINE_EXTRA, "gin"), ("dopamine,absl,tensorflow", "absl")],
+    ids=["no dopamine extra", "gin but no dopamine"],
+)
+@pytest.mark.parametrize("entry", ["memoire train", "jax_agents"])
+def test_train_without_the_dopamine_extra_names_it(tmp_path, modules, missing, entry):
+    args = ["--gin_files", LOCAL_GIN, "--base_dir", "runs"]
+    if entry == "memoire train":
+        args = TRAIN + args
+    else:
+        args = ["-m", "memoire.dopamine_compat.jax_agents"] + args
+    line = _error_line(_run_without(modules, args, tmp_path), "memoire train")
+    assert line == (
+        f"memoire train: error: No module named '{missing}' (a package of the dopamine extra): "
+        'pip install "memoire[dopamine]"'
+    )
+    assert _tree(tmp_path / "cwd") == []
+
+
+def test_actor_without_the_dopamine_extra_names_it(tmp_path):
+    out = _run_without(_DOPAMINE_EXTRA, ["-m", "memoire.cli", "actor", "--help"], tmp_path)
+    assert _error_line(out, "memoire actor").endswith('pip install "memoire[dopamine]"')
+
+
+def test_serve_gin_file_without_gin_names_the_gin_extra(tmp_path):
+    gin_file = tmp_path / "serve.gin"
+    gin_file.write_text("serve_config.max_step = 100\n")
+    args = ["-m", "memoire.cli", "serve", "--gin_file", str(gin_file), "--duration", "0"]
+    line = _error_line(_run_without("gin", args, tmp_path), "memoire serve")
+    assert line == (
+        "memoire serve: error: No module named 'gin' (a package of the gin extra): "
+        'pip install "memoire[gin]"'
+    )
+
+
+def test_serve_jax_buffer_without_dopamine_names_the_dopamine_extra(tmp_path):
+    args = ["-m", "memoire.cli", "serve", "--buffer", "jax", "--rep", "tcp://127.0.0.1:*"]
+    line = _error_line(_run_without(_DOPAMINE_EXTRA, args, tmp_path), "memoire serve")
+    assert line.endswith('(a package of the dopamine extra): pip install "memoire[dopamine]"')
+
+
+def test_missing_extra_names_only_optional_packages():
+    def missing(name):
+        return ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    assert cli.missing_extra(missing("matplotlib.pyplot")).endswith('"memoire[plot]"')
+    assert cli.missing_extra(missing("gin")).endswith('"memoire[gin]"')
+    assert cli.missing_extra(missing("gin"), "dopamine").endswith('"memoire[dopamine]"')
+    assert cli.missing_extra(missing("ray"), "dopamine").endswith('"memoire[ray]"')
+    assert cli.missing_extra(missing("memoire._core")) is None  # memoire's own: a real bug
+    assert cli.missing_extra(missing("zmq")) is None  # a dependency, not an extra
+    assert cli.missing_extra(ImportError("cannot import name 'x'", name="gin")) is None
+
+    @cli.entry_point("prog")
+    def main(argv):
+        import memoire._not_a_module  # noqa: F401
+
+    with pytest.raises(ModuleNotFoundError):  # not an extra: the traceback stays
+        main([])
 
 
 # ---------------------------------------------------------------------------------------------

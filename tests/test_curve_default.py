@@ -191,6 +191,24 @@ def test_serve_says_it_once_at_start(monkeypatch, caplog):
     assert len(said) == 1
 
 
+def test_serve_keys_come_from_one_place_and_authorized_needs_a_secret(tmp_path, capsys):
+    """Both servers' keys are serve_settings.curve_keys: none without a secret, and
+    --curve_authorized alone is refused (before, the memory server dropped it in silence)."""
+    from memoire.server.serve_settings import curve_keys
+
+    assert curve_keys(_cfg()) is None
+    with pytest.raises(ValueError, match="--curve_authorized needs --curve_secret"):
+        curve_keys(_cfg(curve_authorized=str(tmp_path)))
+    _, secret = transport.generate_keys(str(tmp_path / "keys"), "server")
+    keys = curve_keys(_cfg(curve_secret=secret))
+    assert isinstance(keys, transport.CurveKeys)
+    for buffer in ([], ["--buffer", "circular"]):
+        assert serve.main(["--curve_authorized", str(tmp_path), "--duration", "0", *buffer]) == 2
+        assert capsys.readouterr().err == (
+            "memoire serve: error: --curve_authorized needs --curve_secret\n"
+        )
+
+
 def test_chunk_arrays_pass_curve_unchanged():
     """What an actor sends (codec frames of numpy columns) arrives byte for byte."""
     server, client = transport.run_keys()

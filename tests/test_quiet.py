@@ -1,6 +1,7 @@
 """memoire.cli keeps other packages' chatter out of a command's output unless --log-level
-debug: what imports print to file descriptor 2, developer warnings, known log notices, repeats.
-The commands themselves are counted in test_train.py and test_atari.py."""
+debug (memoire.cli.third_party): what imports print to file descriptor 2 (held by
+memoire.cli.stderr_hold), developer warnings, known log notices, repeats. The commands
+themselves are counted in test_train.py and test_atari.py."""
 
 import gc
 import logging
@@ -10,7 +11,7 @@ import warnings
 
 import pytest
 
-from memoire import cli
+from memoire.cli import stderr_hold, third_party
 
 ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called are written\n"
 CUDNN = b"E0000 00:00:1795753770.779694   26393 cuda_dnn.cc:8310] Unable to register cuDNN\n"
@@ -20,13 +21,13 @@ GYM = b"Gym has been unmaintained since 2022 and does not support NumPy 2.0\n"
 
 @pytest.fixture
 def quiet(monkeypatch):
-    """cli's switch, set by the test and restored after it."""
-    monkeypatch.setattr(cli, "_quiet", True)
+    """third_party's switch, set by the test and restored after it."""
+    monkeypatch.setattr(third_party, "_quiet", True)
     return monkeypatch
 
 
 def test_filtered_stderr_drops_known_chatter_and_passes_the_rest(quiet, capfd):
-    with cli.filtered_stderr():
+    with third_party.filtered_stderr():
         os.write(2, ABSL_PREAMBLE + CUDNN + b"a line the user should see\n" + TF_INFO + GYM)
         os.write(2, b"another one\n")
     assert capfd.readouterr().err == "a line the user should see\nanother one\n"
@@ -34,17 +35,37 @@ def test_filtered_stderr_drops_known_chatter_and_passes_the_rest(quiet, capfd):
 
 def test_filtered_stderr_passes_everything_when_the_block_fails(quiet, capfd):
     with pytest.raises(ImportError):
-        with cli.filtered_stderr():
+        with third_party.filtered_stderr():
             os.write(2, CUDNN + b"why the import failed\n")
             raise ImportError("no")
     assert capfd.readouterr().err == (CUDNN + b"why the import failed\n").decode()
 
 
 def test_filtered_stderr_holds_nothing_at_debug(quiet, capfd):
-    quiet.setattr(cli, "_quiet", False)
-    with cli.filtered_stderr():
+    quiet.setattr(third_party, "_quiet", False)
+    with third_party.filtered_stderr():
         os.write(2, CUDNN)
         assert capfd.readouterr().err == CUDNN.decode()  # written at once, not held
+
+
+def test_hold_stderr_hands_the_whole_text_to_said_and_writes_what_is_not_dropped(capfd):
+    said = []
+    with stderr_hold.hold_stderr(lambda line: line.startswith("noise"), said=said):
+        os.write(2, b"noise 1\nkept\nnoise 2\n")
+        assert capfd.readouterr().err == ""  # held, not yet written
+    assert said == ["noise 1\nkept\nnoise 2\n"]
+    assert capfd.readouterr().err == "kept\n"
+
+
+def test_hold_stderr_filters_after_an_error_unless_told_not_to(capfd):
+    for drop_after_error, expected in ((True, "why\n"), (False, "noise\nwhy\n")):
+        with pytest.raises(RuntimeError):
+            with stderr_hold.hold_stderr(
+                lambda line: line == "noise\n", drop_after_error=drop_after_error
+            ):
+                os.write(2, b"noise\nwhy\n")
+                raise RuntimeError("failed")
+        assert capfd.readouterr().err == expected
 
 
 def test_noisy_module_imports_through_the_filter(quiet, capfd, tmp_path):
@@ -52,10 +73,12 @@ def test_noisy_module_imports_through_the_filter(quiet, capfd, tmp_path):
         "import os\nos.write(2, %r)\nos.write(2, b'kept\\n')\nVALUE = 7\n" % (CUDNN + GYM)
     )
     quiet.syspath_prepend(str(tmp_path))
-    quiet.setitem(cli._NOISY_IMPORTS, "_noisy_for_test", None)
+    quiet.setitem(third_party._NOISY_IMPORTS, "_noisy_for_test", None)
     # Two of them (one a command installed already, say) find the module once, not forever.
     quiet.setattr(
-        sys, "meta_path", [cli._ThirdPartyImporter(), cli._ThirdPartyImporter(), *sys.meta_path]
+        sys,
+        "meta_path",
+        [third_party._ThirdPartyImporter(), third_party._ThirdPartyImporter(), *sys.meta_path],
     )
     quiet.delitem(sys.modules, "_noisy_for_test", raising=False)
     import _noisy_for_test
@@ -67,17 +90,17 @@ def test_noisy_module_imports_through_the_filter(quiet, capfd, tmp_path):
 
 def test_developer_warnings_of_other_packages_go_to_debug(quiet, caplog):
     shown = []
-    router = cli._WarningRouter(lambda *args: shown.append(args[1]))
+    router = third_party._WarningRouter(lambda *args: shown.append(args[1]))
     elsewhere = os.path.join(os.sep, "site-packages", "gymnasium", "registration.py")
     with caplog.at_level(logging.DEBUG, logger="py.warnings"):
         router("CartPole-v0 is out of date", DeprecationWarning, elsewhere, 517)
         router("old", FutureWarning, elsewhere, 1)
         router("a real problem", UserWarning, elsewhere, 2)
-        router("memoire's own", DeprecationWarning, cli.__file__, 3)
+        router("memoire's own", DeprecationWarning, third_party.__file__, 3)
     assert shown == [UserWarning, DeprecationWarning]  # the last: raised by memoire's code
     assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG]
     assert "CartPole-v0 is out of date" in caplog.records[0].getMessage()
-    quiet.setattr(cli, "_quiet", False)
+    quiet.setattr(third_party, "_quiet", False)
     router("old", DeprecationWarning, elsewhere, 1)
     assert shown[-1] is DeprecationWarning  # debug: shown as Python would
 
@@ -87,34 +110,34 @@ def _record(name, message, level=logging.WARNING):
 
 
 def test_log_filter_drops_known_notices_and_says_other_messages_once(quiet):
-    f = cli._ChatterFilter()
+    f = third_party._ChatterFilter()
     assert not f.filter(_record("absl", "DEPRECATION WARNING: Logger is being deprecated. X"))
     assert not f.filter(_record("tensorflow", "From x.py:98: f (from m) is deprecated and ..."))
     assert f.filter(_record("jax._src.xla_bridge", "a GPU may be present"))
     assert not f.filter(_record("jax._src.xla_bridge", "a GPU may be present"))  # said once
     assert f.filter(_record("memoire.x", "mine")) and f.filter(_record("memoire.x", "mine"))
-    quiet.setattr(cli, "_quiet", False)
+    quiet.setattr(third_party, "_quiet", False)
     assert f.filter(_record("absl", "DEPRECATION WARNING: Logger is being deprecated. X"))
 
 
 def test_tf_log_level_is_set_for_quiet_and_taken_back_for_debug(monkeypatch):
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
-    monkeypatch.setattr(cli, "_env_set", {})
+    monkeypatch.setattr(third_party, "_env_set", {})
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(cli, "_quiet", cli._quiet)
-    cli.quiet_third_party(True)
+    monkeypatch.setattr(third_party, "_quiet", third_party._quiet)
+    third_party.quiet_third_party(True)
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
-    cli.quiet_third_party(False)
+    third_party.quiet_third_party(False)
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
     # A value the user set is theirs, at any level.
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
-    cli.quiet_third_party(True)
-    cli.quiet_third_party(False)
+    third_party.quiet_third_party(True)
+    third_party.quiet_third_party(False)
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
     # Installed once however often it is called.
-    assert sum(isinstance(f, cli._ThirdPartyImporter) for f in sys.meta_path) == 1
-    assert isinstance(warnings.showwarning, cli._WarningRouter)
+    assert sum(isinstance(f, third_party._ThirdPartyImporter) for f in sys.meta_path) == 1
+    assert isinstance(warnings.showwarning, third_party._WarningRouter)
 
 
 def test_heavy_imports_run_with_the_collector_paused_and_freeze_what_they_built(
@@ -132,8 +155,10 @@ def test_heavy_imports_run_with_the_collector_paused_and_freeze_what_they_built(
     )
     (pkg / "inner.py").write_text("import gc\nON_AT_IMPORT = gc.isenabled()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cli, "_HEAVY_PACKAGES", cli._HEAVY_PACKAGES | {"_heavy_for_test"})
-    monkeypatch.setattr(sys, "meta_path", [cli._ThirdPartyImporter(), *sys.meta_path])
+    monkeypatch.setattr(
+        third_party, "_HEAVY_PACKAGES", third_party._HEAVY_PACKAGES | {"_heavy_for_test"}
+    )
+    monkeypatch.setattr(sys, "meta_path", [third_party._ThirdPartyImporter(), *sys.meta_path])
     for name in ("_heavy_for_test", "_heavy_for_test.sub", "_heavy_for_test.inner"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     assert gc.isenabled()

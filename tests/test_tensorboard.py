@@ -223,6 +223,42 @@ def test_serve_event_files_read_back_with_tensorboard(tmp_path):
     assert all(v == 0.0 for _, v in values["replay/size"]) and len(values["replay/size"]) >= 3
 
 
+class _FakeServer:
+    """What ServerCounters reads of a server: stats() (each call the next of ``stats``) and
+    its memory's cache size and weights."""
+
+    def __init__(self, stats):
+        self._stats = iter(stats)
+        self.rem = types.SimpleNamespace(cache_size=4, total_weight=6.0, num_sampleable=3)
+
+    def stats(self):
+        return next(self._stats)
+
+
+def test_server_counters_take_each_interval_and_write_its_scalars(tmp_path):
+    from memoire.server.counters import ServerCounters
+
+    stats = [
+        {"steps_in": 0, "caches": 0, "rows_sampled": 0},
+        {"steps_in": 10, "caches": 1, "rows_sampled": 5, "memory_size": 10, "memory_episodes": 2},
+        {"steps_in": 30, "caches": 1, "rows_sampled": 5, "memory_size": 30, "memory_episodes": 3},
+    ]
+    counters = ServerCounters(_FakeServer(stats), str(tmp_path / "tb"))
+    first, second = counters.take(), counters.take()
+    counters.close()
+    counters.close()  # idempotent
+    assert "stored 10 entries in 2 episodes" in first and "stored 30 entries in 3" in second
+    back = tb.read_scalars(str(tmp_path / "tb"))
+    assert [(e.step, e.value) for e in back["replay/inserts"]] == [(1, 14.0), (2, 34.0)]
+    assert [e.value for e in back["replay/samples"]] == [5.0, 5.0]
+    assert [e.value for e in back["replay/priority_mean"]] == [2.0, 2.0]
+    # Without a folder it writes nothing and still gives the line.
+    plain = ServerCounters(_FakeServer(stats))
+    assert "stored 10 entries in 2 episodes" in plain.take()
+    plain.close()
+    assert os.listdir(tmp_path) == ["tb"]
+
+
 @pytest.mark.parametrize(
     "bad,why",
     [("file", "is a file; expected a directory"), ("file/sub", "is a file; expected a directory")],

@@ -43,14 +43,12 @@ memoire[ray]``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import os
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -254,34 +252,13 @@ def _connect_error(address: str, error: Exception, said: str) -> str:
     return f"--ray_address {address or '(none)'}: {cli.one_line(error)}"
 
 
-@contextlib.contextmanager
 def _held_stderr(said: list):
     """Holds what is written to file descriptor 2 while the block runs and appends it to
     ``said``; afterwards writes out what is not Ray's own logging below ERROR (all of it with
     ``--log-level debug``)."""
-    sys_stderr = sys.stderr
-    sys_stderr.flush()
-    held = tempfile.TemporaryFile()
-    saved = os.dup(2)
-    os.dup2(held.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys_stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        held.seek(0)
-        text = held.read().decode("utf-8", "replace")
-        held.close()
-        said.append(text)
-        keep = [
-            line
-            for line in text.splitlines(keepends=True)
-            if not (ray_report.quiet() and ray_report.is_ray_line(line))
-        ]
-        if keep:
-            sys_stderr.write("".join(keep))
-            sys_stderr.flush()
+    return cli.hold_stderr(
+        lambda line: ray_report.quiet() and ray_report.is_ray_line(line), said=said
+    )
 
 
 def _off_the_checkout() -> dict:
