@@ -140,9 +140,7 @@ def _stored_elements(tmp_path, name: str, gin_text: str):
 @pytest.mark.dopamine
 @pytest.mark.slow
 @pytest.mark.parametrize("terminal_on_life_loss", [True, False])
-def test_a_distributed_run_stores_the_episodes_a_local_run_stores(
-    tmp_path, terminal_on_life_loss
-):
+def test_a_distributed_run_stores_the_episodes_a_local_run_stores(tmp_path, terminal_on_life_loss):
     gin_text = RUN_GIN.format(root=ROOT, terminal_on_life_loss=terminal_on_life_loss)
     local = _stored_elements(tmp_path, "local", gin_text)
     distributed = _stored_elements(tmp_path, "distributed", gin_text + DISTRIBUTED)
