@@ -85,6 +85,26 @@ def beyond_loopback(where: str) -> bool:
     return not (host.startswith("127.") or host in ("localhost", "::1"))
 
 
+def clear_text_warning(who: str, bound: Sequence[str], advice: str = "") -> Optional[str]:
+    """The one warning of sockets bound beyond loopback without CURVE keys (``memoire serve``
+    without ``--curve_secret``, a learner under ``--insecure``); None when none of ``bound``
+    is beyond loopback (:func:`beyond_loopback`).
+
+    Args:
+      who: what bound them, the line's first words (e.g. ``memoire serve``, ``--insecure``).
+      bound: the addresses bound (endpoints or hosts), in the order to name them.
+      advice: what to do about it (e.g. which flag adds keys), or ''.
+    """
+    beyond = [str(where) for where in bound if beyond_loopback(where)]
+    if not beyond:
+        return None
+    return (
+        f"{who}: bound beyond loopback ({', '.join(beyond)}) without CURVE keys: what travels "
+        "is in clear and anyone who reaches these ports can connect"
+        + (f"; {advice}" if advice else "")
+    )
+
+
 @dataclasses.dataclass
 class CurveKeys:
     """CURVE authentication and encryption settings: keys in ZeroMQ certificate files (as

@@ -1,4 +1,4 @@
-"""Run in an actor process of memoire.experiments.distributed._actor_context() by
+"""Run in an actor process of memoire.experiments.distributed.local_launch._actor_context() by
 test_distributed: what that process found imported and running when it started."""
 
 import os

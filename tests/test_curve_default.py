@@ -226,3 +226,14 @@ def test_chunk_arrays_pass_curve_unchanged():
         link.close()
     finally:
         sockets.close()
+
+
+def test_serve_and_a_learner_warn_with_the_one_clear_text_warning():
+    where = "tcp://10.1.2.3:4000"
+    assert transport.clear_text_warning("x", ["tcp://127.0.0.1:1", "ipc:///tmp/a"]) is None
+    line = transport.clear_text_warning("x", ["tcp://127.0.0.1:1", where], "do this")
+    assert line.startswith(f"x: bound beyond loopback ({where}) without CURVE keys: ")
+    assert line.endswith("; do this")
+    said = transport.clear_text_warning("x", [where]).split(": ", 1)[1]
+    assert said in serve.keys_warning(_cfg(pull=where))
+    assert said in distributed.insecure_warning("off", where)

@@ -10,11 +10,14 @@ import time
 
 import numpy as np
 import pytest
+import zmq
 from _subprocess_env import run_script
 from _tiny_run import DIST_GIN, TINY, train_command
 from _waiting import wait_until
 
 from memoire.experiments import distributed as dist
+from memoire.experiments.distributed.params import params_from_bytes, params_to_bytes
+from memoire.experiments.distributed.sockets import STORED_TOPIC
 
 
 def _link_pair(**config):
@@ -104,7 +107,7 @@ def test_an_actor_starts_episodes_only_while_the_learner_keeps_up():
         sockets.acknowledge([(link.uuid, 1, 1, None)])
         assert link.wait_for_learner(6) and link.stored_episode == 4
         # garbage on the table's topic is ignored
-        sockets.pub.send_multipart([dist.STORED_TOPIC, b"odd"])
+        sockets.pub.send_multipart([STORED_TOPIC, b"odd"])
         assert not link.should_stop() and link.stored_episode == 4
     finally:
         link.close()
@@ -167,7 +170,7 @@ def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
         )
         count = buf.add_count
         # a peer's garbage is counted and dropped; the receiver lives on
-        push = sockets._ctx.socket(dist.zmq.PUSH)
+        push = sockets._ctx.socket(zmq.PUSH)
         push.connect(sockets.endpoints["experience"])
         push.send_multipart([b"garbage", b"more"])
         wait_until(lambda: receiver.poll(0.05) or receiver.not_chunk, "the garbage counted")
@@ -181,14 +184,14 @@ def test_streamed_episodes_land_in_the_learners_buffer_with_their_info():
 @pytest.mark.dopamine
 def test_params_round_trip_without_pickle():
     params = {"params": {"dense": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3)}}}
-    payload = dist.params_to_bytes(params)
+    payload = params_to_bytes(params)
     assert b"pickle" not in payload
-    back = dist.params_from_bytes(params, payload)
+    back = params_from_bytes(params, payload)
     np.testing.assert_array_equal(
         back["params"]["dense"]["kernel"], params["params"]["dense"]["kernel"]
     )
     with pytest.raises(ValueError, match="does not match"):
-        dist.params_from_bytes(params, b"\x00garbage")
+        params_from_bytes(params, b"\x00garbage")
 
 
 def test_config_rejects_bad_values():
@@ -205,9 +208,9 @@ def test_local_actors_start_with_their_imports_done_and_no_backend(tmp_path):
     # In a process of its own (the context's server lives as long as the process that made it).
     script = """
         import json, os
-        from memoire.experiments import distributed
+        from memoire.experiments.distributed import local_launch
         import _actor_probe
-        ctx = distributed._actor_context()
+        ctx = local_launch._actor_context()
         queue = ctx.Queue()
         procs = [ctx.Process(target=_actor_probe.report, args=(queue,)) for _ in range(2)]
         for p in procs:

@@ -199,7 +199,8 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     gymnasium = pytest.importorskip("gymnasium")
     from dopamine.discrete_domains import gym_lib
 
-    from memoire.experiments.runner import TrackingMixin, _install_end_recorder
+    from memoire.experiments.episode_loop import install_end_recorder
+    from memoire.experiments.runner import TrackingMixin
 
     class Runner(TrackingMixin, _FakeRunner):
         pass
@@ -215,7 +216,7 @@ def test_episode_loop_separates_termination_and_truncation(tmp_path, time_limit,
     runner._max_steps_per_episode = 500
     env2 = gym_lib.GymPreprocessing(gymnasium.make("CartPole-v1", max_episode_steps=500))
     runner._environment = env2
-    runner._ends = _install_end_recorder(env2)
+    runner._end_recorder = install_end_recorder(env2)
     length, _ = runner._run_one_episode()
     assert length < 500 and runner._agent.ends[-1] is True
     runner.close()

@@ -198,22 +198,18 @@ def keys_warning(cfg: dict) -> Optional[str]:
     if cfg["curve_secret"]:
         return None
     names = ("rep",) if cfg["buffer"] is not None else ("pub", "rep", "pull", "stream")
-    beyond = []
+    bound = []
     for name in names:
         if cfg[name] is None:
             continue
         try:
-            where = transport.bind_address(str(cfg[name]), str(cfg["bind_host"]))
+            bound.append(transport.bind_address(str(cfg[name]), str(cfg["bind_host"])))
         except ValueError:
             continue  # a malformed endpoint: refused when bound, with its own message
-        if transport.beyond_loopback(where):
-            beyond.append(where)
-    if not beyond:
-        return None
-    return (
-        f"memoire serve: bound beyond loopback ({', '.join(beyond)}) without CURVE keys: "
-        "what travels is in clear and anyone who reaches these ports can connect; add keys "
-        "with --curve_secret FILE (and --curve_authorized DIR)"
+    return transport.clear_text_warning(
+        "memoire serve",
+        bound,
+        "add keys with --curve_secret FILE (and --curve_authorized DIR)",
     )
 
 

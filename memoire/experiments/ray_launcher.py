@@ -375,13 +375,13 @@ class LearnerProcess:
         the learner's closing line."""
         self._actors_report = str(text)
 
-    def run(self, who: str) -> int:
+    def run(self, actors_label: str) -> int:
         try:
             distributed.run_learner(
                 self._facts,
                 self._config,
                 self._sockets,
-                who,
+                actors_label,
                 lambda: not self._actors_gone.is_set(),
                 lambda: self._actors_report,
             )
@@ -413,8 +413,8 @@ class ActorProcess:
     """An actor in a Ray actor. Its loop starts in the constructor, so a process Ray restarts
     after a crash acts again without being asked (it joins as a new stream)."""
 
-    def __init__(self, actor_id: int, facts: dict, config: dict, ends: dict):
-        self._ends = _RayEndpoints(**ends)
+    def __init__(self, actor_id: int, facts: dict, config: dict, endpoints: dict):
+        self._endpoints = _RayEndpoints(**endpoints)
         self._thread = threading.Thread(
             target=self._act,
             name=f"memoire-actor-{actor_id}",
@@ -425,7 +425,7 @@ class ActorProcess:
 
     def _act(self, actor_id: int, facts: dict, config: dict) -> None:
         try:
-            distributed.actor_main(actor_id, facts, config, self._ends)
+            distributed.actor_main(actor_id, facts, config, self._endpoints)
         except distributed.NoLearner as e:  # the process ends, so Ray restarts it
             log.error("actor %d: %s; its process exits", actor_id, e)
             os._exit(1)
@@ -435,7 +435,7 @@ class ActorProcess:
 
     def chunks_sent(self) -> int:
         """Chunk messages this process has sent so far (0 before it connected)."""
-        link = getattr(self._ends, "link", None)
+        link = getattr(self._endpoints, "link", None)
         return link.chunks if link is not None else 0
 
     def pid(self) -> int:
@@ -548,11 +548,11 @@ def open_session(config: distributed.DistributedConfig) -> Session:
                 ray_report.demand(ray_config.actor_cpus),
             ),
         )
-        for who, setting, want in asks:
+        for role, setting, want in asks:
             why = ray_report.never_placed(want, nodes)
             if why:
                 raise cli.UsageError(
-                    f"{who} asks Ray for {ray_report.resources_text(want)} ({setting}), and "
+                    f"{role} asks Ray for {ray_report.resources_text(want)} ({setting}), and "
                     f"{why}: {_placement_fix(setting, want, why, ray_config.address)}"
                 )
     except BaseException:
@@ -666,22 +666,22 @@ def run(
             first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
             log.error("the learner did not start: %s", first)
             return 1
-        ends = dict(
+        actor_endpoints = dict(
             endpoints,
             queue_chunks=config.queue_chunks,
             episodes_ahead=config.episodes_ahead,
             keys=client_keys if ray.get(learner.encrypted.remote()) else None,
         )
-        warning = distributed.insecure_warning(ray_config.curve, ends["experience"])
+        warning = distributed.insecure_warning(ray_config.curve, actor_endpoints["experience"])
         if warning:
             log.warning("%s", warning)
         learner_node = ray.get(learner.node.remote())
         log.info(
             "ray: the learner runs on %s (experience %s, parameters %s, %s)",
             ray_report.node_name(learner_node, ray_report.alive_nodes()),
-            ends["experience"],
-            ends["params"],
-            "CURVE keys of the run" if ends["keys"] is not None else "no CURVE",
+            actor_endpoints["experience"],
+            actor_endpoints["params"],
+            "CURVE keys of the run" if actor_endpoints["keys"] is not None else "no CURVE",
         )
         placement = actor_placement(ray_config, learner_node)
         actor_facts = {k: facts[k] for k in ("gin_files", "bindings", "seed")}
@@ -695,7 +695,7 @@ def run(
                     max_restarts=ray_config.actor_restarts,
                     max_task_retries=-1,
                     **placement,
-                ).remote(i, actor_facts, config.as_dict(), ends)
+                ).remote(i, actor_facts, config.as_dict(), actor_endpoints)
             )
         watch = ray_report.ActorWatch(actors, ray_config.actor_restarts)
         _await_placement(watch, ray_report.demand(ray_config.actor_cpus))

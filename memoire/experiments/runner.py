@@ -4,8 +4,9 @@ Dopamine's ``Runner`` / ``TrainRunner`` with memoire's trackers (:class:`Trackin
 ``episodes.csv``, ``replay.csv`` and a progress line per iteration, see
 :mod:`memoire.experiments.trackers`; the replay figures also as TensorBoard scalars through
 Dopamine's collector dispatcher), built by the one runner factory :func:`create_runner`;
-the environment the runner would build (:func:`environment_fn`), how an episode ended, seeds,
-gin loading and the operative config. The command line is :mod:`memoire.commands.train`, which runs :mod:`memoire.experiments.train`.
+the environment the runner would build (:func:`environment_fn`), seeds, gin loading and the
+operative config. The episode loop is :mod:`memoire.experiments.episode_loop`'s. The command
+line is :mod:`memoire.commands.train`, which runs :mod:`memoire.experiments.train`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import gin
 import numpy as np
 
 from memoire import cli, progress
-from memoire.experiments import replay_routing, trackers
+from memoire.experiments import episode_loop, replay_routing, trackers
 from memoire.gin_query import query
 
 CONFIG_FILE = "config.gin"
@@ -42,67 +43,7 @@ _AGENT_CLASSES = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Environment end recording.
-
-
-class _AleEnds:
-    """The end flags of Dopamine's Atari environment, read from the emulator.
-
-    Dopamine's ``AtariPreprocessing`` folds the ALE's ``(terminated, truncated)`` into one
-    ``game_over`` and reads ``environment.env.ale`` directly, so no wrapper may sit between
-    it and the ALE; the ALE itself still knows why the game stopped (its frame cap,
-    ``max_num_frames_per_episode``, truncates).
-    """
-
-    def __init__(self, ale: Any):
-        self._ale = ale
-
-    @property
-    def terminated(self) -> bool:
-        return bool(self._ale.game_over(with_truncation=False))
-
-    @property
-    def truncated(self) -> bool:
-        return bool(self._ale.game_truncated())
-
-
-def _install_end_recorder(environment: Any):
-    """Something whose ``terminated`` / ``truncated`` say how the environment's last step ended.
-
-    Dopamine's wrappers fold gymnasium's ``(terminated, truncated)`` into one ``game_over``
-    that does not tell a time limit from a true end. For ``GymPreprocessing`` (gym_lib) this
-    wraps the gymnasium env inside it to record both flags of the last step; for Atari
-    (``AtariPreprocessing``) it reads the ALE's own flags. Returns None for other
-    environments, whose only truncation is the runner's ``max_steps_per_episode``.
-    """
-    import gymnasium
-
-    # By the wrapper's class name: importing gym_lib here would register gin configurables
-    # after the config is locked (the gin files import what they use).
-    kind = type(environment).__name__
-    inner = getattr(environment, "environment", None)
-    if kind == "AtariPreprocessing":
-        ale = getattr(getattr(inner, "unwrapped", None), "ale", None)
-        return None if ale is None else _AleEnds(ale)
-    if kind != "GymPreprocessing" or not isinstance(inner, gymnasium.Env):
-        return None
-
-    class EndRecorder(gymnasium.Wrapper):
-        terminated = False
-        truncated = False
-
-        def reset(self, **kwargs):
-            self.terminated = self.truncated = False
-            return self.env.reset(**kwargs)
-
-        def step(self, action):
-            out = self.env.step(action)
-            self.terminated, self.truncated = bool(out[2]), bool(out[3])
-            return out
-
-    recorder = EndRecorder(inner)
-    environment.environment = recorder
-    return recorder
+# Environments.
 
 
 def seed_environment(environment: Any, seed: int) -> None:
@@ -131,11 +72,11 @@ class TrackingMixin:
         super().__init__(base_dir, create_agent_fn, **kwargs)
         _write_tensorboard_without_tf(getattr(self, "_collector_dispatcher", None))
         self._seed = seed
-        self._ends = _install_end_recorder(self._environment)
+        self._end_recorder = episode_loop.install_end_recorder(self._environment)
         if seed is not None:
             seed_environment(self._environment, seed)
         self._phase = "train"
-        self._phase_steps, self._phase_min_steps, self._phase_said = 0, 0, time.monotonic()
+        self._phase_steps, self._phase_min_steps, self._phase_line_at = 0, 0, time.monotonic()
         self._say_episodes = False  # Dopamine's fine_grained_print_to_console, per phase
         self._iteration = self._start_iteration
         self._episodes = trackers.EpisodeTracker(base_dir, self._start_iteration)
@@ -187,7 +128,7 @@ class TrackingMixin:
         # which is for the command's result: _run_one_episode logs it instead (see there).
         self._phase = run_mode_str
         self._phase_steps, self._phase_min_steps = 0, min_steps
-        self._phase_said = time.monotonic()
+        self._phase_line_at = time.monotonic()
         fine = self._say_episodes = getattr(self, "_fine_grained_print_to_console", False)
         self._fine_grained_print_to_console_enabled = False
         try:
@@ -208,50 +149,31 @@ class TrackingMixin:
             f"return {episode_return:g}"
         )
         now = time.monotonic()
-        if now - self._phase_said >= PHASE_LINE_EVERY_S:
-            self._phase_said = now
+        if now - self._phase_line_at >= PHASE_LINE_EVERY_S:
+            self._phase_line_at = now
             log.info(text)
         else:
             log.debug(text)
 
     def _run_one_episode(self):
-        # Dopamine's loop (run_experiment.Runner._run_one_episode), plus: stop at the
-        # environment's own time limit, and store `terminated` as the environment said it.
-        step_number = 0
-        total_reward = 0.0
-        action = self._initialize_episode()
-        while True:
-            observation, reward, is_terminal = self._run_one_step(action)
-            total_reward += reward
-            step_number += 1
-            if self._clip_rewards:
-                reward = np.clip(reward, -1, 1)
-            env_truncated = self._ends is not None and self._ends.truncated
-            if (
-                self._environment.game_over
-                or env_truncated
-                or step_number == self._max_steps_per_episode
-            ):
-                break
-            elif is_terminal:  # a life lost, not the end of the game
-                self._end_episode(reward, is_terminal)
-                action = self._agent.begin_episode(observation)
-            else:
-                action = self._agent.step(reward, observation)
-        # A terminal state reached at the very step the time limit hits is a termination.
-        terminated = bool(
-            self._ends.terminated if self._ends is not None else self._environment.game_over
+        # Dopamine's loop, as memoire plays it everywhere (episode_loop.play_episode).
+        episode = episode_loop.play_episode(
+            self._environment,
+            self._agent,
+            self._end_recorder,
+            max_steps_per_episode=self._max_steps_per_episode,
+            clip_rewards=self._clip_rewards,
+            end_agent_episode=self._end_episode,
         )
-        self._end_episode(reward, terminated)
-        self._say_episode(step_number, total_reward)
+        self._say_episode(episode.length, episode.total_reward)
         self._episodes.record(
             iteration=self._iteration,
             phase=self._phase,
-            episode_return=total_reward,
-            length=step_number,
-            terminated=terminated,
+            episode_return=episode.total_reward,
+            length=episode.length,
+            terminated=episode.terminated,
         )
-        return step_number, total_reward
+        return episode.length, episode.total_reward
 
     def _end_episode(self, reward, terminal=True):
         agent = self._agent
