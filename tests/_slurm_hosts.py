@@ -35,8 +35,10 @@ MUNGE_SOCKET = "/run/munge/munge.socket.2"
 # Seconds without an answer from a slurmd before slurmctld marks its node DOWN (the default is
 # 300: a lost node would hold the job for five minutes).
 SLURMD_TIMEOUT_S = 10
-UP_S = 60.0
-CGROUPS_V1 = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "pids", "name=systemd")  # the nodes come up within this on a loaded 2-core machine
+UP_S = 60.0  # the nodes come up within this on a loaded 2-core machine
+CRED_EXPIRE_S = 20  # a step's credential lifetime (s), also a requeued job's wait
+# The machine's cgroup v1 hierarchies, mounted again in each slurmd's namespace.
+CGROUPS_V1 = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "pids", "name=systemd")
 
 
 def unavailable() -> Optional[str]:
@@ -106,10 +108,10 @@ class SlurmHosts:
             self._write_conf(learner_cpus)
             self.env = dict(os.environ, SLURM_CONF=self.conf)
             ctld = ["slurmctld", "-D", "-c", "-f", self.conf]
-            self.daemons = {"slurmctld": self.hosts.popen("node1", ctld, env=self.env)}
+            self.daemons = {"slurmctld": self._daemon("node1", ctld)}
             for node in NODES:
                 os.makedirs(os.path.join(folder, "spool", node), exist_ok=True)
-                self.daemons[node] = self.hosts.popen(node, self._slurmd(node), env=self.env)
+                self.start_slurmd(node)
             wait_until(self._up, "both nodes idle", timeout=UP_S)
         except BaseException:
             self.close()
@@ -126,6 +128,16 @@ class SlurmHosts:
             mounts.append(f"mount -t cgroup -o {c} cgroup /sys/fs/cgroup/{folder}")
         slurmd = f"exec slurmd -D -N {node} -f {self.conf}"
         return ["sh", "-c", " && ".join(mounts + [slurmd])]
+
+    def _daemon(self, node: str, argv: list) -> subprocess.Popen:
+        # Their logs are files (slurm.conf); what they print is a copy.
+        out = subprocess.DEVNULL
+        return self.hosts.popen(node, argv, env=self.env, stdout=out, stderr=out)
+
+    def start_slurmd(self, node: str) -> None:
+        """Starts `node`'s slurmd (again, after :meth:`TestHosts.lose`: the node comes back,
+        ``ReturnToService=2``)."""
+        self.daemons[node] = self._daemon(node, self._slurmd(node))
 
     def _up(self) -> bool:
         for name, proc in self.daemons.items():
@@ -167,6 +179,8 @@ class SlurmHosts:
             "MpiDefault=none",
             f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
             "KillWait=30",
+            # A requeued job waits this long (+1 s) before it starts again (default 120 s).
+            f"AuthInfo=cred_expire={CRED_EXPIRE_S}",
             "SlurmdParameters=config_overrides",
             f"NodeName=node1 NodeAddr={self.address('node1')} CPUs={learner_cpus} "
             f"RealMemory={mem} State=UNKNOWN",

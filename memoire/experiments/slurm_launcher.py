@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import ipaddress
 import json
 import logging
 import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -62,7 +64,8 @@ KEYS_ENV = "MEMOIRE_SLURM_RUN_KEYS"  # the run's CURVE keys, in the job's enviro
 # A SIGTERM that Python dropped comes again this much later (s): long enough for the main
 # thread to leave the gc callback or __del__ that dropped it.
 REDELIVER_S = 0.05
-ACTOR_START_S = 120.0  # an actor's start after it read the endpoints: imports, gin, environment
+ACTOR_START_S = 120.0
+SCONTROL_S = 30.0  # seconds a question to the SLURM controller may take  # an actor's start after it read the endpoints: imports, gin, environment
 
 
 @gin.configurable(module="memoire.slurm")
@@ -284,17 +287,30 @@ def run_keys_from_env() -> tuple:
 def learner_host(configured: str = "auto") -> str:
     """The address the learner binds on (see :class:`SlurmConfig`).
 
+    On a job of several nodes, 'auto' is the address SLURM itself reaches the learner's node
+    at (its ``NodeAddr``, from ``scontrol show node``; a cluster whose slurm.conf names nodes
+    that no resolver knows has only that), else what the node's name resolves to.
+
     Raises:
-      ValueError: when the job has several nodes and the learner's node name resolves to a
-        loopback address (Debian's ``127.0.1.1 hostname`` line): actors on other nodes could
-        not reach it; ``SlurmConfig.learner_host`` must name the interface.
+      ValueError: when the job has several nodes and that address is a loopback one (Debian's
+        ``127.0.1.1 hostname`` line) or the name resolves to nothing: actors on other nodes
+        could not reach it; ``SlurmConfig.learner_host`` must name the interface.
     """
     if configured != "auto":
         return configured
     if os.environ.get("SLURM_JOB_NUM_NODES", "1") == "1":
         return "127.0.0.1"  # every task is on this node: nothing leaves it
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    address = socket.gethostbyname(node)
+    address = _node_addr(node)
+    if address is None:
+        try:
+            address = socket.gethostbyname(node)
+        except OSError as e:
+            raise ValueError(
+                f"this job has several nodes but the learner's node {node!r} has no address "
+                f"that SLURM or the resolver knows ({e}): bind SlurmConfig.learner_host to "
+                "this node's cluster address"
+            ) from None
     if address.startswith("127."):
         raise ValueError(
             f"this job has several nodes but the learner's node {node!r} resolves to "
@@ -302,6 +318,26 @@ def learner_host(configured: str = "auto") -> str:
             "SlurmConfig.learner_host to this node's cluster address"
         )
     return address
+
+
+def _node_addr(node: str):
+    """`node`'s ``NodeAddr`` as the controller knows it, if it is an IP address (None where
+    scontrol is missing, fails, or names a host, which the resolver then looks up)."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "node", node],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_S,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    try:
+        return str(ipaddress.ip_address(fields.get("NodeAddr", "")))
+    except ValueError:
+        return None
 
 
 def write_endpoints(run_dir: str, endpoints: dict) -> str:
@@ -443,10 +479,46 @@ def _run_learner(facts: dict, config, slurm_config: SlurmConfig) -> None:
         distributed.run_learner(
             facts, config, sockets, f"{config.num_actors} SLURM actor task(s)", actors_alive
         )
+    except distributed.NoActors as e:
+        if not sockets.actors_gone(config.peer_timeout):
+            raise
+        # On SLURM, actors that all went at once are most often a lost node: say which nodes
+        # they were on and what SLURM does next, in the one line the learner ends with.
+        raise distributed.NoActors(_actors_lost(config.num_actors)) from e
     finally:
         sockets.stop_actors()
         time.sleep(0.2)  # let the stop notice leave before the socket closes
         sockets.close()
+
+
+def job_nodes() -> list:
+    """The names of this job's nodes (``scontrol show hostnames $SLURM_JOB_NODELIST``; the
+    list as SLURM wrote it where scontrol fails)."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_S,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return out or [nodelist]
+
+
+def _actors_lost(num_actors: int) -> str:
+    """What the learner says when every actor task's connection closed (see _run_learner)."""
+    here = os.environ.get("SLURMD_NODENAME", socket.gethostname())
+    others = [n for n in job_nodes() if n != here]
+    where = f"node(s) {','.join(others)}" if others else f"this node ({here})"
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    return (
+        f"all {num_actors} SLURM actor task(s) disconnected: their {where} lost, or the tasks "
+        f"killed; SLURM requeues job {job} when a node fails and it resumes from the last "
+        f"checkpoint once its nodes are up (scancel {job} to stop it instead)"
+    )
 
 
 def _run_actor(actor_id: int, facts: dict, config, slurm_config: SlurmConfig) -> None:
