@@ -17,12 +17,15 @@ job id; ``SlurmConfig.submit = False`` only writes it). The job is one ``srun`` 
 closes its trackers, tells the actors to stop and exits 143; actors exit too. The run folder
 then holds the checkpoint of the last iteration the learner finished, and re-submitting the job
 (``sbatch RUN_DIR/slurm/train.sbatch``, or the same ``memoire train`` command) resumes from it,
-as a killed local run does (a job ``scontrol requeue`` restarts keeps its id; the endpoints
-file tells its runs apart by ``SLURM_RESTART_COUNT``; requeueing itself is untested). What an
-interrupted iteration had done is lost. A node that fails ends the whole job (SLURM's default;
-``--no-kill`` in ``SlurmConfig.options`` changes it, untested); submitting again resumes. An
-actor task that dies on its own is not restarted: the learner goes on with the others and fails
-once all are gone (see ``DistributedConfig.peer_timeout``).
+as a killed local run does. What an interrupted iteration had done is lost, its stored
+episodes with it. A node that fails (SLURM marks it down after its ``SlurmdTimeout``) makes
+SLURM requeue the job (``JobRequeue=1``, its default): the same job id runs again once the
+cluster has its nodes and resumes the same way (the endpoints file tells its runs apart by
+``SLURM_RESTART_COUNT``); ``--no-requeue`` in ``SlurmConfig.options`` ends it instead (untested)
+and submitting again resumes. When the lost node held every actor, the learner stops first,
+with one line naming the job's other nodes (tests/test_slurm_hosts.py). An actor task that dies
+on its own is not restarted: the learner goes on with the others and fails once all are gone
+(see ``DistributedConfig.peer_timeout``).
 
 Every node needs memoire installed at the same path as the submitting Python (or
 ``SlurmConfig.python``), and ``RUN_DIR`` on storage every node of the job sees. Experience and
@@ -512,12 +515,17 @@ def _actors_lost(num_actors: int) -> str:
     """What the learner says when every actor task's connection closed (see _run_learner)."""
     here = os.environ.get("SLURMD_NODENAME", socket.gethostname())
     others = [n for n in job_nodes() if n != here]
-    where = f"node(s) {','.join(others)}" if others else f"this node ({here})"
     job = os.environ.get("SLURM_JOB_ID", "?")
+    if not others:  # every task ran on this node, which is up: the tasks themselves went
+        return (
+            f"all {num_actors} SLURM actor task(s) disconnected: killed or failed on this "
+            f"node ({here}); see their lines above"
+        )
     return (
-        f"all {num_actors} SLURM actor task(s) disconnected: their {where} lost, or the tasks "
-        f"killed; SLURM requeues job {job} when a node fails and it resumes from the last "
-        f"checkpoint once its nodes are up (scancel {job} to stop it instead)"
+        f"all {num_actors} SLURM actor task(s) disconnected: their node(s) "
+        f"{','.join(others)} lost, or the tasks killed; SLURM requeues job {job} when a node "
+        f"fails and it resumes from the last checkpoint once its nodes are up (scancel {job} "
+        "to stop it instead)"
     )
 
 
