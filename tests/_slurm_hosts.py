@@ -1,12 +1,12 @@
 """A SLURM cluster of two test hosts (tests/_netns.py): slurmctld and one slurmd on the first,
 a slurmd on the second, each daemon in its host's network namespace and known to the other by
 its namespace address, so every SLURM message and every task's traffic between the nodes
-crosses the shaped link.
+crosses the shaped link. The cluster is this test's alone: its own munged (key, socket),
+state and ports, so it runs beside the one-node cluster of scripts/slurm_local.sh.
 
 The nodes are ``node1`` (the hub: the controller, and the node the job's task 0, the learner,
 runs on) and ``node2``. Each ``slurmd -N`` has its own spool folder and pid file (``%n`` in
-slurm.conf); munge is the machine's (its socket is a file, reachable from every namespace),
-started here when it is not running and then stopped at the end. Commands that talk to the
+slurm.conf); both use one munged (its socket is a file, reachable from every namespace). Commands that talk to the
 controller (sbatch, scontrol, scancel) run in node1 (:meth:`SlurmHosts.run`).
 
 ``node1`` has as many CPUs as one task asks for (``learner_cpus``), so SLURM's block layout of
@@ -30,8 +30,6 @@ from _waiting import wait_until
 
 NODES = ("node1", "node2")
 DAEMONS = ("sbatch", "scontrol", "scancel", "slurmctld", "slurmd", "munged")
-MUNGE_PID = "/run/munge/munged.pid"
-MUNGE_SOCKET = "/run/munge/munge.socket.2"
 # Seconds without an answer from a slurmd before slurmctld marks its node DOWN (the default is
 # 300: a lost node would hold the job for five minutes).
 SLURMD_TIMEOUT_S = 10
@@ -55,37 +53,6 @@ def unavailable() -> Optional[str]:
     return None
 
 
-def _munged_alive() -> bool:
-    try:
-        pid = int(open(MUNGE_PID).read().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return False
-    return os.path.exists(MUNGE_SOCKET)
-
-
-def _start_munged() -> bool:
-    """Starts munged as scripts/slurm_local.sh does, unless it runs; True when started here."""
-    if _munged_alive():
-        return False
-    for folder in ("/run/munge", "/var/log/munge", "/var/lib/munge", "/etc/munge"):
-        os.makedirs(folder, exist_ok=True)
-    key = "/etc/munge/munge.key"
-    if not os.path.exists(key) or os.path.getsize(key) == 0:
-        with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o400), "wb") as f:
-            f.write(os.urandom(1024))
-    for cmd in (
-        ["chown", "-R", "munge:munge", "/etc/munge", "/run/munge", "/var/log/munge"],
-        ["chown", "-R", "munge:munge", "/var/lib/munge"],
-        ["chmod", "0700", "/etc/munge"],
-        ["chmod", "0400", key],
-        ["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"],
-    ):
-        subprocess.run(cmd, check=True, timeout=30, capture_output=True)
-    wait_until(_munged_alive, "munged", timeout=30)
-    return True
-
-
 class SlurmHosts:
     """Two test hosts running a SLURM cluster of two nodes (see the module).
 
@@ -102,13 +69,13 @@ class SlurmHosts:
         self.conf = os.path.join(folder, "slurm.conf")
         for sub in ("state", "spool", "log"):
             os.makedirs(os.path.join(folder, sub), exist_ok=True)
-        self._munged_ours = _start_munged()
         self.hosts = TestHosts(NODES, rate=rate)
         try:
-            self._write_conf(learner_cpus)
             self.env = dict(os.environ, SLURM_CONF=self.conf)
+            self.munge_socket = self._start_munged()
+            self._write_conf(learner_cpus)
             ctld = ["slurmctld", "-D", "-c", "-f", self.conf]
-            self.daemons = {"slurmctld": self._daemon("node1", ctld)}
+            self.daemons["slurmctld"] = self._daemon("node1", ctld)
             for node in NODES:
                 os.makedirs(os.path.join(folder, "spool", node), exist_ok=True)
                 self.start_slurmd(node)
@@ -129,6 +96,25 @@ class SlurmHosts:
         slurmd = f"exec slurmd -D -N {node} -f {self.conf}"
         return ["sh", "-c", " && ".join(mounts + [slurmd])]
 
+    def _start_munged(self) -> str:
+        """Starts this cluster's munged (a key of its own; --force: as root, in a folder of
+        root's); returns its socket's path."""
+        d = os.path.join(self.folder, "munge")
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        key = os.path.join(d, "munge.key")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as f:
+            f.write(os.urandom(1024))
+        sock = os.path.join(d, "munge.socket")
+        argv = ["munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}"]
+        argv += [f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log"]
+        argv += [f"--seed-file={d}/munged.seed"]
+        self.daemons = {"munged": self._daemon("node1", argv)}
+        wait_until(lambda: os.path.exists(sock) or self.daemons["munged"].poll() is not None,
+                   "munged's socket", timeout=UP_S)  # fmt: skip
+        if not os.path.exists(sock):
+            raise RuntimeError(f"munged exited {self.daemons['munged'].returncode}")
+        return sock
+
     def _daemon(self, node: str, argv: list) -> subprocess.Popen:
         # Their logs are files (slurm.conf); what they print is a copy.
         out = subprocess.DEVNULL
@@ -142,7 +128,7 @@ class SlurmHosts:
     def _up(self) -> bool:
         for name, proc in self.daemons.items():
             if proc.poll() is not None:
-                log = self.log("slurmctld" if name == "slurmctld" else f"slurmd-{name}")
+                log = self.log(name if name in ("slurmctld", "munged") else f"slurmd-{name}")
                 raise RuntimeError(f"{name}'s daemon exited {proc.returncode}: {log[-2000:]}")
         return self.idle() == set(NODES)
 
@@ -179,8 +165,9 @@ class SlurmHosts:
             "MpiDefault=none",
             f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
             "KillWait=30",
-            # A requeued job waits this long (+1 s) before it starts again (default 120 s).
-            f"AuthInfo=cred_expire={CRED_EXPIRE_S}",
+            # This cluster's munged; a requeued job waits cred_expire (+1 s) before it starts
+            # again (default 120 s).
+            f"AuthInfo=cred_expire={CRED_EXPIRE_S},socket={self.munge_socket}",
             "SlurmdParameters=config_overrides",
             f"NodeName=node1 NodeAddr={self.address('node1')} CPUs={learner_cpus} "
             f"RealMemory={mem} State=UNKNOWN",
@@ -213,17 +200,12 @@ class SlurmHosts:
 
     def log(self, name: str) -> str:
         """The text of log `name` (slurmctld, slurmd-node1, slurmd-node2)."""
-        path = os.path.join(self.folder, "log", f"{name}.log")
+        sub = "munge" if name == "munged" else "log"
+        path = os.path.join(self.folder, sub, f"{name}.log")
         return open(path).read() if os.path.exists(path) else ""
 
     def close(self) -> None:
-        self.hosts.close()
-        if self._munged_ours:
-            try:
-                pid = int(open(MUNGE_PID).read().strip())
-                os.kill(pid, 15)
-            except (OSError, ValueError):
-                pass
+        self.hosts.close()  # every daemon is a process of the hosts
 
     def __enter__(self) -> "SlurmHosts":
         return self
