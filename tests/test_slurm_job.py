@@ -189,6 +189,7 @@ def _fake_scontrol(folder, monkeypatch, node_addr):
         'case "$*" in\n'
         f'  "-o show node node1") echo "NodeName=node1 Arch=x86_64 NodeAddr={node_addr} '
         'NodeHostName=vm State=MIXED" ;;\n'
+        '  "-o show job 7") echo "JobId=7 JobState=COMPLETING Restarts=1 BatchFlag=1" ;;\n'
         '  "show hostnames node[1-2]") printf "node1\\nnode2\\n" ;;\n'
         "  *) exit 1 ;;\n"
         "esac\n"
@@ -213,7 +214,7 @@ def test_learner_binds_the_node_address_slurm_knows(tmp_path, monkeypatch):
         slurm_launcher.learner_host()
 
 
-def test_lost_actors_line_names_the_jobs_other_nodes(tmp_path, monkeypatch):
+def test_lost_actors_and_requeue_lines(tmp_path, monkeypatch):
     _fake_scontrol(tmp_path, monkeypatch, "10.231.1.1")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
     monkeypatch.setenv("SLURMD_NODENAME", "node1")
@@ -224,6 +225,14 @@ def test_lost_actors_line_names_the_jobs_other_nodes(tmp_path, monkeypatch):
     assert "SLURM requeues job 7" in line and "scancel 7" in line and "\n" not in line
     # One node: the actors were on the learner's own.
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
+    # SIGTERM's line tells a requeue (the controller counts a restart this run has not seen)
+    # from a scancel.
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert slurm_launcher.requeued()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert not slurm_launcher.requeued()
+    monkeypatch.setenv("SLURM_JOB_ID", "8")  # the controller does not answer for it
+    assert not slurm_launcher.requeued()
     line = slurm_launcher._actors_lost(1)
     assert line.startswith("all 1 SLURM actor task(s) disconnected: killed or failed on this")
     assert "(node1)" in line and "requeue" not in line

@@ -68,7 +68,9 @@ KEYS_ENV = "MEMOIRE_SLURM_RUN_KEYS"  # the run's CURVE keys, in the job's enviro
 # thread to leave the gc callback or __del__ that dropped it.
 REDELIVER_S = 0.05
 ACTOR_START_S = 120.0
-SCONTROL_S = 30.0  # seconds a question to the SLURM controller may take  # an actor's start after it read the endpoints: imports, gin, environment
+SCONTROL_S = 30.0  # seconds a question to the SLURM controller may take
+# ... after SIGTERM, whose SIGKILL comes KillWait (30 s by default) later: less.
+REQUEUE_ASK_S = 5.0  # an actor's start after it read the endpoints: imports, gin, environment
 
 
 @gin.configurable(module="memoire.slurm")
@@ -446,13 +448,25 @@ def run_task(facts: dict, config: distributed.DistributedConfig) -> int:
         else:
             _run_actor(rank - 1, facts, config, slurm_config)
     except Terminated:
-        log.warning(
-            "task %d (%s) stopped by SIGTERM; submit the job again to resume from the last "
-            "checkpoint in %s",
-            rank,
-            "learner" if rank == 0 else f"actor {rank - 1}",
-            facts["dir"],
-        )
+        task = f"task {rank} ({'learner' if rank == 0 else f'actor {rank - 1}'})"
+        if requeued():
+            # A node of the job failed (its machine, or the network to it): SLURM stops the
+            # tasks left and runs the job again by itself; nothing to submit.
+            job = os.environ.get("SLURM_JOB_ID", "?")
+            log.warning(
+                "%s stopped by SIGTERM: SLURM requeued job %s (a node failed); it resumes from "
+                "the last checkpoint in %s by itself once its nodes are up",
+                task,
+                job,
+                facts["dir"],
+            )
+        else:
+            log.warning(
+                "%s stopped by SIGTERM; submit the job again to resume from the last "
+                "checkpoint in %s",
+                task,
+                facts["dir"],
+            )
         return EXIT_TERMINATED
     except TimeoutError as e:
         log.error("%s", e)
@@ -509,6 +523,30 @@ def job_nodes() -> list:
     except (OSError, subprocess.SubprocessError):
         out = []
     return out or [nodelist]
+
+
+def requeued() -> bool:
+    """Whether SLURM has requeued this task's job since this run of it started: the
+    controller counts more restarts than ``SLURM_RESTART_COUNT`` (False where it cannot be
+    asked)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job", job],
+            capture_output=True,
+            text=True,
+            timeout=REQUEUE_ASK_S,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    try:
+        return int(fields["Restarts"]) > int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    except (KeyError, ValueError):
+        return False
 
 
 def _actors_lost(num_actors: int) -> str:
