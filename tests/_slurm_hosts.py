@@ -6,8 +6,9 @@ state and ports, so it runs beside the one-node cluster of scripts/slurm_local.s
 
 The nodes are ``node1`` (the hub: the controller, and the node the job's task 0, the learner,
 runs on) and ``node2``. Each ``slurmd -N`` has its own spool folder and pid file (``%n`` in
-slurm.conf); both use one munged (its socket is a file, reachable from every namespace). Commands that talk to the
-controller (sbatch, scontrol, scancel) run in node1 (:meth:`SlurmHosts.run`).
+slurm.conf); both use one munged (its socket is a file, reachable from every namespace).
+Commands that talk to the controller (sbatch, scontrol, scancel) run in node1
+(:meth:`SlurmHosts.run`).
 
 ``node1`` has as many CPUs as one task asks for (``learner_cpus``), so SLURM's block layout of
 a job of ``--nodes=2`` puts task 0 alone there and every other task on node2.
