@@ -6,6 +6,9 @@
 #   eval "$(scripts/slurm_local.sh start)"   # munged, slurmctld, slurmd; prints `export SLURM_CONF=..`
 #   scripts/slurm_local.sh stop      # stops the daemons this script started (by their pid files)
 #
+# Every daemon is this cluster's own, munged included (its socket in $SLURM_LOCAL_DIR/munge,
+# named by slurm.conf's AuthInfo): several such clusters run side by side.
+#
 # Runs as root without systemd. State, logs and slurm.conf go to $SLURM_LOCAL_DIR (default
 # ${TMPDIR:-/tmp}/memoire-slurm). The controller's and the node daemon's ports are free ports
 # chosen at start, so this cluster can run beside another one on the same machine.
@@ -50,17 +53,19 @@ install)
   ;;
 start)
   installed || { echo "SLURM is not installed: $0 install" >&2; exit 1; }
-  mkdir -p "$D"/{state,spool,log} /run/munge /var/log/munge /var/lib/munge /etc/munge
-  # munge authenticates SLURM's messages; its key is made once and readable by munge alone.
-  if [ ! -s /etc/munge/munge.key ]; then
-    (umask 077; head -c 1024 /dev/urandom > /etc/munge/munge.key)
+  mkdir -p "$D"/{state,spool,log,munge}
+  # munge authenticates SLURM's messages: a munged of this cluster's own (its key, socket and
+  # pid file under $D), so that stopping it never cuts off another cluster on this machine
+  # (a test's, another checkout's) that uses the machine's munged. Root runs it (--force).
+  chmod 0755 "$D/munge"
+  if [ ! -s "$D/munge/munge.key" ]; then
+    (umask 077; head -c 1024 /dev/urandom > "$D/munge/munge.key")
   fi
-  chown -R munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge
-  chmod 0700 /etc/munge
-  chmod 0400 /etc/munge/munge.key
-  if ! alive /run/munge/munged.pid || [ ! -S /run/munge/munge.socket.2 ]; then
-    su -s /bin/sh munge -c /usr/sbin/munged
-    touch "$D/munged.ours"  # stop ends munged only when this script started it
+  chmod 0400 "$D/munge/munge.key"
+  if ! alive "$D/munge/munged.pid" || [ ! -S "$D/munge/munge.socket" ]; then
+    munged --force --socket="$D/munge/munge.socket" --key-file="$D/munge/munge.key" \
+      --pid-file="$D/munge/munged.pid" --log-file="$D/munge/munged.log" \
+      --seed-file="$D/munge/munged.seed"
   fi
   export SLURM_CONF="$D/slurm.conf"
   if ! alive "$D/slurmctld.pid"; then
@@ -75,6 +80,7 @@ SlurmdPort=$(free_port)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket=$D/munge/munge.socket
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool
 SlurmctldPidFile=$D/slurmctld.pid
@@ -108,10 +114,7 @@ CONF
 stop)
   stop_pid_file "$D/slurmd.pid"
   stop_pid_file "$D/slurmctld.pid"
-  if [ -e "$D/munged.ours" ]; then
-    stop_pid_file /run/munge/munged.pid
-    rm -f "$D/munged.ours"
-  fi
+  stop_pid_file "$D/munge/munged.pid"
   ;;
 *)
   echo "usage: $0 install|start|stop" >&2

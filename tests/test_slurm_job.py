@@ -180,6 +180,64 @@ def test_learner_binds_loopback_on_a_one_node_job(monkeypatch):
     assert slurm_launcher.learner_host("10.9.8.7") == "10.9.8.7"  # named: taken as it is
 
 
+def _fake_scontrol(folder, monkeypatch, node_addr):
+    """An ``scontrol`` first on PATH that knows nodes node1 (NodeAddr `node_addr`) and node2
+    and expands ``node[1-2]``, as a cluster whose slurm.conf names nodes no resolver knows."""
+    script = folder / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  "-o show node node1") echo "NodeName=node1 Arch=x86_64 NodeAddr={node_addr} '
+        'NodeHostName=vm State=MIXED" ;;\n'
+        '  "-o show job 7") echo "JobId=7 JobState=COMPLETING Restarts=1 BatchFlag=1" ;;\n'
+        '  "show hostnames node[1-2]") printf "node1\\nnode2\\n" ;;\n'
+        "  *) exit 1 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_learner_binds_the_node_address_slurm_knows(tmp_path, monkeypatch):
+    # Node names that resolve nowhere (the two-host test's cluster): 'auto' takes the
+    # NodeAddr the controller has for the learner's node; it raised socket.gaierror before.
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    _fake_scontrol(tmp_path, monkeypatch, "10.231.1.1")
+    assert slurm_launcher.learner_host() == "10.231.1.1"
+    _fake_scontrol(tmp_path, monkeypatch, "127.0.1.1")
+    with pytest.raises(ValueError, match="resolves to 127.0.1.1.*SlurmConfig.learner_host"):
+        slurm_launcher.learner_host()
+    # No NodeAddr from the controller and a name no resolver knows: said, with the fix.
+    monkeypatch.setenv("SLURMD_NODENAME", "no-such-node.invalid")
+    with pytest.raises(ValueError, match="no address that SLURM or the resolver knows"):
+        slurm_launcher.learner_host()
+
+
+def test_lost_actors_and_requeue_lines(tmp_path, monkeypatch):
+    _fake_scontrol(tmp_path, monkeypatch, "10.231.1.1")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert slurm_launcher.job_nodes() == ["node1", "node2"]
+    line = slurm_launcher._actors_lost(2)
+    assert line.startswith("all 2 SLURM actor task(s) disconnected: their node(s) node2 lost")
+    assert "SLURM requeues job 7" in line and "scancel 7" in line and "\n" not in line
+    # One node: the actors were on the learner's own.
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
+    # SIGTERM's line tells a requeue (the controller counts a restart this run has not seen)
+    # from a scancel.
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert slurm_launcher.requeued()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert not slurm_launcher.requeued()
+    monkeypatch.setenv("SLURM_JOB_ID", "8")  # the controller does not answer for it
+    assert not slurm_launcher.requeued()
+    line = slurm_launcher._actors_lost(1)
+    assert line.startswith("all 1 SLURM actor task(s) disconnected: killed or failed on this")
+    assert "(node1)" in line and "requeue" not in line
+
+
 @pytest.mark.dopamine
 @pytest.mark.parametrize("insecure", [False, True])
 def test_submission_hands_the_runs_keys_to_the_job_environment_only(

@@ -17,12 +17,15 @@ job id; ``SlurmConfig.submit = False`` only writes it). The job is one ``srun`` 
 closes its trackers, tells the actors to stop and exits 143; actors exit too. The run folder
 then holds the checkpoint of the last iteration the learner finished, and re-submitting the job
 (``sbatch RUN_DIR/slurm/train.sbatch``, or the same ``memoire train`` command) resumes from it,
-as a killed local run does (a job ``scontrol requeue`` restarts keeps its id; the endpoints
-file tells its runs apart by ``SLURM_RESTART_COUNT``; requeueing itself is untested). What an
-interrupted iteration had done is lost. A node that fails ends the whole job (SLURM's default;
-``--no-kill`` in ``SlurmConfig.options`` changes it, untested); submitting again resumes. An
-actor task that dies on its own is not restarted: the learner goes on with the others and fails
-once all are gone (see ``DistributedConfig.peer_timeout``).
+as a killed local run does. What an interrupted iteration had done is lost, its stored
+episodes with it. A node that fails (SLURM marks it down after its ``SlurmdTimeout``) makes
+SLURM requeue the job (``JobRequeue=1``, its default): the same job id runs again once the
+cluster has its nodes and resumes the same way (the endpoints file tells its runs apart by
+``SLURM_RESTART_COUNT``); ``--no-requeue`` in ``SlurmConfig.options`` ends it instead (untested)
+and submitting again resumes. When the lost node held every actor, the learner stops first,
+with one line naming the job's other nodes (tests/test_slurm_hosts.py). An actor task that dies
+on its own is not restarted: the learner goes on with the others and fails once all are gone
+(see ``DistributedConfig.peer_timeout``).
 
 Every node needs memoire installed at the same path as the submitting Python (or
 ``SlurmConfig.python``), and ``RUN_DIR`` on storage every node of the job sees. Experience and
@@ -36,12 +39,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import ipaddress
 import json
 import logging
 import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -62,7 +67,10 @@ KEYS_ENV = "MEMOIRE_SLURM_RUN_KEYS"  # the run's CURVE keys, in the job's enviro
 # A SIGTERM that Python dropped comes again this much later (s): long enough for the main
 # thread to leave the gc callback or __del__ that dropped it.
 REDELIVER_S = 0.05
-ACTOR_START_S = 120.0  # an actor's start after it read the endpoints: imports, gin, environment
+ACTOR_START_S = 120.0
+SCONTROL_S = 30.0  # seconds a question to the SLURM controller may take
+# ... after SIGTERM, whose SIGKILL comes KillWait (30 s by default) later: less.
+REQUEUE_ASK_S = 5.0  # an actor's start after it read the endpoints: imports, gin, environment
 
 
 @gin.configurable(module="memoire.slurm")
@@ -284,17 +292,30 @@ def run_keys_from_env() -> tuple:
 def learner_host(configured: str = "auto") -> str:
     """The address the learner binds on (see :class:`SlurmConfig`).
 
+    On a job of several nodes, 'auto' is the address SLURM itself reaches the learner's node
+    at (its ``NodeAddr``, from ``scontrol show node``; a cluster whose slurm.conf names nodes
+    that no resolver knows has only that), else what the node's name resolves to.
+
     Raises:
-      ValueError: when the job has several nodes and the learner's node name resolves to a
-        loopback address (Debian's ``127.0.1.1 hostname`` line): actors on other nodes could
-        not reach it; ``SlurmConfig.learner_host`` must name the interface.
+      ValueError: when the job has several nodes and that address is a loopback one (Debian's
+        ``127.0.1.1 hostname`` line) or the name resolves to nothing: actors on other nodes
+        could not reach it; ``SlurmConfig.learner_host`` must name the interface.
     """
     if configured != "auto":
         return configured
     if os.environ.get("SLURM_JOB_NUM_NODES", "1") == "1":
         return "127.0.0.1"  # every task is on this node: nothing leaves it
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    address = socket.gethostbyname(node)
+    address = _node_addr(node)
+    if address is None:
+        try:
+            address = socket.gethostbyname(node)
+        except OSError as e:
+            raise ValueError(
+                f"this job has several nodes but the learner's node {node!r} has no address "
+                f"that SLURM or the resolver knows ({e}): bind SlurmConfig.learner_host to "
+                "this node's cluster address"
+            ) from None
     if address.startswith("127."):
         raise ValueError(
             f"this job has several nodes but the learner's node {node!r} resolves to "
@@ -302,6 +323,26 @@ def learner_host(configured: str = "auto") -> str:
             "SlurmConfig.learner_host to this node's cluster address"
         )
     return address
+
+
+def _node_addr(node: str):
+    """`node`'s ``NodeAddr`` as the controller knows it, if it is an IP address (None where
+    scontrol is missing, fails, or names a host, which the resolver then looks up)."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "node", node],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_S,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    try:
+        return str(ipaddress.ip_address(fields.get("NodeAddr", "")))
+    except ValueError:
+        return None
 
 
 def write_endpoints(run_dir: str, endpoints: dict) -> str:
@@ -407,13 +448,25 @@ def run_task(facts: dict, config: distributed.DistributedConfig) -> int:
         else:
             _run_actor(rank - 1, facts, config, slurm_config)
     except Terminated:
-        log.warning(
-            "task %d (%s) stopped by SIGTERM; submit the job again to resume from the last "
-            "checkpoint in %s",
-            rank,
-            "learner" if rank == 0 else f"actor {rank - 1}",
-            facts["dir"],
-        )
+        task = f"task {rank} ({'learner' if rank == 0 else f'actor {rank - 1}'})"
+        if requeued():
+            # A node of the job failed (its machine, or the network to it): SLURM stops the
+            # tasks left and runs the job again by itself; nothing to submit.
+            job = os.environ.get("SLURM_JOB_ID", "?")
+            log.warning(
+                "%s stopped by SIGTERM: SLURM requeued job %s (a node failed); it resumes from "
+                "the last checkpoint in %s by itself once its nodes are up",
+                task,
+                job,
+                facts["dir"],
+            )
+        else:
+            log.warning(
+                "%s stopped by SIGTERM; submit the job again to resume from the last "
+                "checkpoint in %s",
+                task,
+                facts["dir"],
+            )
         return EXIT_TERMINATED
     except TimeoutError as e:
         log.error("%s", e)
@@ -443,10 +496,75 @@ def _run_learner(facts: dict, config, slurm_config: SlurmConfig) -> None:
         distributed.run_learner(
             facts, config, sockets, f"{config.num_actors} SLURM actor task(s)", actors_alive
         )
+    except distributed.NoActors as e:
+        if not sockets.actors_gone(config.peer_timeout):
+            raise
+        # On SLURM, actors that all went at once are most often a lost node: say which nodes
+        # they were on and what SLURM does next, in the one line the learner ends with.
+        raise distributed.NoActors(_actors_lost(config.num_actors)) from e
     finally:
         sockets.stop_actors()
         time.sleep(0.2)  # let the stop notice leave before the socket closes
         sockets.close()
+
+
+def job_nodes() -> list:
+    """The names of this job's nodes (``scontrol show hostnames $SLURM_JOB_NODELIST``; the
+    list as SLURM wrote it where scontrol fails)."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_S,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return out or [nodelist]
+
+
+def requeued() -> bool:
+    """Whether SLURM has requeued this task's job since this run of it started: the
+    controller counts more restarts than ``SLURM_RESTART_COUNT`` (False where it cannot be
+    asked)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return False
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "job", job],
+            capture_output=True,
+            text=True,
+            timeout=REQUEUE_ASK_S,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    try:
+        return int(fields["Restarts"]) > int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    except (KeyError, ValueError):
+        return False
+
+
+def _actors_lost(num_actors: int) -> str:
+    """What the learner says when every actor task's connection closed (see _run_learner)."""
+    here = os.environ.get("SLURMD_NODENAME", socket.gethostname())
+    others = [n for n in job_nodes() if n != here]
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    if not others:  # every task ran on this node, which is up: the tasks themselves went
+        return (
+            f"all {num_actors} SLURM actor task(s) disconnected: killed or failed on this "
+            f"node ({here}); see their lines above"
+        )
+    return (
+        f"all {num_actors} SLURM actor task(s) disconnected: their node(s) "
+        f"{','.join(others)} lost, or the tasks killed; SLURM requeues job {job} when a node "
+        f"fails and it resumes from the last checkpoint once its nodes are up (scancel {job} "
+        "to stop it instead)"
+    )
 
 
 def _run_actor(actor_id: int, facts: dict, config, slurm_config: SlurmConfig) -> None:
