@@ -218,8 +218,9 @@ void ChunkIngestSeeds() {
     PutMessage(&in, Chunk(spec, 3, 2, 5, 0, 0, false));
     PutLe(&in, 0, 1);
     PutMessage(&in, Chunk(spec, 5, 1, 0, 1, close, true));
-    // Time passes while the owner reads: actor 2 is lost, then comes back late.
-    for (int i = 0; i < 4; ++i) {
+    // Time passes while the owner reads (a read counts at most 0.5 s of listening): actor 2
+    // is lost, then comes back late.
+    for (int i = 0; i < 8; ++i) {
       PutLe(&in, 3, 1);
       PutLe(&in, 4, 1);  // +1 s
       PutLe(&in, 1, 1);  // Listen
