@@ -42,14 +42,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   codec::Message m;
   const Status s = codec::DecodeHeader(reinterpret_cast<const uint8_t*>(header.data()),
                                        header.size(), sizes.data(), sizes.size(), limits, &m);
-  uint16_t version;
-  uint8_t type;
-  codec::PeekVersion(reinterpret_cast<const uint8_t*>(header.data()), header.size(), &version,
-                     &type);
   if (!s.ok()) {
     FUZZ_ASSERT(s.code() == Code::kDataLoss);
     return 0;
   }
+  // What a receiver peeks at agrees with the decoded header.
+  uint16_t version = 0;
+  uint8_t type = 0;
+  FUZZ_ASSERT(codec::PeekVersion(reinterpret_cast<const uint8_t*>(header.data()), header.size(),
+                                 &version, &type));
+  FUZZ_ASSERT(version == codec::kWireVersion && type == static_cast<uint8_t>(m.type));
+  FUZZ_ASSERT(codec::IsCurrent(msg.view()[0], m.type));
   FUZZ_ASSERT(m.num_frames() == static_cast<int64_t>(sizes.size()));
   // Re-encoded, it decodes to the same table.
   codec::Message again = m;
