@@ -49,12 +49,7 @@ class PyCacheRing {
     std::vector<Field> fields;
     for (const auto& [name, dtype, shape] : columns)
       fields.push_back({name, FromNumpy(py::dtype::from_args(dtype), name), shape});
-    for (const Field& f : fields) {
-      std::vector<int64_t> shape{cache_size};
-      shape.insert(shape.end(), f.shape.begin(), f.shape.end());
-      next->spec.push_back({f.name, f.dtype, shape, false});
-    }
-    for (const protocol::Column& c : kCacheScalars) next->spec.push_back({c.name, c.dtype, {}, false});
+    next->spec = CacheMessageSpec(fields, cache_size);
     std::shared_ptr<Layout> old;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -183,32 +178,11 @@ class PyCacheRing {
 
   // Checks a CACHE message (header frame, then data frames) and holds it. No Python.
   Status InsertFrames(const std::vector<codec::Frame>& frames, std::shared_ptr<const void> owner) {
-    if (frames.empty()) return Error(Code::kDataLoss, "empty message (no header frame)");
-    std::vector<uint64_t> sizes;
-    for (size_t i = 1; i < frames.size(); ++i) sizes.push_back(frames[i].size);
-    codec::Message msg;
-    MEMOIRE_RETURN_IF_ERROR(codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(),
-                                                sizes.size(), limits_, &msg));
-    if (msg.type != codec::MsgType::kCache)
-      return Error(Code::kDataLoss, "expected a cache message, got ",
-                   codec::MsgTypeName(static_cast<uint8_t>(msg.type)));
     std::shared_ptr<Layout> layout = Current();
     const std::vector<Field>& columns = layout->ring->columns();
-    int64_t batch = -1;
-    MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(msg, layout->spec, /*allow_extra=*/false, &batch));
     auto cache = std::make_shared<CacheRing::Cache>();
-    cache->columns.assign(columns.size(), nullptr);
-    const uint8_t* scalars[kScalars] = {nullptr, nullptr, nullptr};
-    for (const codec::Entry& e : msg.entries) {  // the check proved every spec entry present
-      const uint8_t* p = frames[1 + e.frame].data;
-      for (size_t c = 0; c < columns.size(); ++c)
-        if (e.name == columns[c].name) cache->columns[c] = p;
-      for (size_t k = 0; k < kScalars; ++k)
-        if (e.name == kCacheScalars[k].name) scalars[k] = p;
-    }
-    std::memcpy(&cache->uuid, scalars[0], 8);
-    std::memcpy(&cache->num_sampleable, scalars[1], 8);
-    std::memcpy(&cache->total_weight, scalars[2], 8);
+    MEMOIRE_RETURN_IF_ERROR(DecodeCacheMessage(frames.data(), frames.size(), limits_, columns,
+                                               layout->spec, cache.get()));
     MEMOIRE_RETURN_IF_ERROR(CheckFinite(columns, cache->columns, layout->ring->cache_size(),
                                         cache->total_weight));
     cache->owner = std::move(owner);

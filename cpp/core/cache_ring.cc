@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/gather.h"
+#include "core/protocol.h"
 
 namespace memoire {
 
@@ -128,6 +129,51 @@ int64_t CacheRing::held() const {
 int64_t CacheRing::unused_rows() const {
   std::lock_guard<std::mutex> lock(mu_);
   return UnusedLocked();
+}
+
+std::vector<codec::ArraySpec> CacheMessageSpec(const std::vector<Field>& columns,
+                                               int64_t cache_size) {
+  std::vector<codec::ArraySpec> spec;
+  for (const Field& f : columns) {
+    std::vector<int64_t> shape{cache_size};
+    shape.insert(shape.end(), f.shape.begin(), f.shape.end());
+    spec.push_back({f.name, f.dtype, shape, false});
+  }
+  for (const protocol::Column& c : protocol::kCacheScalars)
+    spec.push_back({c.name, c.dtype, {}, false});
+  return spec;
+}
+
+Status DecodeCacheMessage(const codec::Frame* frames, size_t n_frames,
+                          const codec::Limits& limits, const std::vector<Field>& columns,
+                          const std::vector<codec::ArraySpec>& spec, CacheRing::Cache* out) {
+  if (n_frames == 0) return Error(Code::kDataLoss, "empty message (no header frame)");
+  std::vector<uint64_t> sizes;
+  for (size_t i = 1; i < n_frames; ++i) sizes.push_back(frames[i].size);
+  codec::Message msg;
+  MEMOIRE_RETURN_IF_ERROR(codec::DecodeHeader(frames[0].data, frames[0].size, sizes.data(),
+                                              sizes.size(), limits, &msg));
+  if (msg.type != codec::MsgType::kCache)
+    return Error(Code::kDataLoss, "expected a cache message, got ",
+                 codec::MsgTypeName(static_cast<uint8_t>(msg.type)));
+  int64_t batch = -1;
+  MEMOIRE_RETURN_IF_ERROR(codec::CheckArrays(msg, spec, /*allow_extra=*/false, &batch));
+  constexpr size_t kScalars = protocol::kNumCacheScalars;  // uuid, num_sampleable, total_weight
+  static_assert(kScalars == 3, "the three cache values are read by type below");
+  out->columns.assign(columns.size(), nullptr);
+  const uint8_t* scalars[kScalars] = {nullptr, nullptr, nullptr};
+  for (const codec::Entry& e : msg.entries) {  // the check proved every spec entry present
+    if (e.depth != 0 || e.frame < 0) continue;
+    const uint8_t* p = frames[1 + e.frame].data;
+    for (size_t c = 0; c < columns.size(); ++c)
+      if (e.name == columns[c].name) out->columns[c] = p;
+    for (size_t k = 0; k < kScalars; ++k)
+      if (e.name == protocol::kCacheScalars[k].name) scalars[k] = p;
+  }
+  std::memcpy(&out->uuid, scalars[0], 8);
+  std::memcpy(&out->num_sampleable, scalars[1], 8);
+  std::memcpy(&out->total_weight, scalars[2], 8);
+  return Status::OK();
 }
 
 }  // namespace memoire

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codec.h"
 #include "core/rng.h"
 #include "core/schema.h"
 #include "core/status.h"
@@ -90,5 +91,18 @@ class CacheRing {
   bool closed_ = false;
   Rng rng_;
 };
+
+// The entries of a CACHE message for a ring's layout: each column as [cache_size, *shape],
+// then the 0-d cache values (protocol::kCacheScalars), nothing else.
+std::vector<codec::ArraySpec> CacheMessageSpec(const std::vector<Field>& columns,
+                                               int64_t cache_size);
+
+// Checks a received CACHE message (frames[0] its header) against `spec` (CacheMessageSpec of
+// `columns`) and `limits`, and fills *out: its columns point into the frames (the caller
+// sets out->owner to what keeps them alive), its three values read. kDataLoss naming what was
+// wrong; *out is then unspecified. Thread-safe (reads only its arguments).
+Status DecodeCacheMessage(const codec::Frame* frames, size_t n_frames,
+                          const codec::Limits& limits, const std::vector<Field>& columns,
+                          const std::vector<codec::ArraySpec>& spec, CacheRing::Cache* out);
 
 }  // namespace memoire

@@ -271,6 +271,9 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
   }
   // A compressed state field: each block's bounds checked, then the rows decoded (each block
   // checked by the decoder) into the scratch rows, half on the helper for a large batch.
+  // Without a caller's scratch, a compressed state field's rows are decoded here, into rows
+  // that must outlive the stacking below (they are read there, not only in the decode block).
+  RowBytes local_rows;
   const bool split = scratch != nullptr && n >= 2 &&
                      EntryBytes(layout) * static_cast<size_t>(n) * fs >= kParallelCopyBytes;
   if (compressed) {
@@ -286,8 +289,7 @@ Status UnstackStreamBatch(const Frame* frames, size_t n_frames, const StreamLayo
     if (start[u] != static_cast<uint64_t>(zbytes))
       return Error(bad, "stream: compressed rows of ", start[u], " bytes in all, the message "
                    "has ", zbytes);
-    UnstackScratch local;  // without a caller's scratch (tests): rows decoded here, once
-    RowBytes& rows = scratch != nullptr ? scratch->rows : local.rows;
+    RowBytes& rows = scratch != nullptr ? scratch->rows : local_rows;
     rows.resize(static_cast<size_t>(u) * rb);
     auto decode = [&](int64_t k0, int64_t k1, Status* status) {
       for (int64_t k = k0; k < k1 && status->ok(); ++k) {

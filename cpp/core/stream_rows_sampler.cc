@@ -96,6 +96,8 @@ void StreamRowsSampler::Run() {
         placed = pending_.Place();
       });
     }
+    // Counted before the batch is ready to send, as StreamSampler counts before its notice.
+    CountDraw(opt_.counts.get(), s.ok(), n);
     bool any_ready = false;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -116,7 +118,6 @@ void StreamRowsSampler::Run() {
                   }) > 0;
     }
     if (any_ready && opt_.ready) opt_.ready();
-    CountDraw(opt_.counts.get(), s.ok(), n);
   }
 }
 

@@ -201,6 +201,11 @@ void StreamSampler::Run() {
       std::memcpy(opt_.base + static_cast<size_t>(slot) * opt_.layout.slot_bytes, reason.data(),
                   static_cast<size_t>(error_bytes));
     }
+    // Counted before the notice goes out: a learner that has taken a batch's notice finds it
+    // in the counts (stream_hub_test read them after its last notice and, on a busy machine,
+    // sometimes before this thread had counted).
+    if (s.ok()) drawn_.fetch_add(1);
+    CountDraw(opt_.counts.get(), s.ok(), n);
     bool published;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -215,8 +220,6 @@ void StreamSampler::Run() {
       published = PublishLocked();
     }
     if (published) ring_.WakeNoticeWaiters();
-    if (s.ok()) drawn_.fetch_add(1);
-    CountDraw(opt_.counts.get(), s.ok(), n);
   }
 }
 

@@ -528,13 +528,19 @@ Status TransitionStore::Import(int64_t add_count, int64_t m, const uint8_t* stat
     return Error(Code::kDataLoss, "checkpoint accumulator holds ", w, " steps; expected <= ",
                  opt_.update_horizon + s);
   {
+    // The range is checked before any arithmetic on a key: a key from the file may be any
+    // int64 (key - first would overflow for one near INT64_MIN).
+    const int64_t first = add_count - m;
     std::vector<uint8_t> seen(m, 0);
     for (int64_t k = 0; k < m; ++k) {
-      const int64_t r = key_by_index[k] - (add_count - m);
-      if (r < 0 || r >= m || seen[r])
-        return Error(Code::kDataLoss, "checkpoint sampler keys are not the stored keys (key ",
-                     key_by_index[k], ")");
-      seen[r] = 1;
+      const int64_t key = key_by_index[k];
+      if (key < first || key >= add_count)
+        return Error(Code::kDataLoss, "checkpoint sampler keys are not the stored keys: key ",
+                     key, " at index ", k, " is outside [", first, ", ", add_count, ")");
+      if (seen[key - first])
+        return Error(Code::kDataLoss, "checkpoint sampler keys are not the stored keys: key ",
+                     key, " appears twice");
+      seen[key - first] = 1;
     }
   }
   if (opt_.prioritized && nodes) {

@@ -1,8 +1,11 @@
 // CacheRing: rows used once (oldest cache first, a permutation per cache), reuse draws, the
-// eviction of the oldest cache, owners released when the last user lets go, timeouts, Close.
+// eviction of the oldest cache, owners released when the last user lets go, timeouts, Close;
+// a CACHE message decoded against the ring's layout, and refused when it does not fit.
 #include "core/cache_ring.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -136,6 +139,72 @@ TEST(TakeWaitsForACacheAndCloseWakesIt) {
   closer.join();
   CHECK(s.code() == Code::kFailedPrecondition && s.message().find("closed") != std::string::npos);
   CHECK(ring.Take(0, false, 0.0, &parts).code() == Code::kInvalidArgument);
+}
+
+// A CACHE message for Ring's layout: x int64[kRows], then the three cache values; `drop`
+// leaves out the entry of that name, `type` replaces the message type.
+struct CacheMessage {
+  std::string header;
+  std::vector<std::string> data;
+  std::vector<codec::Frame> frames;
+  CacheMessage(const std::string& drop = "", codec::MsgType type = codec::MsgType::kCache) {
+    codec::Message m;
+    m.type = type;
+    auto add = [&](const char* name, DType dtype, std::vector<int64_t> shape, std::string bytes) {
+      if (drop == name) return;
+      codec::Entry e;
+      e.name = name;
+      e.kind = shape.empty() ? codec::Kind::kScalar : codec::Kind::kArray;
+      e.dtype = dtype;
+      e.shape = std::move(shape);
+      m.entries.push_back(e);
+      data.push_back(std::move(bytes));
+    };
+    std::vector<int64_t> x(kRows);
+    for (int64_t r = 0; r < kRows; ++r) x[r] = 40 + r;
+    const uint64_t uuid = 9;
+    const int64_t num = 12;
+    const double total = 2.5;
+    add("x", DType::kInt64, {kRows}, std::string(reinterpret_cast<const char*>(x.data()), 8 * kRows));
+    add("uuid", DType::kUInt64, {}, std::string(reinterpret_cast<const char*>(&uuid), 8));
+    add("num_sampleable", DType::kInt64, {}, std::string(reinterpret_cast<const char*>(&num), 8));
+    add("total_weight", DType::kFloat64, {}, std::string(reinterpret_cast<const char*>(&total), 8));
+    CHECK(codec::Finalize(&m).ok());
+    CHECK(codec::EncodeHeader(m, &header).ok());
+    frames.push_back({reinterpret_cast<const uint8_t*>(header.data()), header.size()});
+    for (const std::string& d : data)
+      frames.push_back({reinterpret_cast<const uint8_t*>(d.data()), d.size()});
+  }
+};
+
+TEST(CacheMessagesDecodeAgainstTheRingsLayout) {
+  CacheRing ring = Ring(2);
+  const auto spec = CacheMessageSpec(ring.columns(), ring.cache_size());
+  CHECK(spec.size() == 4);
+  codec::Limits limits;
+  const CacheMessage good;
+  CacheRing::Cache c;
+  CHECK(DecodeCacheMessage(good.frames.data(), good.frames.size(), limits, ring.columns(), spec,
+                           &c).ok());
+  CHECK(c.uuid == 9 && c.num_sampleable == 12 && c.total_weight == 2.5);
+  int64_t first;
+  std::memcpy(&first, c.columns[0], 8);
+  CHECK(c.columns.size() == 1 && first == 40);
+  for (const char* drop : {"x", "uuid", "total_weight"}) {
+    const CacheMessage bad(drop);
+    CHECK(DecodeCacheMessage(bad.frames.data(), bad.frames.size(), limits, ring.columns(), spec,
+                             &c).code() == Code::kDataLoss);
+  }
+  const CacheMessage chunk("", codec::MsgType::kChunk);
+  CHECK(DecodeCacheMessage(chunk.frames.data(), chunk.frames.size(), limits, ring.columns(), spec,
+                           &c).code() == Code::kDataLoss);
+  CHECK(DecodeCacheMessage(good.frames.data(), 0, limits, ring.columns(), spec, &c).code() ==
+        Code::kDataLoss);
+  // A data frame shorter than its header says.
+  CacheMessage short_frame;
+  short_frame.frames[1].size -= 8;
+  CHECK(DecodeCacheMessage(short_frame.frames.data(), short_frame.frames.size(), limits,
+                           ring.columns(), spec, &c).code() == Code::kDataLoss);
 }
 
 TEST_MAIN()

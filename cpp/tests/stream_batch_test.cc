@@ -135,6 +135,83 @@ TEST(DistinctRowsStackIntoSampleBatches) {
   SameAsSample(4, 2);
 }
 
+// A memory that compresses its states: s uint8[48] (a run of one value per entry, so each
+// block is a real LZ4 sequence, not a raw row), the other fields as the small memory's.
+std::unique_ptr<ReplayMemory> MakeCompressedMemory(uint64_t seed) {
+  Schema schema;
+  CHECK(Schema::Make({{"s", DType::kUInt8, {48}},
+                      {"a", DType::kFloat32, {}},
+                      {"r", DType::kFloat32, {1}},
+                      {"p", DType::kFloat32, {}},
+                      {"v", DType::kFloat32, {1}},
+                      {"q", DType::kFloat32, {1}},
+                      {"i", DType::kInt32, {}}},
+                     &schema).ok());
+  std::unique_ptr<ReplayMemory> m;
+  CHECK(ReplayMemory::Make(schema, 64, &m, /*vector_prob=*/false, /*compress_states=*/true).ok());
+  m->Seed(seed);
+  ReplayMemory::Options o = m->options();
+  o.frame_stack = 3;
+  CHECK(m->SetOptions(o).ok());
+  for (int64_t len : {9, 4, 15}) {
+    std::vector<uint8_t> s(len * 48);
+    std::vector<float> a(len), w(len, 1.0f);
+    std::vector<int32_t> info(len);
+    for (int64_t k = 0; k < len; ++k) {
+      std::memset(&s[k * 48], static_cast<int>(7 * k + len), 40);  // a run, then 8 zeros
+      a[k] = static_cast<float>(k);
+      info[k] = static_cast<int32_t>(k);
+    }
+    const void* fields[F] = {s.data(), a.data(), a.data(), a.data(), a.data(), nullptr,
+                             info.data()};
+    CHECK(m->NewEpisode().ok());
+    CHECK(m->AddEntries(len, fields, w.data()).ok());
+    CHECK(m->CloseEpisode(1.0f, false, false, true).ok());
+  }
+  return m;
+}
+
+// The stored LZ4 blocks travel as they are and unstack into Sample's batch, also without a
+// caller's scratch (the decoded rows then live in the call: under AddressSanitizer, reading
+// them after their scope was a heap use-after-free).
+TEST(CompressedRowsUnstackWithoutAScratch) {
+  auto a = MakeCompressedMemory(9), b = MakeCompressedMemory(9);
+  const int64_t n = 5;
+  StreamLayout layout;
+  layout.schema = a->schema();
+  layout.batch_size = n;
+  layout.frame_stack = 3;
+  layout.flags.fill(1);
+  layout.compressed_state = true;
+  codec::Limits limits;
+  for (int64_t seq = 0; seq < 8; ++seq) {
+    Parts want(a->schema(), n, 3), got(a->schema(), n, 3);
+    ReplayMemory::SampleOut out;
+    for (int f = 0; f < F; ++f) {
+      out.prev[f] = want.ptrs[f];
+      out.next[f] = want.ptrs[F + f];
+    }
+    out.weight = reinterpret_cast<float*>(want.ptrs[2 * F]);
+    out.prob = reinterpret_cast<double*>(want.ptrs[2 * F + 1]);
+    out.done = want.ptrs[2 * F + 2];
+    out.id = reinterpret_cast<int64_t*>(want.ptrs[2 * F + 3]);
+    CHECK(a->Sample(n, out).ok());
+    StreamBatch sb;
+    sb.send = StreamSends(layout);
+    sb.compressed_state = true;
+    CHECK(b->SampleDistinct(n, &sb).ok());
+    size_t blocks = 0;
+    for (uint32_t size : sb.state_sizes) blocks += size;
+    CHECK(blocks < static_cast<size_t>(sb.distinct) * 48);  // compressed, not raw rows
+    auto e = Encode(sb, b->schema(), seq);
+    int64_t got_seq = -1;
+    CHECK(UnstackStreamBatch(e->frames.data(), e->frames.size(), layout, limits,
+                             got.ptrs.data(), &got_seq, /*scratch=*/nullptr).ok());
+    CHECK(got_seq == seq);
+    for (size_t p = 0; p < 2 * F + 4; ++p) CHECK(want.bufs[p] == got.bufs[p]);
+  }
+}
+
 TEST(CorruptedMessagesAreRefused) {
   auto m = MakeSmallMemory(64, 1);
   ReplayMemory::Options o = m->options();
