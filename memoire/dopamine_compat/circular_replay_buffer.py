@@ -593,6 +593,12 @@ class OutOfGraphReplayBuffer(object):
                 return numpy_error
         return error
 
+    def __feed_source__(self):
+        """What a :class:`memoire.feed.Feed` draws from (its ``BatchSource`` protocol)."""
+        from memoire.dopamine_compat.circular_feed_source import CircularFeedSource
+
+        return CircularFeedSource(self)
+
     def _create_batch_arrays(self, batch_size):
         """New output arrays for one batch, as Dopamine makes (np.empty per element).
 

@@ -25,6 +25,7 @@ from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
     TransitionAccumulator,
     accumulator_settings,
 )
+from memoire.dopamine_compat.jax_replay_buffer.feed_source import JaxFeedSource
 from memoire.dopamine_compat.jax_replay_buffer.elements import (
     ELEMENT_FIELDS,
     ReplayElement,
@@ -467,6 +468,10 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         """Transitions drawn by :meth:`sample` so far (batch items; ``get_elements`` does not
         count). Not checkpointed: it restarts at 0 with the process."""
         return self._sample_count
+
+    def __feed_source__(self) -> JaxFeedSource:
+        """What a :class:`memoire.feed.Feed` draws from (its ``BatchSource`` protocol)."""
+        return JaxFeedSource(self)
 
     def _empty_batch(self, n: int):
         s = self._stack_size
