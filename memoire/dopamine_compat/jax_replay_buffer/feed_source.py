@@ -9,9 +9,8 @@ see ``ReplayBuffer.sample``), or with ``stack_on_device`` the feed's distinct-fr
 
 from __future__ import annotations
 
-from dopamine.jax.replay_memory import samplers as dopamine_samplers
-
 import numpy as np
+from dopamine.jax.replay_memory import samplers as dopamine_samplers
 
 from memoire import _core
 from memoire.dopamine_compat.jax_replay_buffer.elements import ReplayElement

@@ -25,12 +25,12 @@ from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
     TransitionAccumulator,
     accumulator_settings,
 )
-from memoire.dopamine_compat.jax_replay_buffer.feed_source import JaxFeedSource
 from memoire.dopamine_compat.jax_replay_buffer.elements import (
     ELEMENT_FIELDS,
     ReplayElement,
     TransitionElement,
 )
+from memoire.dopamine_compat.jax_replay_buffer.feed_source import JaxFeedSource
 from memoire.dopamine_compat.jax_replay_buffer.samplers import (
     PrioritizedSamplingDistribution,
     as_memoire_distribution,
