@@ -122,7 +122,13 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
             priority = 0.0
         if not priority >= 0.0:
             raise ValueError(f"priority: expected a value >= 0, got {priority}")
-        return 0.0 if priority == 0.0 else priority**self._priority_exponent
+        return float(self.leaf_values(priority))
+
+    def leaf_values(self, priorities):
+        """Dopamine's leaf values of ``priorities`` (>= 0; an array, or one value): each raised
+        to ``priority_exponent``, 0 kept 0 (as ``0 ** 0`` would not be). The one place of that
+        rule; its dtype follows ``priorities`` (what ``max_recorded_priority`` keeps)."""
+        return np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
 
     def update(self, keys, *, priorities) -> None:
         """Sets the priorities of stored ``keys``.
@@ -140,8 +146,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         raw = np.asarray(priorities, dtype=np.float64)
         if np.isnan(raw).any() or (raw < 0).any():
             raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
-        values = np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
-        values = np.asarray(values)
+        values = np.asarray(self.leaf_values(priorities))
         flat = values.reshape(-1).astype(np.float64, copy=False)
         if flat.size == 1 and keys.size != 1:
             raise ValueError(f"priorities: expected {keys.size} values (one per key), got 1")
