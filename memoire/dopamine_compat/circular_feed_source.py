@@ -45,6 +45,9 @@ class CircularFeedSource:
         to_device[_INDICES] = False
         return DeviceLayout(to_device)
 
+    def element(self, *arrays):
+        raise TypeError("the TF face has no stack_on_device layout")
+
     def slot_share(self, views):
         return None
 

@@ -290,6 +290,7 @@ class Feed:
                     self._target.put_to,
                     self._stack_on_device,
                     with_metadata=self._with_metadata,
+                    element=None if self._batches is None else self._batches.element,
                 )
             batch, self._last_transfer_bytes = self._put.next(self._take_host)
             return batch
@@ -347,7 +348,9 @@ class Feed:
             return _sources.memory_batch(kind, views, *shared, views[17].copy())
         element = None
         if self._stack_on_device:
-            element = _jax.stack_distinct(_jax.Distinct(*views[2:4], *views[5:]))
+            element = _jax.stack_distinct(
+                _jax.Distinct(*views[2:4], *views[5:]), self._batches.element
+            )
         return self._batches.batch(
             views, lent=True, shared=shared, element=element, with_metadata=self._with_metadata
         )

@@ -2,7 +2,7 @@
 ring, which parts of a batch travel to a device, and the batch objects built from the parts.
 
 Kinds: ``"memory"`` (``memoire.ReplayMemory``), ``"stream"`` (a ``memoire.stream.SamplingStream``
-over the socket) and ``"source"``: a buffer whose ``__feed_source__()`` hands out a
+over the socket, whose class sets ``__feed_stream__ = True``) and ``"source"``: a buffer whose ``__feed_source__()`` hands out a
 :class:`BatchSource` (each Dopamine face implements one in its own package). The feed knows
 those faces only through that protocol.
 """
@@ -59,6 +59,10 @@ class BatchSource(Protocol):
     def device_layout(self, parts: int, stack_on_device: bool) -> DeviceLayout:
         """Which of the ``parts`` parts travel to a device."""
 
+    def element(self, *arrays: Any) -> Any:
+        """The batch element of the arrays state, action, reward, next_state, is_terminal and
+        episode_end (with ``stack_on_device``; the JAX face's ``ReplayElement``)."""
+
     def slot_share(self, views: Sequence[Any]) -> Any:
         """What every batch lent from a device slot shares, built once per import of the
         slot's arrays ``views`` (None: nothing)."""
@@ -83,9 +87,9 @@ def kind_of(buffer) -> Tuple[str, Optional[BatchSource]]:
     make = getattr(type(buffer), "__feed_source__", None)
     if make is not None:
         return "source", make(buffer)
-    from memoire.stream import SamplingStream  # it imports the feed: not at module level
-
-    if isinstance(buffer, SamplingStream):
+    if getattr(type(buffer), "__feed_stream__", False):
+        # memoire.stream.SamplingStream says so itself: it imports the feed, so the feed
+        # cannot import it (nor look it up) without a cycle.
         return "stream", None
     raise TypeError(
         "buffer: expected memoire.ReplayMemory, a SamplingStream or a buffer with a "

@@ -58,6 +58,9 @@ class JaxFeedSource:
             return DeviceLayout(to_device, [2, 4, 1])
         return DeviceLayout(to_device)
 
+    def element(self, *arrays):
+        return ReplayElement(*arrays)
+
     def slot_share(self, views):
         return ReplayElement(*views[2:])
 
