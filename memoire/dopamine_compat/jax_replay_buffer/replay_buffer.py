@@ -33,6 +33,7 @@ from memoire.dopamine_compat.jax_replay_buffer.samplers import (
     PrioritizedSamplingDistribution,
     as_memoire_distribution,
 )
+from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
 
 # Dopamine's class, kept before anyone assigns memoire's to its module attribute.
 _DOPAMINE_REPLAY_BUFFER = dopamine_replay_buffer.ReplayBuffer
@@ -112,12 +113,13 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         self._checkpoint_duration = checkpoint_duration
         self._compress = compress
         self._transition_accumulator = transition_accumulator
+        # The store is shared through one handle: the parts hold it, not each other.
+        self._handle = StoreHandle()
         if isinstance(transition_accumulator, TransitionAccumulator):
-            transition_accumulator._buffer = self
+            transition_accumulator.attach(self._handle)
         self._sampling_distribution = as_memoire_distribution(sampling_distribution)
-        self._sampling_distribution._buffer = self
+        self._sampling_distribution.attach(self._handle)
         self._prioritized = isinstance(self._sampling_distribution, PrioritizedSamplingDistribution)
-        self._store = None  # built by the first add (it fixes observation and action layouts)
         self._obs_shape = None
         self._obs_dtype = None
         self._action_shape = None
@@ -151,6 +153,12 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         return ours
 
     # ---- properties ----
+
+    @property
+    def _store(self):
+        """The C++ store, built by the first add (it fixes observation and action layouts);
+        None before."""
+        return self._handle.store
 
     @property
     def add_count(self) -> int:
@@ -245,7 +253,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
             self._first_key = 0
 
     def _commit_store(self, store, obs: np.ndarray, action: np.ndarray) -> None:
-        self._store = store
+        self._handle.store = store
         self._obs_shape, self._obs_dtype = obs.shape, obs.dtype
         self._action_shape, self._action_dtype = action.shape, action.dtype
 
@@ -326,7 +334,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
             float(value),
         )
         if emitted and self._prioritized:
-            self._sampling_distribution._record(np.asarray([value], dtype=np.float64))
+            self._sampling_distribution.record_added(np.asarray([value], dtype=np.float64))
 
     def add_batch(
         self, observations, actions, rewards, is_terminal, episode_end=None, *, priorities=None
@@ -407,7 +415,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
             obs, acts, rew, terms.view(np.uint8), ends.view(np.uint8), values
         )
         if self._prioritized and emitted.any():
-            self._sampling_distribution._record(values[emitted > 0])
+            self._sampling_distribution.record_added(values[emitted > 0])
         return emitted
 
     # ---- experience streamed by actors ----
@@ -455,7 +463,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         if not np.isfinite(leaf):
             raise ValueError(f"priority: expected a finite value >= 0, got {priority}")
         ingest.priority = leaf
-        self._sampling_distribution._record(np.array([leaf]))
+        self._sampling_distribution.record_added(np.array([leaf]))
 
     # ---- sampling ----
 
@@ -606,20 +614,12 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
 
     # ---- clearing ----
 
-    def _store_clear(self) -> None:
-        if self._store is not None:
-            self._store.clear()
-
-    def _clear_window(self) -> None:
-        if self._store is not None:
-            self._store.clear_trajectory()
-
     def end_episode(self) -> None:
         """Ends the episode in progress: the accumulator's partial trajectory (steps that
         yielded no element yet) is dropped, so the next add starts a new episode. Stored
         elements stay. A server calls it on the buffer it restored from a checkpoint, whose
         actor's episode did not survive."""
-        self._clear_window()
+        self._handle.clear_trajectory()
 
     def forget_checkpoint_folder(self, checkpoint_dir: str) -> None:
         """Closes and drops the orbax manager this buffer keeps for ``checkpoint_dir`` (one per
@@ -631,7 +631,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
 
     def clear(self) -> None:
         """Forgets every element and the partial trajectory; add_count restarts at 0."""
-        self._store_clear()
+        self._handle.clear()
         self._first_key = 0
 
     # ---- checkpoints ----

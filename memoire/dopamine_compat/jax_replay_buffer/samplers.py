@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from dopamine.jax.replay_memory import samplers as dopamine_samplers
 
+from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
 from memoire.dopamine_compat.jax_replay_buffer.sum_tree import SumTreeView, tree_leaves
 
 SampleMetadata = dopamine_samplers.SampleMetadata
@@ -32,10 +33,14 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
 
     def __init__(self, seed) -> None:  # pylint: disable=super-init-not-called
         self._rng = np.random.default_rng(seed)
-        self._buffer = None
+        self._handle = StoreHandle()  # the buffer's, once one composes this (attach)
+
+    def attach(self, handle: StoreHandle) -> None:
+        """Draws from the store of ``handle`` (the composing buffer's) from now on."""
+        self._handle = handle
 
     def _store(self):
-        return None if self._buffer is None else self._buffer._store
+        return self._handle.store
 
     @property
     def size(self) -> int:
@@ -61,8 +66,7 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
         return SampleMetadata(keys=self._store().keys_at(indices))
 
     def clear(self) -> None:
-        if self._buffer is not None:
-            self._buffer._store_clear()
+        self._handle.clear()
 
     def to_state_dict(self) -> dict[str, Any]:
         store = self._store()
@@ -97,8 +101,9 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         self._priority_exponent = priority_exponent
         self._max_capacity = int(max_capacity)
         self._sum_tree = SumTreeView(self)
-        self._buffer = None
+        self._handle = StoreHandle()
 
+    attach = UniformSamplingDistribution.attach
     _store = UniformSamplingDistribution._store
     size = UniformSamplingDistribution.size
     add = UniformSamplingDistribution.add
@@ -109,8 +114,9 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
     def max_recorded_priority(self):
         return self._sum_tree.max_recorded_priority
 
-    def _record(self, values: np.ndarray) -> None:
-        # Dopamine: max(max_recorded_priority, max(values)), keeping the winner's type.
+    def record_added(self, values: np.ndarray) -> None:
+        """The buffer stored elements of leaf ``values``: ``max_recorded_priority`` follows, as
+        Dopamine's ``add`` updates it (max of it and ``values``, keeping the winner's type)."""
         if values.size:
             top = values.max()
             if top > self._sum_tree.max_recorded_priority:
@@ -156,7 +162,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         if store is None:
             raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
         store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)  # KeyError(key)
-        self._record(values.reshape(-1))
+        self.record_added(values.reshape(-1))
 
     def sample(self, size: int) -> PrioritizedSampleMetadata:
         store = self._store()
