@@ -51,8 +51,8 @@ class CircularFeedSource:
     def slot_share(self, views):
         return None
 
-    def batch(self, parts, *, lent: bool, shared, element, with_metadata: bool):
-        self._buffer._sample_count += len(parts[0])
+    def batch(self, parts, *, size: int, lent: bool, shared, element, with_metadata: bool):
+        self._buffer._sample_count += size
         if lent:  # the indices are the batch's own (the slot is refilled)
             return (
                 tuple(parts[:_INDICES]) + (parts[_INDICES].copy(),) + tuple(parts[_INDICES + 1 :])

@@ -352,7 +352,12 @@ class Feed:
                 _jax.Distinct(*views[2:4], *views[5:]), self._batches.element
             )
         return self._batches.batch(
-            views, lent=True, shared=shared, element=element, with_metadata=self._with_metadata
+            views,
+            size=self._batch_size,
+            lent=True,
+            shared=shared,
+            element=element,
+            with_metadata=self._with_metadata,
         )
 
     def _take_host(self):
@@ -386,7 +391,12 @@ class Feed:
             frames, index, counts = parts[2:5]
             element = _jax.Distinct(frames[: int(counts[1])], index, *parts[5:])
         return self._batches.batch(
-            parts, lent=False, shared=None, element=element, with_metadata=self._with_metadata
+            parts,
+            size=self._batch_size,
+            lent=False,
+            shared=None,
+            element=element,
+            with_metadata=self._with_metadata,
         )
 
     def _sample_error(self, error: Exception) -> Exception:

@@ -68,9 +68,16 @@ class BatchSource(Protocol):
         slot's arrays ``views`` (None: nothing)."""
 
     def batch(
-        self, parts: Sequence[Any], *, lent: bool, shared: Any, element: Any, with_metadata: bool
+        self,
+        parts: Sequence[Any],
+        *,
+        size: int,
+        lent: bool,
+        shared: Any,
+        element: Any,
+        with_metadata: bool,
     ) -> Any:
-        """The batch of ``parts``, counted as sampled. ``lent``: the arrays of a device slot
+        """The batch of ``parts``, ``size`` transitions counted as sampled. ``lent``: the arrays of a device slot
         (metadata is copied out of them); ``shared``: :meth:`slot_share`'s for that slot;
         ``element``: the stacks the feed assembled with ``stack_on_device``, else None."""
 

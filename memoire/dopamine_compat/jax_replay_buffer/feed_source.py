@@ -64,8 +64,8 @@ class JaxFeedSource:
     def slot_share(self, views):
         return ReplayElement(*views[2:])
 
-    def batch(self, parts, *, lent: bool, shared, element, with_metadata: bool):
-        self._buffer._sample_count += len(parts[0])
+    def batch(self, parts, *, size: int, lent: bool, shared, element, with_metadata: bool):
+        self._buffer._sample_count += size
         if element is None:
             element = shared if shared is not None else ReplayElement(*parts[2:])
         if not with_metadata:
