@@ -6,7 +6,6 @@ docstring, :mod:`memoire.dopamine_compat.jax_replay_buffer`).
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 import numpy as np
@@ -15,9 +14,8 @@ from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
 from orbax import checkpoint as orbax
 
 from memoire import _core
-from memoire.checkpoint_io import CheckpointError
 from memoire.dopamine_compat import _dropin
-from memoire.dopamine_compat.jax_replay_buffer import checkpointers
+from memoire.dopamine_compat.jax_replay_buffer import orbax_managers
 from memoire.dopamine_compat.jax_replay_buffer import state_dict as _state_dict
 from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
     TransitionAccumulator,
@@ -625,9 +623,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         """Closes and drops the orbax manager this buffer keeps for ``checkpoint_dir`` (one per
         folder ``save``/``load`` used; a no-op for another), before the folder is renamed or
         removed."""
-        manager = self.__dict__.get("_checkpoint_managers", {}).pop(checkpoint_dir, None)
-        if manager is not None and hasattr(manager, "close"):
-            manager.close()
+        self._checkpoint_managers().forget(checkpoint_dir)
 
     def clear(self) -> None:
         """Forgets every element and the partial trajectory; add_count restarts at 0."""
@@ -655,21 +651,15 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         _state_dict.from_state_dict(self, state_dict)
 
     def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:
-        # One manager per folder and buffer (Dopamine caches them with functools.lru_cache on
-        # the method, which would keep up to 128 buffers alive; a dict on the buffer does not).
-        managers = self.__dict__.setdefault("_checkpoint_managers", {})
-        if checkpoint_dir not in managers:
-            # orbax's current API (item handlers, CheckpointArgs registered for the handler):
-            # the same folders and files as Dopamine's manager (<dir>/<step>/replay/), so
-            # either buffer loads the other's checkpoints.
-            managers[checkpoint_dir] = orbax.CheckpointManager(
-                checkpoint_dir,
-                item_handlers={"replay": checkpointers.CheckedCheckpointHandler()},
-                options=orbax.CheckpointManagerOptions(
-                    max_to_keep=self._checkpoint_duration, create=True
-                ),
-            )
-        return managers[checkpoint_dir]
+        """The orbax manager of ``checkpoint_dir`` (Dopamine's method name; one per folder)."""
+        return self._checkpoint_managers().get(checkpoint_dir)
+
+    def _checkpoint_managers(self) -> orbax_managers.CheckpointManagers:
+        managers = self.__dict__.get("_orbax_managers")
+        if managers is None:
+            managers = orbax_managers.CheckpointManagers(self._checkpoint_duration)
+            self._orbax_managers = managers
+        return managers
 
     def save(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Writes a checkpoint in Dopamine's layout (``<dir>/<iteration>/replay/``, msgpack).
@@ -678,19 +668,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           checkpoint_dir: str, the directory; created if missing.
           iteration_number: int, the checkpoint's step.
         """
-        manager = self._make_checkpoint_manager(checkpoint_dir)
-        if iteration_number in manager.all_steps():
-            # A run killed after saving this step but before Dopamine's completion sentinel
-            # resumes at the same iteration and saves it again; orbax never overwrites a step,
-            # so the stale one (another run's transitions) would stay. Replace it.
-            manager.delete(iteration_number)
-        manager.save(
-            iteration_number,
-            args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs(self)),
-        )
-        # orbax saves asynchronously: the checkpoint is whole when save returns (Dopamine's
-        # runner writes its completion sentinel next, and a resumed run may load it at once).
-        manager.wait_until_finished()
+        orbax_managers.save(self._make_checkpoint_manager(checkpoint_dir), self, iteration_number)
 
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
@@ -703,15 +681,6 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           FileNotFoundError: no such checkpoint. CheckpointError (a ValueError): a malformed
             one, or one that does not fit this buffer; the buffer is unchanged.
         """
-        state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(
-            iteration_number, args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs())
+        orbax_managers.load(
+            self._make_checkpoint_manager(checkpoint_dir), self, checkpoint_dir, iteration_number
         )
-        try:
-            self.from_state_dict(state_dict["replay"])
-        except CheckpointError:
-            raise
-        except (ValueError, TypeError, KeyError, OverflowError) as e:
-            path = os.path.join(
-                str(checkpoint_dir), str(iteration_number), "replay", "checkpoint.msgpack"
-            )
-            raise CheckpointError(f"{path}: {e}") from e
