@@ -10,12 +10,10 @@ from typing import Any, Optional
 
 import numpy as np
 from dopamine.jax import checkpointers as dopamine_checkpointers
-from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
 from orbax import checkpoint as orbax
 
 from memoire import _core
-from memoire.dopamine_compat import _dropin
-from memoire.dopamine_compat.jax_replay_buffer import orbax_managers
+from memoire.dopamine_compat.jax_replay_buffer import chunk_ingest, gin_defaults, orbax_managers
 from memoire.dopamine_compat.jax_replay_buffer import state_dict as _state_dict
 from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
     TransitionAccumulator,
@@ -32,9 +30,6 @@ from memoire.dopamine_compat.jax_replay_buffer.samplers import (
     as_memoire_distribution,
 )
 from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
-
-# Dopamine's class, kept before anyone assigns memoire's to its module attribute.
-_DOPAMINE_REPLAY_BUFFER = dopamine_replay_buffer.ReplayBuffer
 
 
 class ReplayBuffer(dopamine_checkpointers.Checkpointable):
@@ -77,28 +72,9 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         checkpoint_duration: int = 4,
         compress: bool = True,
     ):
-        # Assigned to dopamine.jax.replay_memory.replay_buffer.ReplayBuffer, this class is what
-        # Dopamine's agents build, with batch_size and max_capacity left to the gin bindings of
-        # Dopamine's ReplayBuffer: take them (and the other two, when left at their defaults).
-        given = dict(
-            batch_size=batch_size,
-            max_capacity=max_capacity,
-            checkpoint_duration=checkpoint_duration,
-            compress=compress,
+        batch_size, max_capacity, checkpoint_duration, compress = gin_defaults.resolve(
+            batch_size, max_capacity, checkpoint_duration, compress
         )
-        defaults = dict(batch_size=None, max_capacity=None, checkpoint_duration=4, compress=True)
-        bindings = _dropin.dopamine_gin_bindings(_DOPAMINE_REPLAY_BUFFER)
-        for name, default in defaults.items():
-            if _dropin.same_value(given[name], default) and name in bindings:
-                given[name] = bindings[name]
-        batch_size, max_capacity = given["batch_size"], given["max_capacity"]
-        checkpoint_duration, compress = given["checkpoint_duration"], given["compress"]
-        for name in ("batch_size", "max_capacity"):
-            if given[name] is None:
-                raise TypeError(
-                    f"ReplayBuffer: missing argument {name!r} (pass it, or bind "
-                    f"ReplayBuffer.{name} in gin)"
-                )
         (self._stack_size, self._update_horizon, self._gamma, self._fix_terminal_duplicates) = (
             accumulator_settings(transition_accumulator)
         )
@@ -436,16 +412,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           Nothing else may add to this buffer while the ingest stores into it, and a ``load``
           that replaces the store needs a new ingest.
         """
-        if self._store is None:
-            self._build_store(np.asarray(observation), np.asarray(action))
-        return _core.ChunkIngest(
-            self._store,
-            observation_dtype=self._obs_dtype,
-            observation_shape=list(self._obs_shape),
-            action_dtype=self._action_dtype,
-            action_shape=list(self._action_shape),
-            **limits,
-        )
+        return chunk_ingest.ingest_into(self, observation, action, **limits)
 
     def set_ingest_priority(self, ingest: "_core.ChunkIngest", priority: float) -> None:
         """Gives the elements ``ingest`` stores from now on ``priority`` (as ``add``'s: raised
@@ -455,13 +422,8 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         Raises:
           ValueError: a negative or non-finite priority.
         """
-        if not self._prioritized:
-            return
-        leaf = self._sampling_distribution.leaf_value(priority)
-        if not np.isfinite(leaf):
-            raise ValueError(f"priority: expected a finite value >= 0, got {priority}")
-        ingest.priority = leaf
-        self._sampling_distribution.record_added(np.array([leaf]))
+        if self._prioritized:
+            chunk_ingest.set_priority(self._sampling_distribution, ingest, priority)
 
     # ---- sampling ----
 
