@@ -145,7 +145,7 @@ class OutOfGraphReplayBuffer(object):
             (Dopamine writes only the first file). False by default.
           seed: int or None, seeds this buffer's sampling generator (None: from the OS).
           prefetch_depth: int >= 0. 0 (default): every sample is drawn on the caller's thread,
-            in today's order. N > 0: ``sample_transition_batch()`` at the default batch size
+            in the order of Dopamine's draws. N > 0: ``sample_transition_batch()`` at the default batch size
             takes the next of N batches drawn ahead by native threads (a
             :class:`memoire.feed.Feed`, started on first use): same distribution, another
             order, and batches (and priorities) up to N batches stale (docs/FEED.md).
