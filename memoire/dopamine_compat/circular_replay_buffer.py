@@ -42,7 +42,7 @@ import threading
 
 import numpy as np
 
-from memoire import _core
+from memoire import _core, ingest_limits
 from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import checkpoint as _checkpoint
 from memoire.dopamine_compat._ring import (
@@ -462,13 +462,15 @@ class OutOfGraphReplayBuffer(object):
         Args:
           allow_nonfinite: store NaN or infinite rewards (refused, and the episode dropped, by
             default: they come from peers).
-          limits: the ingest's budgets (``max_message_bytes``, ``max_streams``, ``stream_timeout``
-            seconds, ``max_stream_bytes``, ``max_open_bytes``).
+          limits: the ingest's budgets (``max_message_bytes``, ``max_open_episodes``,
+            ``open_episode_timeout`` seconds, ``max_episode_bytes``, ``max_open_bytes``; the
+            older ``max_streams``, ``stream_timeout``, ``max_stream_bytes`` work too).
 
         Returns:
           ``memoire._core.ChunkIngest`` whose ``row_spec`` is this buffer's columns (observation,
           action, reward, terminal, extras). Nothing else may add while it stores.
         """
+        limits = ingest_limits.current_names(limits)
         return _core.ChunkIngest(self._core, allow_nonfinite=allow_nonfinite, **limits)
 
     def add_batch(

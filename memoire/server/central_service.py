@@ -3,10 +3,10 @@ ingest, which stores finished episodes into a memory the learner samples
 (:meth:`CentralService.sample`) and reprioritizes (:meth:`CentralService.update_priorities`);
 and the seed's client counters (:class:`ClientCounters`, COUNTER messages).
 
-The chunk ingest is given, built over whatever store it fills (today
+The chunk ingest is given, built over whatever store it fills (for a memory,
 ``_core.ChunkIngest(memory, ...)``); the service only needs its methods ``ingest(frames)``,
 ``receive(address, timeout_ms)``, ``reap()``, ``listen()``, ``counters()`` and its limits
-``stream_timeout``, ``peer_timeout``, ``max_streams``, ``max_stream_bytes``,
+``open_episode_timeout``, ``peer_timeout``, ``max_open_episodes``, ``max_episode_bytes``,
 ``max_open_bytes``.
 
 Threads and ownership: the ingest is the only writer of the memory's episodes and is fed from
@@ -112,7 +112,7 @@ class CentralService:
         return frames
 
     def reap(self) -> None:
-        """Drops streams with no chunk for stream_timeout (cheap: rate-limited by the ingest)
+        """Drops open episodes with no chunk for open_episode_timeout (cheap: rate-limited by the ingest)
         and, while the limiter lets inserts in (the worker reads its socket), those of actors
         silent past peer_timeout of listening (``listen``). While it holds inserts back, the
         worker does not read, and a live actor's silence is not counted."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memoire import _core
+from memoire import _core, ingest_limits
 
 
 def ingest_into(buffer, observation, action, **limits) -> "_core.ChunkIngest":
@@ -22,7 +22,7 @@ def ingest_into(buffer, observation, action, **limits) -> "_core.ChunkIngest":
         observation_shape=list(buffer._obs_shape),
         action_dtype=buffer._action_dtype,
         action_shape=list(buffer._action_shape),
-        **limits,
+        **ingest_limits.current_names(limits),
     )
 
 

@@ -402,8 +402,9 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         Args:
           observation, action: one step's; they fix the observation and action dtypes and
             shapes as a first ``add`` would (ignored once something was added).
-          limits: the ingest's budgets (``max_message_bytes``, ``max_streams``,
-            ``stream_timeout`` seconds, ``max_stream_bytes``, ``max_open_bytes``).
+          limits: the ingest's budgets (``max_message_bytes``, ``max_open_episodes``,
+            ``open_episode_timeout`` seconds, ``max_episode_bytes``, ``max_open_bytes``; the
+            older ``max_streams``, ``stream_timeout``, ``max_stream_bytes`` work too).
 
         Returns:
           ``memoire._core.ChunkIngest`` whose ``row_spec`` is observation, action (this
