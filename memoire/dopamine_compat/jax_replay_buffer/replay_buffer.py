@@ -165,32 +165,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
     def _set_next_key(self, store, key: int) -> None:
         """Makes ``key`` the next element's key of ``store``, which holds no element (its
         partial trajectory is kept)."""
-        frames, actions, rewards, terms, ends = store.export_window()
-        k = len(rewards)
-        no_stack = np.zeros((0, *self._obs_shape, self._stack_size), self._obs_dtype)
-        _state_dict.import_into(
-            store,
-            key,
-            elements=(
-                no_stack,
-                np.zeros((0, *self._action_shape), self._action_dtype),
-                np.zeros(0, np.float64),
-                no_stack,
-                np.zeros(0, np.bool_),
-                np.zeros(0, np.bool_),
-            ),
-            key_by_index=np.zeros(0, np.int64),
-            nodes=np.zeros(store.num_nodes, np.float64) if self._prioritized else None,
-            trajectory=(
-                np.ascontiguousarray(frames).view(self._obs_dtype).reshape((k, *self._obs_shape)),
-                np.ascontiguousarray(actions)
-                .view(self._action_dtype)
-                .reshape((k, *self._action_shape)),
-                np.asarray(rewards, np.float64).reshape(k),
-                np.asarray(terms, np.bool_).reshape(k),
-                np.asarray(ends, np.bool_).reshape(k),
-            ),
-        )
+        _state_dict.set_next_key(self, store, key)
 
     @property
     def batch_size(self) -> int:

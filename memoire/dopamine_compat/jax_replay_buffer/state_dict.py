@@ -59,6 +59,37 @@ def import_into(
     store.import_state(add_count, *elements, key_by_index, nodes, *trajectory)
 
 
+def set_next_key(buffer, store, key: int) -> None:
+    """Makes ``key`` the next element's key of ``store`` (``buffer``'s, or one it is about to
+    take), which holds no element; its partial trajectory is kept."""
+    frames, actions, rewards, terms, ends = store.export_window()
+    k = len(rewards)
+    no_stack = np.zeros((0, *buffer._obs_shape, buffer._stack_size), buffer._obs_dtype)
+    import_into(
+        store,
+        key,
+        elements=(
+            no_stack,
+            np.zeros((0, *buffer._action_shape), buffer._action_dtype),
+            np.zeros(0, np.float64),
+            no_stack,
+            np.zeros(0, np.bool_),
+            np.zeros(0, np.bool_),
+        ),
+        key_by_index=np.zeros(0, np.int64),
+        nodes=np.zeros(store.num_nodes, np.float64) if buffer._prioritized else None,
+        trajectory=(
+            np.ascontiguousarray(frames).view(buffer._obs_dtype).reshape((k, *buffer._obs_shape)),
+            np.ascontiguousarray(actions)
+            .view(buffer._action_dtype)
+            .reshape((k, *buffer._action_shape)),
+            np.asarray(rewards, np.float64).reshape(k),
+            np.asarray(terms, np.bool_).reshape(k),
+            np.asarray(ends, np.bool_).reshape(k),
+        ),
+    )
+
+
 def to_state_dict(buffer) -> dict[str, Any]:
     """Dopamine's state dict layout (``add_count``, ``memory`` with keys, per-element leaves
     ``[state, action, reward, next_state, is_terminal, episode_end]`` and a pickled tree
