@@ -48,7 +48,8 @@ class CircularFeedSource:
     def element(self, *arrays):
         raise TypeError("the TF face has no stack_on_device layout")
 
-    def slot_share(self, views):
+    @staticmethod
+    def slot_share(views):
         return None
 
     def batch(self, parts, *, size: int, lent: bool, shared, element, with_metadata: bool):

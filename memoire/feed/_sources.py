@@ -65,7 +65,8 @@ class BatchSource(Protocol):
 
     def slot_share(self, views: Sequence[Any]) -> Any:
         """What every batch lent from a device slot shares, built once per import of the
-        slot's arrays ``views`` (None: nothing)."""
+        slot's arrays ``views`` (None: nothing). A staticmethod: the feed's native rings keep
+        it, and must not keep the buffer (the feed would never be collected)."""
 
     def batch(
         self,

@@ -42,7 +42,7 @@ POLL_S = POLL_MS / 1000  # a blocked ingest checks for close() this often
 
 
 def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
-    """``(max_stream_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
+    """``(max_episode_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
     `schema` (see :class:`memoire.ReplayMemoryServer`): one stream may hold a full-length
     episode as sent (at most 256 MiB of it) plus 32 MiB of chunk overhead (8192 chunks); all
     streams together as much as the memory itself, at least 64 MiB and at most 4 GiB."""

@@ -61,7 +61,8 @@ class JaxFeedSource:
     def element(self, *arrays):
         return ReplayElement(*arrays)
 
-    def slot_share(self, views):
+    @staticmethod
+    def slot_share(views):
         return ReplayElement(*views[2:])
 
     def batch(self, parts, *, size: int, lent: bool, shared, element, with_metadata: bool):
