@@ -30,6 +30,8 @@ class TransitionAccumulator:
       ValueError: a non-positive stack size or horizon.
     """
 
+    _handle = StoreHandle()  # no store until a buffer attaches its own (older pickles too)
+
     def __init__(
         self,
         stack_size: int,

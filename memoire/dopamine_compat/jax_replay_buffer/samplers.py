@@ -31,6 +31,10 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
       seed: what ``numpy.random.default_rng`` takes (an int, a SeedSequence, a Generator or None).
     """
 
+    # No store until a buffer attaches its own (an instance pickled before handles existed
+    # finds this one too); nobody sets a store on it.
+    _handle = StoreHandle()
+
     def __init__(self, seed) -> None:  # pylint: disable=super-init-not-called
         self._rng = np.random.default_rng(seed)
         self._handle = StoreHandle()  # the buffer's, once one composes this (attach)
@@ -103,6 +107,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         self._sum_tree = SumTreeView(self)
         self._handle = StoreHandle()
 
+    _handle = UniformSamplingDistribution._handle
     attach = UniformSamplingDistribution.attach
     _store = UniformSamplingDistribution._store
     size = UniformSamplingDistribution.size
