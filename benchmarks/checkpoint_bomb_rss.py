@@ -1,7 +1,7 @@
 """Peak RSS of a TF-face checkpoint load whose episode_end_indices file is a gzip bomb.
 
 Usage: PYTHONPATH=. python benchmarks/checkpoint_bomb_rss.py [MiB inflated, default 2048]
-(issue 14 item 3: before the size budget, a 2 MB bomb inflating to 2 GiB raised peak RSS by
+(A decompression bomb: before the size budget, a 2 MB bomb inflating to 2 GiB raised peak RSS by
 about 4 GiB before the load failed; with it, the load fails having inflated 64 KiB or so).
 """
 

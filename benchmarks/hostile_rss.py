@@ -1,4 +1,4 @@
-"""Resident memory of a server under the growth attacks of issue 14 (items 6 and 7).
+"""Resident memory of a server under growth attacks (many open episodes, growing ones).
 
     PYTHONPATH=. python benchmarks/hostile_rss.py --tree installed   # the venv's memoire
     PYTHONPATH=. python benchmarks/hostile_rss.py --tree .           # this checkout's

@@ -317,9 +317,9 @@ class ChunkIngest(metaclass=_pybind11_type):
         self,
         memory: ReplayMemory,
         max_message_bytes: int = ...,
-        max_streams: int = 4096,
-        stream_timeout: float = 600.0,
-        max_stream_bytes: int = ...,
+        max_open_episodes: int = 4096,
+        open_episode_timeout: float = 600.0,
+        max_episode_bytes: int = ...,
         max_open_bytes: int = ...,
         peer_timeout: float = 10.0,
     ) -> None: ...
@@ -330,9 +330,9 @@ class ChunkIngest(metaclass=_pybind11_type):
         *,
         allow_nonfinite: bool = False,
         max_message_bytes: int = ...,
-        max_streams: int = 4096,
-        stream_timeout: float = 600.0,
-        max_stream_bytes: int = ...,
+        max_open_episodes: int = 4096,
+        open_episode_timeout: float = 600.0,
+        max_episode_bytes: int = ...,
         max_open_bytes: int = ...,
         peer_timeout: float = 10.0,
     ) -> None: ...
@@ -347,9 +347,9 @@ class ChunkIngest(metaclass=_pybind11_type):
         action_shape: Sequence[int],
         allow_nonfinite: bool = False,
         max_message_bytes: int = ...,
-        max_streams: int = 4096,
-        stream_timeout: float = 600.0,
-        max_stream_bytes: int = ...,
+        max_open_episodes: int = 4096,
+        open_episode_timeout: float = 600.0,
+        max_episode_bytes: int = ...,
         max_open_bytes: int = ...,
         peer_timeout: float = 10.0,
     ) -> None: ...
@@ -368,11 +368,11 @@ class ChunkIngest(metaclass=_pybind11_type):
         self, socket: int, timeout_ms: int, max_messages: int = 64
     ) -> Tuple[int, int, list, Optional[list]]: ...
     def counters(self) -> dict: ...
-    max_streams: int
-    stream_timeout: float
+    max_open_episodes: int
+    open_episode_timeout: float
     peer_timeout: float
     max_message_bytes: int
-    max_stream_bytes: int
+    max_episode_bytes: int
     max_open_bytes: int
 
 class Feed(metaclass=_pybind11_type):

@@ -1,4 +1,4 @@
-"""ReplayMemoryClient: an actor's end of a distributed memoire (seed 001).
+"""ReplayMemoryClient: an actor's end of a distributed memoire (the memoire API).
 
 The client asks the server for the schema and settings (the handshake, :meth:`sync_sizes`)
 and builds its local :class:`memoire.ReplayMemory` from them (:attr:`rem`; in central mode
@@ -11,6 +11,8 @@ only when first asked for, as streaming does not use it). Then, in
   :meth:`new_episode` / :meth:`add_entry` / :meth:`close_episode`, which stream the episode to
   the server in chunks of ``chunk_size`` entries; the server stores it when it is closed. The
   client then holds at most a few chunks (staged, or being sent), whatever the server's size.
+  That protocol is :class:`memoire.episode_pusher.EpisodePusher`, over the one chunk sender
+  (:class:`memoire.experience.ChunkStream`).
 
 Requests (handshake, counters) time out and are resent on a fresh socket a bounded number of
 times, so a client outlives a server restart; pushes and subscriptions reconnect by themselves.
@@ -32,21 +34,14 @@ import zmq
 
 from memoire import codec
 from memoire.codec import ProtocolError
-from memoire.experience import Keepalive
+from memoire.episode_pusher import EpisodePusher
 from memoire.memory import ReplayMemory
 from memoire.protocol import (
     CACHE_NEXT,
     CACHE_PREV,
     CACHE_ROW_COLUMNS,
     CACHE_SCALARS,
-    CHUNK_INIT_W,
-    CHUNK_LAST,
-    CHUNK_SCALARS,
-    CHUNK_TERMINAL,
-    CHUNK_UPDATE_VALUE,
-    CHUNK_UPDATE_WEIGHT,
     FIELDS,
-    QVEST,
     SETTINGS,
     Msg,
     cache_layout,
@@ -68,7 +63,6 @@ from memoire.transport import (
 log = logging.getLogger(__name__)
 
 _SNDMORE = int(zmq.SNDMORE)
-_COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
 
 
 class _CountingMemory(ReplayMemory):
@@ -171,15 +165,8 @@ class ReplayMemoryClient:
             self._ctx, zmq.PUSH, push_endpoint, "Conn", keys=keys, server_side=False, hwm=64
         )
         self._push.sndtimeo = int(self.timeout * 1000)
-        self._keepalive: Optional[Keepalive] = None
-        if mode == "central" and keepalive is not None:
-            self._keepalive = Keepalive(
-                self.uuid,
-                self._try_send,
-                self._push_lock,
-                keepalive,
-                active=lambda: self._open and self._index > 0,
-            )
+        self._keepalive_s = keepalive
+        self._pusher: Optional[EpisodePusher] = None  # central mode's, built by sync_sizes
         self._sub_lock = threading.Lock()
         self._sub = None
         if sub_endpoint is not None:
@@ -190,17 +177,7 @@ class ReplayMemoryClient:
         self._rem: Optional[_CountingMemory] = None
         self._rem_spec = None  # (templates, max_step, settings) for building the local memory
         self._counts = [0, 0]  # closed episodes and steps of memories replaced by sync_sizes
-        # Central-mode stream state.
-        self._episode = 0
-        self._open = False
-        self._index = 0
-        self._stage: Optional[Dict[str, np.ndarray]] = None
-        self._in_flight: Deque[tuple] = collections.deque()  # (tracker, stage) being sent
-        self._free_stages: list = []
-        self._staged = 0
-        self._stream_steps = 0
         self._schema = None
-        self._small = None  # (schema, whether its chunks are small): see _small_chunks
         self._header_layout = None
         self._header = b""
         self._max_step = max_step
@@ -264,6 +241,22 @@ class ReplayMemoryClient:
         self._rem = None if self.mode == "central" else self._build_rem()
         self._schema = schema
         self._header_layout = None  # the schema may differ (a restarted server)
+        if self.mode == "central" and (self._pusher is None or self._pusher.schema != schema):
+            first = 0
+            if self._pusher is not None:  # its chunks may still be read: go on counting
+                self._pusher.close()
+                first = self._pusher.stream.episode + 1
+            self._pusher = EpisodePusher(
+                schema,
+                self.uuid,
+                self._send_locked,
+                self._try_send,
+                self._push_lock,
+                self.chunk_size,
+                self.timeout,
+                self._keepalive_s,
+                first_episode=first,
+            )
         self.max_message_bytes = int(v.get("max_message_bytes", codec.DEFAULT_MAX_BYTES))
         # A push that waits this long says so once it goes (an older server does not say).
         self._stall_s = float(v.get("peer_timeout", PEER_TIMEOUT_S))
@@ -271,10 +264,11 @@ class ReplayMemoryClient:
     # ------------------------------------------------------------------ counters and logs
 
     def _totals(self):
-        if self._rem is None:
-            return self._counts[0], self._counts[1]
-        e = self._counts[0] + self._rem._closed_episodes
-        s = self._counts[1] + self._rem._closed_steps
+        e, s = self._counts
+        if self._rem is not None:
+            e, s = e + self._rem._closed_episodes, s + self._rem._closed_steps
+        if self._pusher is not None:
+            e, s = e + self._pusher.episodes_closed, s + self._pusher.rows_closed
         return e, s
 
     def update_counter(self) -> dict:
@@ -300,19 +294,20 @@ class ReplayMemoryClient:
         within the timeout. (send_multipart's per-frame checks and enum flag arithmetic cost
         more than the sends of a small chunk; ZeroMQ refuses only a message's first frame.)"""
         with self._push_lock:
-            send = self._push.send
-            start = time.monotonic()
-            try:
-                for f in frames[:-1]:
-                    send(f, _SNDMORE, copy=False)
-                send(frames[-1], 0, copy=False)
-                self._say_stall(time.monotonic() - start)
-                return True
-            except zmq.Again:
-                return False
-            finally:
-                if self._keepalive is not None:
-                    self._keepalive.sent()
+            return self._send_locked(frames)
+
+    def _send_locked(self, frames) -> bool:
+        """:meth:`_send` with ``_push_lock`` held by the caller."""
+        send = self._push.send
+        start = time.monotonic()
+        try:
+            for f in frames[:-1]:
+                send(f, _SNDMORE, copy=False)
+            send(frames[-1], 0, copy=False)
+        except zmq.Again:
+            return False
+        self._say_stall(time.monotonic() - start)
+        return True
 
     def _say_stall(self, waited: float) -> None:
         """One line when a push went after waiting at least the server's peer_timeout (its
@@ -386,40 +381,19 @@ class ReplayMemoryClient:
 
     # ------------------------------------------------------------------ central mode
 
-    def _need_central(self, what: str) -> None:
-        if self.mode != "central":
+    def _episodes(self, what: str) -> EpisodePusher:
+        """The central-mode pusher; RuntimeError in cache mode."""
+        if self._pusher is None:
             raise RuntimeError(
                 f"{what}: the client is in cache mode (use client.rem.{what}, or "
                 "construct the client with mode='central')"
             )
-
-    def _new_stage(self) -> Dict[str, np.ndarray]:
-        """Staging arrays of one chunk: a set ZeroMQ has finished sending, or new ones."""
-        while self._in_flight and (self._in_flight[0][0] is None or self._in_flight[0][0].done):
-            self._free_stages.append(self._in_flight.popleft()[1])
-        if len(self._in_flight) > 128:  # a stuck peer: forget the oldest (ZeroMQ keeps its own)
-            self._in_flight.popleft()
-        if self._free_stages:
-            return self._free_stages.pop()
-        stage = {
-            name: np.empty((self.chunk_size,) + shape, dtype)
-            for name, dtype, shape in self._schema
-            if name != QVEST
-        }
-        stage[CHUNK_INIT_W[0]] = np.empty(self.chunk_size, CHUNK_INIT_W[1])
-        return stage
+        return self._pusher
 
     def new_episode(self) -> None:
         """Opens an episode (central mode). An episode still open is abandoned: the server
         drops what it received of it."""
-        self._need_central("new_episode")
-        self._episode += 1
-        self._index = 0
-        self._staged = 0
-        self._stream_steps = 0
-        if self._stage is None:
-            self._stage = self._new_stage()
-        self._open = True
+        self._episodes("new_episode").new_episode()
 
     def add_entry(self, s, a, r, p, v, i=None, init_w: float = 1.0) -> None:
         """Appends one entry (central mode); rows are checked against the schema and sent in
@@ -429,105 +403,11 @@ class ReplayMemoryClient:
           RuntimeError: no open episode. ValueError: a row of the wrong shape.
           TimeoutError: the server could not take a chunk (the episode is abandoned).
         """
-        self._need_central("add_entry")
-        if not self._open:
-            raise RuntimeError("add_entry: no open episode (call new_episode() first)")
-        if self._staged == self.chunk_size:  # a full chunk goes once more rows come
-            self._flush(last=False)
-        row = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
-        k = self._staged
-        for name, dtype, shape in self._schema:
-            if name == QVEST:
-                continue
-            x = row[name]
-            if x is None and name == "i":
-                self._stage["i"][k] = 0
-                continue
-            x = np.asarray(x)
-            if x.shape != shape:
-                raise ValueError(
-                    f"{name}: expected {dtype.name}{list(shape)}, got {x.dtype.name}{list(x.shape)}"
-                )
-            self._stage[name][k] = x
-        self._stage[CHUNK_INIT_W[0]][k] = init_w
-        self._staged += 1
+        self._episodes("add_entry").add_entry(s, a, r, p, v, i, init_w)
 
     def add_entries(self, s, a, r, p, v, i, init_w) -> None:
         """Appends n entries at once (central mode): arrays with a leading axis of n."""
-        self._need_central("add_entries")
-        if not self._open:
-            raise RuntimeError("add_entries: no open episode (call new_episode() first)")
-        rows = {"s": s, "a": a, "r": r, "p": p, "v": v, "i": i}
-        n = len(np.asarray(init_w).reshape(-1))
-        arrays = {}
-        for name, dtype, shape in self._schema:
-            if name == QVEST:
-                continue
-            x = np.asarray(rows[name])
-            if x.shape != (n,) + shape:
-                raise ValueError(
-                    f"{name}: expected {dtype.name}{[n] + list(shape)}, got "
-                    f"{x.dtype.name}{list(x.shape)}"
-                )
-            arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
-        arrays[CHUNK_INIT_W[0]] = np.asarray(init_w, CHUNK_INIT_W[1]).reshape(-1)
-        start, trackers = 0, []
-        # The last chunk of an episode goes out flagged by close_episode, so a full chunk is
-        # held back until more rows come. The caller's last whole chunk is staged for that
-        # when its frames are small (ZeroMQ would copy them anyway), else sent at once (and
-        # close_episode sends an empty closing chunk).
-        defer = self._small_chunks()
-        try:
-            while start < n:
-                if self._staged == self.chunk_size:
-                    self._flush(last=False)
-                left = n - start
-                if self._staged == 0 and (
-                    left > self.chunk_size or (left == self.chunk_size and not defer)
-                ):
-                    # A whole chunk of the caller's rows goes out as it is (no staging copy);
-                    # the wait below keeps the caller from changing it while ZeroMQ reads it.
-                    end = start + self.chunk_size
-                    trackers.append(
-                        self._send_chunk(
-                            {k: x[start:end] for k, x in arrays.items()}, self.chunk_size, 0, 1.0
-                        )
-                    )
-                    start = end
-                    continue
-                take = min(n - start, self.chunk_size - self._staged)
-                for name, x in arrays.items():
-                    self._stage[name][self._staged : self._staged + take] = x[start : start + take]
-                self._staged += take
-                start += take
-        finally:
-            self._wait_sent(trackers)
-
-    def _small_chunks(self) -> bool:
-        """Whether every frame of a full chunk is under zmq.COPY_THRESHOLD bytes."""
-        if self._small is None or self._small[0] is not self._schema:
-            widest = max(
-                dtype.itemsize * int(np.prod(shape))
-                for name, dtype, shape in self._schema
-                if name != QVEST
-            )
-            self._small = (self._schema, self.chunk_size * max(widest, 4) < _COPY_THRESHOLD)
-        return self._small[1]
-
-    def _wait_sent(self, trackers) -> None:
-        deadline = time.monotonic() + self.timeout
-        for t in trackers:
-            if t is None:
-                continue
-            try:
-                t.wait(max(0.0, deadline - time.monotonic()))
-            except zmq.NotDone:
-                self._open = False
-                raise TimeoutError(
-                    f"push: the server took no chunk within {self.timeout:g} s; "
-                    "the open episode was abandoned (rows already queued may "
-                    "still be read by the transport)"
-                ) from None
+        self._episodes("add_entries").add_entries(s, a, r, p, v, i, init_w)
 
     def close_episode(
         self,
@@ -543,62 +423,9 @@ class ReplayMemoryClient:
           RuntimeError: no open episode, or it has no entries.
           TimeoutError: the server could not take the chunk (the episode is abandoned).
         """
-        self._need_central("close_episode")
-        if not self._open:
-            raise RuntimeError("close_episode: no open episode")
-        if self._stream_steps + self._staged == 0:
-            raise RuntimeError("close_episode: the open episode has no entries")
-        flags = (
-            CHUNK_LAST
-            | (CHUNK_TERMINAL if terminal else 0)
-            | (CHUNK_UPDATE_VALUE if do_update_value else 0)
-            | (CHUNK_UPDATE_WEIGHT if do_update_weight else 0)
+        self._episodes("close_episode").close_episode(
+            episodic_weight_multiplier, do_update_value, do_update_weight, terminal
         )
-        self._flush(last=True, flags=flags, multiplier=episodic_weight_multiplier)
-        self._open = False
-        self._counts[0] += 1
-        self._counts[1] += self._stream_steps
-
-    def _flush(self, last: bool, flags: int = 0, multiplier: float = 1.0) -> None:
-        n = self._staged
-        stage = self._stage
-        tracker = self._send_chunk(
-            {name: arr[:n] for name, arr in stage.items()}, n, flags, multiplier
-        )
-        self._staged = 0
-        self._in_flight.append((tracker, stage))  # reused once ZeroMQ is done with it
-        self._stage = self._new_stage()
-
-    def _send_chunk(
-        self, arrays: Dict[str, np.ndarray], n: int, flags: int, multiplier: float
-    ) -> Optional[zmq.MessageTracker]:
-        """Sends one chunk of `n` rows. Frames of at least zmq.COPY_THRESHOLD bytes go out
-        without copies and the tracker returned is done once ZeroMQ no longer reads them; None
-        when every frame was copied at send (small rows), so the arrays are free at once.
-        Raises TimeoutError (episode abandoned)."""
-        values: Dict[str, Any] = dict(arrays)
-        meta = (self.uuid, self._episode, self._index, multiplier)
-        values.update(
-            {
-                name: np.array(x, dtype)  # 0-d arrays: the native encoder
-                for (name, dtype), x in zip(CHUNK_SCALARS, meta)
-            }
-        )
-        frames = codec.encode(Msg.CHUNK, values, flags=flags)
-        tracked = []
-        for k in range(1, len(frames)):
-            if frames[k].nbytes >= _COPY_THRESHOLD:
-                frames[k] = zmq.Frame(frames[k], track=True)
-                tracked.append(frames[k])
-        if not self._send(frames):
-            self._open = False
-            raise TimeoutError(
-                f"push: the server took no chunk within {self.timeout:g} s; "
-                "the open episode was abandoned"
-            )
-        self._stream_steps += n
-        self._index += 1
-        return zmq.MessageTracker(*tracked) if tracked else None
 
     # ------------------------------------------------------------------ pub/sub
 
@@ -646,8 +473,8 @@ class ReplayMemoryClient:
         """Closes the sockets. Pushes not sent yet (the last chunks of an episode just closed,
         or chunks queued while the server restarts and the socket reconnects) get up to
         ``timeout`` seconds to leave; what a server that stays away never takes is dropped."""
-        if self._keepalive is not None:
-            self._keepalive.close()
+        if self._pusher is not None:
+            self._pusher.close()
         self._req.close()
         with self._push_lock:
             self._push.close(int(self.timeout * 1000))

@@ -25,11 +25,12 @@ receiving ingest drops the open episode of an actor it has not heard from for it
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
 import time
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Deque, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
@@ -39,6 +40,7 @@ from memoire.codec import Msg
 from memoire.protocol import (
     CHUNK_INFO,
     CHUNK_LAST,
+    CHUNK_SCALARS,
     CHUNK_TERMINAL,
     INGEST_REJECTED,
     KEEPALIVE_SCALARS,
@@ -144,21 +146,41 @@ def log_returned(logger: logging.Logger, ingest) -> int:
     return len(returned)
 
 
+_COPY_THRESHOLD = zmq.COPY_THRESHOLD  # pyzmq copies smaller frames at send, even with copy=False
+
+
 class ChunkStream:
-    """Streams one actor's episodes, one row at a time, as chunk messages.
+    """Streams one actor's episodes as chunk messages: the one chunk sender (an actor of a
+    distributed run, and :class:`memoire.ReplayMemoryClient` in central mode).
+
+    Rows are staged, ``chunk_rows`` to a message; each message carries the stream's ``uuid``,
+    the episode's number, the chunk's ``index`` in it and the episode's ``multiplier``, and
+    :meth:`end_episode` sends the episode's last chunk (flagged, with an optional ``info``).
 
     Args:
       row_spec: ``[(name, dtype, row_shape)]``, the receiving ingest's ``row_spec``.
-      send: called with the frames of each message (a list of bytes-like); returns False when
-        the message could not be sent (the episode is then abandoned: its later chunks are not
-        sent, and the receiver drops its stream). The frames view a stage that the next rows
-        overwrite, so ``send`` must copy them (pyzmq's ``send_multipart`` does by default).
+      send: called with the frames of each message (a list of bytes-like, or ``zmq.Frame``
+        with `zero_copy`); returns False when the message could not be sent (the episode is
+        then abandoned: its later chunks are not sent, and the receiver drops it). Without
+        `zero_copy` the frames view a stage that the next rows overwrite, so ``send`` must copy
+        them (pyzmq's ``send_multipart`` does by default).
       chunk_rows: rows per message (>= 1); an episode end also sends.
       uuid: the actor's id (uint64); random by default.
       keepalive: seconds (None: none): while an episode is open and nothing went out for this
         long, a :class:`Keepalive` thread sends a KEEPALIVE through `try_send`.
       try_send: sends frames without blocking (False when the queue is full); required with
-        `keepalive`. Data sends and keepalives never run at once (a lock).
+        `keepalive`. Data sends and keepalives never run at once (`lock`).
+      lock: held around every send and keepalive (default: the stream's own); an owner that
+        sends other messages on the same socket passes the lock that guards it.
+      zero_copy: frames of at least ``zmq.COPY_THRESHOLD`` bytes are handed to ``send`` as
+        tracked ``zmq.Frame`` views of the stage (for ``copy=False`` sends); a stage is reused
+        once ZeroMQ is done with it.
+      hold_full: a full chunk waits for the next row (or the episode's end), so an episode's
+        last chunk carries rows and no empty closing message is sent.
+      timeout: seconds :meth:`add_rows` waits for ZeroMQ to finish reading the caller's arrays
+        (with `zero_copy`).
+      first_episode: the first episode's number (a stream that takes over from another of the
+        same uuid goes on counting).
 
     Not thread-safe: one actor thread owns a stream; :meth:`close` stops its keepalive.
     """
@@ -171,6 +193,12 @@ class ChunkStream:
         uuid: Optional[int] = None,
         keepalive: Optional[float] = None,
         try_send: Optional[Callable[[list], bool]] = None,
+        *,
+        lock: Optional[threading.Lock] = None,
+        zero_copy: bool = False,
+        hold_full: bool = False,
+        timeout: float = transport.DEFAULT_TIMEOUT,
+        first_episode: int = 0,
     ):
         if int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows: expected >= 1, got {chunk_rows}")
@@ -180,24 +208,45 @@ class ChunkStream:
             (str(name), np.dtype(dtype), tuple(int(d) for d in shape))
             for name, dtype, shape in row_spec
         ]
+        self._names = {name for name, _, _ in self._spec}
         self._send = send
         self._rows = int(chunk_rows)
+        self._zero_copy = bool(zero_copy)
+        self._hold_full = bool(hold_full)
+        self._timeout = float(timeout)
+        widest = max([dtype.itemsize * int(np.prod(shape)) for _, dtype, shape in self._spec] + [4])
+        self._small = self._rows * widest < _COPY_THRESHOLD  # ZeroMQ copies such chunks anyway
         self.uuid = int.from_bytes(os.urandom(8), "little") if uuid is None else int(uuid)
-        self._stage = {
-            name: np.zeros((self._rows, *shape), dtype) for name, dtype, shape in self._spec
-        }
+        self._in_flight: Deque[tuple] = collections.deque()  # (tracker, stage) being sent
+        self._free_stages: list = []
+        self._stage = self._new_stage()
         self._staged = 0
-        self._episode = 0
+        self._episode = int(first_episode)
         self._index = 0
+        self._episode_rows = 0  # rows of the open episode sent
         self._broken = False  # a send failed: the rest of this episode is not sent
         self.episodes_sent = 0
         self.rows_sent = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if lock is None else lock
         self.keepalive: Optional[Keepalive] = None
         if keepalive is not None:
             self.keepalive = Keepalive(
-                self.uuid, try_send, self._lock, keepalive, active=lambda: self._index > 0
+                self.uuid,
+                try_send,
+                self._lock,
+                keepalive,
+                active=lambda: self._index > 0 and not self._broken,
             )
+
+    @property
+    def episode(self) -> int:
+        """The open episode's number (0, 1, ... for this uuid)."""
+        return self._episode
+
+    @property
+    def open_rows(self) -> int:
+        """Rows of the open episode, sent or staged."""
+        return self._episode_rows + self._staged
 
     def close(self) -> None:
         """Stops the keepalive thread (call before the socket closes)."""
@@ -206,60 +255,184 @@ class ChunkStream:
 
     def add(self, row: Mapping[str, object]) -> bool:
         """Appends one row (a value per column, cast to the column's dtype and shape); sends a
-        full chunk. Returns False when a send failed (this episode is lost)."""
-        if row.keys() != self._stage.keys():
-            raise ValueError(f"row: expected the columns {sorted(self._stage)}, got {sorted(row)}")
+        full chunk. Returns False when a send failed (this episode is lost).
+
+        Raises:
+          ValueError: a column missing, unknown or of the wrong shape (nothing is staged).
+        """
+        if row.keys() != self._names:
+            raise ValueError(f"row: expected the columns {sorted(self._names)}, got {sorted(row)}")
+        values = []
         for name, dtype, shape in self._spec:
             value = np.asarray(row[name])
             if value.shape != shape:
                 raise ValueError(
                     f"{name}: expected {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}"
                 )
+            values.append(value)
+        if self._staged == self._rows:  # held full (hold_full): more rows came
+            self._flush(flags=0, info=None)
+        for (name, _, _), value in zip(self._spec, values):
             self._stage[name][self._staged] = value
         self._staged += 1
-        if self._staged == self._rows:
-            return self._flush(flags=0, info=None)
+        if self._staged == self._rows and not self._hold_full:
+            self._flush(flags=0, info=None)
         return not self._broken
 
-    def end_episode(self, terminal: bool, info: Optional[Sequence[float]] = None) -> bool:
+    def add_rows(self, columns: Mapping[str, object]) -> bool:
+        """Appends n rows at once: a value per column with a leading axis of n (cast to the
+        column's dtype). Whole chunks of the caller's arrays are sent as they are, without a
+        staging copy; with `zero_copy` the call returns once ZeroMQ no longer reads them.
+        Returns False when a send failed or ZeroMQ did not finish within `timeout` (this
+        episode is lost).
+
+        Raises:
+          ValueError: a column missing, unknown, or of another shape (nothing is staged).
+        """
+        if columns.keys() != self._names:
+            raise ValueError(
+                f"rows: expected the columns {sorted(self._names)}, got {sorted(columns)}"
+            )
+        arrays = {}
+        n = None
+        for name, dtype, shape in self._spec:
+            x = np.asarray(columns[name])
+            n = len(x) if n is None and x.ndim > len(shape) else n
+            if n is None or x.shape != (n,) + shape:
+                raise ValueError(
+                    f"{name}: expected {dtype.name}{['n'] + list(shape)} (n = {n}), got "
+                    f"{x.dtype.name}{list(x.shape)}"
+                )
+            arrays[name] = x if x.dtype == dtype else x.astype(dtype)  # as staging would
+        # Held back for end_episode's flag when its frames are small (ZeroMQ would copy them
+        # anyway); else a whole last chunk goes at once (and end_episode sends an empty one).
+        defer = self._hold_full and self._small
+        start, trackers = 0, []
+        while start < n and not self._broken:
+            if self._staged == self._rows:
+                self._flush(flags=0, info=None)
+            left = n - start
+            if self._staged == 0 and (left > self._rows or (left == self._rows and not defer)):
+                end = start + self._rows
+                trackers.append(
+                    self._send_chunk({k: x[start:end] for k, x in arrays.items()}, 0, None)
+                )
+                start = end
+                continue
+            take = min(left, self._rows - self._staged)
+            for name, x in arrays.items():
+                self._stage[name][self._staged : self._staged + take] = x[start : start + take]
+            self._staged += take
+            start += take
+            if self._staged == self._rows and not self._hold_full:
+                self._flush(flags=0, info=None)
+        deadline = time.monotonic() + self._timeout
+        for t in trackers:  # the caller may change its arrays once ZeroMQ is done
+            if t is None:
+                continue
+            try:
+                t.wait(max(0.0, deadline - time.monotonic()))
+            except zmq.NotDone:
+                self._broken = True
+        return not self._broken
+
+    def end_episode(
+        self,
+        terminal: bool,
+        info: Optional[Sequence[float]] = None,
+        *,
+        multiplier: float = 1.0,
+        flags: int = 0,
+    ) -> bool:
         """Sends the episode's last chunk (the receiver then stores the episode) and starts the
-        next episode. ``info``: (return, length, terminated), handed to the receiver's owner.
-        Returns False when the episode was lost (a send failed)."""
-        ok = self._flush(flags=CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0), info=info)
+        next episode. ``info``: (return, length, terminated), handed to the receiver's owner;
+        ``multiplier``: the episode's weight multiplier; ``flags``: further ``CHUNK_*`` flags
+        (a memory's ``CHUNK_UPDATE_VALUE``, ``CHUNK_UPDATE_WEIGHT``). Returns False when the
+        episode was lost (a send failed)."""
+        flags |= CHUNK_LAST | (CHUNK_TERMINAL if terminal else 0)
+        ok = self._flush(flags=flags, info=info, multiplier=multiplier)
         if ok:
             self.episodes_sent += 1
-        self._episode += 1
-        self._index = 0
-        self._broken = False
+        self._next_episode()
         return ok
 
-    def _flush(self, flags: int, info: Optional[Sequence[float]]) -> bool:
+    def abandon(self) -> None:
+        """Drops the open episode: its staged rows are not sent, and the receiver drops what
+        it got of it once the next episode's chunks come."""
+        if self._index > 0:
+            self._next_episode()
+        self._staged = 0
+        self._episode_rows = 0
+        self._broken = False
+
+    def _next_episode(self) -> None:
+        self._episode += 1
+        self._index = 0
+        self._episode_rows = 0
+        self._broken = False
+
+    def _new_stage(self) -> dict:
+        """Staging arrays of one chunk: a set ZeroMQ has finished sending, or new ones."""
+        while self._in_flight and (self._in_flight[0][0] is None or self._in_flight[0][0].done):
+            self._free_stages.append(self._in_flight.popleft()[1])
+        if len(self._in_flight) > 128:  # a stuck peer: forget the oldest (ZeroMQ keeps its own)
+            self._in_flight.popleft()
+        if self._free_stages:
+            return self._free_stages.pop()
+        return {name: np.zeros((self._rows, *shape), dtype) for name, dtype, shape in self._spec}
+
+    def _flush(self, flags: int, info: Optional[Sequence[float]], multiplier: float = 1.0) -> bool:
         n, self._staged = self._staged, 0
         if self._broken:
             return False
-        values = {name: self._stage[name][:n] for name, _, _ in self._spec}
+        stage = self._stage
+        tracker = self._send_chunk(
+            {name: arr[:n] for name, arr in stage.items()}, flags, info, multiplier
+        )
+        if self._zero_copy:  # reused once ZeroMQ is done with it
+            self._in_flight.append((tracker, stage))
+            self._stage = self._new_stage()
+        return not self._broken
+
+    def _send_chunk(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        flags: int,
+        info: Optional[Sequence[float]],
+        multiplier: float = 1.0,
+    ) -> Optional[zmq.MessageTracker]:
+        """Encodes and sends one chunk of `arrays` (its rows); sets `_broken` when the send
+        failed. Returns the tracker of its zero-copy frames (None: none, or nothing sent)."""
+        values = dict(arrays)
+        meta = (self.uuid, self._episode, self._index, multiplier)
         values.update(
             {
-                "uuid": np.array(self.uuid, np.uint64),
-                "episode": np.array(self._episode, np.int64),
-                "index": np.array(self._index, np.int64),
-                "multiplier": np.array(1.0, np.float32),
+                name: np.array(x, dtype)  # 0-d arrays: the native encoder
+                for (name, dtype), x in zip(CHUNK_SCALARS, meta)
             }
         )
         if info is not None:
             name, dtype, size = CHUNK_INFO
             values[name] = np.asarray(info, dtype).reshape(size)
         frames = codec.encode(Msg.CHUNK, values, flags=flags)
+        tracked = []
+        if self._zero_copy:
+            for k in range(1, len(frames)):
+                if frames[k].nbytes >= _COPY_THRESHOLD:
+                    frames[k] = zmq.Frame(frames[k], track=True)
+                    tracked.append(frames[k])
         with self._lock:
             ok = self._send(frames)
             if self.keepalive is not None:
                 self.keepalive.sent()
         if not ok:
             self._broken = True
-            return False
+            return None
+        n = len(next(iter(arrays.values())))
         self._index += 1
+        self._episode_rows += n
         self.rows_sent += n
-        return True
+        return zmq.MessageTracker(*tracked) if tracked else None
 
 
 class ExperienceReceiver:

@@ -1,7 +1,7 @@
 """memoire.ReplayMemory: the episodic replay memory of the native core.
 
 Storage, returns, priorities and sampling all run in C++ (``memoire._core``); this module adds
-the two constructors of the seeds, docstrings and the :class:`Batch` result.
+the two constructors (the memoire API's buffer templates and the older sizes), docstrings and the :class:`Batch` result.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def _os_error(call, fd):
 
 
 def _legacy_templates(state_size, action_size, reward_size, prob_size, value_size):
-    """Seed 000's sizes as buffer templates: prob is a scalar for prob_size 1 (seed 001's
-    layout), else float32[prob_size] (0 included)."""
+    """The older constructor's sizes as buffer templates: prob is a scalar for prob_size 1
+    (the memoire API's layout), else float32[prob_size] (0 included)."""
     for name, size in (
         ("state_size", state_size),
         ("action_size", action_size),
@@ -129,7 +129,7 @@ def _check_templates(args: tuple, kwargs: dict) -> None:
 class ReplayMemory(_core.ReplayMemory):
     """An episodic replay memory with prioritized sampling.
 
-    Two constructors (seed 001, and seed 000's older one)::
+    Two constructors (the memoire API's, and the older one by sizes)::
 
         ReplayMemory(state_buf, action_buf, reward_buf, prob_buf, value_buf, qvest_buf,
                      info_buf, max_step)
@@ -203,7 +203,7 @@ class ReplayMemory(_core.ReplayMemory):
         self._empty_info = np.zeros(info.shape, info.dtype)
         self._info_is_empty = info.size == 0
 
-    # Seed-000 names.
+    # The older API's names.
     state_size = property(lambda self: int(self.state_buf.size), doc="Elements per state.")
     action_size = property(lambda self: int(self.action_buf.size), doc="Elements per action.")
     reward_size = property(lambda self: int(self.reward_buf.size), doc="Elements per reward.")
@@ -229,7 +229,7 @@ class ReplayMemory(_core.ReplayMemory):
         Args:
           s, a, r, p, v, i: one row of each field, matching the buffer templates (values of
             another dtype are cast when numpy's ``same_kind`` rule allows). ``i`` may be
-            omitted when info is empty (seed 000 form ``add_entry(s, a, r, p, v, init_w)``).
+            omitted when info is empty (the older API's form ``add_entry(s, a, r, p, v, init_w)``).
           init_w: float, the entry's initial weight (finite, >= 0).
 
         Raises:
@@ -239,7 +239,7 @@ class ReplayMemory(_core.ReplayMemory):
         if i is None:
             i = self._empty_info
         elif self._info_is_empty and np.ndim(i) == 0:
-            init_w, i = i, self._empty_info  # seed 000: add_entry(s, a, r, p, v, init_w)
+            init_w, i = i, self._empty_info  # the older API: add_entry(s, a, r, p, v, init_w)
         super().add_entry(s, a, r, p, v, i, init_w)
 
     def get_batch(self, batch_size: int) -> Batch:

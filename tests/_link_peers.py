@@ -195,7 +195,7 @@ def actor(args: dict) -> None:
             try:
                 for k in range(EPISODE):
                     if k == chunk + 1 and not control.go.is_set():  # a chunk of it went
-                        count["held"] = client._episode
+                        count["held"] = client._pusher.stream.episode
                         say("status", count)
                         control.go.wait()
                         count["held"] = None

@@ -1,4 +1,4 @@
-"""Fuzz of TF-face checkpoint loading (issue 14): mutated valid checkpoints, and pickles composed
+"""Fuzz of TF-face checkpoint loading: mutated valid checkpoints, and pickles composed
 from the globals the checkpoint unpickler allows (numpy dtypes with crafted states, arrays whose
 data does not match their shape, scalars, sets, SumTrees).
 

@@ -112,7 +112,7 @@ def test_interleaved_streams_store_what_a_local_memory_stores():
 def test_stream_rules_are_counted_by_reason():
     rng = np.random.default_rng(1)
     mem = ReplayMemory(*TEMPLATES, 30)
-    ingest = _core.ChunkIngest(mem, max_streams=2, stream_timeout=5.0)
+    ingest = _core.ChunkIngest(mem, max_open_episodes=2, open_episode_timeout=5.0)
     r = rows(rng, 3)
     assert ingest.ingest(chunk(1, 1, 1, r), now=0.0)[:3:2] == (REJECTED, "out_of_order_chunk")
     assert ingest.ingest(chunk(1, 1, 0, r), now=0.0)[0] == STAGED
@@ -174,12 +174,36 @@ def test_malformed_and_bad_chunks_change_nothing():
 
 def test_options_are_checked():
     mem = ReplayMemory(*TEMPLATES, 10)
-    with pytest.raises(ValueError, match="max_streams"):
-        _core.ChunkIngest(mem, max_streams=0)
+    with pytest.raises(ValueError, match="max_open_episodes"):
+        _core.ChunkIngest(mem, max_open_episodes=0)
     ingest = _core.ChunkIngest(mem)
-    with pytest.raises(ValueError, match="stream_timeout"):
-        ingest.stream_timeout = 0.0
-    assert ingest.stream_timeout == 600.0
+    with pytest.raises(ValueError, match="open_episode_timeout"):
+        ingest.open_episode_timeout = 0.0
+    assert ingest.open_episode_timeout == 600.0
+
+
+def test_the_open_episode_budgets_keep_their_older_names():
+    # max_streams, stream_timeout and max_stream_bytes: the server's arguments and properties,
+    # and the Dopamine faces' chunk_ingest, take the older spellings too.
+    with ReplayMemoryServer(
+        *TEMPLATES, 100, None, max_streams=7, stream_timeout=9.0, max_stream_bytes=12345
+    ) as srv:
+        assert (srv.max_open_episodes, srv.open_episode_timeout, srv.max_episode_bytes) == (
+            7,
+            9.0,
+            12345,
+        )
+        srv.max_streams = 3
+        assert srv.max_open_episodes == 3 and srv.max_streams == 3
+    with pytest.raises(TypeError, match="no_such_budget"):
+        ReplayMemoryServer(*TEMPLATES, 100, None, no_such_budget=1)
+    from memoire.dopamine_compat import OutOfGraphReplayBuffer
+
+    tf = OutOfGraphReplayBuffer((2,), 1, replay_capacity=16, batch_size=2)
+    ingest = tf.chunk_ingest(max_streams=5, stream_timeout=4.0)
+    assert (ingest.max_open_episodes, ingest.open_episode_timeout) == (5, 4.0)
+    with pytest.raises(TypeError, match="given twice"):
+        tf.chunk_ingest(max_streams=5, max_open_episodes=5)
 
 
 def test_server_counts_rejected_chunks_and_keeps_serving():
@@ -208,8 +232,8 @@ def test_server_counts_rejected_chunks_and_keeps_serving():
         assert s["rejected"] == {"out_of_order_chunk": 1, "malformed": 1, "abandoned_episode": 1}
         assert s["episodes_in"] == 2 and s["steps_in"] == 9 and s["memory_size"] == 9
         assert s["chunks"] == 1 + 1 + 1 + 3 and s["open_streams"] == 0
-        srv.max_streams = 3
-        assert srv.max_streams == 3
+        srv.max_open_episodes = 3
+        assert srv.max_open_episodes == 3
         push.close()
         ctx.term()
 

@@ -251,7 +251,7 @@ def test_bad_values_are_refused():
     with pytest.raises(AttributeError):
         rem.compress_states = False  # fixed for the memory's life
     assert rem.compress_states
-    # Seed 000's constructors take it too.
+    # The older constructor takes it too.
     assert ReplayMemory(16, 1, 1, 1, 1, 100, compress_states=True).compress_states
     legacy = ReplayMemory(
         state_size=16,

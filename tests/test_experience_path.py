@@ -237,6 +237,37 @@ def test_chunk_stream_checks_rows():
         ChunkStream(ingest.row_spec, lambda frames: True, chunk_rows=0)
 
 
+@pytest.mark.parametrize("hold_full", [False, True])
+def test_rows_added_at_once_store_what_rows_added_one_by_one_store(hold_full):
+    # ChunkStream.add_rows (whole chunks of the caller's arrays sent as they are, the rest
+    # staged) and hold_full (a full chunk waits for the episode's end, so no empty last chunk)
+    # store the same episodes as add() one row at a time.
+    eps = episodes(3)
+    one, many = tf_buffer(OutOfGraphReplayBuffer), tf_buffer(OutOfGraphReplayBuffer)
+    stream(one.chunk_ingest(), eps, chunk_rows=3, info=False)
+    ingest = many.chunk_ingest()
+    sent = []
+    s = ChunkStream(
+        ingest.row_spec, copying_sender(ingest, sent), chunk_rows=3, uuid=7, hold_full=hold_full
+    )
+    for obs, act, rew, term in eps:
+        terminal = np.zeros(len(rew), bool)
+        terminal[-1] = term
+        assert s.add_rows({"observation": obs, "action": act, "reward": rew, "terminal": terminal})
+        assert s.end_episode(term)
+    assert [r[0] for r in sent].count(2) == len(eps)  # every episode committed
+    assert many.add_count == one.add_count
+    for name in one._store:
+        np.testing.assert_array_equal(many._store[name], one._store[name])
+    rows = sum(len(e[2]) for e in eps)
+    chunks = sum(-(-len(e[2]) // 3) for e in eps)  # ceil: no empty closing chunk when held
+    assert s.rows_sent == rows and len(sent) >= chunks
+    if hold_full:
+        assert len(sent) == chunks
+    with pytest.raises(ValueError, match="expected the columns"):
+        s.add_rows({"observation": eps[0][0]})
+
+
 @pytest.mark.dopamine
 def test_jax_ingest_checks_layout_and_priority():
     buf = jax_buffer(True)

@@ -1,4 +1,4 @@
-"""Hostile checkpoints (issue 14, items 1-3): counters near 2**63, pickles built from the allowed
+"""Hostile checkpoints (counters, pickles, decompression bombs): counters near 2**63, pickles built from the allowed
 globals with crafted numpy dtypes, gzip bombs and lying .npy headers, against the TF face
 (uniform and prioritized), the JAX buffer and a remotely hosted buffer.
 

@@ -1,4 +1,4 @@
-"""Hostile peers against a server (issue 14, items 4-7, non-finite values; docs/LIMITS.md).
+"""Hostile peers against a server (docs/LIMITS.md): counters, open episodes, replies, NaNs.
 
 Each attack is refused, counted in stats()["rejected"], leaves what the server stores
 unchanged, and the server goes on serving an honest peer. Loopback only, OS-picked ports,
@@ -104,7 +104,7 @@ def central():
     srv.close()
 
 
-# ---- item 4: counters ------------------------------------------------------------------------
+# ---- counters ------------------------------------------------------------------------
 
 
 def _counter(channel, uuid, episodes, steps):
@@ -161,7 +161,7 @@ def test_counter_totals_saturate_instead_of_overflowing():
             ctx.term()
 
 
-# ---- item 6: unfinished episode streams ------------------------------------------------------
+# ---- unfinished episode streams ------------------------------------------------------
 
 
 def test_a_flood_of_empty_chunks_under_one_sender_is_bounded(central):
@@ -249,7 +249,7 @@ def test_default_stream_budgets_follow_the_memory_size():
             srv.max_open_bytes = 0
 
 
-# ---- item 7: reply cache and batch sizes -------------------------------------------------------
+# ---- reply cache and batch sizes -------------------------------------------------------
 
 
 def _fill(rem, episodes=5, length=200):
@@ -414,7 +414,7 @@ def test_allow_nonfinite_stores_them():
         assert srv.wait_rows_in(10, timeout=10)
 
 
-# ---- item 5: remote save/load of a hosted buffer (a server process), CURVE ----------------------
+# ---- remote save/load of a hosted buffer (a server process), CURVE ----------------------
 
 
 def _BufferServer(tmp_path, args=()):

@@ -23,6 +23,15 @@ turn any package whose ``__init__`` imports a submodule into a cycle). ``from pk
 is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg``. A file importing
 itself (a ``__main__`` block running the importable copy of its module) is no edge.
 
+Import statements are not the only way up. A module may also reach a higher layer by name at
+run time (``sys.modules["memoire.x"]``, ``sys.modules.get(...)``, ``importlib.import_module``,
+``importlib.util.find_spec``, ``__import__`` with a string naming a module of a higher layer),
+or through another module's privates: an attribute ``obj._name`` (``obj`` not ``self`` or
+``cls``, ``_name`` no dunder) whose name no module of its own layer or below defines (as a
+function, a class-level name, or ``self._name = ...``) but one above does. Both are read with
+``ast`` too (:func:`reach_ups`). The CLI's dispatch to ``memoire.commands`` by name is the one
+allowed reach up (its names are table values, not literal arguments).
+
 A subprocess checks the one import the graph cannot show: ``import memoire`` (and the feed)
 leaves the network layer's ZeroMQ unloaded until a network class is used.
 """
@@ -197,6 +206,105 @@ def command_importers(graph: Dict[str, Set[str]]) -> List[str]:
     )
 
 
+_BY_NAME = {"import_module", "find_spec", "__import__"}  # calls that import a module by name
+
+
+def _named_module(node: ast.AST) -> Optional[str]:
+    """The module a literal names: a str constant, or an f-string's constant start."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value.rstrip(".")
+    return None
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "modules"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def _modules_named(tree: ast.AST) -> List[Tuple[int, str]]:
+    """(line, name) of every module looked up or imported by a literal name in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        arg = None
+        if isinstance(node, ast.Subscript) and _is_sys_modules(node.value):
+            arg = node.slice
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name in _BY_NAME or (
+                isinstance(f, ast.Attribute) and name in ("get", "pop") and _is_sys_modules(f.value)
+            ):
+                arg = node.args[0]
+        named = None if arg is None else _named_module(arg)
+        if named is not None and named.startswith("memoire"):
+            found.append((node.lineno, named))
+    return found
+
+
+def _defined_privates(tree: ast.AST) -> Set[str]:
+    """Private names ``tree`` defines: functions, class-level names, ``self._x = ...``."""
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for leaf in ast.walk(t):
+                    if isinstance(leaf, ast.Name):
+                        names.add(leaf.id)
+                    elif isinstance(leaf, ast.Attribute):
+                        names.add(leaf.attr)
+    return {n for n in names if n.startswith("_") and not n.endswith("__")}
+
+
+def _private_reads(tree: ast.AST) -> List[Tuple[int, str]]:
+    """(line, name) of each ``obj._name`` read of another object than ``self``/``cls``."""
+    return [
+        (node.lineno, node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.endswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def reach_ups(files: Dict[str, Optional[str]]) -> List[str]:
+    """``module:line ...`` for each reach up a layer that is no import statement (see the
+    module docstring): a higher layer's module named at run time, or a private name that only
+    a higher layer defines."""
+    trees = {}
+    for module, path in files.items():
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                trees[module] = ast.parse(f.read(), filename=path)
+    lowest: Dict[str, int] = {}  # private name -> the lowest level defining it
+    for module, tree in trees.items():
+        level = layer_of(module)[0]
+        for name in _defined_privates(tree):
+            lowest[name] = min(level, lowest.get(name, level))
+    bad = []
+    for module, tree in trees.items():
+        level, package = layer_of(module)
+        for line, named in _modules_named(tree):
+            t_level, t_package = layer_of(named)
+            if t_level > level or (t_level == level and t_package != package):
+                bad.append(f"{module}:{line} names {named}")
+        for line, name in _private_reads(tree):
+            if lowest.get(name, level) > level:
+                bad.append(f"{module}:{line} reads ._{name.lstrip('_')} of a higher layer")
+    return sorted(set(bad))
+
+
 # ---------------------------------------------------------------------------------------------
 # memoire/ itself.
 
@@ -222,6 +330,29 @@ def test_each_layer_imports_only_itself_and_the_layers_below():
     assert "memoire.cli" in graph["memoire.dopamine_compat.jax_agents"]
     bad = upward_imports(graph)
     assert not bad, "imports up a layer (or between the tools): " + "; ".join(bad)
+
+
+def test_no_layer_reaches_up_by_name_or_through_privates():
+    bad = reach_ups(module_files(PACKAGE))
+    assert not bad, "reaches up a layer without an import: " + "; ".join(bad)
+
+
+def test_the_core_and_network_import_no_dopamine():
+    # Dopamine's types are the faces' to import (memoire.dopamine_compat): the feed builds
+    # their batches through the faces' BatchSource.
+    files = module_files(PACKAGE)
+    bad = []
+    for module, path in files.items():
+        if path is None or layer_of(module)[0] != 0:
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        for node in _imports(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            bad += [
+                f"{module}:{node.lineno} {n}" for n in names if (n or "").startswith("dopamine")
+            ]
+    assert not bad, "the bottom layer imports Dopamine: " + "; ".join(bad)
 
 
 def test_importing_memoire_leaves_the_network_unloaded(tmp_path):
@@ -361,4 +492,39 @@ def test_checker_reports_each_cycle(tmp_path):
     assert cycles == [
         ["memoire.a", "memoire.b", "memoire.c", "memoire.a"],
         ["memoire.d", "memoire.e", "memoire.d"],
+    ]
+
+
+def test_checker_sees_reaches_up_by_name_and_through_privates(tmp_path):
+    pkg = _write(
+        str(tmp_path),
+        {
+            "__init__.py": "",
+            "_core.pyi": "",
+            "feed.py": (
+                "import importlib, sys\n"
+                "def kind(b):\n"
+                "    m = sys.modules.get('memoire.dopamine_compat.buf')\n"
+                "    n = sys.modules['memoire.experiments.train']\n"
+                "    importlib.import_module(f'memoire.bench.{b}')\n"
+                "    sys.modules.get('memoire.memory')\n"  # its own layer: fine
+                "    b._store, b._mine, self._store\n"  # ._store: only the face defines it
+                "    return b.__class__\n"
+            ),
+            "memory.py": "class M:\n    def _mine(self):\n        pass\n",
+            "dopamine_compat/__init__.py": "",
+            "dopamine_compat/buf.py": (
+                "class B:\n    def __init__(self):\n        self._store = None\n"
+                "def f(m):\n    return m._mine\n"  # a lower layer's private: not upward
+            ),
+            "experiments/__init__.py": "",
+            "experiments/train.py": "",
+            "bench/__init__.py": "",
+        },
+    )
+    assert reach_ups(module_files(pkg)) == [
+        "memoire.feed:3 names memoire.dopamine_compat.buf",
+        "memoire.feed:4 names memoire.experiments.train",
+        "memoire.feed:5 names memoire.bench",
+        "memoire.feed:7 reads ._store of a higher layer",
     ]

@@ -110,7 +110,7 @@ def snapshot(rem):
 # ------------------------------------------------------------------ constructors and properties
 
 
-def test_seed001_constructor_and_read_only_properties():
+def test_memoire_api_constructor_and_read_only_properties():
     rem = memoire.ReplayMemory(
         np.zeros([3, 2], np.uint8),
         np.zeros([2], np.int32),
@@ -152,7 +152,7 @@ def test_seed001_constructor_and_read_only_properties():
     )
 
 
-def test_seed000_constructor_positional_and_keyword():
+def test_older_constructor_positional_and_keyword():
     for rem in (
         memoire.ReplayMemory(4, 2, 3, 1, 3, 100),
         memoire.ReplayMemory(
@@ -164,7 +164,7 @@ def test_seed000_constructor_positional_and_keyword():
         assert rem.reward_buf.shape == (3,) and rem.value_buf.shape == (3,)
         assert rem.prob_buf.shape == () and rem.info_buf.shape == (0,)
         assert rem.capacity == 100 and rem.entry_size == 4 + 8 + 12 + 4 + 12 + 12
-        # Seed 000's add_entry(s, a, r, p, v, init_w).
+        # The older API's add_entry(s, a, r, p, v, init_w).
         rem.new_episode()
         rem.add_entry(
             np.arange(4, dtype=np.uint8),
@@ -191,8 +191,9 @@ def test_seed000_constructor_positional_and_keyword():
 
 
 @pytest.mark.parametrize("prob_size", [0, 1, 3])
-def test_seed000_constructor_any_prob_size(prob_size):
-    # Seed 000 leaves prob_size free: 0 (no prob), 1 (a scalar, seed 001's layout) or a vector.
+def test_older_constructor_any_prob_size(prob_size):
+    # The older constructor leaves prob_size free: 0 (no prob), 1 (a scalar, the memoire API's
+    # layout) or a vector.
     rem = memoire.ReplayMemory(4, 2, 1, prob_size, 1, 20)
     assert rem.prob_size == prob_size
     assert rem.prob_buf.shape == (() if prob_size == 1 else (prob_size,))

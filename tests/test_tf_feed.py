@@ -95,7 +95,7 @@ def test_uniform_feed_matches_synchronous_distribution():
 def test_default_is_synchronous_and_explicit_indices_or_sizes_bypass_the_feed():
     sync = _filled(seed=9)
     same = _filled(seed=9)
-    # prefetch_depth 0: the same seed gives the same batches (today's order).
+    # prefetch_depth 0: the same seed gives the same batches (the synchronous order, Dopamine's draws).
     for _ in range(5):
         for x, y in zip(sync.sample_transition_batch(), same.sample_transition_batch()):
             np.testing.assert_array_equal(x, y)

@@ -284,21 +284,23 @@ Rejections are counted by reason ("malformed", "abandoned_episode", "out_of_orde
 KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its open episode
 (peer_lost), never another actor's. Thread-safe.
 )doc");
-  auto options = [](uint64_t max_message_bytes, int64_t max_streams, double stream_timeout,
-                    int64_t max_stream_bytes, int64_t max_open_bytes, double peer_timeout) {
+  auto options = [](uint64_t max_message_bytes, int64_t max_open_episodes,
+                    double open_episode_timeout, int64_t max_episode_bytes,
+                    int64_t max_open_bytes, double peer_timeout) {
     ChunkIngest::Options o;
     o.peer_timeout = peer_timeout;
     o.max_message_bytes = max_message_bytes;
-    o.max_streams = max_streams;
-    o.stream_timeout = stream_timeout;
-    o.max_stream_bytes = max_stream_bytes;
+    o.max_open_episodes = max_open_episodes;
+    o.open_episode_timeout = open_episode_timeout;
+    o.max_episode_bytes = max_episode_bytes;
     o.max_open_bytes = max_open_bytes;
     return o;
   };
   // The budgets every constructor takes, after its store's own arguments.
 #define MEMOIRE_INGEST_LIMIT_ARGS                                                        \
-  py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_streams") = 4096,       \
-      py::arg("stream_timeout") = 600.0, py::arg("max_stream_bytes") = int64_t(256) << 20, \
+  py::arg("max_message_bytes") = uint64_t(1) << 30, py::arg("max_open_episodes") = 4096, \
+      py::arg("open_episode_timeout") = 600.0,                                             \
+      py::arg("max_episode_bytes") = int64_t(256) << 20,                                   \
       py::arg("max_open_bytes") = int64_t(1) << 30, py::arg("peer_timeout") = 10.0
   c.def(py::init([options](std::shared_ptr<ReplayMemory> memory, uint64_t mmb, int64_t ms,
                            double st, int64_t msb, int64_t mob, double pt) {
@@ -372,9 +374,9 @@ KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its o
         "read-only uint8 arrays or None). "
         "Raises RuntimeError on a socket error.");
   c.def("reap", &PyChunkIngest::Reap, py::arg("now") = py::none(),
-        "Drops streams silent for stream_timeout seconds (counted as stale_episode), as "
+        "Drops open episodes silent for open_episode_timeout seconds (counted as stale_episode), as "
         "ingest does when a chunk comes; call it when none come. Looks at most every "
-        "min(10, stream_timeout) seconds, so it is cheap to call often.");
+        "min(10, open_episode_timeout) seconds, so it is cheap to call often.");
   c.def("listen", &PyChunkIngest::Listen, py::arg("now") = py::none(),
         "Says that the owner reads its socket at `now` (monotonic seconds; default: the steady "
         "clock): advances the listening time (a gap since the last read counts at most "
@@ -397,9 +399,10 @@ KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its o
         "{'chunks', 'keepalives', 'open_streams', 'open_bytes', 'rejected': {reason: count}, "
         "'frames_held'}.");
   c.def_property(
-      "max_stream_bytes", [](PyChunkIngest& self) { return self.core().options().max_stream_bytes; },
+      "max_episode_bytes",
+      [](PyChunkIngest& self) { return self.core().options().max_episode_bytes; },
       [](PyChunkIngest& self, int64_t v) {
-        SetOption(self, &ChunkIngest::Options::max_stream_bytes, v);
+        SetOption(self, &ChunkIngest::Options::max_episode_bytes, v);
       });
   c.def_property(
       "max_open_bytes", [](PyChunkIngest& self) { return self.core().options().max_open_bytes; },
@@ -407,12 +410,16 @@ KEEPALIVE message) for peer_timeout seconds of the owner's listening loses its o
         SetOption(self, &ChunkIngest::Options::max_open_bytes, v);
       });
   c.def_property(
-      "max_streams", [](PyChunkIngest& self) { return self.core().options().max_streams; },
-      [](PyChunkIngest& self, int64_t v) { SetOption(self, &ChunkIngest::Options::max_streams, v); });
+      "max_open_episodes",
+      [](PyChunkIngest& self) { return self.core().options().max_open_episodes; },
+      [](PyChunkIngest& self, int64_t v) {
+        SetOption(self, &ChunkIngest::Options::max_open_episodes, v);
+      });
   c.def_property(
-      "stream_timeout", [](PyChunkIngest& self) { return self.core().options().stream_timeout; },
+      "open_episode_timeout",
+      [](PyChunkIngest& self) { return self.core().options().open_episode_timeout; },
       [](PyChunkIngest& self, double v) {
-        SetOption(self, &ChunkIngest::Options::stream_timeout, v);
+        SetOption(self, &ChunkIngest::Options::open_episode_timeout, v);
       });
   c.def_property(
       "peer_timeout", [](PyChunkIngest& self) { return self.core().options().peer_timeout; },

@@ -1,5 +1,5 @@
 // Binds core::ReplayMemory as memoire._core.ReplayMemory. The public class (docstrings, the
-// seed-000 constructor, Batch objects) is memoire.memory.ReplayMemory, a Python subclass.
+// older constructor, Batch objects) is memoire.memory.ReplayMemory, a Python subclass.
 #include "core/replay_memory.h"
 
 #include <pybind11/stl.h>

@@ -1,4 +1,4 @@
-// CacheRing: the caches a server holds in cache mode (seed 001) and the batches drawn from them.
+// CacheRing: the caches a server holds in cache mode (the memoire API's design) and the batches drawn from them.
 //
 // An actor samples `cache_size` transitions from its own memory by priority and pushes them as
 // one cache: per column (prev/next stacks of each field, weight, prob, done, id) `cache_size`

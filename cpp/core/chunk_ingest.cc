@@ -71,14 +71,15 @@ ChunkIngest::Options ChunkIngest::options() const {
 }
 
 Status ChunkIngest::SetOptions(const Options& o) {
-  if (o.max_streams < 1)
-    return Error(Code::kInvalidArgument, "max_streams: expected >= 1, got ", o.max_streams);
-  if (!(o.stream_timeout > 0))
-    return Error(Code::kInvalidArgument, "stream_timeout: expected seconds > 0, got ",
-                 o.stream_timeout);
-  if (o.max_stream_bytes < 1)
-    return Error(Code::kInvalidArgument, "max_stream_bytes: expected >= 1, got ",
-                 o.max_stream_bytes);
+  if (o.max_open_episodes < 1)
+    return Error(Code::kInvalidArgument, "max_open_episodes: expected >= 1, got ",
+                 o.max_open_episodes);
+  if (!(o.open_episode_timeout > 0))
+    return Error(Code::kInvalidArgument, "open_episode_timeout: expected seconds > 0, got ",
+                 o.open_episode_timeout);
+  if (o.max_episode_bytes < 1)
+    return Error(Code::kInvalidArgument, "max_episode_bytes: expected >= 1, got ",
+                 o.max_episode_bytes);
   if (o.max_open_bytes < 1)
     return Error(Code::kInvalidArgument, "max_open_bytes: expected >= 1, got ", o.max_open_bytes);
   if (!(o.peer_timeout > 0) || !std::isfinite(o.peer_timeout))
@@ -165,7 +166,7 @@ bool ChunkIngest::MakeRoomLocked(std::unordered_map<uint64_t, Stream>::iterator 
 
 void ChunkIngest::Reap(double now, std::vector<uint64_t>* released) {
   std::lock_guard<std::mutex> l(mu_);
-  if (last_reap_ < 0 || now - last_reap_ <= std::min(10.0, opt_.stream_timeout)) return;
+  if (last_reap_ < 0 || now - last_reap_ <= std::min(10.0, opt_.open_episode_timeout)) return;
   ReapLocked(now, released);
   last_reap_ = now;
 }
@@ -173,7 +174,7 @@ void ChunkIngest::Reap(double now, std::vector<uint64_t>* released) {
 void ChunkIngest::ReapLocked(double now, std::vector<uint64_t>* released) {
   for (auto it = streams_.begin(); it != streams_.end();) {
     auto next = std::next(it);
-    if (now - it->second.last_seen > opt_.stream_timeout) DropLocked(it, kStaleEpisode, released);
+    if (now - it->second.last_seen > opt_.open_episode_timeout) DropLocked(it, kStaleEpisode, released);
     it = next;
   }
 }
@@ -316,7 +317,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
     ++counts_.chunks;
     ListenLocked(now, &out->released);
     if (last_reap_ < 0) last_reap_ = now;
-    if (now - last_reap_ > std::min(10.0, opt_.stream_timeout)) {
+    if (now - last_reap_ > std::min(10.0, opt_.open_episode_timeout)) {
       ReapLocked(now, &out->released);
       last_reap_ = now;
     }
@@ -349,7 +350,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
                           std::to_string(episode) + " from " + Hex8(uuid) + ": its start was lost",
                       out);
       }
-      if (static_cast<int64_t>(streams_.size()) >= opt_.max_streams) {
+      if (static_cast<int64_t>(streams_.size()) >= opt_.max_open_episodes) {
         auto oldest = std::min_element(streams_.begin(), streams_.end(), [](auto& a, auto& b) {
           return a.second.last_seen < b.second.last_seen;
         });
@@ -364,7 +365,7 @@ void ChunkIngest::Ingest(uint64_t owner, const Frame* frames, size_t n, double n
       reason = kOutOfOrderChunk;
     } else if (s.rows + chunk.rows > store_->max_episode_rows()) {
       reason = kEpisodeTooLong;
-    } else if (s.bytes + chunk.bytes > opt_.max_stream_bytes) {
+    } else if (s.bytes + chunk.bytes > opt_.max_episode_bytes) {
       reason = kStreamBytes;
     } else if (!MakeRoomLocked(it, chunk.bytes, &out->released)) {
       reason = kOpenBytes;

@@ -14,27 +14,28 @@
 // core/protocol.h) on the same channel, checked as strictly as a chunk.
 //
 // Ingest checks a message (header, entry table, dtypes and shapes against the store's row
-// spec), keeps per-actor stream state and, on the last chunk, commits the whole episode into
-// the store (core/episode_store.h), so episodes of many actors never interleave in it. Rows
-// are never copied before the commit:
-// a stream keeps pointers into the received frames, which the caller keeps alive under an
-// opaque `owner` id until a Result lists that owner in `released`.
+// spec), keeps each actor's open episode (the chunks received of the episode it is sending;
+// "stream" elsewhere in memoire means a ChunkStream or a SamplingStream, not this) and, on the
+// last chunk, commits the whole episode into the store (core/episode_store.h), so episodes of
+// many actors never interleave in it. Rows are never copied before the commit:
+// an open episode keeps pointers into the received frames, which the caller keeps alive under
+// an opaque `owner` id until a Result lists that owner in `released`.
 //
-// Stream rules (per actor uuid; a rejected chunk never touches the store):
-//   - a chunk of another episode than the actor's open stream drops that stream
+// Open-episode rules (per actor uuid; a rejected chunk never touches the store):
+//   - a chunk of another episode than the actor's open one drops that one
 //     (abandoned_episode), then is treated as a first chunk;
 //   - a first chunk must have index 0 (out_of_order_chunk);
-//   - opening a stream when max_streams are open drops the least recently seen one
+//   - opening an episode when max_open_episodes are open drops the least recently seen one
 //     (stream_limit);
-//   - a chunk whose index is not the next one drops the stream (out_of_order_chunk);
-//   - a chunk that would make the episode longer than the store takes drops the stream
+//   - a chunk whose index is not the next one drops the open episode (out_of_order_chunk);
+//   - a chunk that would make the episode longer than the store takes drops it
 //     (episode_too_long);
-//   - a chunk that would make its stream hold more than max_stream_bytes drops the stream
+//   - a chunk that would make its open episode hold more than max_episode_bytes drops it
 //     (stream_bytes); a chunk is charged its frames' bytes plus kChunkOverhead, so a flood of
 //     empty chunks is bounded too;
-//   - a chunk that would make all open streams hold more than max_open_bytes drops the
-//     largest stream (its own included) until it fits (open_bytes): a hog goes first;
-//   - liveness: an actor whose open stream the receiver has not heard from (no chunk, no
+//   - a chunk that would make all open episodes hold more than max_open_bytes drops the
+//     largest (its own included) until it fits (open_bytes): a hog goes first;
+//   - liveness: an actor whose open episode the receiver has not heard from (no chunk, no
 //     KEEPALIVE with its uuid) for peer_timeout seconds of listening time is gone (killed,
 //     frozen, its machine lost): its open episode, and only its, is dropped (peer_lost).
 //     Listening time is the owner's reading time: Ingest, Keepalive and Listen say when the
@@ -46,8 +47,8 @@
 //     that healed, a frozen process that woke) is reported once (TakeReturned: how long it
 //     was silent, what it lost); the rest of the lost episode, still on its way then, is
 //     dropped as its start was (out_of_order_chunk) but marked `quiet` (already reported);
-//   - streams with no chunk for stream_timeout seconds are dropped (stale_episode: an actor
-//     alive but stuck mid-episode), checked every min(10, stream_timeout) seconds of `now`
+//   - open episodes with no chunk for open_episode_timeout seconds are dropped (stale_episode:
+//     an actor alive but stuck mid-episode), checked every min(10, open_episode_timeout) s of `now`
 //     (by Ingest, and by Reap when no chunk comes);
 //   - an episode the store refuses before storing (EpisodeStore::Check: a NaN or infinite
 //     reward unless allowed, init_w or multiplier) is dropped (nonfinite), and one with a
@@ -96,9 +97,9 @@ class ChunkIngest {
 
   struct Options {
     uint64_t max_message_bytes = uint64_t(1) << 30;  // payload bytes of one message
-    int64_t max_streams = 4096;                      // >= 1
-    double stream_timeout = 600.0;                   // seconds, > 0
-    int64_t max_stream_bytes = int64_t(256) << 20;   // bytes one open stream holds, >= 1
+    int64_t max_open_episodes = 4096;                // >= 1
+    double open_episode_timeout = 600.0;             // seconds, > 0
+    int64_t max_episode_bytes = int64_t(256) << 20;  // bytes one open episode holds, >= 1
     int64_t max_open_bytes = int64_t(1) << 30;       // bytes all open streams hold, >= 1
     double peer_timeout = 10.0;  // seconds of listening without a word from an actor, > 0
   };
@@ -189,7 +190,7 @@ class ChunkIngest {
   // watched for their return (a further lost one is only counted as peer_lost).
   std::vector<Returned> TakeReturned();
 
-  // Drops streams silent for stream_timeout (as Ingest does when a chunk comes); their owners
+  // Drops open episodes silent for open_episode_timeout (as Ingest does when a chunk comes); their owners
   // go into *released. Cheap when called often: it looks at most every min(10, timeout) s.
   void Reap(double now, std::vector<uint64_t>* released);
 

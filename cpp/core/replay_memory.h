@@ -1,4 +1,4 @@
-// ReplayMemory: memoire's episodic replay memory (seed 001). Entries (s, a, r, p, v, q, i) live
+// ReplayMemory: memoire's episodic replay memory (the memoire API). Entries (s, a, r, p, v, q, i) live
 // in a ring of `max_step` slots; an episode is a contiguous run of slots that may wrap. Whole
 // oldest episodes are evicted when the ring or `max_episode` is full (lowering max_episode
 // evicts at once). close_episode computes
@@ -83,8 +83,8 @@ class ReplayMemory {
   static constexpr const char* const* kFieldNames = protocol::kFieldNames;  // s a r p v q i
   static constexpr int kNumCacheFlags = 2 * kNumFields;
 
-  // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [] (seed 001),
-  // or of shape [] or [n], n >= 0, with `vector_prob` (seed 000's prob_size).
+  // Checks the seed's rules: r, v, q float32 of one shape; p float32 of shape [] (the memoire API),
+  // or of shape [] or [n], n >= 0, with `vector_prob` (the older constructor's prob_size).
   // `compress_states`: store the state field compressed (see the top of this file); fixed for
   // the memory's life.
   static Status Make(const Schema& schema, int64_t max_step, std::unique_ptr<ReplayMemory>* out,

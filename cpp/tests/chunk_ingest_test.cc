@@ -184,8 +184,8 @@ TEST(InterleavedActorsStoreWhatADirectMemoryStores) {
 TEST(OrderingRulesDropStreamsAndCountReasons) {
   auto mem = MakeMemory(100);
   ChunkIngest::Options o;
-  o.max_streams = 2;
-  o.stream_timeout = 5.0;
+  o.max_open_episodes = 2;
+  o.open_episode_timeout = 5.0;
   std::unique_ptr<ChunkIngest> ingest;
   CHECK(ChunkIngest::Make(mem, o, &ingest).ok());
   Feeder f{ingest.get()};
@@ -203,7 +203,7 @@ TEST(OrderingRulesDropStreamsAndCountReasons) {
   CHECK(f.Feed(Chunk(1, 2, 0, rows, 0)).outcome == ChunkIngest::Outcome::kStaged);
   CHECK(f.Feed(Chunk(1, 3, 0, rows, 0)).outcome == ChunkIngest::Outcome::kStaged);
   CHECK(ingest->counters().rejected[ChunkIngest::kAbandonedEpisode] == 1);
-  // A third stream beyond max_streams=2 drops the least recently seen one (actor 1).
+  // A third stream beyond max_open_episodes=2 drops the least recently seen one (actor 1).
   f.now = 1.0;
   CHECK(f.Feed(Chunk(2, 1, 0, rows, 0)).outcome == ChunkIngest::Outcome::kStaged);
   f.now = 2.0;
@@ -211,7 +211,7 @@ TEST(OrderingRulesDropStreamsAndCountReasons) {
   CHECK(ingest->counters().rejected[ChunkIngest::kStreamLimit] == 1);
   r = f.Feed(Chunk(1, 3, 1, rows, kClose));  // actor 1's stream is gone
   CHECK(r.outcome == ChunkIngest::Outcome::kRejected && r.reason == ChunkIngest::kOutOfOrderChunk);
-  // Streams silent for longer than stream_timeout are reaped by a later chunk.
+  // Streams silent for longer than open_episode_timeout are reaped by a later chunk.
   f.now = 20.0;
   CHECK(f.Feed(Chunk(4, 1, 0, rows, 0)).outcome == ChunkIngest::Outcome::kStaged);
   auto c = ingest->counters();
@@ -296,7 +296,7 @@ TEST(ByteBudgetsBoundOpenStreams) {
     for (const std::string& fr : Chunk(1, 1, 0, Rows(0, 0), 0).frames) b += fr.size();
     return b;
   }();
-  o.max_stream_bytes = 10 * chunk_bytes;  // ten empty chunks per stream
+  o.max_episode_bytes = 10 * chunk_bytes;  // ten empty chunks per stream
   o.max_open_bytes = 25 * chunk_bytes;
   CHECK(ChunkIngest::Make(mem, o, &ingest).ok());
   Feeder f{ingest.get()};
@@ -422,15 +422,15 @@ TEST(AnActorBackAfterItsEpisodeWentIsReportedOnceAndTheRestIsQuiet) {
 TEST(OptionsAreValidated) {
   std::unique_ptr<ChunkIngest> ingest;
   ChunkIngest::Options o;
-  o.max_streams = 0;
+  o.max_open_episodes = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
-  o.max_streams = 1;
-  o.stream_timeout = 0;
+  o.max_open_episodes = 1;
+  o.open_episode_timeout = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
-  o.stream_timeout = 1;
-  o.max_stream_bytes = 0;
+  o.open_episode_timeout = 1;
+  o.max_episode_bytes = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
-  o.max_stream_bytes = 1;
+  o.max_episode_bytes = 1;
   o.max_open_bytes = 0;
   CHECK(!ChunkIngest::Make(MakeMemory(10), o, &ingest).ok());
   o.max_open_bytes = 1;

@@ -1,4 +1,4 @@
-// Hostile state for the cores that load checkpoints (issue 14): counters at and past their limits
+// Hostile state for the cores that load checkpoints: counters at and past their limits
 // (set, restored, or reached by adds) are refused without changing anything, and a fuzz of
 // Restore / Import with random, mostly invalid, inputs followed by adds, samples and gathers.
 // Under scripts/sanitize.sh this runs with ASan and UBSan: an out-of-bounds access or a signed

@@ -1,7 +1,7 @@
 """Distributed ingest: actor processes feeding one learner, memoire against raw pyzmq PUSH/PULL
 moving exactly the same frames, in the same run.
 
-- cache mode (seed 001): memoire's actors fill local memories and ``push_cache()`` in a loop;
+- cache mode (the memoire API's design): memoire's actors fill local memories and ``push_cache()`` in a loop;
   the learner (this process) draws ``server.get_batch(cache_size)`` (every row used once).
   Raw pyzmq: each actor resends the frames of one of memoire's cache messages
   (:func:`memoire.client.cache_message`) and the learner receives them.

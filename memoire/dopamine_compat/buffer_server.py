@@ -283,39 +283,16 @@ class _JaxService(_HostedBuffer):
         return {"batch_size": int(self._b.batch_size), "prioritized": bool(self._b.prioritized)}
 
     def add_many(self, observations, actions, rewards, terminals, episode_ends, priorities):
-        from dopamine.jax.replay_memory import elements
-
         self._check_rewards("add_many", rewards=rewards)
-        b = self._b
-        bulk = getattr(b, "add_batch", None)
+        kwargs = {}
         if priorities is not None:
             # A proxy sends NaN for priority=None, which the buffer's add counts as 0 (its bulk add
             # refuses NaN): only infinities are non-finite here.
             zeroed = np.asarray(priorities, np.float64)
             zeroed = np.where(np.isnan(zeroed), 0.0, zeroed)
             self._check_finite("add_many", priorities=zeroed)
-            if bulk is not None:
-                priorities = zeroed
-        if bulk is not None:
-            kwargs = {} if priorities is None else {"priorities": priorities}
-            bulk(observations, actions, rewards, terminals, episode_ends, **kwargs)
-            return
-        # Until the JAX buffer has a bulk add: one bound add per step (the accumulator's state
-        # machine runs in C++ each time).
-        for k in range(len(rewards)):
-            kwargs = {}
-            if priorities is not None:  # NaN stands for None (the buffer's default priority)
-                kwargs["priority"] = None if np.isnan(priorities[k]) else float(priorities[k])
-            b.add(
-                elements.TransitionElement(
-                    observations[k],
-                    actions[k],
-                    float(rewards[k]),
-                    bool(terminals[k]),
-                    bool(episode_ends[k]),
-                ),
-                **kwargs,
-            )
+            kwargs["priorities"] = zeroed
+        self._b.add_batch(observations, actions, rewards, terminals, episode_ends, **kwargs)
 
     def sample(self, size, with_sample_metadata):
         if size is not None:

@@ -42,7 +42,7 @@ import threading
 
 import numpy as np
 
-from memoire import _core
+from memoire import _core, ingest_limits
 from memoire.dopamine_compat import _dropin
 from memoire.dopamine_compat import checkpoint as _checkpoint
 from memoire.dopamine_compat._ring import (
@@ -145,7 +145,7 @@ class OutOfGraphReplayBuffer(object):
             (Dopamine writes only the first file). False by default.
           seed: int or None, seeds this buffer's sampling generator (None: from the OS).
           prefetch_depth: int >= 0. 0 (default): every sample is drawn on the caller's thread,
-            in today's order. N > 0: ``sample_transition_batch()`` at the default batch size
+            in the order of Dopamine's draws. N > 0: ``sample_transition_batch()`` at the default batch size
             takes the next of N batches drawn ahead by native threads (a
             :class:`memoire.feed.Feed`, started on first use): same distribution, another
             order, and batches (and priorities) up to N batches stale (docs/FEED.md).
@@ -462,13 +462,15 @@ class OutOfGraphReplayBuffer(object):
         Args:
           allow_nonfinite: store NaN or infinite rewards (refused, and the episode dropped, by
             default: they come from peers).
-          limits: the ingest's budgets (``max_message_bytes``, ``max_streams``, ``stream_timeout``
-            seconds, ``max_stream_bytes``, ``max_open_bytes``).
+          limits: the ingest's budgets (``max_message_bytes``, ``max_open_episodes``,
+            ``open_episode_timeout`` seconds, ``max_episode_bytes``, ``max_open_bytes``; the
+            older ``max_streams``, ``stream_timeout``, ``max_stream_bytes`` work too).
 
         Returns:
           ``memoire._core.ChunkIngest`` whose ``row_spec`` is this buffer's columns (observation,
           action, reward, terminal, extras). Nothing else may add while it stores.
         """
+        limits = ingest_limits.current_names(limits)
         return _core.ChunkIngest(self._core, allow_nonfinite=allow_nonfinite, **limits)
 
     def add_batch(
@@ -592,6 +594,12 @@ class OutOfGraphReplayBuffer(object):
             except ValueError as numpy_error:
                 return numpy_error
         return error
+
+    def __feed_source__(self):
+        """What a :class:`memoire.feed.Feed` draws from (its ``BatchSource`` protocol)."""
+        from memoire.dopamine_compat.circular_feed_source import CircularFeedSource
+
+        return CircularFeedSource(self)
 
     def _create_batch_arrays(self, batch_size):
         """New output arrays for one batch, as Dopamine makes (np.empty per element).

@@ -69,9 +69,10 @@ import numpy as np
 
 from memoire import _core
 from memoire.feed import _jax, _sources, _torch
+from memoire.feed._sources import BatchSource, DeviceLayout, frames_granule
 from memoire.feed._targets import target_of
 
-__all__ = ["Feed"]
+__all__ = ["BatchSource", "DeviceLayout", "Feed", "frames_granule"]
 
 # How long a take waits for a slot whose arrays JAX has yet to free (a learner that releases
 # nothing and runs every slot ahead of its steps) before it says so, in seconds.
@@ -132,7 +133,7 @@ class Feed:
         dlpack: bool = False,
     ) -> None:
         self._buffer = buffer
-        self._kind = _sources.kind_of(buffer)
+        self._kind, self._batches = _sources.kind_of(buffer)
         if self._kind == "stream":
             # One consumer per connection: the stream's own feed (SamplingStream makes it).
             if buffer._feed_made:
@@ -143,7 +144,7 @@ class Feed:
         if batch_size is None:
             if self._kind == "memory":
                 raise ValueError("batch_size: expected an int >= 1 for a ReplayMemory, got None")
-            batch_size = buffer._batch_size
+            batch_size = buffer.batch_size if self._kind == "stream" else self._batches.batch_size
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, (int, np.integer))
@@ -166,7 +167,10 @@ class Feed:
         self._depth = int(depth)
         self._threads = int(threads)
         self._seed = int(seed)
-        self._with_metadata = bool(with_sample_metadata)
+        # Only a source with sample metadata pairs its batches with it.
+        self._with_metadata = bool(with_sample_metadata) and (
+            self._batches is not None and self._batches.has_metadata
+        )
         self._target = target_of(device, bool(dlpack))
         self._device_slots = int(device_slots)
         if self._target.cuda:
@@ -174,10 +178,15 @@ class Feed:
             count = _cuda_runtime().device_count
             if not 0 <= self._target.device_id < count:
                 raise ValueError(f"device: expected a CUDA device in [0, {count}), got {device!r}")
-        if stack_on_device and (self._kind != "jax" or self._target.framework != "jax"):
+        if stack_on_device and not (
+            self._batches is not None
+            and self._batches.stacks_on_device
+            and self._target.framework == "jax"
+        ):
+            what = self._kind if self._batches is None else self._batches.name
             raise ValueError(
                 "stack_on_device: expected a JAX ReplayBuffer feed with a JAX device "
-                f"(got a {self._kind} feed, device={device!r})"
+                f"(got a {what} feed, device={device!r})"
             )
         if self._target.put and self._kind in ("memory", "stream"):
             raise ValueError(
@@ -200,7 +209,7 @@ class Feed:
         """The host ring over the buffer's current source (rebuilt when the buffer replaced
         its store, e.g. on load, or when a memory's frame_stack changed), or None when the JAX
         buffer has no store yet."""
-        source = _sources.native_source(self._kind, self._buffer)
+        source = _sources.native_source(self._kind, self._buffer, self._batches)
         if source is None:
             return None
         if source is not self._source:
@@ -212,7 +221,7 @@ class Feed:
                 host = source[0]
             else:
                 templates, granule = _sources.host_templates(
-                    self._kind, self._buffer, n, self._stack_on_device
+                    self._kind, self._batches, n, self._stack_on_device
                 )
                 host = _core.Feed(
                     source, templates, n, self._depth, self._threads, self._seed, granule
@@ -227,7 +236,9 @@ class Feed:
     def _make_device_ring(self, host) -> None:
         t = self._target
         dtypes = host.dtypes
-        layout = _sources.device_layout(self._kind, len(dtypes), self._stack_on_device)
+        layout = _sources.device_layout(
+            self._kind, self._batches, len(dtypes), self._stack_on_device
+        )
         narrow = None
         if t.framework == "jax":
             narrow = _jax.narrowed(dtypes, layout.to_device)
@@ -243,7 +254,7 @@ class Feed:
         self._holder.append(ring)
         self._ring = ring
         # (Nothing the holder keeps may reference the feed: the finalizer holds the holder.)
-        share = _sources.slot_share(self._kind, self._stack_on_device)
+        share = _sources.slot_share(self._kind, self._batches, self._stack_on_device)
         if t.framework == "jax":
             convert = _jax.jax_convert(t.jax_device, committed=t.committed)
             self._lender = _jax.JaxLender(ring, convert, self._device_slots, share)
@@ -278,7 +289,8 @@ class Feed:
                 self._put = _jax.PutAhead(
                     self._target.put_to,
                     self._stack_on_device,
-                    with_metadata=self._kind == "jax" and self._with_metadata,
+                    with_metadata=self._with_metadata,
+                    element=None if self._batches is None else self._batches.element,
                 )
             batch, self._last_transfer_bytes = self._put.next(self._take_host)
             return batch
@@ -332,19 +344,21 @@ class Feed:
         """The batch object for a slot's arrays (``shared``: what every batch of the slot
         shares, built once per import); metadata (on the host) is copied per batch."""
         kind = self._kind
-        if kind == "tf":
-            self._buffer._sample_count += self._batch_size
-            return views[:7] + (views[7].copy(),) + views[8:]
         if kind in ("memory", "stream"):
             return _sources.memory_batch(kind, views, *shared, views[17].copy())
-        self._buffer._sample_count += self._batch_size
+        element = None
         if self._stack_on_device:
-            batch = _jax.stack_distinct(_jax.Distinct(*views[2:4], *views[5:]))
-        else:
-            batch = shared
-        if not self._with_metadata:
-            return batch
-        return batch, _sources.jax_metadata(self._buffer, views[0].copy(), views[1].copy())
+            element = _jax.stack_distinct(
+                _jax.Distinct(*views[2:4], *views[5:]), self._batches.element
+            )
+        return self._batches.batch(
+            views,
+            size=self._batch_size,
+            lent=True,
+            shared=shared,
+            element=element,
+            with_metadata=self._with_metadata,
+        )
 
     def _take_host(self):
         """The next batch as host arrays (views of a ring slot), in the buffer's layout."""
@@ -372,22 +386,25 @@ class Feed:
         kind = self._kind
         if kind in ("memory", "stream"):
             return _sources.memory_batch(kind, parts, parts[0:7], parts[7:14], parts[17])
-        self._buffer._sample_count += self._batch_size
-        if kind == "tf":
-            return parts
+        element = None
         if self._stack_on_device:  # only on the device_put path: the frames up to the padding
             frames, index, counts = parts[2:5]
-            batch = _jax.Distinct(frames[: int(counts[1])], index, *parts[5:])
-        else:
-            batch = _sources.jax_element(parts[2:])
-        if not self._with_metadata:
-            return batch
-        return batch, _sources.jax_metadata(self._buffer, parts[0], parts[1])
+            element = _jax.Distinct(frames[: int(counts[1])], index, *parts[5:])
+        return self._batches.batch(
+            parts,
+            size=self._batch_size,
+            lent=False,
+            shared=None,
+            element=element,
+            with_metadata=self._with_metadata,
+        )
 
     def _sample_error(self, error: Exception) -> Exception:
         """The exception the buffer's synchronous sample raises where the draw raised ``error``."""
-        if self._kind == "tf":
-            return self._buffer._dopamine_sample_error(error, self._batch_size)
+        if self._batches is not None:
+            own = self._batches.sample_error(error, self._batch_size)
+            if own is not None:
+                return own
         if isinstance(error, RuntimeError) and hasattr(error, "timeout"):  # a silent server
             return TimeoutError(str(error))
         if isinstance(error, RuntimeError) and hasattr(error, "needed"):

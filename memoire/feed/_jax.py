@@ -198,9 +198,11 @@ class Distinct(NamedTuple):
 _STACK_JIT = None
 
 
-def stack_distinct(d: Distinct):
-    """The ReplayElement a ``Distinct`` batch stands for, assembled by a jitted gather where
-    its arrays are (state/next_state ``dtype[B, *obs_shape, stack]``, oldest frame first)."""
+def stack_distinct(d: Distinct, element):
+    """The element a ``Distinct`` batch stands for, ``element(state, action, reward,
+    next_state, is_terminal, episode_end)`` (the source's type), its stacks assembled by a
+    jitted gather where its arrays are (state/next_state ``dtype[B, *obs_shape, stack]``,
+    oldest frame first)."""
     global _STACK_JIT
     if _STACK_JIT is None:
         import jax
@@ -212,12 +214,8 @@ def stack_distinct(d: Distinct):
             return stacks[:, 0], stacks[:, 1]
 
         _STACK_JIT = jax.jit(stack)
-    from dopamine.jax.replay_memory import elements
-
     state, next_state = _STACK_JIT(d.frames, d.index)
-    return elements.ReplayElement(
-        state, d.action, d.reward, next_state, d.is_terminal, d.episode_end
-    )
+    return element(state, d.action, d.reward, next_state, d.is_terminal, d.episode_end)
 
 
 class PutAhead:
@@ -226,9 +224,10 @@ class PutAhead:
     one is handed out, so it overlaps the learner's step. A host slot is reused once its
     transfer is complete. An error in the draw ahead is raised by the next call."""
 
-    def __init__(self, put_to, stack_on_device: bool, with_metadata: bool) -> None:
+    def __init__(self, put_to, stack_on_device: bool, with_metadata: bool, element=None) -> None:
         self._put_to = put_to
         self._stack_on_device = stack_on_device
+        self._element = element  # with stack_on_device: the source's element type
         self._with_metadata = with_metadata
         self._pending = None  # (host batch, its device copy in flight, metadata, bytes)
         self._error: Exception | None = None
@@ -262,5 +261,7 @@ class PutAhead:
         nbytes = sum(a.nbytes for a in jax.tree_util.tree_leaves(host))
         put = jax.device_put(host, self._put_to)
         if self._stack_on_device:
-            put = stack_distinct(put)  # dispatched, runs on the device after the copy
+            put = stack_distinct(
+                put, self._element
+            )  # dispatched, runs on the device after the copy
         return host, put, meta, nbytes

@@ -1,4 +1,4 @@
-"""ReplayMemoryServer: the learner's end of a distributed memoire (seed 001).
+"""ReplayMemoryServer: the learner's end of a distributed memoire (the memoire API).
 
 Actors (:class:`memoire.ReplayMemoryClient`) on many machines feed one server over ZeroMQ.
 Two topologies share one server:

@@ -1,4 +1,4 @@
-"""The cache service (cache mode, seed 001): actors push prioritized caches; the server keeps
+"""The cache service (cache mode, the memoire API's design): actors push prioritized caches; the server keeps
 the newest ``n_caches`` in a native ring (:class:`memoire._core.CacheRing`, no copies) and
 :meth:`CacheService.get_batch` draws batches from them.
 

@@ -3,10 +3,10 @@ ingest, which stores finished episodes into a memory the learner samples
 (:meth:`CentralService.sample`) and reprioritizes (:meth:`CentralService.update_priorities`);
 and the seed's client counters (:class:`ClientCounters`, COUNTER messages).
 
-The chunk ingest is given, built over whatever store it fills (today
+The chunk ingest is given, built over whatever store it fills (for a memory,
 ``_core.ChunkIngest(memory, ...)``); the service only needs its methods ``ingest(frames)``,
 ``receive(address, timeout_ms)``, ``reap()``, ``listen()``, ``counters()`` and its limits
-``stream_timeout``, ``peer_timeout``, ``max_streams``, ``max_stream_bytes``,
+``open_episode_timeout``, ``peer_timeout``, ``max_open_episodes``, ``max_episode_bytes``,
 ``max_open_bytes``.
 
 Threads and ownership: the ingest is the only writer of the memory's episodes and is fed from
@@ -42,7 +42,7 @@ POLL_S = POLL_MS / 1000  # a blocked ingest checks for close() this often
 
 
 def default_stream_budgets(schema: Sequence[tuple], max_step: int) -> Tuple[int, int]:
-    """``(max_stream_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
+    """``(max_episode_bytes, max_open_bytes)`` defaults for a memory of `max_step` entries of
     `schema` (see :class:`memoire.ReplayMemoryServer`): one stream may hold a full-length
     episode as sent (at most 256 MiB of it) plus 32 MiB of chunk overhead (8192 chunks); all
     streams together as much as the memory itself, at least 64 MiB and at most 4 GiB."""
@@ -112,7 +112,7 @@ class CentralService:
         return frames
 
     def reap(self) -> None:
-        """Drops streams with no chunk for stream_timeout (cheap: rate-limited by the ingest)
+        """Drops open episodes with no chunk for open_episode_timeout (cheap: rate-limited by the ingest)
         and, while the limiter lets inserts in (the worker reads its socket), those of actors
         silent past peer_timeout of listening (``listen``). While it holds inserts back, the
         worker does not read, and a live actor's silence is not counted."""

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import zmq
 
-from memoire import _core, codec
+from memoire import _core, codec, ingest_limits
 from memoire.codec import Message
 from memoire.memory import Batch, ReplayMemory
 from memoire.protocol import (
@@ -130,11 +130,11 @@ class ReplayMemoryServer:
         server binds; peers without an authorized key get nothing in and nothing out.
       max_message_bytes: the largest message accepted.
       seed: seeds the server's generators (memory sampling and cache draws).
-      stream_timeout: seconds after which an unfinished episode with no new chunk is dropped
-        (an actor alive, keepalives and all, but stuck mid-episode).
-      max_streams: unfinished episodes held at once (one per actor); a new one beyond it drops
-        the least recently fed (central mode).
-      max_stream_bytes: bytes one unfinished episode may hold (its chunks' frames plus
+      open_episode_timeout: seconds after which an unfinished episode with no new chunk is
+        dropped (an actor alive, keepalives and all, but stuck mid-episode).
+      max_open_episodes: unfinished episodes held at once (one per actor); a new one beyond it
+        drops the least recently fed (central mode).
+      max_episode_bytes: bytes one unfinished episode may hold (its chunks' frames plus
         4 KiB each); beyond it the episode is dropped (``stream_bytes``). None:
         ``min(max_step * row_bytes, 256 MiB) + 32 MiB`` (row_bytes: one entry as sent).
       max_open_bytes: bytes all unfinished episodes may hold; beyond it the largest are
@@ -197,9 +197,9 @@ class ReplayMemoryServer:
         keys: Optional[CurveKeys] = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         seed: Optional[int] = None,
-        stream_timeout: float = 600.0,
-        max_streams: int = 4096,
-        max_stream_bytes: Optional[int] = None,
+        open_episode_timeout: float = 600.0,
+        max_open_episodes: int = 4096,
+        max_episode_bytes: Optional[int] = None,
         max_open_bytes: Optional[int] = None,
         reply_cache_bytes: int = DEFAULT_REPLY_CACHE_BYTES,
         max_batch: int = DEFAULT_MAX_BATCH,
@@ -210,7 +210,26 @@ class ReplayMemoryServer:
         rate_limiter: Optional[RateLimiter] = None,
         peer_timeout: float = PEER_TIMEOUT_S,
         compress_states: bool = False,
+        **older_names,
     ):
+        # The ingest's budgets under their older names (max_streams, stream_timeout,
+        # max_stream_bytes) still work; anything else is an unknown argument.
+        unknown = set(older_names) - set(ingest_limits.OLDER_NAMES)
+        if unknown:
+            raise TypeError(
+                f"ReplayMemoryServer: unexpected keyword argument {sorted(unknown)[0]!r}"
+            )
+        given = dict(
+            open_episode_timeout=open_episode_timeout,
+            max_open_episodes=max_open_episodes,
+            max_episode_bytes=max_episode_bytes,
+        )
+        for old, new in ingest_limits.OLDER_NAMES.items():
+            if old in older_names:
+                given[new] = older_names[old]
+        open_episode_timeout = given["open_episode_timeout"]
+        max_open_episodes = given["max_open_episodes"]
+        max_episode_bytes = given["max_episode_bytes"]
         if int(n_caches) < 1:
             raise ValueError(f"n_caches: expected >= 1, got {n_caches}")
         check_capacity(rate_limiter, int(max_step), "the server's memory (max_step)")
@@ -257,9 +276,9 @@ class ReplayMemoryServer:
         ingest = _core.ChunkIngest(
             self._rem,
             self._workers.max_message_bytes,
-            int(max_streams),
-            float(stream_timeout),
-            int(stream_bytes if max_stream_bytes is None else max_stream_bytes),
+            int(max_open_episodes),
+            float(open_episode_timeout),
+            int(stream_bytes if max_episode_bytes is None else max_episode_bytes),
             int(open_bytes if max_open_bytes is None else max_open_bytes),
             float(peer_timeout),
         )
@@ -327,8 +346,8 @@ class ReplayMemoryServer:
     max_message_bytes = property(
         lambda self: self._workers.max_message_bytes, doc="The largest message accepted."
     )
-    stream_timeout = _ingest_limit(
-        "stream_timeout",
+    open_episode_timeout = _ingest_limit(
+        "open_episode_timeout",
         float,
         "Seconds after which an unfinished episode of a silent actor is dropped (> 0).",
     )
@@ -337,13 +356,19 @@ class ReplayMemoryServer:
         float,
         "Seconds of listening after which an actor not heard from loses its open episode (> 0).",
     )
-    max_stream_bytes = _ingest_limit(
-        "max_stream_bytes", int, "Bytes one unfinished episode may hold (>= 1)."
+    max_episode_bytes = _ingest_limit(
+        "max_episode_bytes", int, "Bytes one unfinished episode may hold (>= 1)."
     )
     max_open_bytes = _ingest_limit(
         "max_open_bytes", int, "Bytes all unfinished episodes may hold together (>= 1)."
     )
-    max_streams = _ingest_limit("max_streams", int, "Unfinished episodes held at once (>= 1).")
+    max_open_episodes = _ingest_limit(
+        "max_open_episodes", int, "Unfinished episodes held at once (>= 1)."
+    )
+    # The older spellings of the three (see memoire.ingest_limits).
+    stream_timeout = open_episode_timeout
+    max_stream_bytes = max_episode_bytes
+    max_streams = max_open_episodes
 
     @property
     def total_episodes(self) -> int:

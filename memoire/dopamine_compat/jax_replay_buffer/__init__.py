@@ -13,7 +13,8 @@ probabilities, and the same priorities and ``max_recorded_priority``. What diffe
   arithmetic (see ``cpp/core/transition_store.h``). Random draws still come from the numpy
   ``Generator`` that Dopamine's sampler would own (same seed, same stream, checkpointed).
 
-Each role is in the module of Dopamine's ``dopamine/jax/replay_memory/`` that holds it:
+Each role is in the module of Dopamine's ``dopamine/jax/replay_memory/`` that holds it, and
+what Dopamine's ``replay_buffer.py`` does besides in modules of its own:
 
 =====================  ==========================================================================
 module                 what
@@ -24,6 +25,12 @@ module                 what
 ``samplers``           :class:`UniformSamplingDistribution`, :class:`PrioritizedSamplingDistribution`
 ``sum_tree``           the view of the C++ sum tree that agents read at ``_sum_tree``
 ``replay_buffer``      :class:`ReplayBuffer`, composing them over the C++ store
+``store_handle``       the store the buffer shares with its sampler and accumulator
+``state_dict``         the state dict: Dopamine's layout written, read and checked
+``gin_defaults``       constructor arguments left to the gin bindings of Dopamine's buffer
+``chunk_ingest``       the native ingest of episodes streamed by actors
+``feed_source``        what a ``memoire.feed.Feed`` draws from (its ``BatchSource``)
+``orbax_managers``     one orbax manager per checkpoint folder; save and load
 ``checkpointers``      the orbax handler of its checkpoints, which decodes files strictly
 =====================  ==========================================================================
 

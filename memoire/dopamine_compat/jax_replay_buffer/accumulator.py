@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dopamine.jax.replay_memory import accumulator as dopamine_accumulator
 
+from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
+
 
 class TransitionAccumulator:
     """Settings of Dopamine's ``TransitionAccumulator`` for memoire's buffer.
@@ -28,6 +30,8 @@ class TransitionAccumulator:
       ValueError: a non-positive stack size or horizon.
     """
 
+    _handle = StoreHandle()  # no store until a buffer attaches its own (older pickles too)
+
     def __init__(
         self,
         stack_size: int,
@@ -44,12 +48,15 @@ class TransitionAccumulator:
         self._update_horizon = int(update_horizon)
         self._gamma = float(gamma)
         self.fix_terminal_duplicates = bool(fix_terminal_duplicates)
-        self._buffer = None
+        self._handle = StoreHandle()  # the buffer's, once one composes this (attach)
+
+    def attach(self, handle: StoreHandle) -> None:
+        """Works on the store of ``handle`` (the composing buffer's) from now on."""
+        self._handle = handle
 
     def clear(self) -> None:
         """Drops the partial trajectory (the buffer's elements stay)."""
-        if self._buffer is not None:
-            self._buffer._clear_window()
+        self._handle.clear_trajectory()
 
 
 def accumulator_settings(acc) -> tuple[int, int, float, bool]:

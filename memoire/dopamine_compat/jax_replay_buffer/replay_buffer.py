@@ -6,21 +6,15 @@ docstring, :mod:`memoire.dopamine_compat.jax_replay_buffer`).
 
 from __future__ import annotations
 
-import os
-import pickle
 from typing import Any, Optional
 
-import jax
 import numpy as np
 from dopamine.jax import checkpointers as dopamine_checkpointers
-from dopamine.jax.replay_memory import elements as dopamine_elements
-from dopamine.jax.replay_memory import replay_buffer as dopamine_replay_buffer
 from orbax import checkpoint as orbax
 
 from memoire import _core
-from memoire.checkpoint_io import CheckpointError
-from memoire.dopamine_compat import _dropin
-from memoire.dopamine_compat.jax_replay_buffer import checkpointers
+from memoire.dopamine_compat.jax_replay_buffer import chunk_ingest, gin_defaults, orbax_managers
+from memoire.dopamine_compat.jax_replay_buffer import state_dict as _state_dict
 from memoire.dopamine_compat.jax_replay_buffer.accumulator import (
     TransitionAccumulator,
     accumulator_settings,
@@ -30,13 +24,12 @@ from memoire.dopamine_compat.jax_replay_buffer.elements import (
     ReplayElement,
     TransitionElement,
 )
+from memoire.dopamine_compat.jax_replay_buffer.feed_source import JaxFeedSource
 from memoire.dopamine_compat.jax_replay_buffer.samplers import (
     PrioritizedSamplingDistribution,
     as_memoire_distribution,
 )
-
-# Dopamine's class, kept before anyone assigns memoire's to its module attribute.
-_DOPAMINE_REPLAY_BUFFER = dopamine_replay_buffer.ReplayBuffer
+from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
 
 
 class ReplayBuffer(dopamine_checkpointers.Checkpointable):
@@ -79,28 +72,9 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         checkpoint_duration: int = 4,
         compress: bool = True,
     ):
-        # Assigned to dopamine.jax.replay_memory.replay_buffer.ReplayBuffer, this class is what
-        # Dopamine's agents build, with batch_size and max_capacity left to the gin bindings of
-        # Dopamine's ReplayBuffer: take them (and the other two, when left at their defaults).
-        given = dict(
-            batch_size=batch_size,
-            max_capacity=max_capacity,
-            checkpoint_duration=checkpoint_duration,
-            compress=compress,
+        batch_size, max_capacity, checkpoint_duration, compress = gin_defaults.resolve(
+            batch_size, max_capacity, checkpoint_duration, compress
         )
-        defaults = dict(batch_size=None, max_capacity=None, checkpoint_duration=4, compress=True)
-        bindings = _dropin.dopamine_gin_bindings(_DOPAMINE_REPLAY_BUFFER)
-        for name, default in defaults.items():
-            if _dropin.same_value(given[name], default) and name in bindings:
-                given[name] = bindings[name]
-        batch_size, max_capacity = given["batch_size"], given["max_capacity"]
-        checkpoint_duration, compress = given["checkpoint_duration"], given["compress"]
-        for name in ("batch_size", "max_capacity"):
-            if given[name] is None:
-                raise TypeError(
-                    f"ReplayBuffer: missing argument {name!r} (pass it, or bind "
-                    f"ReplayBuffer.{name} in gin)"
-                )
         (self._stack_size, self._update_horizon, self._gamma, self._fix_terminal_duplicates) = (
             accumulator_settings(transition_accumulator)
         )
@@ -113,12 +87,13 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         self._checkpoint_duration = checkpoint_duration
         self._compress = compress
         self._transition_accumulator = transition_accumulator
+        # The store is shared through one handle: the parts hold it, not each other.
+        self._handle = StoreHandle()
         if isinstance(transition_accumulator, TransitionAccumulator):
-            transition_accumulator._buffer = self
+            transition_accumulator.attach(self._handle)
         self._sampling_distribution = as_memoire_distribution(sampling_distribution)
-        self._sampling_distribution._buffer = self
+        self._sampling_distribution.attach(self._handle)
         self._prioritized = isinstance(self._sampling_distribution, PrioritizedSamplingDistribution)
-        self._store = None  # built by the first add (it fixes observation and action layouts)
         self._obs_shape = None
         self._obs_dtype = None
         self._action_shape = None
@@ -154,6 +129,12 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
     # ---- properties ----
 
     @property
+    def _store(self):
+        """The C++ store, built by the first add (it fixes observation and action layouts);
+        None before."""
+        return self._handle.store
+
+    @property
     def add_count(self) -> int:
         return self._first_key if self._store is None else self._store.add_count
 
@@ -166,13 +147,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           ValueError: not an integer in [0, 2**31], or elements are stored and ``value`` differs
             from add_count.
         """
-        if (
-            isinstance(value, (bool, np.bool_))
-            or not isinstance(value, (int, np.integer))
-            or not 0 <= value <= _core.TransitionStore.MAX_ADD_COUNT
-        ):
-            raise ValueError(f"add_count: expected an integer in [0, 2**31], got {value!r}")
-        value = int(value)
+        value = _state_dict.checked_add_count(value, "add_count")
         if value == self.add_count:
             return
         if len(self):
@@ -190,27 +165,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
     def _set_next_key(self, store, key: int) -> None:
         """Makes ``key`` the next element's key of ``store``, which holds no element (its
         partial trajectory is kept)."""
-        frames, actions, rewards, terms, ends = store.export_window()
-        k = len(rewards)
-        no_stack = np.zeros((0, *self._obs_shape, self._stack_size), self._obs_dtype)
-        store.import_state(
-            key,
-            no_stack,
-            np.zeros((0, *self._action_shape), self._action_dtype),
-            np.zeros(0, np.float64),
-            no_stack,
-            np.zeros(0, np.bool_),
-            np.zeros(0, np.bool_),
-            np.zeros(0, np.int64),
-            np.zeros(store.num_nodes, np.float64) if self._prioritized else None,
-            np.ascontiguousarray(frames).view(self._obs_dtype).reshape((k, *self._obs_shape)),
-            np.ascontiguousarray(actions)
-            .view(self._action_dtype)
-            .reshape((k, *self._action_shape)),
-            np.asarray(rewards, np.float64).reshape(k),
-            np.asarray(terms, np.bool_).reshape(k),
-            np.asarray(ends, np.bool_).reshape(k),
-        )
+        _state_dict.set_next_key(self, store, key)
 
     @property
     def batch_size(self) -> int:
@@ -247,7 +202,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
             self._first_key = 0
 
     def _commit_store(self, store, obs: np.ndarray, action: np.ndarray) -> None:
-        self._store = store
+        self._handle.store = store
         self._obs_shape, self._obs_dtype = obs.shape, obs.dtype
         self._action_shape, self._action_dtype = action.shape, action.dtype
 
@@ -328,7 +283,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
             float(value),
         )
         if emitted and self._prioritized:
-            self._sampling_distribution._record(np.asarray([value], dtype=np.float64))
+            self._sampling_distribution.record_added(np.asarray([value], dtype=np.float64))
 
     def add_batch(
         self, observations, actions, rewards, is_terminal, episode_end=None, *, priorities=None
@@ -404,13 +359,12 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
                 raise ValueError(f"priorities: expected {k} values (one per step), got {raw.size}")
             if np.isnan(raw).any() or (raw < 0).any():
                 raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
-            e = self._sampling_distribution._priority_exponent
-            values = np.where(raw == 0.0, 0.0, raw**e).astype(np.float64)
+            values = self._sampling_distribution.leaf_values(raw).astype(np.float64)
         emitted = self._store.add_batch(
             obs, acts, rew, terms.view(np.uint8), ends.view(np.uint8), values
         )
         if self._prioritized and emitted.any():
-            self._sampling_distribution._record(values[emitted > 0])
+            self._sampling_distribution.record_added(values[emitted > 0])
         return emitted
 
     # ---- experience streamed by actors ----
@@ -423,8 +377,9 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         Args:
           observation, action: one step's; they fix the observation and action dtypes and
             shapes as a first ``add`` would (ignored once something was added).
-          limits: the ingest's budgets (``max_message_bytes``, ``max_streams``,
-            ``stream_timeout`` seconds, ``max_stream_bytes``, ``max_open_bytes``).
+          limits: the ingest's budgets (``max_message_bytes``, ``max_open_episodes``,
+            ``open_episode_timeout`` seconds, ``max_episode_bytes``, ``max_open_bytes``; the
+            older ``max_streams``, ``stream_timeout``, ``max_stream_bytes`` work too).
 
         Returns:
           ``memoire._core.ChunkIngest`` whose ``row_spec`` is observation, action (this
@@ -433,16 +388,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           Nothing else may add to this buffer while the ingest stores into it, and a ``load``
           that replaces the store needs a new ingest.
         """
-        if self._store is None:
-            self._build_store(np.asarray(observation), np.asarray(action))
-        return _core.ChunkIngest(
-            self._store,
-            observation_dtype=self._obs_dtype,
-            observation_shape=list(self._obs_shape),
-            action_dtype=self._action_dtype,
-            action_shape=list(self._action_shape),
-            **limits,
-        )
+        return chunk_ingest.ingest_into(self, observation, action, **limits)
 
     def set_ingest_priority(self, ingest: "_core.ChunkIngest", priority: float) -> None:
         """Gives the elements ``ingest`` stores from now on ``priority`` (as ``add``'s: raised
@@ -452,13 +398,8 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         Raises:
           ValueError: a negative or non-finite priority.
         """
-        if not self._prioritized:
-            return
-        leaf = self._sampling_distribution.leaf_value(priority)
-        if not np.isfinite(leaf):
-            raise ValueError(f"priority: expected a finite value >= 0, got {priority}")
-        ingest.priority = leaf
-        self._sampling_distribution._record(np.array([leaf]))
+        if self._prioritized:
+            chunk_ingest.set_priority(self._sampling_distribution, ingest, priority)
 
     # ---- sampling ----
 
@@ -467,6 +408,10 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         """Transitions drawn by :meth:`sample` so far (batch items; ``get_elements`` does not
         count). Not checkpointed: it restarts at 0 with the process."""
         return self._sample_count
+
+    def __feed_source__(self) -> JaxFeedSource:
+        """What a :class:`memoire.feed.Feed` draws from (its ``BatchSource`` protocol)."""
+        return JaxFeedSource(self)
 
     def _empty_batch(self, n: int):
         s = self._stack_size
@@ -605,32 +550,22 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
 
     # ---- clearing ----
 
-    def _store_clear(self) -> None:
-        if self._store is not None:
-            self._store.clear()
-
-    def _clear_window(self) -> None:
-        if self._store is not None:
-            self._store.clear_trajectory()
-
     def end_episode(self) -> None:
         """Ends the episode in progress: the accumulator's partial trajectory (steps that
         yielded no element yet) is dropped, so the next add starts a new episode. Stored
         elements stay. A server calls it on the buffer it restored from a checkpoint, whose
         actor's episode did not survive."""
-        self._clear_window()
+        self._handle.clear_trajectory()
 
     def forget_checkpoint_folder(self, checkpoint_dir: str) -> None:
         """Closes and drops the orbax manager this buffer keeps for ``checkpoint_dir`` (one per
         folder ``save``/``load`` used; a no-op for another), before the folder is renamed or
         removed."""
-        manager = self.__dict__.get("_checkpoint_managers", {}).pop(checkpoint_dir, None)
-        if manager is not None and hasattr(manager, "close"):
-            manager.close()
+        self._checkpoint_managers().forget(checkpoint_dir)
 
     def clear(self) -> None:
         """Forgets every element and the partial trajectory; add_count restarts at 0."""
-        self._store_clear()
+        self._handle.clear()
         self._first_key = 0
 
     # ---- checkpoints ----
@@ -639,51 +574,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
         """Dopamine's state dict layout (``add_count``, ``memory`` with keys, per-element leaves
         ``[state, action, reward, next_state, is_terminal, episode_end]`` and a pickled tree
         definition, ``sampling_distribution``, ``transition_accumulator``)."""
-        keys = self.keys()
-        values = []
-        chunk = 1024
-        for start in range(0, keys.size, chunk):
-            b = self.get_elements(keys[start : start + chunk])
-            states, next_states = b.state, b.next_state
-            for k in range(len(b.reward)):
-                s, ns = states[k], next_states[k]
-                if self._compress:
-                    s, ns = dopamine_elements.compress(s), dopamine_elements.compress(ns)
-                values.append(
-                    [
-                        s,
-                        b.action[k],
-                        float(b.reward[k]),
-                        ns,
-                        bool(b.is_terminal[k]),
-                        bool(b.episode_end[k]),
-                    ]
-                )
-        element_def = jax.tree_util.tree_structure(ReplayElement(*([0] * 6)))
-        trajectory = []
-        if self._store is not None:
-            frames, actions, rewards, terms, ends = self._store.export_window()
-            for k in range(len(rewards)):
-                trajectory.append(
-                    [
-                        frames[k].view(self._obs_dtype).reshape(self._obs_shape).copy(),
-                        actions[k].view(self._action_dtype).reshape(self._action_shape).copy(),
-                        float(rewards[k]),
-                        bool(terms[k]),
-                        bool(ends[k]),
-                    ]
-                )
-        step_def = jax.tree_util.tree_structure(TransitionElement(0, 0, 0, 0, 0))
-        return {
-            "add_count": self.add_count,
-            "memory": {
-                "keys": keys.tolist(),
-                "values": values,
-                "treedef": pickle.dumps(element_def),
-            },
-            "sampling_distribution": self._sampling_distribution.to_state_dict(),
-            "transition_accumulator": {"trajectory": trajectory, "treedef": pickle.dumps(step_def)},
-        }
+        return _state_dict.to_state_dict(self)
 
     def from_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores a state dict written by this class or by Dopamine's buffer.
@@ -695,183 +586,18 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           ValueError: a malformed state dict, or one whose shapes differ from this buffer's
             (nothing is changed then).
         """
-        try:
-            add_count = state_dict["add_count"]
-            memory = state_dict["memory"]
-            mkeys = [int(k) for k in memory["keys"]]
-            values = memory["values"]
-            dist_state = state_dict["sampling_distribution"]
-            trajectory = state_dict["transition_accumulator"]["trajectory"]
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"replay buffer state dict: missing or malformed entry {e}") from None
-        if (
-            isinstance(add_count, (bool, np.bool_))
-            or not isinstance(add_count, (int, np.integer))
-            or not 0 <= add_count <= _core.TransitionStore.MAX_ADD_COUNT
-        ):
-            raise ValueError(
-                "replay buffer state dict: expected add_count an integer in "
-                f"[0, 2**31] (keys are int32), got {add_count!r}"
-            )
-        add_count = int(add_count)
-        if (
-            not isinstance(values, list)
-            or not isinstance(trajectory, list)
-            or not isinstance(dist_state, dict)
-        ):
-            raise ValueError(
-                "replay buffer state dict: expected lists of elements and steps and "
-                "a sampling_distribution dict"
-            )
-        if len(values) != len(mkeys) or mkeys != list(range(add_count - len(mkeys), add_count)):
-            raise ValueError(
-                "replay buffer state dict: expected consecutive keys ending at "
-                f"add_count - 1 = {add_count - 1}, one element each"
-            )
-        cols = [[] for _ in range(6)]
-        for v in values:
-            if not isinstance(v, (list, tuple)) or len(v) != 6:
-                raise ValueError(
-                    "replay buffer state dict: each element must hold the 6 leaves "
-                    "[state, action, reward, next_state, is_terminal, episode_end]"
-                )
-            for c, leaf in zip(cols, v):
-                c.append(leaf)
-        steps = [[] for _ in range(5)]
-        for t in trajectory:
-            if not isinstance(t, (list, tuple)) or len(t) != 5:
-                raise ValueError(
-                    "replay buffer state dict: each accumulator step must hold the "
-                    "5 leaves [observation, action, reward, is_terminal, "
-                    "episode_end]"
-                )
-            for c, leaf in zip(steps, t):
-                c.append(leaf)
-
-        def unpack(x):
-            x = np.asarray(x)
-            return checkpointers.uncompress_checked(x) if x.dtype.names is not None else x
-
-        s = self._stack_size
-        states = [unpack(x) for x in cols[0]]
-        next_states = [unpack(x) for x in cols[3]]
-        if states:
-            obs_shape, obs_dtype = states[0].shape[:-1], states[0].dtype
-            action_tmpl = np.asarray(cols[1][0])
-        elif steps[0]:
-            obs_shape, obs_dtype = np.asarray(steps[0][0]).shape, np.asarray(steps[0][0]).dtype
-            action_tmpl = np.asarray(steps[1][0])
-        else:
-            obs_shape, obs_dtype, action_tmpl = None, None, None
-        if obs_shape is not None:
-            if self._store is not None and (
-                obs_shape != self._obs_shape or obs_dtype != self._obs_dtype
-            ):
-                raise ValueError(
-                    f"replay buffer state dict: observations {obs_dtype}"
-                    f"{list(obs_shape)}, this buffer holds {self._obs_dtype}"
-                    f"{list(self._obs_shape)}"
-                )
-            stack_shape = (*obs_shape, s)
-            for x in states + next_states:
-                if x.shape != stack_shape or x.dtype != obs_dtype:
-                    raise ValueError(
-                        f"replay buffer state dict: expected stacks {obs_dtype}"
-                        f"{list(stack_shape)}, got {x.dtype}{list(x.shape)}"
-                    )
-
-        def stacked(xs, shape, dtype):
-            return (
-                np.ascontiguousarray(np.stack(xs)).astype(dtype, copy=False)
-                if xs
-                else np.zeros((0, *shape), dtype)
-            )
-
-        nodes = None
-        if self._prioritized:
-            try:
-                nodes = np.asarray(dist_state["sum_tree"]["nodes"], dtype=np.float64)
-            except (KeyError, TypeError):
-                raise ValueError(
-                    "replay buffer state dict: prioritized sampler without sum_tree.nodes"
-                ) from None
-        try:
-            key_by_index = np.asarray(dist_state.get("key_by_index", []), dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError(
-                "replay buffer state dict: sampler key_by_index is not a list of keys"
-            ) from None
-        # The generator state is checked on a scratch generator first: applying it is the last
-        # step, which must not fail once the store has changed.
-        try:
-            type(self._sampling_distribution._rng.bit_generator)().state = dist_state["rng_state"]
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"replay buffer state dict: bad sampler rng_state ({e})") from None
-        if obs_shape is None:  # an empty checkpoint
-            if len(key_by_index):
-                raise ValueError("replay buffer state dict: sampler keys without elements")
-            self._sampling_distribution.from_state_dict(dist_state)
-            self.clear()
-            self.add_count = add_count  # Dopamine's counter, kept with nothing stored
-            return
-        store, obs_tmpl = self._store, None
-        if store is None:  # built here, kept only if the import succeeds
-            obs_tmpl = np.zeros(obs_shape, obs_dtype)
-            action_tmpl = np.asarray(action_tmpl)
-            store = self._make_store(obs_tmpl, action_tmpl)
-            obs_shape, obs_dtype = obs_tmpl.shape, obs_tmpl.dtype
-            action_shape, action_dtype = action_tmpl.shape, action_tmpl.dtype
-        else:
-            obs_shape, obs_dtype = self._obs_shape, self._obs_dtype
-            action_shape, action_dtype = self._action_shape, self._action_dtype
-        if self._prioritized and nodes.size != store.num_nodes:
-            raise ValueError(
-                f"replay buffer state dict: sum tree of {nodes.size} nodes, this "
-                f"buffer's has {store.num_nodes} (max_capacity differs)"
-            )
-        m = len(states)
-        if key_by_index.shape != (m,):
-            raise ValueError(
-                f"replay buffer state dict: sampler key_by_index holds "
-                f"{key_by_index.size} keys, expected {m} (one per element)"
-            )
-        store.import_state(
-            add_count,
-            stacked(states, (*obs_shape, s), obs_dtype),
-            stacked([np.asarray(a) for a in cols[1]], action_shape, action_dtype),
-            np.asarray(cols[2], dtype=np.float64).reshape(m),
-            stacked(next_states, (*obs_shape, s), obs_dtype),
-            np.asarray(cols[4], dtype=np.bool_).reshape(m),
-            np.asarray(cols[5], dtype=np.bool_).reshape(m),
-            key_by_index,
-            nodes,
-            stacked([np.asarray(o) for o in steps[0]], obs_shape, obs_dtype),
-            stacked([np.asarray(a) for a in steps[1]], action_shape, action_dtype),
-            np.asarray(steps[2], dtype=np.float64).reshape(len(steps[2])),
-            np.asarray(steps[3], dtype=np.bool_).reshape(len(steps[3])),
-            np.asarray(steps[4], dtype=np.bool_).reshape(len(steps[4])),
-        )
-        if obs_tmpl is not None:
-            self._commit_store(store, obs_tmpl, action_tmpl)
-        self._first_key = 0
-        self._sampling_distribution.from_state_dict(dist_state)
+        _state_dict.from_state_dict(self, state_dict)
 
     def _make_checkpoint_manager(self, checkpoint_dir: str) -> orbax.CheckpointManager:
-        # One manager per folder and buffer (Dopamine caches them with functools.lru_cache on
-        # the method, which would keep up to 128 buffers alive; a dict on the buffer does not).
-        managers = self.__dict__.setdefault("_checkpoint_managers", {})
-        if checkpoint_dir not in managers:
-            # orbax's current API (item handlers, CheckpointArgs registered for the handler):
-            # the same folders and files as Dopamine's manager (<dir>/<step>/replay/), so
-            # either buffer loads the other's checkpoints.
-            managers[checkpoint_dir] = orbax.CheckpointManager(
-                checkpoint_dir,
-                item_handlers={"replay": checkpointers.CheckedCheckpointHandler()},
-                options=orbax.CheckpointManagerOptions(
-                    max_to_keep=self._checkpoint_duration, create=True
-                ),
-            )
-        return managers[checkpoint_dir]
+        """The orbax manager of ``checkpoint_dir`` (Dopamine's method name; one per folder)."""
+        return self._checkpoint_managers().get(checkpoint_dir)
+
+    def _checkpoint_managers(self) -> orbax_managers.CheckpointManagers:
+        managers = self.__dict__.get("_orbax_managers")
+        if managers is None:
+            managers = orbax_managers.CheckpointManagers(self._checkpoint_duration)
+            self._orbax_managers = managers
+        return managers
 
     def save(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Writes a checkpoint in Dopamine's layout (``<dir>/<iteration>/replay/``, msgpack).
@@ -880,19 +606,7 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           checkpoint_dir: str, the directory; created if missing.
           iteration_number: int, the checkpoint's step.
         """
-        manager = self._make_checkpoint_manager(checkpoint_dir)
-        if iteration_number in manager.all_steps():
-            # A run killed after saving this step but before Dopamine's completion sentinel
-            # resumes at the same iteration and saves it again; orbax never overwrites a step,
-            # so the stale one (another run's transitions) would stay. Replace it.
-            manager.delete(iteration_number)
-        manager.save(
-            iteration_number,
-            args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs(self)),
-        )
-        # orbax saves asynchronously: the checkpoint is whole when save returns (Dopamine's
-        # runner writes its completion sentinel next, and a resumed run may load it at once).
-        manager.wait_until_finished()
+        orbax_managers.save(self._make_checkpoint_manager(checkpoint_dir), self, iteration_number)
 
     def load(self, checkpoint_dir: str, iteration_number: int) -> None:
         """Restores a checkpoint written by ``save`` or by Dopamine's buffer.
@@ -905,15 +619,6 @@ class ReplayBuffer(dopamine_checkpointers.Checkpointable):
           FileNotFoundError: no such checkpoint. CheckpointError (a ValueError): a malformed
             one, or one that does not fit this buffer; the buffer is unchanged.
         """
-        state_dict = self._make_checkpoint_manager(checkpoint_dir).restore(
-            iteration_number, args=orbax.args.Composite(replay=checkpointers.ReplayCheckpointArgs())
+        orbax_managers.load(
+            self._make_checkpoint_manager(checkpoint_dir), self, checkpoint_dir, iteration_number
         )
-        try:
-            self.from_state_dict(state_dict["replay"])
-        except CheckpointError:
-            raise
-        except (ValueError, TypeError, KeyError, OverflowError) as e:
-            path = os.path.join(
-                str(checkpoint_dir), str(iteration_number), "replay", "checkpoint.msgpack"
-            )
-            raise CheckpointError(f"{path}: {e}") from e

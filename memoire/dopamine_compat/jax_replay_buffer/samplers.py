@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from dopamine.jax.replay_memory import samplers as dopamine_samplers
 
+from memoire.dopamine_compat.jax_replay_buffer.store_handle import StoreHandle
 from memoire.dopamine_compat.jax_replay_buffer.sum_tree import SumTreeView, tree_leaves
 
 SampleMetadata = dopamine_samplers.SampleMetadata
@@ -30,12 +31,20 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
       seed: what ``numpy.random.default_rng`` takes (an int, a SeedSequence, a Generator or None).
     """
 
+    # No store until a buffer attaches its own (an instance pickled before handles existed
+    # finds this one too); nobody sets a store on it.
+    _handle = StoreHandle()
+
     def __init__(self, seed) -> None:  # pylint: disable=super-init-not-called
         self._rng = np.random.default_rng(seed)
-        self._buffer = None
+        self._handle = StoreHandle()  # the buffer's, once one composes this (attach)
+
+    def attach(self, handle: StoreHandle) -> None:
+        """Draws from the store of ``handle`` (the composing buffer's) from now on."""
+        self._handle = handle
 
     def _store(self):
-        return None if self._buffer is None else self._buffer._store
+        return self._handle.store
 
     @property
     def size(self) -> int:
@@ -61,8 +70,7 @@ class UniformSamplingDistribution(dopamine_samplers.UniformSamplingDistribution)
         return SampleMetadata(keys=self._store().keys_at(indices))
 
     def clear(self) -> None:
-        if self._buffer is not None:
-            self._buffer._store_clear()
+        self._handle.clear()
 
     def to_state_dict(self) -> dict[str, Any]:
         store = self._store()
@@ -97,8 +105,10 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         self._priority_exponent = priority_exponent
         self._max_capacity = int(max_capacity)
         self._sum_tree = SumTreeView(self)
-        self._buffer = None
+        self._handle = StoreHandle()
 
+    _handle = UniformSamplingDistribution._handle
+    attach = UniformSamplingDistribution.attach
     _store = UniformSamplingDistribution._store
     size = UniformSamplingDistribution.size
     add = UniformSamplingDistribution.add
@@ -109,8 +119,9 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
     def max_recorded_priority(self):
         return self._sum_tree.max_recorded_priority
 
-    def _record(self, values: np.ndarray) -> None:
-        # Dopamine: max(max_recorded_priority, max(values)), keeping the winner's type.
+    def record_added(self, values: np.ndarray) -> None:
+        """The buffer stored elements of leaf ``values``: ``max_recorded_priority`` follows, as
+        Dopamine's ``add`` updates it (max of it and ``values``, keeping the winner's type)."""
         if values.size:
             top = values.max()
             if top > self._sum_tree.max_recorded_priority:
@@ -122,7 +133,13 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
             priority = 0.0
         if not priority >= 0.0:
             raise ValueError(f"priority: expected a value >= 0, got {priority}")
-        return 0.0 if priority == 0.0 else priority**self._priority_exponent
+        return float(self.leaf_values(priority))
+
+    def leaf_values(self, priorities):
+        """Dopamine's leaf values of ``priorities`` (>= 0; an array, or one value): each raised
+        to ``priority_exponent``, 0 kept 0 (as ``0 ** 0`` would not be). The one place of that
+        rule; its dtype follows ``priorities`` (what ``max_recorded_priority`` keeps)."""
+        return np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
 
     def update(self, keys, *, priorities) -> None:
         """Sets the priorities of stored ``keys``.
@@ -140,8 +157,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         raw = np.asarray(priorities, dtype=np.float64)
         if np.isnan(raw).any() or (raw < 0).any():
             raise ValueError(f"priorities: expected values >= 0, got {raw.tolist()}")
-        values = np.where(priorities == 0.0, 0.0, priorities**self._priority_exponent)
-        values = np.asarray(values)
+        values = np.asarray(self.leaf_values(priorities))
         flat = values.reshape(-1).astype(np.float64, copy=False)
         if flat.size == 1 and keys.size != 1:
             raise ValueError(f"priorities: expected {keys.size} values (one per key), got 1")
@@ -151,7 +167,7 @@ class PrioritizedSamplingDistribution(dopamine_samplers.PrioritizedSamplingDistr
         if store is None:
             raise KeyError(int(np.asarray(keys).reshape(-1)[0]) if keys.size else None)
         store.update(np.asarray(keys, dtype=np.int64).reshape(-1), flat)  # KeyError(key)
-        self._record(values.reshape(-1))
+        self.record_added(values.reshape(-1))
 
     def sample(self, size: int) -> PrioritizedSampleMetadata:
         store = self._store()
