@@ -53,6 +53,7 @@ import gin
 import numpy as np
 import zmq
 
+import memoire.dopamine_compat  # noqa: F401  first: its upstream_compat steps precede Dopamine's import
 from memoire import cli, transport
 from memoire.experience import ChunkStream, ExperienceReceiver
 from memoire.gin_query import query
