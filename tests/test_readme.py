@@ -352,9 +352,19 @@ def test_gin_tf_block(block, tmp_path):
     own = open(os.path.join(ROOT, "configs", "dqn_cartpole_tf.gin")).read().splitlines()
     dopamine_only = [line for line in own if "emoire" not in line]
     (work / "tf.gin").write_text("\n".join(dopamine_only) + "\n" + block.text)
+    # Where Dopamine needs memoire's upstream_compat steps (the current stack), the runner starts
+    # through it, as the README says; elsewhere as Dopamine's own command.
+    from memoire.dopamine_compat import upstream_compat
+
+    through = (
+        ["memoire.dopamine_compat.upstream_compat"]
+        if any(upstream_compat.needed().values())
+        else []
+    )
     cmd = [
         sys.executable,
         "-m",
+        *through,
         "dopamine.discrete_domains.train",
         "--base_dir",
         "runs/tf",
