@@ -39,6 +39,7 @@ def _run(script: str, tmp_path, with_memoire: bool) -> subprocess.CompletedProce
 
 # Dopamine's gin-configured Keras network for CartPole, built and called, as its TF DQN agent does.
 KERAS_SCRIPT = """
+import os
 import numpy as np
 import tensorflow as tf
 from dopamine.discrete_domains import gym_lib
