@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from typing import Dict, Optional, Tuple
 
 _log = logging.getLogger(__name__)
@@ -106,7 +107,12 @@ def _restore_xla_pytype_aval_mappings() -> None:
     import jax.interpreters.xla as xla
 
     if not hasattr(xla, "pytype_aval_mappings"):
-        xla.pytype_aval_mappings = jax.core.pytype_aval_mappings
+        # The name JAX's removal message gives as the replacement, itself deprecated since: its
+        # DeprecationWarning would be memoire's line on every run (tfp's own access warns
+        # from tfp's module, hidden by Python's default filters).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            xla.pytype_aval_mappings = jax.core.pytype_aval_mappings
 
 
 class _BeforeTfpJaxBackend(importlib.abc.MetaPathFinder):
