@@ -14,6 +14,11 @@ import os
 import shutil
 import tempfile
 
+# The suite's own processes apply upstream_compat's steps (what Dopamine needs on the current
+# stack) before a test module imports Dopamine or TensorFlow, as a user's script must;
+# tests/test_upstream_compat.py checks the steps themselves in fresh interpreters.
+import memoire.dopamine_compat  # noqa: F401
+
 _CACHE_VARIABLES = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",

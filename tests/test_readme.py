@@ -352,20 +352,12 @@ def test_gin_tf_block(block, tmp_path):
     own = open(os.path.join(ROOT, "configs", "dqn_cartpole_tf.gin")).read().splitlines()
     dopamine_only = [line for line in own if "emoire" not in line]
     (work / "tf.gin").write_text("\n".join(dopamine_only) + "\n" + block.text)
-    # Where Dopamine needs memoire's upstream_compat steps (the current stack), the runner starts
-    # through it, as the README says; elsewhere as Dopamine's own command.
-    from memoire.dopamine_compat import upstream_compat
+    from _subprocess_env import dopamine_runner_module
 
-    through = (
-        ["memoire.dopamine_compat.upstream_compat"]
-        if any(upstream_compat.needed().values())
-        else []
-    )
     cmd = [
         sys.executable,
         "-m",
-        *through,
-        "dopamine.discrete_domains.train",
+        *dopamine_runner_module(),  # through upstream_compat where needed, as the README says
         "--base_dir",
         "runs/tf",
         "--gin_files",
