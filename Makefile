@@ -1,11 +1,14 @@
 # The two Quickstart commands: `make demo` (the main job) and `make test`.
-VENV ?= .venv
+# STACK=current: the current stack (constraints/current.txt, CPython 3.13) in .venv-current instead
+# of the pinned one (constraints/dopamine.txt) in .venv; see scripts/bootstrap.sh.
+STACK ?= pinned
+VENV ?= $(if $(filter current,$(STACK)),.venv-current,.venv)
 PY := $(VENV)/bin/python
 
 .PHONY: bootstrap demo test bench sanitize
 
 bootstrap:
-	./scripts/bootstrap.sh
+	STACK=$(STACK) MEMOIRE_VENV=$(VENV) ./scripts/bootstrap.sh
 
 # A short distributed CartPole DQN (embedded server, learner, 2 actors) ending with a plot.
 demo: bootstrap

@@ -6,12 +6,39 @@
 #
 # Each stage says when it starts and how long it took; the long ones show their own progress,
 # one short line per step (pip's and uv's packages, scikit-build-core's stages, ninja's compile
-# steps). Their whole output goes to build/bootstrap.log; a failure prints its last lines.
+# steps). Their whole output goes to build/bootstrap.log (build/bootstrap-current.log for the
+# current stack); a failure prints its last lines.
+#
+# STACK picks the environment: `pinned` (the default: constraints/dopamine.txt, Dopamine 4.1.2's era,
+# CPython 3.10-3.11, into .venv) or `current` (constraints/current.txt, the newest releases that
+# work, CPython 3.13, into .venv-current). MEMOIRE_VENV and PYTHON override the folder and the
+# interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${MEMOIRE_VENV:-.venv}
-PY=${PYTHON:-python3}
-LOG=build/bootstrap.log
+STACK=${STACK:-pinned}
+case "$STACK" in
+  pinned)
+    CONSTRAINTS=constraints/dopamine.txt
+    VENV=${MEMOIRE_VENV:-.venv}
+    PY=${PYTHON:-python3}
+    ;;
+  current)
+    CONSTRAINTS=constraints/current.txt
+    VENV=${MEMOIRE_VENV:-.venv-current}
+    if [ -z "${PYTHON:-}" ]; then
+      # pyenv installs a shim for every version it has; only a runnable one counts.
+      for PYTHON in python3.13 /root/.pyenv/versions/3.13*/bin/python3.13; do
+        "$PYTHON" -c "" 2>/dev/null && break
+      done
+    fi
+    PY=$PYTHON
+    ;;
+  *)
+    echo "[bootstrap] STACK must be 'pinned' or 'current', not '$STACK'" >&2
+    exit 2
+    ;;
+esac
+LOG=build/bootstrap$([ "$STACK" = pinned ] || echo "-$STACK").log
 mkdir -p build
 : > "$LOG"
 
@@ -87,9 +114,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-stamp="$VENV/.memoire-deps-$(cat constraints/dopamine.txt constraints/dev.txt | sha1sum | cut -c1-12)"
+stamp="$VENV/.memoire-deps-$(cat "$CONSTRAINTS" constraints/dev.txt | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
-  say "installing pinned dependencies (first run: a few minutes, ~3 GB)"
+  say "installing the $STACK stack's dependencies ($CONSTRAINTS; first run: a few minutes, ~3 GB)"
   stage "upgrading pip" pip_progress "$VENV/bin/python" -m pip install --upgrade pip
   # uv (pinned in constraints/dev.txt) installs the ~3 GB in parallel, where pip took about
   # 160 s on 2 cores. The same pins, so the same packages. Compiled to bytecode here, as pip
@@ -102,10 +129,10 @@ if [ ! -f "$stamp" ]; then
   # system store works for both. (uv's older name for it: --native-tls, UV_NATIVE_TLS.)
   stage "installing dependencies" uv_progress \
     "$VENV/bin/uv" pip install --system-certs --compile-bytecode --python "$VENV/bin/python" \
-    -c constraints/dopamine.txt -r constraints/dev.txt
+    -c "$CONSTRAINTS" -r constraints/dev.txt
   # Dopamine imports baselines.common.atari_wrappers without declaring it.
   stage "installing baselines (no dependencies)" pip_progress \
-    "$VENV/bin/python" -m pip install -c constraints/dopamine.txt --no-deps baselines==0.1.5
+    "$VENV/bin/python" -m pip install -c "$CONSTRAINTS" --no-deps baselines==0.1.5
   touch "$stamp"
 fi
 stage "building and installing memoire (C++ extension: a minute or two on 2 cores)" build_progress \

@@ -11,15 +11,30 @@
 # meanwhile (CI builds the wheel while the test suite runs). Kept afterwards: the repaired wheel in
 # build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
 # Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/test_memory.py for a subset)
+#
+# STACK=current: the current stack as a user installs it instead: CPython 3.13's wheel, installed
+# with the dopamine extra (and test, gin, stubs, plot) from the registry under
+# constraints/current.txt's pins (TensorFlow 2.21, JAX 0.12, numpy 2), baselines with --no-deps as
+# the README says; then every core test (-m "not dopamine", as above) and every test of the
+# Dopamine faces, the feeds and upstream_compat (DOPAMINE_TESTS, -m "not ray").
 # Environment: CORE_PYTHON (interpreter), WHEELHOUSE (where the repaired wheel goes),
 # TEST_WHEEL (a repaired wheel to install and test instead of building one),
 # BUILD_ONLY=1 (build and repair the wheel into WHEELHOUSE, test nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+STACK=${STACK:-core}
+case "$STACK" in
+  core) want=3.12 ;;
+  current) want=3.13 ;;
+  *) echo "[wheel] STACK must be 'core' or 'current', not '$STACK'" >&2; exit 2 ;;
+esac
+# The tests of the Dopamine faces, the feeds and upstream_compat (STACK=current).
+DOPAMINE_TESTS=(tests/test_dopamine_*.py tests/test_feed*.py tests/test_device_feed.py
+                tests/test_tf_feed.py tests/test_upstream_compat.py)
 if [ -z "${CORE_PYTHON:-}" ]; then
   # pyenv installs a shim for every version it has; only a runnable one counts.
-  for CORE_PYTHON in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 python3; do
+  for CORE_PYTHON in python$want /root/.pyenv/versions/$want*/bin/python$want python3; do
     "$CORE_PYTHON" -c "" 2>/dev/null && break
   done
 fi
@@ -113,17 +128,31 @@ done'
 # 4. Install the wheel and the extras' dependencies, binaries only (nothing may compile).
 cd "$TMP"  # from here on, the source tree is not on sys.path
 start=$SECONDS
-"${NOCC_ENV[@]}" python -m pip install -q --only-binary=:all: "memoire[test,gin,stubs] @ file://$WHEEL"
+if [ "$STACK" = current ]; then
+  # gym 0.25.2 and baselines 0.1.5 exist as sources only (pure Python: no compiler needed).
+  "${NOCC_ENV[@]}" python -m pip install -q --only-binary=:all: --no-binary=gym \
+    -c "$ROOT/constraints/current.txt" "memoire[test,gin,stubs,plot,dopamine] @ file://$WHEEL"
+  "${NOCC_ENV[@]}" python -m pip install -q --no-deps -c "$ROOT/constraints/current.txt" baselines==0.1.5
+else
+  "${NOCC_ENV[@]}" python -m pip install -q --only-binary=:all: "memoire[test,gin,stubs] @ file://$WHEEL"
+fi
 log "installed in a fresh venv without a compiler in $((SECONDS - start)) s (with dependencies)"
-"${NOCC_ENV[@]}" python - "$VENV" <<'PY'
-import importlib.util, os, sys, numpy, zmq, memoire, memoire._core
-venv = os.path.realpath(sys.argv[1])
+"${NOCC_ENV[@]}" python - "$VENV" "$STACK" <<'PY'
+import importlib.metadata, importlib.util, os, sys, numpy, zmq, memoire, memoire._core
+venv, stack = os.path.realpath(sys.argv[1]), sys.argv[2]
 for m in (memoire, memoire._core):
     if not os.path.realpath(m.__file__).startswith(venv + os.sep):
         sys.exit(f"[wheel] {m.__name__} comes from {m.__file__}, not the installed wheel")
 present = [m for m in ("dopamine", "tensorflow", "jax", "gym", "gymnasium", "matplotlib")
            if importlib.util.find_spec(m) is not None]
-if present:
+if stack == "current":
+    missing = {"dopamine", "tensorflow", "jax", "gymnasium"} - set(present)
+    if missing:
+        sys.exit(f"[wheel] the current stack's environment lacks {sorted(missing)}")
+    print("[wheel] current stack:", ", ".join(
+        f"{d} {importlib.metadata.version(d)}"
+        for d in ("dopamine-rl", "tensorflow", "tf-keras", "keras", "jax", "flax", "numpy")))
+elif present:
     sys.exit(f"[wheel] the core-only environment unexpectedly has {present}")
 print(f"[wheel] python {sys.version.split()[0]}, numpy {numpy.__version__}, pyzmq {zmq.__version__},"
       f" memoire {memoire.__version__} from {os.path.dirname(memoire.__file__)}")
@@ -137,6 +166,19 @@ args=() paths=0
 for a in "$@"; do
   if [ -e "$ROOT/${a%%::*}" ]; then args+=("$ROOT/$a"); paths=1; else args+=("$a"); fi
 done
+PYTEST=("${NOCC_ENV[@]}" pytest -q -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml"
+        -n 2 --dist loadfile)
+if [ "$STACK" = current ] && [ "$paths" = 0 ]; then
+  # Every core test, then every test of DOPAMINE_TESTS (their core ones not twice).
+  ignore=() dopamine=()
+  for t in "${DOPAMINE_TESTS[@]}"; do ignore+=("--ignore=$ROOT/$t"); dopamine+=("$ROOT/$t"); done
+  start=$SECONDS
+  "${PYTEST[@]}" -m "not dopamine and not ray" "${ignore[@]}" "$ROOT/tests"
+  "${PYTEST[@]}" -m "not ray" "${dopamine[@]}"
+  log "current stack: core, Dopamine, feed and upstream_compat tests passed in $((SECONDS - start)) s"
+  exit 0
+fi
 [ "$paths" = 1 ] || args+=("$ROOT/tests")
-"${NOCC_ENV[@]}" pytest -q -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" \
-  -n 2 --dist loadfile -m "not dopamine and not ray" "${args[@]}"
+marks="not dopamine and not ray"
+[ "$STACK" = current ] && marks="not ray"
+"${PYTEST[@]}" -m "$marks" "${args[@]}"

@@ -84,3 +84,15 @@ def assert_clean_exit(proc: subprocess.CompletedProcess) -> None:
     assert proc.stdout.strip().endswith("OK"), proc.stdout[-2000:]
     assert "terminate called" not in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def dopamine_runner_module() -> list:
+    """The ``python -m`` arguments that start Dopamine's own runner as the README says: through
+    ``memoire.dopamine_compat.upstream_compat`` where its steps are needed (the current stack;
+    Dopamine's runner imports Dopamine before any gin file can name memoire), else as is."""
+    from memoire.dopamine_compat import upstream_compat
+
+    through = ["memoire.dopamine_compat.upstream_compat"]
+    return (through if any(upstream_compat.needed().values()) else []) + [
+        "dopamine.discrete_domains.train"
+    ]

@@ -9,9 +9,14 @@ import os
 import sys
 import tempfile
 
+# isort: off
+import memoire.dopamine_compat  # noqa: F401  before TensorFlow, as the README says (upstream_compat)
+
 import gin
 import numpy as np
 import tensorflow as tf
+
+# isort: on
 
 
 def main(gin_file, steps):

@@ -17,6 +17,11 @@ import os
 import shutil
 import tempfile
 
+# The suite's own processes apply upstream_compat's steps (what Dopamine needs on the current
+# stack) before a test module imports Dopamine or TensorFlow, as a user's script must;
+# tests/test_upstream_compat.py checks the steps themselves in fresh interpreters.
+import memoire.dopamine_compat  # noqa: F401
+
 pytest_plugins = ["_environ_guard"]
 
 _CACHE_VARIABLES = {

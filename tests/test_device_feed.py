@@ -7,7 +7,9 @@ The CUDA engine itself is exercised on a GPU machine by benchmarks/device_gpu_fe
 
 import functools
 import gc
+import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -462,6 +464,35 @@ def test_a_cuda_device_without_a_usable_runtime_is_one_clear_error():
     memory = _memory(0)
     with pytest.raises(RuntimeError) as e:
         Feed(memory, 4, device="cuda:0", dlpack=True)
+    assert str(e.value) == expected
+
+
+def test_cuda_on_a_pytorch_without_cuda_is_the_runtime_error_line(monkeypatch):
+    """device="cuda" (no index) on a CPU-only PyTorch: the one RuntimeError line "cuda:0" gives,
+    not PyTorch's AssertionError from torch.cuda.current_device()."""
+    try:
+        _cuda.runtime()
+    except RuntimeError as e:
+        expected = str(e)
+    else:
+        pytest.skip("a CUDA runtime and device are present")
+    try:
+        import torch
+    except ImportError:
+        # A stand-in with what a CPU-only PyTorch answers (torch 2.x, +cpu wheels).
+        torch = types.ModuleType("torch")
+
+        def current_device():
+            raise AssertionError("Torch not compiled with CUDA enabled")
+
+        torch.cuda = types.SimpleNamespace(
+            is_available=lambda: False, current_device=current_device
+        )
+        monkeypatch.setitem(sys.modules, "torch", torch)
+    if torch.cuda.is_available():
+        pytest.skip("this PyTorch sees a CUDA device")
+    with pytest.raises(RuntimeError) as e:
+        Feed(_memory(0), 4, device="cuda")
     assert str(e.value) == expected
 
 

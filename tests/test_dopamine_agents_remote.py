@@ -22,6 +22,7 @@ pytest.importorskip("gym")
 pytest.importorskip("dopamine.discrete_domains.run_experiment")
 
 from _buffer_server import BufferServerProcess  # noqa: E402
+from _subprocess_env import dopamine_runner_module  # noqa: E402
 from _two_at_a_time import TwoAtATime  # noqa: E402
 
 from memoire.dopamine_compat import remote  # noqa: E402
@@ -48,10 +49,12 @@ def _Server(kind, gin_file, log_path, args=()):
 
 
 def _train(module, gin_file, base_dir, bindings):
+    # Dopamine's runner as the README starts it (through upstream_compat where needed).
+    modules = dopamine_runner_module() if module == "dopamine.discrete_domains.train" else [module]
     cmd = [
         sys.executable,
         "-m",
-        module,
+        *modules,
         f"--base_dir={base_dir}",
         f"--gin_files={_config(gin_file)}",
     ] + [f"--gin_bindings={b}" for b in bindings]

@@ -259,6 +259,15 @@ def test_save_load_round_trip_and_cross_load(tmp_path, prio, compress):
     assert_same_contents(d_from_m, m)
     # All five continue identically: same accumulator window, sampler maps, tree and rng.
     bufs = [d, d_from_m, m, m_from_d, m_from_m]
+    # Upstream, not memoire: Dopamine's own prioritized buffer restores its sum tree as a
+    # read-only array, and under numpy 2 (the current stack) its next add fails (sum_tree.py's
+    # np.add.at; numpy 1.26's wrote into it regardless). Asserted as it is, so this goes once
+    # Dopamine fixes it; the four others go on (memoire's buffers load writable trees).
+    numpy2 = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
+    if prio and numpy2 and not d_from_m._sampling_distribution._sum_tree._nodes.flags.writeable:
+        with pytest.raises(ValueError, match="read-only"):
+            d_from_m.add(next(iter(stream(np.random.default_rng(0), 1))), priority=1.5)
+        bufs.remove(d_from_m)
     for s in stream(rng, 60):
         for b in bufs:
             b.add(s, **({"priority": 1.5} if prio else {}))

@@ -503,3 +503,19 @@ def test_replay_memory_feed_raises_the_synchronous_error_and_cache_flags_give_no
 def test_replay_memory_feed_needs_a_batch_size():
     with pytest.raises(ValueError, match="batch_size"):
         Feed(_memory(np.ones(3)))
+
+
+def test_a_replay_memory_source_draws_with_the_memorys_seed_not_the_feeds():
+    """docs/FEED.md, `seed`: with a ReplayMemory source the batches follow ``rem.seed(n)``
+    (the memory's generator), whatever ``Feed(seed=...)`` says."""
+
+    def states(rem_seed, feed_seed):
+        rem = _memory([1.0] * 50)
+        rem.seed(rem_seed)
+        with Feed(rem, batch_size=8, depth=2, threads=1, seed=feed_seed) as feed:
+            return [next(feed).prev[0].copy() for _ in range(5)]
+
+    same_memory_seed = states(3, 0), states(3, 12345)
+    assert all(np.array_equal(a, b) for a, b in zip(*same_memory_seed))
+    other_memory_seed = states(4, 0)
+    assert not all(np.array_equal(a, b) for a, b in zip(same_memory_seed[0], other_memory_seed))

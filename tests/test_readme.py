@@ -1,4 +1,4 @@
-"""Every code block of README.md runs as written.
+"""Every code block of README.md and docs/*.md runs as written.
 
 Convention: the line above each fenced block is an HTML comment (invisible on GitHub) saying
 how this test runs it; a block without one fails ``test_every_block_says_how_it_is_tested``.
@@ -40,6 +40,7 @@ folder without it, against the memoire under test. Shell blocks run two at a tim
 """
 
 import functools
+import glob
 import os
 import re
 import shlex
@@ -53,6 +54,8 @@ from _two_at_a_time import TwoAtATime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+# The files whose blocks run: the README, then every page of docs/.
+DOCS = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 STOCK_GIN = os.environ.get("MEMOIRE_DOPAMINE_STOCK_GIN", "/work/shared/dopamine-stock-gin")
 MODES = ("python", "shell", "help", "gin-tf", "cluster", "skip")
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
@@ -77,7 +80,8 @@ TINY = [
 
 
 class Block:
-    def __init__(self, line, lang, text, spec):
+    def __init__(self, doc, line, lang, text, spec):
+        self.doc = doc  # the file, relative to the root: README.md, docs/FEED.md
         self.line, self.lang, self.text = line, lang, text
         self.spec = spec  # the marker's text, None without one
         parts = [p.strip() for p in (spec or "").split(";")]
@@ -88,12 +92,15 @@ class Block:
 
     @property
     def id(self):
-        return f"line{self.line}-{self.mode}"
+        page = "" if self.doc == "README.md" else os.path.basename(self.doc) + "-"
+        return f"{page}line{self.line}-{self.mode}"
 
 
-def readme_blocks():
-    """The fenced blocks of README.md with the marker just above each (or None)."""
-    lines = open(README).read().splitlines()
+def doc_blocks(path):
+    """The fenced blocks of the Markdown file ``path`` with the marker just above each (or
+    None)."""
+    doc = os.path.relpath(path, ROOT)
+    lines = open(path).read().splitlines()
     blocks, i = [], 0
     while i < len(lines):
         fence = re.match(r"^```(\w*)\s*$", lines[i])
@@ -107,6 +114,7 @@ def readme_blocks():
         marker = MARKER.match(above)
         blocks.append(
             Block(
+                doc,
                 i + 1,
                 fence.group(1),
                 "\n".join(lines[i + 1 : end]) + "\n",
@@ -117,16 +125,17 @@ def readme_blocks():
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [b for path in DOCS for b in doc_blocks(path)]
 
 
 def test_every_block_says_how_it_is_tested():
     assert len(BLOCKS) >= 10
     for b in BLOCKS:
-        assert b.spec is not None, f"README.md line {b.line}: no <!-- readme-test: ... --> above"
-        assert b.mode in MODES, f"README.md line {b.line}: unknown mode {b.mode!r}"
+        where = f"{b.doc} line {b.line}"
+        assert b.spec is not None, f"{where}: no <!-- readme-test: ... --> above"
+        assert b.mode in MODES, f"{where}: unknown mode {b.mode!r}"
         if b.mode == "skip":
-            assert b.options.get("reason"), f"README.md line {b.line}: skip needs reason="
+            assert b.options.get("reason"), f"{where}: skip needs reason="
         assert b.flags <= {"tiny", "stock"} and set(b.options) <= {
             "needs",
             "imports",
@@ -255,7 +264,7 @@ def _skip_unless_present(block):
     for path in filter(None, block.options.get("needs", "").split(",")):
         if not os.path.exists(os.path.join(ROOT, path.strip())):
             pytest.skip(
-                f"README.md line {block.line} uses {path.strip()}, which this checkout "
+                f"{block.doc} line {block.line} uses {path.strip()}, which this checkout "
                 "does not have yet (the Atari configurations arrive with the atari "
                 "work)"
             )
@@ -345,10 +354,12 @@ def test_gin_tf_block(block, tmp_path):
     own = open(os.path.join(ROOT, "configs", "dqn_cartpole_tf.gin")).read().splitlines()
     dopamine_only = [line for line in own if "emoire" not in line]
     (work / "tf.gin").write_text("\n".join(dopamine_only) + "\n" + block.text)
+    from _subprocess_env import dopamine_runner_module
+
     cmd = [
         sys.executable,
         "-m",
-        "dopamine.discrete_domains.train",
+        *dopamine_runner_module(),  # through upstream_compat where needed, as the README says
         "--base_dir",
         "runs/tf",
         "--gin_files",

@@ -445,3 +445,27 @@ def test_native_cache_header_equals_the_encoded_one(server):
         assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])
         c.rem.cache_size = 5  # a local change makes a new header
         assert c._cache_header() == bytes(cache_message(c.rem, c.uuid)[0])
+
+
+def test_a_closed_server_removes_its_ipc_socket_files_and_only_its_own(tmp_path):
+    """libzmq leaves a named ipc:// endpoint's file behind when its socket closes; the server
+    removes each it bound (pub, rep, pull, stream), and leaves a file another socket bound
+    at one of those paths since (it replaced the server's)."""
+    folder = tmp_path / "sockets"
+    folder.mkdir()
+    srv = ReplayMemoryServer(*TEMPLATES, 100, f"ipc://{folder}/pub", n_caches=2)
+    srv.start(f"ipc://{folder}/rep", f"ipc://{folder}/pull")
+    srv.start_stream(f"ipc://{folder}/stream")
+    assert sorted(p.name for p in folder.iterdir()) == ["pub", "pull", "rep", "stream"]
+    # Another process's socket now at the rep path (binding replaces the file).
+    ctx = zmq.Context()
+    other = ctx.socket(zmq.REP)
+    try:
+        other.bind(f"ipc://{folder}/rep")
+        srv.close()
+        assert sorted(p.name for p in folder.iterdir()) == ["rep"]
+    finally:
+        other.close(linger=0)
+        ctx.term()
+    srv.close()  # idempotent
+    assert [p.name for p in folder.iterdir()] == ["rep"]

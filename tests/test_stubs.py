@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from _subprocess_env import subprocess_env
 
 import memoire
@@ -148,6 +149,10 @@ def test_version_is_set():
 
 def test_stubtest(tmp_path):
     """mypy's stubtest (the `stubs` extra) of memoire/_core.pyi against the built module."""
+    pytest.importorskip(
+        "mypy.stubtest",
+        reason="needs mypy's stubtest (the stubs extra: pip install 'memoire[stubs]')",
+    )
     out = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "memoire._core", "--allowlist", str(ALLOWLIST)],
         cwd=tmp_path,

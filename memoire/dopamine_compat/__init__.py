@@ -7,6 +7,9 @@ TF-era buffers (the reference is ``dopamine.tf.replay_memory``):
 - ``WrappedReplayBuffer``, ``WrappedPrioritizedReplayBuffer``: Dopamine's in-graph wrappers
   (TensorFlow) defaulting to memoire's buffers; imported on first access.
 
+Importing this package applies :mod:`memoire.dopamine_compat.upstream_compat` (what Dopamine
+needs on today's stack, only where needed): import it before Dopamine or TensorFlow.
+
 Gin: ``import memoire.dopamine_compat.gin_registry`` (see that module for names and the binding
 that plugs memoire into Dopamine's own agents).
 
@@ -15,8 +18,16 @@ that plugs memoire into Dopamine's own agents).
     >>> buf = OutOfGraphReplayBuffer((84, 84), 4, replay_capacity=1000, batch_size=32)
 """
 
-from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer, ReplayElement
-from memoire.dopamine_compat.prioritized_replay_buffer import OutOfGraphPrioritizedReplayBuffer
+from memoire.dopamine_compat import upstream_compat
+
+# Before anything here imports Dopamine, TensorFlow or JAX: what Dopamine 4.1.2 needs on today's
+# stack (TF_USE_LEGACY_KERAS, a JAX attribute tfp reads), only where a version check says so.
+upstream_compat.apply()
+
+from memoire.dopamine_compat.circular_replay_buffer import OutOfGraphReplayBuffer, ReplayElement  # noqa: E402
+from memoire.dopamine_compat.prioritized_replay_buffer import (  # noqa: E402
+    OutOfGraphPrioritizedReplayBuffer,
+)
 
 __all__ = [
     "OutOfGraphReplayBuffer",

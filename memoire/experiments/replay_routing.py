@@ -25,6 +25,7 @@ from typing import Any
 
 import gin
 
+import memoire.dopamine_compat  # noqa: F401  first: its upstream_compat steps precede Dopamine's import
 from memoire.gin_query import query
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,9 @@ def target_of(device, dlpack: bool) -> Target:
                     "(dlpack=True hands out DLPack arrays for any consumer)"
                 ) from None
             if kind == "cuda" and not index:
-                index = str(torch.cuda.current_device())
+                # current_device() asserts on a PyTorch built without CUDA; device 0 then meets
+                # the CUDA runtime's one-line RuntimeError, as "cuda:0" does.
+                index = str(torch.cuda.current_device()) if torch.cuda.is_available() else "0"
         if kind == "cpu":
             return Target(framework, ring=True)
         return Target(framework, ring=True, cuda=True, device_id=int(index or 0))

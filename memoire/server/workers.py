@@ -19,9 +19,11 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
+import os
+import stat
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
@@ -213,6 +215,9 @@ class Workers:
         self._active = 0  # loops running; guarded by stats.lock
         self._threads: List[threading.Thread] = []
         self.endpoints: Dict[str, List[str]] = collections.defaultdict(list)  # under stats.lock
+        # The ipc:// socket files this server bound, (path, inode): libzmq removes the file of a
+        # closed socket only for a wildcard endpoint, so terminate() removes the others.
+        self._ipc_files: List[Tuple[str, int]] = []  # under stats.lock
 
     # ---- sockets and loops
 
@@ -236,10 +241,24 @@ class Workers:
             )
 
         sock = bind_socket(label, endpoint, open_) if is_bind(mode) else open_()
+        if is_bind(mode):
+            self.note_bound(last_endpoint(sock))
         with self.stats.cond:
             self.endpoints[label].append(last_endpoint(sock) if is_bind(mode) else endpoint)
             self.stats.cond.notify_all()
         return sock
+
+    def note_bound(self, endpoint: str) -> None:
+        """Records `endpoint`, bound by this server, for :meth:`terminate` if it is ``ipc://``."""
+        if not endpoint.startswith("ipc://"):
+            return
+        path = endpoint[len("ipc://") :]
+        try:
+            inode = os.stat(path).st_ino
+        except OSError:  # an abstract socket (ipc://@name) has no file
+            return
+        with self.stats.lock:
+            self._ipc_files.append((path, inode))
 
     def loop(
         self,
@@ -510,6 +529,17 @@ class Workers:
             self._auth.stop()
         if self._active == 0:
             self.ctx.term()
+            with self.stats.lock:
+                files, self._ipc_files = self._ipc_files, []
+            for path, inode in files:
+                # Only the file this server bound: another socket bound there since has
+                # replaced it (another inode) and keeps its file.
+                try:
+                    st = os.stat(path)
+                    if st.st_ino == inode and stat.S_ISSOCK(st.st_mode):
+                        os.unlink(path)
+                except OSError:
+                    pass
 
 
 class Publisher:
@@ -531,6 +561,7 @@ class Publisher:
             ),
         )
         self.endpoint = last_endpoint(self._sock)
+        workers.note_bound(self.endpoint)
 
     def publish(self, topic, message) -> None:
         """Publishes `message` (bytes-like or a numpy array, any size) under `topic` (str or

@@ -40,6 +40,7 @@ Every line a distributed run logs comes from the logger ``memoire.experiments.di
 whichever of these modules writes it.
 """
 
+import memoire.dopamine_compat  # noqa: F401  first: its upstream_compat steps precede Dopamine's import
 from memoire.experiments.distributed.actor import actor_main
 from memoire.experiments.distributed.config import LAUNCHERS, DistributedConfig
 from memoire.experiments.distributed.curve_policy import (
