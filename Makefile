@@ -5,7 +5,7 @@ STACK ?= pinned
 VENV ?= $(if $(filter current,$(STACK)),.venv-current,.venv)
 PY := $(VENV)/bin/python
 
-.PHONY: bootstrap demo test bench sanitize
+.PHONY: bootstrap demo test test-fast bench sanitize
 
 bootstrap:
 	STACK=$(STACK) MEMOIRE_VENV=$(VENV) ./scripts/bootstrap.sh
@@ -25,6 +25,11 @@ demo: bootstrap
 # slowest tests are listed at the end, to keep CI's time in view.
 test: bootstrap
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=15
+
+# The fast tier while editing (docs/ARCHITECTURE.md, "Tests"): each module's own tests, the slow
+# ones left out, in two worker processes.
+test-fast: bootstrap
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "unit and not slow"
 
 # The benchmark suite against Dopamine, cpprb, NumPy and raw pyzmq (about 10 minutes on 2 cores);
 # rewrites benchmarks/RESULTS.md and benchmarks/scaling.png.

@@ -1,7 +1,7 @@
 """A learner on another host, across a real link, against the same learner on the server's host.
 
 Two hosts on this machine (network namespaces joined by a veth link shaped by ``tc tbf`` to
-each --rates value, tests/_netns.py; needs root): a server host holding central memories of
+each --rates value, tests/helpers/_netns.py; needs root): a server host holding central memories of
 Atari-like transitions (uint8[84, 84] frames, stack 4, multi-step 1) and serving sampling
 streams on its link address, and a learner host taking ``SamplingStream`` batches of B=32
 (rows in the messages: each distinct frame once). Each memory is served twice, without keys
@@ -49,7 +49,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "helpers"))
 
 from bench_remote_sampling import FRAME, fill  # noqa: E402
 

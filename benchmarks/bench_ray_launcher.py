@@ -27,7 +27,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
 from _tiny_run import train_command  # noqa: E402  the tests' command, with this benchmark's budgets
 from bench_train_throughput import steps_per_second  # noqa: E402  one definition of the rate
 

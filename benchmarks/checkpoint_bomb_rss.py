@@ -10,7 +10,9 @@ import resource
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "helpers")
+)
 import _hostile as h  # noqa: E402
 
 mib = int(sys.argv[1]) if len(sys.argv) > 1 else 2048

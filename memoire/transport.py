@@ -215,7 +215,7 @@ class Heartbeat:
     have them: the libzmq that pyzmq's wheels bundle (4.3.5) aborts the whole process
     (``Assertion failed: !_io_error (src/stream_engine_base.cpp:310)``) when a socket running
     heartbeat timers, whose input is stopped by a full receive queue, loses its peer
-    (zeromq/libzmq#3937, #4767; reproduced by tests/test_liveness.py). That is every receiver
+    (zeromq/libzmq#3937, #4767; reproduced by tests/unit/memoire/test_transport_liveness.py). That is every receiver
     of experience, parameters, stream credits or notices, and, under a hostile peer's flood,
     even a REQ or REP. memoire measures liveness itself instead: actors send a KEEPALIVE on
     their data channel when idle (:class:`memoire.experience.Keepalive`) and the receiving

@@ -141,7 +141,7 @@ stage "building and installing memoire (C++ extension: a minute or two on 2 core
 # The installed extension, also beside the sources: from the repository root, Python finds the
 # checkout's memoire/ before the installed package (`python -c`, `python -m memoire`, a script
 # run there), and that folder must import too. The tests still import the installed package
-# (pytest puts tests/, not the root, on sys.path); scripts/build_wheel.sh builds from the files
+# (pytest puts the tests' folders and tests/helpers/, not the root, on sys.path); scripts/build_wheel.sh builds from the files
 # git does not ignore (*.so is ignored), so a wheel never takes this copy. -I: the interpreter's own
 # sys.path, without the working directory.
 installed=$("$VENV/bin/python" -I -c 'import memoire._core as c; print(c.__file__)')

@@ -10,7 +10,7 @@
 # the copy holds the same files afterwards; a copy, so that other jobs may write into the checkout
 # meanwhile (CI builds the wheel while the test suite runs). Kept afterwards: the repaired wheel in
 # build/wheelhouse/ and the auditwheel venv in build/wheel-tools/.
-# Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/test_memory.py for a subset)
+# Usage: scripts/build_wheel.sh [pytest args]     (e.g. tests/unit/memoire/test_memory.py for a subset)
 #
 # STACK=current: the current stack as a user installs it instead: CPython 3.13's wheel, installed
 # with the dopamine extra (and test, gin, stubs, plot) from the registry under
@@ -30,8 +30,9 @@ case "$STACK" in
   *) echo "[wheel] STACK must be 'core' or 'current', not '$STACK'" >&2; exit 2 ;;
 esac
 # The tests of the Dopamine faces, the feeds and upstream_compat (STACK=current).
-DOPAMINE_TESTS=(tests/test_dopamine_*.py tests/test_feed*.py tests/test_device_feed.py
-                tests/test_tf_feed.py tests/test_upstream_compat.py)
+DOPAMINE_TESTS=(tests/differential tests/system/test_dopamine_*.py tests/unit/memoire/feed
+                tests/unit/memoire/dopamine_compat/test_{remote,replay_buffers_memory}.py
+                tests/unit/memoire/dopamine_compat/test_{circular_replay_buffer_prefetch,upstream_compat}.py)
 if [ -z "${CORE_PYTHON:-}" ]; then
   # pyenv installs a shim for every version it has; only a runnable one counts.
   for CORE_PYTHON in python$want /root/.pyenv/versions/$want*/bin/python$want python3; do
@@ -158,9 +159,9 @@ print(f"[wheel] python {sys.version.split()[0]}, numpy {numpy.__version__}, pyzm
       f" memoire {memoire.__version__} from {os.path.dirname(memoire.__file__)}")
 PY
 
-# 5. The core tests, stubtest of memoire/_core.pyi among them (tests/test_stubs.py). pytest, not
+# 5. The core tests, stubtest of memoire/_core.pyi among them (tests/unit/memoire/test__core_stubs.py). pytest, not
 # `python -m pytest`, run from $TMP: nothing puts the checkout's memoire/ on sys.path. Paths among
-# the arguments are the checkout's (tests/test_memory.py); none given: all of tests/. Two
+# the arguments are the checkout's (tests/unit/memoire/test_memory.py); none given: all of tests/. Two
 # pytest-xdist workers (the test extra), a module each at a time, as `make test`.
 args=() paths=0
 for a in "$@"; do

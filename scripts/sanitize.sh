@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the core with AddressSanitizer + UndefinedBehaviorSanitizer and runs the C++ unit tests;
-# then builds the Python extension the same way and runs tests/test_memory*.py, the codec and
+# then builds the Python extension the same way and runs tests/unit/memoire/test_memory*.py, the codec and
 # server tests, the feed's device path (host stand-in), the chunk ingest into every store, sampling streams, the rate limiter and the checkpoint-loading fuzz
-# (tests/test_checkpoint_fuzz.py) against it (libasan preloaded into the interpreter, leak detection off: CPython's arenas look like leaks).
+# (tests/hostile/test_checkpoint_fuzz.py) against it (libasan preloaded into the interpreter, leak detection off: CPython's arenas look like leaks).
 # Usage: scripts/sanitize.sh            (C++ tests, then Python tests)
 #        SANITIZE_PYTHON=0 scripts/sanitize.sh   (C++ tests only)
 #        SANITIZE_BUILD_ONLY=1 scripts/sanitize.sh   (the build alone; a later run reuses it)
@@ -49,10 +49,10 @@ LD_PRELOAD="$LIBASAN $LIBUBSAN" \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
-  tests/test_memory.py tests/test_memory_returns.py tests/test_memory_properties.py \
-  tests/test_memory_threads.py tests/test_codec.py tests/test_codec_fuzz.py tests/test_server.py \
-  tests/test_checkpoint_fuzz.py \
-  tests/test_chunk_ingest.py tests/test_experience_path.py tests/test_memory_checkpoint.py \
-  tests/test_sampling_stream.py tests/test_rate_limiter.py tests/test_compression.py \
-  tests/test_device_feed.py \
+  tests/unit/memoire/test_memory.py tests/unit/memoire/test_memory_returns.py tests/unit/memoire/test_memory_properties.py \
+  tests/unit/memoire/test_memory_threads.py tests/unit/memoire/test_codec.py tests/hostile/test_codec_fuzz.py tests/unit/memoire/server/test_replay_memory_server.py \
+  tests/hostile/test_checkpoint_fuzz.py \
+  tests/unit/memoire/test__core_chunk_ingest.py tests/unit/memoire/test_experience.py tests/unit/memoire/test_memory_checkpoint.py \
+  tests/unit/memoire/test_stream.py tests/unit/memoire/test_rate_limiter.py tests/unit/memoire/test_memory_compression.py \
+  tests/unit/memoire/feed/test_feed_device.py \
   -k "not test_a_distributed_learner_keeps_its_replay_ratio" "$@"

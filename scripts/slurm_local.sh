@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine, for the tests that submit real jobs
-# (tests/test_slurm_job.py) and for trying `memoire train --launcher slurm` by hand.
+# (tests/system/test_slurm_job.py) and for trying `memoire train --launcher slurm` by hand.
 #
 #   scripts/slurm_local.sh install   # Debian's slurm-wlm and munge (root; skipped when installed)
 #   eval "$(scripts/slurm_local.sh start)"   # munged, slurmctld, slurmd; prints `export SLURM_CONF=..`

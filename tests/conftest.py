@@ -1,4 +1,5 @@
-"""Suite-wide setup: one JAX compilation cache for every process the tests start.
+"""Suite-wide setup: the helpers' folder on sys.path, one marker per kind of test (by
+folder), and one JAX compilation cache for every process the tests start.
 
 The suite starts some hundred training processes (learners, actors, sweeps) that compile the same
 few Dopamine networks; XLA's compile of an Atari network costs a third of such a process's CPU
@@ -8,18 +9,21 @@ file lock around every read and write, so the two pytest-xdist workers and their
 the folder safely. What the tests check is memoire's, not XLA's: a cached executable is the one
 XLA compiled for the same program.
 
-It also loads tests/_environ_guard.py: a test fails when a worker thread of the tests lists
+It also loads tests/helpers/_environ_guard.py: a test fails when a worker thread of the tests lists
 os.environ, which races with pytest's own changes to it.
 """
 
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 
 # The suite's own processes apply upstream_compat's steps (what Dopamine needs on the current
 # stack) before a test module imports Dopamine or TensorFlow, as a user's script must;
-# tests/test_upstream_compat.py checks the steps themselves in fresh interpreters.
+# tests/unit/memoire/dopamine_compat/test_upstream_compat.py checks the steps themselves in fresh interpreters.
+import pytest
+
 import memoire.dopamine_compat  # noqa: F401
 
 pytest_plugins = ["_environ_guard"]
@@ -50,3 +54,27 @@ def pytest_unconfigure(config):
     folder = getattr(config, "_memoire_jax_cache", None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The helpers (tests/helpers/) are plain modules imported by name (`from _waiting import
+# wait_until`): their folder goes first on sys.path for every test module, and (sys.path being
+# inherited by multiprocessing's spawn) for the processes those start.
+HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
+
+# One marker per kind of test, from its folder (docs/ARCHITECTURE.md, "Tests"); registered in
+# pyproject.toml. A test outside the kinds' folders is refused, so that every test has a kind.
+KINDS = ("unit", "differential", "hostile", "system")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        parts = os.path.relpath(str(item.path), tests).split(os.sep)
+        if len(parts) < 2 or parts[0] not in KINDS:
+            raise pytest.UsageError(
+                f"{item.path}: a test lives in one of tests/{{{','.join(KINDS)}}}/ "
+                "(docs/ARCHITECTURE.md, 'Tests')"
+            )
+        item.add_marker(parts[0])

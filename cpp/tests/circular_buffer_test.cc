@@ -1,5 +1,5 @@
 // CircularBuffer: ring arithmetic, padding, validity and n-step sums on small capacities.
-// (Bit-for-bit agreement with Dopamine is tested in tests/test_dopamine_*.py.)
+// (Bit-for-bit agreement with Dopamine is tested in tests/differential/.)
 #include "core/circular_buffer.h"
 #include "core/reserved.h"
 

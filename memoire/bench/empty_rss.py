@@ -15,7 +15,7 @@ store is built by the first add, which ``construct`` includes), ``server`` (a
 :class:`memoire.ReplayMemoryServer` of 1,000,000 entries, started, with its cache ring laid
 out; FILL entries streamed in by a central-mode actor in another process), and
 ``central_actor`` (a ``ReplayMemoryClient(mode="central")`` of such a server, which runs in
-another process; FILL entries streamed). Used by tests/test_memory_growth.py and
+another process; FILL entries streamed). Used by tests/unit/memoire/test_memory_growth.py and
 benchmarks/bench_empty_rss.py.
 """
 

@@ -4,7 +4,7 @@ Dopamine 4.1.2 (its last release) and tensorflow-probability 0.25 (its last rele
 Keras 3.12 and JAX 0.7. On a stack that has those (constraints/current.txt: TensorFlow 2.21,
 JAX 0.12), two steps make Dopamine's stock agents run unmodified; on the pinned stack
 (constraints/dopamine.txt) neither is needed and neither is applied. Each step has a version
-check (:func:`needed`) and a test (tests/test_upstream_compat.py) that fails if the step stops
+check (:func:`needed`) and a test (tests/unit/memoire/dopamine_compat/test_upstream_compat.py) that fails if the step stops
 being needed or stops working:
 
 ``legacy_keras``

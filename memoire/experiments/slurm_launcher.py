@@ -23,7 +23,7 @@ SLURM requeue the job (``JobRequeue=1``, its default): the same job id runs agai
 cluster has its nodes and resumes the same way (the endpoints file tells its runs apart by
 ``SLURM_RESTART_COUNT``); ``--no-requeue`` in ``SlurmConfig.options`` ends it instead (untested)
 and submitting again resumes. When the lost node held every actor, the learner stops first,
-with one line naming the job's other nodes (tests/test_slurm_hosts.py). An actor task that dies
+with one line naming the job's other nodes (tests/system/test_slurm_hosts.py). An actor task that dies
 on its own is not restarted: the learner goes on with the others and fails once all are gone
 (see ``DistributedConfig.peer_timeout``).
 
