@@ -43,10 +43,14 @@ LIBUBSAN=$(${CXX:-g++} -print-file-name=libubsan.so)
 # Two pytest-xdist workers, a module each at a time, as `make test`.
 # (The rate limiter's end-to-end training run is left to `make test`: it needs configs/ and a
 # TensorFlow and JAX learner, not the sanitized core.)
+# allocator_may_return_null: a mutated checkpoint (tests/hostile/test_checkpoint_fuzz.py) may ask
+# for more memory than there is; malloc then returns NULL, as it does outside the sanitizer, and
+# the load is refused with MemoryError, where ASan's default aborts the process (the worker died
+# at safe_unpickle's load, and pytest-xdist then waited for it).
 cp -r tests "$PKG/tests"
 cd "$PKG"
 LD_PRELOAD="$LIBASAN $LIBUBSAN" \
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 PYTHONPATH=. "$PY" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
   tests/unit/memoire/test_memory.py tests/unit/memoire/test_memory_returns.py tests/unit/memoire/test_memory_properties.py \

@@ -4,7 +4,7 @@
 //                the ingest releases them (as a server keeps ZeroMQ's messages)
 //   op % 4 == 1  Listen(now): the owner reads (liveness)
 //   op % 4 == 2  Reap(now)
-//   op % 4 == 3  the clock moves by the next byte x 0.25 s (peer_timeout 2 s, stream_timeout
+//   op % 4 == 3  the clock moves by the next byte x 0.25 s (peer_timeout 2 s, open_episode_timeout
 //                8 s, so a few operations reach both)
 // Small budgets (3 streams, 24 KiB a stream, 48 KiB in all: each chunk is charged 4 KiB of
 // overhead besides its frames) so that every rule is reachable.
@@ -25,10 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   memoire_fuzz::Input in(data, size);
   const int kind = in.U8() % memoire_fuzz::kNumStoreKinds;
   ChunkIngest::Options o;
-  o.max_streams = 3;
-  o.stream_timeout = 8.0;
+  o.max_open_episodes = 3;
+  o.open_episode_timeout = 8.0;
   o.peer_timeout = 2.0;
-  o.max_stream_bytes = 24 << 10;
+  o.max_episode_bytes = 24 << 10;
   o.max_open_bytes = 48 << 10;
   o.max_message_bytes = 1 << 16;
   std::unique_ptr<ChunkIngest> ingest;
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         now += 0.25 * in.U8();
     }
     const ChunkIngest::Counters c = ingest->counters();
-    FUZZ_ASSERT(c.open_streams >= 0 && c.open_streams <= o.max_streams);
+    FUZZ_ASSERT(c.open_streams >= 0 && c.open_streams <= o.max_open_episodes);
     FUZZ_ASSERT(c.open_bytes >= 0 && c.open_bytes <= o.max_open_bytes);
     FUZZ_ASSERT(static_cast<int64_t>(ingest->OpenStreams().size()) == c.open_streams);
   }
