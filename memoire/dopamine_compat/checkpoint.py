@@ -457,6 +457,7 @@ def _read_file(fs, filename, reader):
         IndexError,
         KeyError,
         OverflowError,
+        MemoryError,  # a pickle that declares more bytes than memory holds
     ) as e:
         raise CheckpointError(
             "{}: not a readable checkpoint file ({}: {})".format(filename, type(e).__name__, e)
