@@ -325,20 +325,28 @@ def learner_host(configured: str = "auto") -> str:
     return address
 
 
-def _node_addr(node: str):
-    """`node`'s ``NodeAddr`` as the controller knows it, if it is an IP address (None where
-    scontrol is missing, fails, or names a host, which the resolver then looks up)."""
+def _scontrol_fields(kind: str, name: str, timeout: float):
+    """``scontrol -o show KIND NAME``'s ``Key=Value`` fields as a dict (None where scontrol is
+    missing, fails to start or takes more than ``timeout`` seconds)."""
     try:
         out = subprocess.run(
-            ["scontrol", "-o", "show", "node", node],
+            ["scontrol", "-o", "show", kind, name],
             capture_output=True,
             text=True,
-            timeout=SCONTROL_S,
+            timeout=timeout,
             check=False,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
+    return dict(w.split("=", 1) for w in out.split() if "=" in w)
+
+
+def _node_addr(node: str):
+    """`node`'s ``NodeAddr`` as the controller knows it, if it is an IP address (None where
+    scontrol is missing, fails, or names a host, which the resolver then looks up)."""
+    fields = _scontrol_fields("node", node, SCONTROL_S)
+    if fields is None:
+        return None
     try:
         return str(ipaddress.ip_address(fields.get("NodeAddr", "")))
     except ValueError:
@@ -532,17 +540,9 @@ def requeued() -> bool:
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return False
-    try:
-        out = subprocess.run(
-            ["scontrol", "-o", "show", "job", job],
-            capture_output=True,
-            text=True,
-            timeout=REQUEUE_ASK_S,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    fields = _scontrol_fields("job", job, REQUEUE_ASK_S)
+    if fields is None:
         return False
-    fields = dict(w.split("=", 1) for w in out.split() if "=" in w)
     try:
         return int(fields["Restarts"]) > int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     except (KeyError, ValueError):
